@@ -13,6 +13,10 @@
 
 namespace ferry {
 
+namespace detail {
+class SlabPoolEngine;
+}
+
 // What a pool does with a pointer it did not hand out, or one freed twice.
 enum class OnInvalidFree {
   build_default,  // throw in debug builds of Ferry, log in release builds
@@ -83,8 +87,7 @@ class SlabPool : public MemoryResource {
   void do_deallocate(void* ptr, std::size_t bytes, StreamRef stream) override;
 
  private:
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
+  std::unique_ptr<detail::SlabPoolEngine> engine_;
 };
 
 }  // namespace ferry
