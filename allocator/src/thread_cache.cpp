@@ -7,7 +7,7 @@
 
 namespace ferry::detail {
 
-thread_local LastCache tls_last_cache;
+thread_local LastCache tls_last_cache __attribute__((tls_model("initial-exec")));
 
 namespace {
 

@@ -42,8 +42,9 @@ struct LastCache {
   std::uint64_t pool_id = 0;
   ThreadCache* cache = nullptr;
 };
-// Trivially constructible, so reading it costs no thread-local init guard.
-extern thread_local LastCache tls_last_cache;
+// Trivially constructible, so reading it costs no thread-local init guard;
+// initial-exec, so a shared libferry reads it without a __tls_get_addr call.
+extern thread_local LastCache tls_last_cache __attribute__((tls_model("initial-exec")));
 
 ThreadCache& thread_cache_slow(SlabPoolEngine& pool, std::uint64_t pool_id);
 

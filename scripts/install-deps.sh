@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The one place that knows Ferry's Debian packages. Installs only what is
+# missing, so it is quick and harmless to run again. Needs root to install.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config git
+  libspdlog-dev libfmt-dev          # logging (all layers)
+  libgtest-dev libbenchmark-dev     # tests and bench/
+  libucx-dev libibverbs-dev         # ferry info: UCX transports, RDMA devices
+  libcli11-dev nlohmann-json3-dev   # the ferry command-line tool
+)
+
+missing=()
+for pkg in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed'; then
+    missing+=("$pkg")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "ferry: all ${#packages[@]} build dependencies are installed"
+  exit 0
+fi
+
+echo "ferry: installing ${missing[*]}"
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then
+    SUDO=sudo
+  else
+    echo "ferry: run as root (or install sudo) to install: ${missing[*]}" >&2
+    exit 1
+  fi
+else
+  SUDO=
+fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
