@@ -8,6 +8,7 @@ packages=(
   libspdlog-dev libfmt-dev          # logging (all layers)
   libgtest-dev libbenchmark-dev     # tests and bench/
   libucx-dev libibverbs-dev         # ferry info: UCX transports, RDMA devices
+  libtbb-dev libopenblas-dev liblapacke-dev  # runtime: CPU workers, built-in kernels
   libcli11-dev nlohmann-json3-dev   # the ferry command-line tool
 )
 
