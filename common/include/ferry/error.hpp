@@ -33,6 +33,13 @@ class OutOfMemory : public Error {
   std::size_t requested_bytes_;
 };
 
+// A task's kernel failed, or the task did not run because a task it depends
+// on failed. The message names the task and its kernel.
+class KernelError : public Error {
+ public:
+  using Error::Error;
+};
+
 // A CUDA runtime call failed; carries the cudaError_t value and where it happened.
 class CudaError : public Error {
  public:

@@ -1,0 +1,49 @@
+// The host replica of a buffer as the user sees it after acquiring it: a
+// row-major matrix (1-D buffers are one row) with a leading dimension.
+#pragma once
+
+#include <cstddef>
+
+#include "ferry/error.hpp"
+
+namespace ferry {
+
+template <typename T>
+class HostView {
+ public:
+  HostView(T* data, std::size_t rows, std::size_t cols, std::size_t ld) noexcept
+      : data_(data), rows_(rows), cols_(cols), ld_(ld) {}
+
+  T* data() const noexcept { return data_; }
+  std::size_t rows() const noexcept { return rows_; }
+  std::size_t cols() const noexcept { return cols_; }
+  std::size_t ld() const noexcept { return ld_; }
+  std::size_t size() const noexcept { return rows_ * cols_; }
+  bool contiguous() const noexcept { return rows_ <= 1 || ld_ == cols_; }
+
+  T& operator()(std::size_t row, std::size_t col) const noexcept { return data_[row * ld_ + col]; }
+  // Element i in row-major order; for contiguous views (every 1-D buffer).
+  T& operator[](std::size_t i) const noexcept { return data_[i]; }
+
+  // A contiguous view is a range, so std::ranges algorithms work on it; a
+  // tile of a larger matrix is not, and says so instead of walking off a row.
+  T* begin() const {
+    require_contiguous();
+    return data_;
+  }
+  T* end() const {
+    require_contiguous();
+    return data_ + size();
+  }
+
+ private:
+  void require_contiguous() const {
+    if (!contiguous())
+      throw UsageError("this buffer view is a tile of a larger matrix (rows are not adjacent): index it as (row, col)");
+  }
+
+  T* data_;
+  std::size_t rows_, cols_, ld_;
+};
+
+}  // namespace ferry

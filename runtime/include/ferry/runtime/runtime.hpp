@@ -1,0 +1,138 @@
+// The runtime: buffers, tasks, devices and the scheduler behind them.
+//
+//   ferry::Runtime rt;
+//   auto x = rt.buffer<float>(n);
+//   auto y = rt.buffer<float>(n);
+//   std::ranges::fill(x.host(), 1.0f);
+//   rt.submit("axpy", ferry::read(x), ferry::readwrite(y), 2.0);
+//   double s = rt.submit("dot", ferry::read(y), ferry::read(y)).result();
+//   rt.wait();
+#pragma once
+
+#include <cstddef>
+#include <filesystem>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ferry/allocator/memory_resource.hpp"
+#include "ferry/runtime/buffer.hpp"
+#include "ferry/runtime/perf_model.hpp"
+#include "ferry/runtime/scheduler.hpp"
+#include "ferry/runtime/submission.hpp"
+#include "ferry/runtime/task.hpp"
+#include "ferry/runtime/trace.hpp"
+#include "ferry/runtime/user_kernel.hpp"
+
+namespace ferry {
+
+namespace detail {
+class RuntimeCore;
+}
+
+struct DeviceInfo {
+  DeviceId id = 0;
+  std::string name;
+  DeviceKind kind = DeviceKind::cpu;
+  MemoryNodeId node = host_node;
+  unsigned lanes = 0;         // CPU workers, or GPU streams
+  std::size_t tasks_run = 0;
+};
+
+class Runtime {
+ public:
+  struct Options {
+    // CPU worker threads; 0: one per hardware thread.          FERRY_WORKERS
+    unsigned workers = 0;
+    Policy policy = Policy::heft;                                // FERRY_POLICY
+    // Record a trace; written as Chrome trace JSON to trace_path at shutdown
+    // when set, with a summary logged.                          FERRY_TRACE=path
+    bool trace = false;
+    std::filesystem::path trace_path;
+    // Log every placement decision with its candidates.         FERRY_EXPLAIN=1
+    bool explain = false;
+    // Performance models load from and save to this folder.    FERRY_PERFMODEL_DIR
+    // Empty: PerfModels::default_dir(). persist=false keeps them in memory only.
+    std::filesystem::path perf_model_dir;
+    bool persist_perf_models = true;                             // FERRY_PERFMODELS=off
+    std::uint64_t seed = 1;                                      // the random policy
+    // Where host replicas live; default: a PinnedPool of this runtime.
+    std::shared_ptr<MemoryResource> host_memory;
+    // FERRY_* variables override the fields above unless this is false.
+    bool read_environment = true;
+  };
+
+  Runtime();
+  explicit Runtime(Options options);
+  // Waits for every submitted task, then saves models and writes the trace.
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  template <typename T>
+  Buffer<T> buffer(std::size_t n) {
+    return Buffer<T>(make_buffer(dtype_of<T>(), 1, n));
+  }
+  template <typename T>
+  Buffer<T> buffer(std::size_t rows, std::size_t cols) {
+    return Buffer<T>(make_buffer(dtype_of<T>(), rows, cols));
+  }
+  // A 1-D buffer holding a copy of `values`.
+  template <typename T>
+  Buffer<T> buffer(std::span<const T> values) {
+    Buffer<T> b(make_buffer(dtype_of<T>(), 1, values.size()));
+    std::copy(values.begin(), values.end(), b.host().data());
+    return b;
+  }
+
+  // Submits a task in program order; its dependencies on earlier tasks are
+  // inferred from the buffer accesses. Bad arguments throw UsageError here,
+  // before anything runs, naming the task, the kernel and the argument.
+  template <typename... A>
+  Task submit(std::string_view kernel, A&&... args) {
+    return submit_named(kernel, detail::make_submission(std::forward<A>(args)...));
+  }
+  template <typename... A>
+  Task submit(const KernelRef& kernel, A&&... args) {
+    return submit_def(kernel.def, detail::make_submission(std::forward<A>(args)...));
+  }
+
+  // Waits for every task submitted so far. Rethrows (as KernelError) the
+  // first failure since the last wait().
+  void wait();
+
+  // Registers a kernel with this runtime (found before the global registry).
+  KernelRef add_kernel(KernelDef def);
+  template <typename F>
+  KernelRef kernel(std::string name, F callable, std::function<Cost(const KernelArgs&)> cost = {}) {
+    return add_kernel(make_kernel(std::move(name), std::move(callable), std::move(cost)));
+  }
+  // Looks a kernel up by name: this runtime's first, then the global registry.
+  KernelRef find_kernel(std::string_view name) const;
+  // Loads a shared library whose FERRY_KERNEL registrations add kernels to
+  // the global registry. Throws Error naming the file and dlerror's reason.
+  void load_plugin(const std::filesystem::path& path);
+
+  std::vector<DeviceInfo> devices() const;
+  const Options& options() const noexcept;
+  PerfModels& perf_models();
+  // The trace so far; null unless tracing.
+  const Trace* trace() const noexcept;
+  TraceSummary summary() const;
+  void write_trace(const std::filesystem::path& path) const;
+  std::string describe() const;
+
+  // For Graph, which validates once and submits many times.
+  detail::RuntimeCore& core() const noexcept { return *core_; }
+
+ private:
+  std::shared_ptr<detail::BufferState> make_buffer(DType dtype, std::size_t rows, std::size_t cols);
+  Task submit_named(std::string_view kernel, detail::Submission submission);
+  Task submit_def(const std::shared_ptr<const KernelDef>& kernel, detail::Submission submission);
+
+  std::shared_ptr<detail::RuntimeCore> core_;
+};
+
+}  // namespace ferry

@@ -1,0 +1,75 @@
+// Placement: for each task, the device expected to finish it first (HEFT,
+// StarPU's dmda), or a simpler policy. decide() is a pure function of its
+// input, so it is tested with synthetic devices and links.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ferry/runtime/link_model.hpp"
+#include "ferry/runtime/perf_model.hpp"
+#include "ferry/runtime/place.hpp"
+
+namespace ferry {
+
+enum class Policy : std::uint8_t { heft, eager, cpu, gpu, random };
+const char* to_string(Policy policy) noexcept;
+// Throws UsageError naming the valid policies.
+Policy parse_policy(std::string_view text);
+
+struct DeviceSnapshot {
+  DeviceId id = 0;
+  std::string name;        // "cpu", "cuda:0", "remote:gpu1:7070/cuda:0"
+  DeviceKind kind = DeviceKind::cpu;
+  MemoryNodeId node = host_node;
+  std::string perf_key;    // which performance models apply, e.g. "cpu-2t" or the GPU's model name
+  DevicePeak peak;
+  double busy_until = 0;   // seconds from now until its queued work is expected done
+  std::size_t queued = 0;  // tasks assigned and not finished
+  bool can_run = true;     // has an implementation of the kernel and matches the task's Place
+};
+
+struct InputSnapshot {
+  std::size_t bytes = 0;
+  std::vector<MemoryNodeId> valid_on;  // nodes holding a valid replica
+};
+
+struct DecisionInput {
+  Policy policy = Policy::heft;
+  std::string kernel;
+  std::size_t bytes = 0;  // what the call touches; picks the size bucket
+  Cost hint;
+  std::vector<DeviceSnapshot> devices;
+  std::vector<InputSnapshot> inputs;  // buffers the task reads
+  const PerfModels* models = nullptr;
+  const LinkModels* links = nullptr;
+  std::mt19937_64* rng = nullptr;     // the random policy only
+};
+
+struct Candidate {
+  DeviceId device = 0;
+  std::string name;
+  bool eligible = false;
+  double ready = 0;       // busy_until
+  double data_ready = 0;  // seconds until its inputs could be there
+  Estimate exec;
+  double finish = 0;      // max(ready, data_ready) + exec.seconds
+};
+
+struct Decision {
+  DeviceId device = 0;
+  Policy policy = Policy::heft;
+  std::vector<Candidate> candidates;  // one per device, in input order
+  std::string reason;                 // "earliest finish", "calibrating cuda:0", "only eligible device"...
+};
+
+// Throws UsageError when no device is eligible (the message lists why each is not).
+Decision decide(const DecisionInput& input);
+
+// A small table: device, ready, data, exec (source, samples), finish, and the reason.
+std::string explain(const Decision& decision);
+
+}  // namespace ferry

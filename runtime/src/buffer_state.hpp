@@ -1,0 +1,70 @@
+// What a Buffer handle points at. A root owns the storage, the replicas and
+// the access history used to infer dependencies; every view of it (split,
+// tiles) is a BufferState with its own region of that root.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "ferry/allocator/memory_resource.hpp"
+#include "ferry/runtime/dtype.hpp"
+#include "ferry/runtime/region.hpp"
+
+namespace ferry::detail {
+
+class RuntimeCore;
+struct TaskRecord;
+
+// MSI per memory node (DESIGN §3).
+enum class ReplicaState : std::uint8_t { invalid, shared, modified };
+
+struct Replica {
+  void* data = nullptr;
+  ReplicaState state = ReplicaState::invalid;
+};
+
+// The last writer of a region and the readers since; each holds a task reference.
+struct AccessRecord {
+  Region region;
+  TaskRecord* writer = nullptr;
+  std::vector<TaskRecord*> readers;
+};
+
+struct BufferRoot {
+  std::uint64_t runtime_id = 0;
+  std::weak_ptr<RuntimeCore> runtime;
+  std::shared_ptr<MemoryResource> memory;  // keeps the host replica valid past the runtime
+  DType dtype = DType::f32;
+  std::size_t rows = 0;
+  std::size_t cols = 0;
+  std::size_t bytes = 0;
+  void* host = nullptr;
+
+  std::mutex mutex;  // guards records and replicas
+  std::vector<AccessRecord> records;
+  std::vector<Replica> replicas;  // indexed by memory node; [0] is the host
+
+  BufferRoot() = default;
+  BufferRoot(const BufferRoot&) = delete;
+  BufferRoot& operator=(const BufferRoot&) = delete;
+  ~BufferRoot();
+};
+
+struct BufferState {
+  std::shared_ptr<BufferRoot> root;
+  Region region;
+  std::uint64_t id = 0;
+  std::string name;
+
+  std::size_t ld() const noexcept { return root->cols; }
+  std::size_t offset_bytes() const noexcept {
+    return (region.row0 * root->cols + region.col0) * size_of(root->dtype);
+  }
+  void* data_on(const Replica& replica) const noexcept { return static_cast<char*>(replica.data) + offset_bytes(); }
+  bool whole() const noexcept { return region.row0 == 0 && region.col0 == 0 && region.rows == root->rows && region.cols == root->cols; }
+};
+
+}  // namespace ferry::detail

@@ -1,0 +1,395 @@
+#include "core.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <thread>
+
+#include "cpu_device.hpp"
+#include "dependencies.hpp"
+#include "ferry/allocator/pinned_pool.hpp"
+#include "ferry/error.hpp"
+#include "ferry/log.hpp"
+#include "ferry/units.hpp"
+
+namespace ferry::detail {
+
+namespace {
+
+std::atomic<std::uint64_t> next_runtime_id{1};
+
+std::string what_of(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "unknown exception";
+  }
+}
+
+std::string param_name(const KernelDef& kernel, std::size_t index) {
+  return index < kernel.params.size() ? kernel.params[index].name : fmt::format("#{}", index + 1);
+}
+
+}  // namespace
+
+RuntimeCore::RuntimeCore(Runtime::Options options)
+    : id_(next_runtime_id.fetch_add(1)), options_(std::move(options)), rng_(options_.seed) {
+  memory_ = options_.host_memory ? options_.host_memory : std::make_shared<PinnedPool>();
+  if (options_.trace || !options_.trace_path.empty()) trace_ = std::make_unique<Trace>();
+  if (options_.persist_perf_models) {
+    if (options_.perf_model_dir.empty()) options_.perf_model_dir = PerfModels::default_dir();
+    models_.load(options_.perf_model_dir);
+  }
+}
+
+RuntimeCore::~RuntimeCore() { shutdown(); }
+
+void RuntimeCore::start() {
+  unsigned workers = options_.workers;
+  if (workers == 0) workers = std::max(1u, std::thread::hardware_concurrency());
+  devices_.push_back(std::make_unique<CpuDevice>(*this, 0, workers));
+}
+
+void RuntimeCore::shutdown() {
+  if (shut_down_) return;
+  shut_down_ = true;
+  wait_idle();
+  {
+    std::lock_guard lock(error_mutex_);
+    if (first_error_) log().warn("a task failed and no wait() reported it: {}", what_of(first_error_));
+    first_error_ = nullptr;
+  }
+  for (auto& device : devices_) device->drain();
+  devices_.clear();
+  if (options_.persist_perf_models) {
+    try {
+      models_.save(options_.perf_model_dir);
+    } catch (const std::exception& e) {
+      log().warn("could not save performance models to {}: {}", options_.perf_model_dir.string(), e.what());
+    }
+  }
+  if (trace_) {
+    if (!options_.trace_path.empty()) {
+      try {
+        trace_->write_chrome_json(options_.trace_path);
+        log().info("trace written to {}", options_.trace_path.string());
+      } catch (const std::exception& e) {
+        log().error("{}", e.what());
+      }
+    }
+    log().info("{}", trace_->summary().to_text());
+  }
+}
+
+std::shared_ptr<BufferState> RuntimeCore::make_buffer(DType dtype, std::size_t rows, std::size_t cols) {
+  const std::size_t element = size_of(dtype);
+  if (cols != 0 && rows > SIZE_MAX / cols / element)
+    throw UsageError(fmt::format("a {} x {} buffer of {} does not fit in memory", rows, cols, to_string(dtype)));
+  auto root = std::make_shared<BufferRoot>();
+  root->runtime_id = id_;
+  root->runtime = weak_from_this();
+  root->memory = memory_;
+  root->dtype = dtype;
+  root->rows = rows;
+  root->cols = cols;
+  root->bytes = rows * cols * element;
+  root->host = memory_->allocate(root->bytes);
+  // Buffers start zeroed, so a forgotten initialisation is visible, not random.
+  std::memset(root->host, 0, root->bytes);
+  root->replicas.resize(1);
+  root->replicas[host_node] = Replica{root->host, ReplicaState::modified};
+
+  auto state = std::make_shared<BufferState>();
+  state->root = std::move(root);
+  state->region = Region{0, 0, rows, cols};
+  state->id = next_buffer_id_.fetch_add(1, std::memory_order_relaxed);
+  state->name = fmt::format("buffer{}", state->id);
+  return state;
+}
+
+// ---- kernels ----
+
+std::shared_ptr<const KernelDef> RuntimeCore::find_kernel(std::string_view name) const {
+  {
+    std::lock_guard lock(kernels_mutex_);
+    if (auto it = kernels_.find(name); it != kernels_.end()) return it->second;
+  }
+  if (const KernelDef* def = KernelRegistry::global().find(name))
+    return std::shared_ptr<const KernelDef>(std::shared_ptr<const KernelDef>{}, def);  // the registry outlives us
+  return nullptr;
+}
+
+std::vector<std::string> RuntimeCore::kernel_names() const {
+  std::vector<std::string> names = KernelRegistry::global().names();
+  std::lock_guard lock(kernels_mutex_);
+  for (const auto& [name, def] : kernels_) names.push_back(name);
+  std::sort(names.begin(), names.end());
+  names.erase(std::unique(names.begin(), names.end()), names.end());
+  return names;
+}
+
+KernelRef RuntimeCore::add_kernel(KernelDef def) {
+  if (def.name.empty()) throw UsageError("add_kernel: a kernel needs a name");
+  if (!def.cpu && !def.cuda) throw UsageError(fmt::format("add_kernel '{}': no implementation (cpu or cuda)", def.name));
+  auto shared = std::make_shared<const KernelDef>(std::move(def));
+  std::lock_guard lock(kernels_mutex_);
+  if (!kernels_.emplace(shared->name, shared).second)
+    throw UsageError(fmt::format("add_kernel: this runtime already has a kernel named '{}'", shared->name));
+  return KernelRef{shared};
+}
+
+// ---- submission ----
+
+PreparedTask RuntimeCore::prepare(std::shared_ptr<const KernelDef> kernel, Submission submission) const {
+  PreparedTask p;
+  p.name = submission.name.empty() ? kernel->name : std::move(submission.name);
+  p.place = std::move(submission.place);
+  p.args.items.reserve(submission.args.size());
+  for (std::size_t i = 0; i < submission.args.size(); ++i) {
+    auto& arg = submission.args[i];
+    if (auto* access = std::get_if<BufferAccess>(&arg)) {
+      const auto where = [&] {
+        return fmt::format("task '{}' (kernel {}): argument {} '{}'", p.name, kernel->name, i + 1, param_name(*kernel, i));
+      };
+      if (!access->state) throw UsageError(fmt::format("{}: the buffer is empty (default-constructed)", where()));
+      const BufferRoot& root = *access->state->root;
+      if (root.runtime_id != id_)
+        throw UsageError(fmt::format("{}: buffer '{}' belongs to another runtime{}", where(), access->state->name,
+                                     root.runtime.expired() ? ", which no longer exists" : ""));
+      Arg a;
+      a.kind = Arg::Kind::buffer;
+      a.buffer = BufferArg{nullptr, root.dtype, access->state->region.rows, access->state->region.cols, root.cols,
+                           access->mode};
+      p.bytes += a.buffer.bytes();
+      p.buffers.push_back(std::move(access->state));
+      p.buffer_args.push_back(static_cast<std::uint32_t>(i));
+      p.args.items.push_back(std::move(a));
+    } else {
+      Arg a;
+      a.kind = Arg::Kind::scalar;
+      a.scalar = std::move(std::get<ScalarValue>(arg));
+      p.args.items.push_back(std::move(a));
+    }
+  }
+  check_arguments(*kernel, p.args, p.name);
+
+  // Two views of one buffer, one of them written, would alias inside a kernel.
+  for (std::size_t a = 0; a < p.buffers.size(); ++a) {
+    for (std::size_t b = a + 1; b < p.buffers.size(); ++b) {
+      const auto& x = *p.buffers[a];
+      const auto& y = *p.buffers[b];
+      const AccessMode mx = p.args.items[p.buffer_args[a]].buffer.mode;
+      const AccessMode my = p.args.items[p.buffer_args[b]].buffer.mode;
+      if (x.root == y.root && x.region.overlaps(y.region) && (writes(mx) || writes(my)))
+        throw UsageError(fmt::format(
+            "task '{}' (kernel {}): arguments {} '{}' and {} '{}' are the same memory ('{}' and '{}') and one is "
+            "written; pass a copy",
+            p.name, kernel->name, p.buffer_args[a] + 1, param_name(*kernel, p.buffer_args[a]), p.buffer_args[b] + 1,
+            param_name(*kernel, p.buffer_args[b]), x.name, y.name));
+    }
+  }
+
+  std::string why_not;
+  for (const auto& device : devices_) {
+    const bool runs = device->can_run(*kernel);
+    const bool fits = device->matches(p.place);
+    if (runs && fits) p.eligible.push_back(device.get());
+    else why_not += fmt::format("; {}: {}", device->name(), !runs ? "no implementation for it" : "excluded by placement");
+  }
+  if (p.eligible.empty())
+    throw UsageError(fmt::format("task '{}' (kernel {}) placed {}: no device of this runtime can run it{}", p.name,
+                                 kernel->name, p.place.describe(), why_not));
+  p.kernel = std::move(kernel);
+  return p;
+}
+
+Task RuntimeCore::submit(const PreparedTask& prepared) {
+  if (shut_down_) throw UsageError(fmt::format("task '{}': the runtime is shutting down", prepared.name));
+  auto* task = new TaskRecord;
+  task->id = next_task_id_.fetch_add(1, std::memory_order_relaxed);
+  task->core = this;
+  task->name = prepared.name;
+  task->kernel = prepared.kernel;
+  task->args = prepared.args;
+  task->buffers = prepared.buffers;
+  task->buffer_args = prepared.buffer_args;
+  task->bytes = prepared.bytes;
+  in_flight_.fetch_add(1, std::memory_order_seq_cst);
+
+  for (std::size_t i = 0; i < task->buffers.size(); ++i)
+    register_access(task, *task->buffers[i], task->args.items[task->buffer_args[i]].buffer.mode);
+  place(task, prepared);
+  task->device->prefetch(task);
+
+  Task handle(task);
+  if (task->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    TaskRecord* bypass = nullptr;
+    std::vector<TaskRecord*> skipped;
+    ready(task, nullptr, bypass, skipped);
+    for (TaskRecord* t : skipped) {
+      TaskRecord* next = finish(t, nullptr);
+      if (next != nullptr) next->device->enqueue(next);
+    }
+  }
+  return handle;
+}
+
+void RuntimeCore::place(TaskRecord* task, const PreparedTask& prepared) {
+  Device* chosen = prepared.eligible.front();
+  if (prepared.eligible.size() > 1) {
+    DecisionInput in;
+    in.policy = options_.policy;
+    in.kernel = task->kernel->name;
+    in.bytes = task->bytes;
+    if (task->kernel->cost) in.hint = task->kernel->cost(task->args);
+    for (const auto& device : devices_) {
+      DeviceSnapshot s = device->snapshot();
+      s.can_run = std::find(prepared.eligible.begin(), prepared.eligible.end(), device.get()) != prepared.eligible.end();
+      in.devices.push_back(std::move(s));
+    }
+    for (std::size_t i = 0; i < task->buffers.size(); ++i) {
+      const BufferArg& b = task->args.items[task->buffer_args[i]].buffer;
+      if (!reads(b.mode)) continue;
+      InputSnapshot input;
+      input.bytes = b.bytes();
+      BufferRoot& root = *task->buffers[i]->root;
+      std::lock_guard lock(root.mutex);
+      for (MemoryNodeId node = 0; node < root.replicas.size(); ++node)
+        if (root.replicas[node].state != ReplicaState::invalid) input.valid_on.push_back(node);
+      in.inputs.push_back(std::move(input));
+    }
+    in.models = &models_;
+    in.links = &links_;
+    std::lock_guard lock(rng_mutex_);
+    in.rng = &rng_;
+    const Decision decision = decide(in);
+    for (const auto& device : devices_)
+      if (device->id() == decision.device) chosen = device.get();
+    for (const Candidate& c : decision.candidates)
+      if (c.device == decision.device) task->estimate_ns = static_cast<std::int64_t>(c.exec.seconds * 1e9);
+    task->explanation = explain(decision);
+    if (options_.explain) log().info("task '{}' (kernel {}):\n{}", task->name, task->kernel->name, task->explanation);
+  } else if (options_.explain) {
+    log().info("task '{}' (kernel {}) -> {}: the only eligible device", task->name, task->kernel->name, chosen->name());
+  }
+  task->device = chosen;
+  task->device_name = chosen->name();
+  chosen->assigned(task->estimate_ns);
+}
+
+// ---- execution ----
+
+void RuntimeCore::execute(TaskRecord* task, Device& device, int worker, int lane) {
+  for (std::size_t i = 0; i < task->buffers.size(); ++i) {
+    const BufferState& view = *task->buffers[i];
+    // Host devices work on the host replica; devices with memory of their
+    // own bring their replicas in before calling this (CUDA and remote issues).
+    task->args.items[task->buffer_args[i]].buffer.data = view.data_on(view.root->replicas[host_node]);
+  }
+  ExecContext context{task->args, task->name, worker, nullptr, std::nullopt};
+  const KernelFn& fn = device.kind() == DeviceKind::cpu ? task->kernel->cpu : task->kernel->cuda;
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    fn(context);
+    task->result = context.result;
+  } catch (const std::exception& e) {
+    task->error = std::make_exception_ptr(
+        KernelError(fmt::format("task '{}' (kernel {}) failed on {}: {}", task->name, task->kernel->name, device.name(),
+                                e.what())));
+  } catch (...) {
+    task->error = std::make_exception_ptr(KernelError(
+        fmt::format("task '{}' (kernel {}) failed on {}: unknown exception", task->name, task->kernel->name, device.name())));
+  }
+  const auto end = std::chrono::steady_clock::now();
+  if (!task->error)
+    models_.record(task->kernel->name, device.perf_key(), task->bytes, std::chrono::duration<double>(end - start).count());
+  if (trace_) {
+    TaskSpan span;
+    span.task_id = task->id;
+    span.name = task->name;
+    span.kernel = task->kernel->name;
+    span.device = device.name();
+    span.lane = lane;
+    span.end_ns = trace_->now_ns();
+    span.start_ns = span.end_ns - std::chrono::duration_cast<std::chrono::nanoseconds>(end - start).count();
+    span.predecessors = std::move(task->predecessors);
+    span.failed = task->error != nullptr;
+    trace_->record(std::move(span));
+  }
+}
+
+void RuntimeCore::ready(TaskRecord* task, Device* current, TaskRecord*& bypass, std::vector<TaskRecord*>& skipped) {
+  if (task->failed_input.load(std::memory_order_acquire) != nullptr) {
+    skipped.push_back(task);
+  } else if (task->device == current && bypass == nullptr) {
+    bypass = task;
+  } else {
+    task->device->enqueue(task);
+  }
+}
+
+void RuntimeCore::fail_skipped(TaskRecord* task) {
+  const TaskRecord* cause = task->failed_input.load(std::memory_order_acquire);
+  task->error = std::make_exception_ptr(KernelError(
+      fmt::format("task '{}' (kernel {}) did not run: its input comes from task '{}' (kernel {}), which failed: {}",
+                  task->name, task->kernel->name, cause->name, cause->kernel->name, what_of(cause->error))));
+}
+
+TaskRecord* RuntimeCore::finish(TaskRecord* task, Device* current) {
+  TaskRecord* bypass = nullptr;
+  std::vector<TaskRecord*> skipped;
+  for (;;) {
+    if (task->failed_input.load(std::memory_order_acquire) != nullptr && !task->error) fail_skipped(task);
+    std::vector<TaskRecord::Edge> successors;
+    {
+      std::lock_guard lock(task->mutex);
+      task->closed = true;
+      successors.swap(task->successors);
+    }
+    task->buffers.clear();  // the data is released; only the dependency history remains
+    task->device->completed(task->estimate_ns);
+    if (task->error) {
+      std::lock_guard lock(error_mutex_);
+      if (!first_error_) first_error_ = task->error;
+    }
+    task->done.store(true, std::memory_order_release);
+    task->done.notify_all();
+    for (const auto& edge : successors) {
+      if (edge.data && task->error) mark_failed_input(edge.task, task);
+      if (edge.task->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) ready(edge.task, current, bypass, skipped);
+      release(edge.task);
+    }
+    if (in_flight_.fetch_sub(1, std::memory_order_seq_cst) == 1 && waiters_.load(std::memory_order_seq_cst) > 0) {
+      std::lock_guard lock(wait_mutex_);
+      wait_cv_.notify_all();
+    }
+    release(task);  // the runtime's own reference, held since submit
+    if (skipped.empty()) return bypass;
+    task = skipped.back();
+    skipped.pop_back();
+  }
+}
+
+void RuntimeCore::wait_idle() noexcept {
+  waiters_.fetch_add(1, std::memory_order_seq_cst);
+  {
+    std::unique_lock lock(wait_mutex_);
+    wait_cv_.wait(lock, [&] { return in_flight_.load(std::memory_order_seq_cst) == 0; });
+  }
+  waiters_.fetch_sub(1, std::memory_order_seq_cst);
+}
+
+void RuntimeCore::wait_all() {
+  wait_idle();
+  std::exception_ptr error;
+  {
+    std::lock_guard lock(error_mutex_);
+    error = std::exchange(first_error_, nullptr);
+  }
+  if (error) std::rethrow_exception(error);
+}
+
+}  // namespace ferry::detail

@@ -1,0 +1,71 @@
+// A place tasks run: the CPU workers, a local GPU, a remote GPU host. The
+// runtime assigns each task to one device; the device runs it once its
+// predecessors are done and reports back through RuntimeCore::finish().
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "ferry/runtime/kernel.hpp"
+#include "ferry/runtime/perf_model.hpp"
+#include "ferry/runtime/place.hpp"
+#include "ferry/runtime/scheduler.hpp"
+
+namespace ferry::detail {
+
+struct TaskRecord;
+
+class Device {
+ public:
+  Device(DeviceId id, std::string name, DeviceKind kind, MemoryNodeId node, std::string perf_key, DevicePeak peak)
+      : id_(id), name_(std::move(name)), kind_(kind), node_(node), perf_key_(std::move(perf_key)), peak_(peak) {}
+  virtual ~Device() = default;
+  Device(const Device&) = delete;
+  Device& operator=(const Device&) = delete;
+
+  DeviceId id() const noexcept { return id_; }
+  const std::string& name() const noexcept { return name_; }
+  DeviceKind kind() const noexcept { return kind_; }
+  MemoryNodeId node() const noexcept { return node_; }
+  const std::string& perf_key() const noexcept { return perf_key_; }
+  const DevicePeak& peak() const noexcept { return peak_; }
+
+  virtual bool can_run(const KernelDef& kernel) const = 0;
+  virtual unsigned lanes() const = 0;
+  // The task is ready (its predecessors are done): run it.
+  virtual void enqueue(TaskRecord* task) = 0;
+  // The task was just assigned and may still wait for predecessors: start
+  // moving its inputs now, so the transfers overlap their work.
+  virtual void prefetch(TaskRecord* /*task*/) {}
+  // Returns once nothing of this device runs any more.
+  virtual void drain() = 0;
+
+  bool matches(const Place& place) const noexcept;
+
+  // Backlog accounting for the scheduler's ready-time estimate.
+  void assigned(std::int64_t estimate_ns) noexcept {
+    queued_.fetch_add(1, std::memory_order_relaxed);
+    backlog_ns_.fetch_add(estimate_ns, std::memory_order_relaxed);
+  }
+  void completed(std::int64_t estimate_ns) noexcept {
+    queued_.fetch_sub(1, std::memory_order_relaxed);
+    backlog_ns_.fetch_sub(estimate_ns, std::memory_order_relaxed);
+    tasks_run_.fetch_add(1, std::memory_order_relaxed);
+  }
+  DeviceSnapshot snapshot() const;
+  std::size_t tasks_run() const noexcept { return tasks_run_.load(std::memory_order_relaxed); }
+
+ private:
+  DeviceId id_;
+  std::string name_;
+  DeviceKind kind_;
+  MemoryNodeId node_;
+  std::string perf_key_;
+  DevicePeak peak_;
+  std::atomic<std::size_t> queued_{0};
+  std::atomic<std::int64_t> backlog_ns_{0};
+  std::atomic<std::size_t> tasks_run_{0};
+};
+
+}  // namespace ferry::detail

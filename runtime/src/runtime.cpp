@@ -1,0 +1,146 @@
+#include "ferry/runtime/runtime.hpp"
+
+#include <dlfcn.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+
+#include "core.hpp"
+#include "ferry/error.hpp"
+#include "ferry/log.hpp"
+
+namespace ferry {
+
+namespace {
+
+const char* env(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr && *value != '\0' ? value : nullptr;
+}
+
+bool truthy(const char* name, const char* value) {
+  std::string v(value);
+  std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (v == "1" || v == "true" || v == "yes" || v == "on") return true;
+  if (v == "0" || v == "false" || v == "no" || v == "off") return false;
+  throw UsageError(fmt::format("{}={} is not a yes/no value (use 1/0, true/false, on/off)", name, value));
+}
+
+// FERRY_* variables override what the program set, so a run can be changed
+// without recompiling (as StarPU's STARPU_* variables do).
+void apply_environment(Runtime::Options& o) {
+  if (const char* v = env("FERRY_WORKERS")) {
+    char* end = nullptr;
+    const long n = std::strtol(v, &end, 10);
+    if (end == v || *end != '\0' || n < 1 || n > 4096)
+      throw UsageError(fmt::format("FERRY_WORKERS={} is not a worker count (1 to 4096)", v));
+    o.workers = static_cast<unsigned>(n);
+  }
+  if (const char* v = env("FERRY_POLICY")) o.policy = parse_policy(v);
+  if (const char* v = env("FERRY_TRACE")) {
+    o.trace = true;
+    o.trace_path = v;
+  }
+  if (const char* v = env("FERRY_EXPLAIN")) o.explain = truthy("FERRY_EXPLAIN", v);
+  if (const char* v = env("FERRY_PERFMODEL_DIR")) o.perf_model_dir = v;
+  if (const char* v = env("FERRY_PERFMODELS")) o.persist_perf_models = truthy("FERRY_PERFMODELS", v);
+}
+
+std::shared_ptr<detail::RuntimeCore> make_core(Runtime::Options options) {
+  if (options.read_environment) apply_environment(options);
+  auto core = std::make_shared<detail::RuntimeCore>(std::move(options));
+  core->start();
+  return core;
+}
+
+}  // namespace
+
+Runtime::Runtime() : Runtime(Options{}) {}
+
+Runtime::Runtime(Options options) : core_(make_core(std::move(options))) {}
+
+Runtime::~Runtime() { core_->shutdown(); }
+
+std::shared_ptr<detail::BufferState> Runtime::make_buffer(DType dtype, std::size_t rows, std::size_t cols) {
+  return core_->make_buffer(dtype, rows, cols);
+}
+
+Task Runtime::submit_named(std::string_view kernel, detail::Submission submission) {
+  auto def = core_->find_kernel(kernel);
+  if (!def) {
+    std::string known;
+    for (const auto& name : core_->kernel_names()) known += (known.empty() ? "" : ", ") + name;
+    throw UsageError(fmt::format("task '{}': unknown kernel '{}' (known: {})",
+                                 submission.name.empty() ? std::string(kernel) : submission.name, kernel, known));
+  }
+  return core_->submit(core_->prepare(std::move(def), std::move(submission)));
+}
+
+Task Runtime::submit_def(const std::shared_ptr<const KernelDef>& kernel, detail::Submission submission) {
+  if (!kernel) throw UsageError("submit: the KernelRef is empty");
+  return core_->submit(core_->prepare(kernel, std::move(submission)));
+}
+
+void Runtime::wait() { core_->wait_all(); }
+
+KernelRef Runtime::add_kernel(KernelDef def) { return core_->add_kernel(std::move(def)); }
+
+KernelRef Runtime::find_kernel(std::string_view name) const {
+  auto def = core_->find_kernel(name);
+  if (!def) throw UsageError(fmt::format("unknown kernel '{}'", name));
+  return KernelRef{std::move(def)};
+}
+
+void Runtime::load_plugin(const std::filesystem::path& path) {
+  const auto before = KernelRegistry::global().names();
+  detail::take_registration_errors();  // only this plugin's problems are reported below
+  // RTLD_NOW: a plugin with a missing symbol fails here, not in a task.
+  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) throw Error(fmt::format("cannot load plugin {}: {}", path.string(), dlerror()));
+  // Never closed: its kernels' code must stay mapped for the life of the process.
+  const auto errors = detail::take_registration_errors();
+  if (!errors.empty()) {
+    std::string all;
+    for (const auto& e : errors) all += "\n  " + e;
+    throw Error(fmt::format("plugin {} registered kernels with errors:{}", path.string(), all));
+  }
+  const auto after = KernelRegistry::global().names();
+  std::vector<std::string> added;
+  std::set_difference(after.begin(), after.end(), before.begin(), before.end(), std::back_inserter(added));
+  log().info("plugin {} added kernels: {}", path.string(), fmt::join(added, ", "));
+}
+
+std::vector<DeviceInfo> Runtime::devices() const {
+  std::vector<DeviceInfo> out;
+  for (const auto& d : core_->devices())
+    out.push_back(DeviceInfo{d->id(), d->name(), d->kind(), d->node(), d->lanes(), d->tasks_run()});
+  return out;
+}
+
+const Runtime::Options& Runtime::options() const noexcept { return core_->options(); }
+PerfModels& Runtime::perf_models() { return core_->models(); }
+const Trace* Runtime::trace() const noexcept { return core_->trace(); }
+
+TraceSummary Runtime::summary() const {
+  if (core_->trace() == nullptr)
+    throw UsageError("this runtime records no trace: set Options::trace (or FERRY_TRACE=path)");
+  return core_->trace()->summary();
+}
+
+void Runtime::write_trace(const std::filesystem::path& path) const {
+  if (core_->trace() == nullptr)
+    throw UsageError("this runtime records no trace: set Options::trace (or FERRY_TRACE=path)");
+  core_->trace()->write_chrome_json(path);
+}
+
+std::string Runtime::describe() const {
+  std::string devices;
+  for (const auto& d : core_->devices())
+    devices += fmt::format("{}{} ({} lanes, {} tasks run)", devices.empty() ? "" : ", ", d->name(), d->lanes(),
+                           d->tasks_run());
+  return fmt::format("ferry runtime: policy {}; devices: {}", to_string(core_->options().policy), devices);
+}
+
+}  // namespace ferry

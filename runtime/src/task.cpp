@@ -1,0 +1,89 @@
+#include "ferry/runtime/task.hpp"
+
+#include <fmt/format.h>
+
+#include "core.hpp"
+#include "device.hpp"
+#include "ferry/error.hpp"
+#include "task_record.hpp"
+
+namespace ferry {
+
+namespace detail {
+
+void release(TaskRecord* task) noexcept {
+  if (task->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  if (TaskRecord* failed = task->failed_input.load(std::memory_order_relaxed)) release(failed);
+  for (auto& edge : task->successors) release(edge.task);
+  delete task;
+}
+
+void mark_failed_input(TaskRecord* succ, TaskRecord* pred) noexcept {
+  TaskRecord* expected = nullptr;
+  retain(pred);
+  if (!succ->failed_input.compare_exchange_strong(expected, pred, std::memory_order_acq_rel)) release(pred);
+}
+
+bool add_edge(TaskRecord* pred, TaskRecord* succ, bool data) {
+  std::lock_guard lock(pred->mutex);
+  if (pred->closed) {
+    if (data && pred->failed()) mark_failed_input(succ, pred);
+    return false;
+  }
+  // Count first: pred cannot finish (and decrement) while we hold its lock.
+  succ->pending.fetch_add(1, std::memory_order_relaxed);
+  retain(succ);
+  pred->successors.push_back({succ, data});
+  if (succ->core != nullptr && succ->core->trace() != nullptr) succ->predecessors.push_back(pred->id);
+  return true;
+}
+
+}  // namespace detail
+
+Task::Task(detail::TaskRecord* record) noexcept : record_(record) {
+  if (record_ != nullptr) detail::retain(record_);
+}
+Task::Task(const Task& other) noexcept : Task(other.record_) {}
+Task::Task(Task&& other) noexcept : record_(std::exchange(other.record_, nullptr)) {}
+Task& Task::operator=(Task other) noexcept {
+  std::swap(record_, other.record_);
+  return *this;
+}
+Task::~Task() {
+  if (record_ != nullptr) detail::release(record_);
+}
+
+namespace {
+detail::TaskRecord& require(detail::TaskRecord* record) {
+  if (record == nullptr) throw UsageError("this Task is empty (default-constructed or moved from)");
+  return *record;
+}
+}  // namespace
+
+void Task::wait() const {
+  detail::TaskRecord& r = require(record_);
+  r.done.wait(false, std::memory_order_acquire);
+  if (r.error) std::rethrow_exception(r.error);
+}
+
+bool Task::done() const noexcept { return record_ != nullptr && record_->done.load(std::memory_order_acquire); }
+
+double Task::result() const {
+  wait();
+  if (!record_->kernel->returns_scalar)
+    throw UsageError(fmt::format("task '{}' (kernel {}) returns no scalar result", record_->name, record_->kernel->name));
+  return record_->result.value_or(0.0);
+}
+
+std::uint64_t Task::id() const noexcept { return record_ != nullptr ? record_->id : 0; }
+const std::string& Task::name() const { return require(record_).name; }
+const std::string& Task::kernel() const { return require(record_).kernel->name; }
+std::string Task::device() const { return require(record_).device_name; }
+std::string Task::explain() const {
+  const detail::TaskRecord& r = require(record_);
+  if (!r.explanation.empty()) return r.explanation;
+  return fmt::format("{}: the only device of this runtime that can run kernel '{}' where the task allows", r.device_name,
+                     r.kernel->name);
+}
+
+}  // namespace ferry
