@@ -41,10 +41,12 @@ void add_submit_arg(Submission& s, A&& arg) {
   if constexpr (std::is_same_v<U, BufferAccess>) s.args.emplace_back(std::forward<A>(arg));
   else if constexpr (std::is_same_v<U, OnOption>) s.place = arg.place;
   else if constexpr (std::is_same_v<U, NameOption>) s.name = arg.name;
-  else if constexpr (std::is_same_v<U, bool>) s.args.emplace_back(ScalarValue{static_cast<std::int64_t>(arg)});
-  else if constexpr (std::is_floating_point_v<U>) s.args.emplace_back(ScalarValue{static_cast<double>(arg)});
-  else if constexpr (std::is_integral_v<U>) s.args.emplace_back(ScalarValue{static_cast<std::int64_t>(arg)});
-  else if constexpr (std::is_convertible_v<A, std::string>) s.args.emplace_back(ScalarValue{std::string(arg)});
+  // Built in place: moving a variant holding a string trips a false GCC 12 warning.
+  else if constexpr (std::is_floating_point_v<U>) s.args.emplace_back(std::in_place_type<ScalarValue>, static_cast<double>(arg));
+  else if constexpr (std::is_integral_v<U>)  // bool too: true is 1
+    s.args.emplace_back(std::in_place_type<ScalarValue>, static_cast<std::int64_t>(arg));
+  else if constexpr (std::is_convertible_v<A, std::string>)
+    s.args.emplace_back(std::in_place_type<ScalarValue>, std::in_place_type<std::string>, std::string(arg));
   else if constexpr (std::is_base_of_v<BufferBase, U>)
     static_assert(sizeof(U) == 0, "say how the task uses this buffer: ferry::read(b), ferry::write(b) or ferry::readwrite(b)");
   else static_assert(sizeof(U) == 0, "task arguments are buffer accesses, numbers, strings, ferry::on() or ferry::named()");

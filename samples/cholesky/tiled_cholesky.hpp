@@ -1,0 +1,29 @@
+// Right-looking tiled Cholesky (A = L * L^T, lower, row-major) as Ferry
+// tasks over tiles() views: the dependencies between the potrf, trsm, syrk
+// and gemm tasks come from their accesses alone. Shared by the sample and
+// bench/cholesky_bench.cpp.
+#pragma once
+
+#include <ferry/ferry.hpp>
+
+namespace ferry::samples {
+
+template <typename T>
+std::size_t submit_tiled_cholesky(Runtime& rt, const TileGrid<T>& a) {
+  const std::size_t nt = a.rows();
+  std::size_t tasks = 0;
+  for (std::size_t k = 0; k < nt; ++k) {
+    rt.submit("potrf", readwrite(a(k, k)));
+    ++tasks;
+    for (std::size_t i = k + 1; i < nt; ++i, ++tasks) rt.submit("trsm", read(a(k, k)), readwrite(a(i, k)));
+    for (std::size_t i = k + 1; i < nt; ++i) {
+      rt.submit("syrk", read(a(i, k)), readwrite(a(i, i)));
+      ++tasks;
+      for (std::size_t j = k + 1; j < i; ++j, ++tasks)
+        rt.submit("gemm", read(a(i, k)), read(a(j, k)), readwrite(a(i, j)), -1.0, 1.0, 0, 1);
+    }
+  }
+  return tasks;
+}
+
+}  // namespace ferry::samples
