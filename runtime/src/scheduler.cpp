@@ -74,16 +74,25 @@ std::size_t pick(const std::vector<Candidate>& candidates, Better better) {
   return best;
 }
 
-std::pair<std::size_t, std::string> heft(const std::vector<Candidate>& candidates) {
-  const bool exploring =
-      std::any_of(candidates.begin(), candidates.end(), [](const auto& c) { return c.eligible && !c.exec.calibrated; });
+// Exploration sends a task to an unmeasured device only while few tasks wait
+// there: runs are counted when they finish, so a burst submitted at once
+// would otherwise all go to the one device nobody has measured yet.
+constexpr std::size_t kExploreWhileQueued = 2;
+
+std::pair<std::size_t, std::string> heft(const std::vector<Candidate>& candidates,
+                                         const std::vector<DeviceSnapshot>& devices) {
+  const auto explorable = [&](std::size_t i) {
+    return candidates[i].eligible && !candidates[i].exec.calibrated && devices[i].queued < kExploreWhileQueued;
+  };
+  bool exploring = false;
+  for (std::size_t i = 0; i < candidates.size(); ++i) exploring = exploring || explorable(i);
   if (exploring) {
     // An unmeasured device would otherwise lose to the guess of its hint
     // forever (or win on a wild one): run it until its model is trustworthy.
     const auto i = pick(candidates, [&](std::size_t x, std::size_t y) {
       const Candidate& a = candidates[x];
       const Candidate& b = candidates[y];
-      if (a.exec.calibrated != b.exec.calibrated) return !a.exec.calibrated;
+      if (explorable(x) != explorable(y)) return explorable(x);
       if (bucket_runs(a.exec) != bucket_runs(b.exec)) return bucket_runs(a.exec) < bucket_runs(b.exec);
       return a.ready < b.ready;
     });
@@ -171,7 +180,7 @@ Decision decide(const DecisionInput& input) {
     }
     decision.reason = "random";
   } else {
-    std::tie(chosen, decision.reason) = heft(candidates);  // heft, or heft over the cpu/gpu subset
+    std::tie(chosen, decision.reason) = heft(candidates, input.devices);  // heft, or heft over the cpu/gpu subset
   }
   decision.device = candidates[chosen].device;
   return decision;

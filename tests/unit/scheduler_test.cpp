@@ -126,6 +126,19 @@ TEST_F(Heft, UncalibratedDeviceIsExplored) {
   EXPECT_EQ(d.reason, "earliest expected finish");
 }
 
+TEST_F(Heft, ABurstDoesNotFloodTheDeviceBeingExplored) {
+  input.devices = {device(0, "cpu", DeviceKind::cpu, host_node), device(1, "cuda:0", DeviceKind::cuda, gpu_node)};
+  calibrate(models, "scale", "cpu", MiB, 1e-3);
+  input.devices[1].peak = DevicePeak{.flops_per_second = 1, .bytes_per_second = 1, .launch_seconds = 1};
+  input.hint = Cost{1e6, 1e6};
+  links.set(host_node, gpu_node, Link{1e-5, 10e9});
+  one_input(MiB, {host_node});
+  input.devices[1].queued = 2;  // two exploration tasks already wait there, unmeasured
+  const Decision d = decide(input);
+  EXPECT_EQ(d.device, 0u) << explain(d);
+  EXPECT_EQ(d.reason, "earliest expected finish");
+}
+
 TEST_F(Heft, ExploresTheLeastMeasuredFirst) {
   input.devices = {device(0, "cpu", DeviceKind::cpu, host_node), device(1, "cuda:0", DeviceKind::cuda, host_node),
                    device(2, "cuda:1", DeviceKind::cuda, host_node)};
