@@ -307,7 +307,9 @@ TEST(KernelArgsCheck, ReportsWhatTheUserGotWrong) {
   EXPECT_CONTAINS(rejection("copy", {buf(x.arg(AccessMode::write)), buf(y.arg(AccessMode::write))}),
                   "argument 1 'x' is read by the kernel but passed as write; pass ferry::read(x)");
   EXPECT_CONTAINS(rejection("axpy", {buf(xi.arg(AccessMode::read)), rw(y)}),
-                  "argument 1 'x' has element type i32; the kernel accepts f32, f64");
+                  std::string("argument 1 'x' has element type ") + ferry::to_string(ferry::DType::i32) +
+                      "; the kernel accepts " + ferry::to_string(ferry::DType::f32) + ", " +
+                      ferry::to_string(ferry::DType::f64));
   EXPECT_CONTAINS(rejection("axpy", {buf(xd.arg(AccessMode::read)), rw(y)}), "share an element type");
   EXPECT_CONTAINS(rejection("axpy", {r(x), rw(z)}), "y is 1 x 5 but x is 1 x 4");
   EXPECT_EQ(rejection("gemm", {r(a), r(b), rw(c)}),

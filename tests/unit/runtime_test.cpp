@@ -7,6 +7,8 @@
 #include <fstream>
 #include <thread>
 
+#include <unistd.h>
+
 #include "runtime_test_support.hpp"
 
 namespace {
@@ -155,7 +157,9 @@ TEST(Runtime, GraphRunsManyTimes) {
 }
 
 TEST(Runtime, TraceHoldsEveryTask) {
-  const auto path = std::filesystem::path(::testing::TempDir()) / "ferry_runtime_trace.json";
+  // Unique per process: several build trees may run this test at once.
+  const auto path =
+      std::filesystem::path(::testing::TempDir()) / ("ferry_runtime_trace_" + std::to_string(getpid()) + ".json");
   std::filesystem::remove(path);
   {
     auto options = ferry::testing::quiet_options();
@@ -177,6 +181,7 @@ TEST(Runtime, TraceHoldsEveryTask) {
     if (e["ph"] == "X") names.insert(e["name"].get<std::string>());
   EXPECT_EQ(names.size(), 25u);
   EXPECT_TRUE(names.count("step0") && names.count("step24"));
+  std::filesystem::remove(path);
 }
 
 TEST(Runtime, PerformanceModelLearnsAKernelsCost) {
