@@ -106,6 +106,7 @@ const KernelDef* KernelRegistry::find(std::string_view name) const {
   return it == impl_->kernels.end() ? nullptr : it->second.get();
 }
 
+// Sorted (the map's order): load_plugin() diffs two listings.
 std::vector<std::string> KernelRegistry::names() const {
   std::shared_lock lock(impl_->mutex);
   std::vector<std::string> out;
