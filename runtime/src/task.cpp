@@ -25,6 +25,9 @@ void mark_failed_input(TaskRecord* succ, TaskRecord* pred) noexcept {
 }
 
 bool add_edge(TaskRecord* pred, TaskRecord* succ, bool data) {
+  // The trace wants the dependency even when pred is already done: it is
+  // still a link of the critical path.
+  if (succ->core != nullptr && succ->core->trace() != nullptr) succ->predecessors.push_back(pred->id);
   std::lock_guard lock(pred->mutex);
   if (pred->closed) {
     if (data && pred->failed()) mark_failed_input(succ, pred);
@@ -34,7 +37,6 @@ bool add_edge(TaskRecord* pred, TaskRecord* succ, bool data) {
   succ->pending.fetch_add(1, std::memory_order_relaxed);
   retain(succ);
   pred->successors.push_back({succ, data});
-  if (succ->core != nullptr && succ->core->trace() != nullptr) succ->predecessors.push_back(pred->id);
   return true;
 }
 
