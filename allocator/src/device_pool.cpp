@@ -101,19 +101,6 @@ void synchronize_device(int) { no_cuda(); }
 
 #endif
 
-bool throws_on_invalid_free(OnInvalidFree policy) {
-  switch (policy) {
-    case OnInvalidFree::throw_error: return true;
-    case OnInvalidFree::log_error: return false;
-    case OnInvalidFree::build_default: break;
-  }
-#ifdef NDEBUG
-  return false;
-#else
-  return true;
-#endif
-}
-
 std::size_t compute_bound(const DevicePool::Options& options, std::size_t total_bytes) {
   const auto by_fraction = static_cast<std::size_t>(static_cast<double>(total_bytes) * options.max_fraction);
   return options.max_bytes == 0 ? by_fraction : std::min(options.max_bytes, by_fraction);

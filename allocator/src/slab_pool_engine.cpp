@@ -21,25 +21,12 @@ constexpr std::size_t round_up(std::size_t value, std::size_t multiple) noexcept
 
 std::uint64_t bit(std::size_t index) noexcept { return std::uint64_t{1} << (index & 63); }
 
-bool resolve_throw(OnInvalidFree policy) noexcept {
-  switch (policy) {
-    case OnInvalidFree::throw_error: return true;
-    case OnInvalidFree::log_error: return false;
-    case OnInvalidFree::build_default: break;
-  }
-#ifdef NDEBUG
-  return false;
-#else
-  return true;
-#endif
-}
-
 }  // namespace
 
 SlabPoolEngine::SlabPoolEngine(std::unique_ptr<SlabSource> source, const SlabPool::Options& options)
     : source_(std::move(source)),
       options_(options),
-      throw_on_invalid_free_(resolve_throw(options.on_invalid_free)),
+      throw_on_invalid_free_(throws_on_invalid_free(options.on_invalid_free)),
       id_(next_pool_id.fetch_add(1, std::memory_order_relaxed)) {
   if (!source_) throw UsageError("SlabPool: the slab source is null");
   if (options_.slab_bytes == 0) throw UsageError("SlabPool: Options.slab_bytes must be positive");

@@ -15,7 +15,7 @@
 #include <string>
 
 #include "ferry/allocator/memory_resource.hpp"
-#include "ferry/allocator/slab_pool.hpp"  // OnInvalidFree
+#include "ferry/allocator/invalid_free.hpp"
 
 namespace ferry {
 

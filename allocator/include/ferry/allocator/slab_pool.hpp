@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <memory>
 
+#include "ferry/allocator/invalid_free.hpp"
 #include "ferry/allocator/memory_resource.hpp"
 #include "ferry/allocator/slab.hpp"
 
@@ -16,13 +17,6 @@ namespace ferry {
 namespace detail {
 class SlabPoolEngine;
 }
-
-// What a pool does with a pointer it did not hand out, or one freed twice.
-enum class OnInvalidFree {
-  build_default,  // throw in debug builds of Ferry, log in release builds
-  throw_error,    // throw UsageError
-  log_error,      // log an error and leave the pool untouched
-};
 
 class SlabPool : public MemoryResource {
  public:
