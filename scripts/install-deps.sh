@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config git
   libspdlog-dev libfmt-dev          # logging (all layers)
-  libgtest-dev libbenchmark-dev     # tests and bench/
+  libgtest-dev libbenchmark-dev libstarpu-dev  # tests; bench/ (StarPU is a peer there)
   libucx-dev libibverbs-dev         # ferry info: UCX transports, RDMA devices
   libtbb-dev libopenblas-dev liblapacke-dev  # runtime: CPU workers, built-in kernels
   libcli11-dev nlohmann-json3-dev   # the ferry command-line tool
