@@ -25,6 +25,7 @@
 #include "ferry/config.hpp"
 #include "ferry/cuda_probe.hpp"
 #include "ferry/units.hpp"
+#include "machine.hpp"
 
 #if FERRY_WITH_CUDA
 #include <cuda_runtime_api.h>
@@ -99,21 +100,6 @@ void add(const char* name, void (*fn)(benchmark::State&)) {
       ->Threads(1)
       ->Threads(2)
       ->Unit(benchmark::kNanosecond);
-}
-
-std::string machine() {
-  std::string model = "unknown CPU";
-  std::ifstream cpuinfo("/proc/cpuinfo");
-  for (std::string line; std::getline(cpuinfo, line);) {
-    if (line.starts_with("model name")) {
-      model = line.substr(line.find(':') + 2);
-      break;
-    }
-  }
-  utsname u{};
-  ::uname(&u);
-  return fmt::format("{} {} ({}, {} CPUs, Linux {})", u.nodename, u.machine, model, ::sysconf(_SC_NPROCESSORS_ONLN),
-                     u.release);
 }
 
 // Key: allocator, bytes, threads. Value: ns per pair of each iteration run
@@ -213,7 +199,7 @@ int main(int argc, char** argv) {
   }
 
   benchmark::AddCustomContext("git_revision", FERRY_GIT_REVISION);
-  benchmark::AddCustomContext("machine", machine());
+  benchmark::AddCustomContext("machine", ferry::bench::machine());
   benchmark::AddCustomContext("ferry_version", ferry::config::version);
   benchmark::AddCustomContext("pinned_source", shared_pool.source().name());
 

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "tiled_cholesky.hpp"
+#include "machine.hpp"
 
 #if FERRY_BENCH_WITH_STARPU
 #include <starpu.h>
@@ -293,21 +294,6 @@ std::string openblas_version() {
   return v.starts_with("OpenBLAS") ? v.substr(8) : v;
 }
 
-std::string machine() {
-  std::string model = "unknown CPU";
-  std::ifstream cpuinfo("/proc/cpuinfo");
-  for (std::string line; std::getline(cpuinfo, line);) {
-    if (line.starts_with("model name")) {
-      model = line.substr(line.find(':') + 2);
-      break;
-    }
-  }
-  utsname u{};
-  ::uname(&u);
-  return fmt::format("{} {} ({}, {} CPUs, Linux {})", u.nodename, u.machine, model, ::sysconf(_SC_NPROCESSORS_ONLN),
-                     u.release);
-}
-
 Config parse(int argc, char** argv) {
   Config c;
   for (int i = 1; i < argc; ++i) {
@@ -419,7 +405,7 @@ int main(int argc, char** argv) try {
                p.row_l_us / p.col_u_us);
 
   nlohmann::json report = {{"benchmark", "tiled_cholesky"},   {"git_revision", FERRY_GIT_REVISION},
-                           {"machine", machine()},           {"n", c.n},
+                           {"machine", ferry::bench::machine()},           {"n", c.n},
                            {"threads", threads},             {"reps", c.reps},
                            {"openblas", openblas_version()},   {"starpu_installed", FERRY_BENCH_WITH_STARPU != 0},
                            {"results", nlohmann::json::array()}, {"potrf_tile", nlohmann::json::array()}};

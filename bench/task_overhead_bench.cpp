@@ -26,6 +26,7 @@
 #include <vector>
 
 #include <ferry/ferry.hpp>
+#include "machine.hpp"
 
 #if FERRY_BENCH_WITH_STARPU
 #include <starpu.h>
@@ -183,21 +184,6 @@ Row run_starpu(const Config& c, const char* sched) {
 }
 #endif
 
-std::string machine() {
-  std::string model = "unknown CPU";
-  std::ifstream cpuinfo("/proc/cpuinfo");
-  for (std::string line; std::getline(cpuinfo, line);) {
-    if (line.starts_with("model name")) {
-      model = line.substr(line.find(':') + 2);
-      break;
-    }
-  }
-  utsname u{};
-  ::uname(&u);
-  return fmt::format("{} {} ({}, {} CPUs, Linux {})", u.nodename, u.machine, model, ::sysconf(_SC_NPROCESSORS_ONLN),
-                     u.release);
-}
-
 Config parse(int argc, char** argv) {
   Config c;
   for (int i = 1; i < argc; ++i) {
@@ -282,7 +268,7 @@ int main(int argc, char** argv) try {
   const Row* ferry = rows.empty() || !rows.front().system.starts_with("Ferry") ? nullptr : &rows.front();
   nlohmann::json report = {{"benchmark", "task_overhead"},
                            {"git_revision", FERRY_GIT_REVISION},
-                           {"machine", machine()},
+                           {"machine", ferry::bench::machine()},
                            {"tasks", c.tasks},
                            {"reps", c.reps},
                            {"starpu_installed", FERRY_BENCH_WITH_STARPU != 0},
