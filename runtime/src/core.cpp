@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <thread>
 
@@ -193,35 +194,40 @@ PreparedTask RuntimeCore::prepare(std::shared_ptr<const KernelDef> kernel, Submi
   }
 
   std::string why_not;
-  for (const auto& device : devices_) {
-    const bool runs = device->can_run(*kernel);
-    const bool fits = device->matches(p.place);
-    if (runs && fits) p.eligible.push_back(device.get());
-    else why_not += fmt::format("; {}: {}", device->name(), !runs ? "no implementation for it" : "excluded by placement");
+  for (std::size_t i = 0; i < devices_.size(); ++i) {
+    const Device& device = *devices_[i];
+    const bool runs = device.can_run(*kernel);
+    const bool fits = device.matches(p.place);
+    if (runs && fits) p.eligible |= std::uint64_t{1} << i;
+    else why_not += fmt::format("; {}: {}", device.name(), !runs ? "no implementation for it" : "excluded by placement");
   }
-  if (p.eligible.empty())
+  if (p.eligible == 0)
     throw UsageError(fmt::format("task '{}' (kernel {}) placed {}: no device of this runtime can run it{}", p.name,
                                  kernel->name, p.place.describe(), why_not));
   p.kernel = std::move(kernel);
   return p;
 }
 
-Task RuntimeCore::submit(const PreparedTask& prepared) {
+Task RuntimeCore::submit(const PreparedTask& prepared) { return launch(prepared); }
+Task RuntimeCore::submit(PreparedTask&& prepared) { return launch(std::move(prepared)); }
+
+template <typename Prepared>
+Task RuntimeCore::launch(Prepared&& prepared) {
   if (shut_down_) throw UsageError(fmt::format("task '{}': the runtime is shutting down", prepared.name));
   auto* task = new TaskRecord;
   task->id = next_task_id_.fetch_add(1, std::memory_order_relaxed);
   task->core = this;
-  task->name = prepared.name;
-  task->kernel = prepared.kernel;
-  task->args = prepared.args;
-  task->buffers = prepared.buffers;
-  task->buffer_args = prepared.buffer_args;
+  task->name = std::forward<Prepared>(prepared).name;
+  task->kernel = std::forward<Prepared>(prepared).kernel;
+  task->args = std::forward<Prepared>(prepared).args;
+  task->buffers = std::forward<Prepared>(prepared).buffers;
+  task->buffer_args = std::forward<Prepared>(prepared).buffer_args;
   task->bytes = prepared.bytes;
   in_flight_.fetch_add(1, std::memory_order_seq_cst);
 
   for (std::size_t i = 0; i < task->buffers.size(); ++i)
     register_access(task, *task->buffers[i], task->args.items[task->buffer_args[i]].buffer.mode);
-  place(task, prepared);
+  place(task, prepared.eligible);
   task->device->prefetch(task);
 
   Task handle(task);
@@ -229,25 +235,22 @@ Task RuntimeCore::submit(const PreparedTask& prepared) {
     TaskRecord* bypass = nullptr;
     std::vector<TaskRecord*> skipped;
     ready(task, nullptr, bypass, skipped);
-    for (TaskRecord* t : skipped) {
-      TaskRecord* next = finish(t, nullptr);
-      if (next != nullptr) next->device->enqueue(next);
-    }
+    for (TaskRecord* t : skipped) finish(t, nullptr);
   }
   return handle;
 }
 
-void RuntimeCore::place(TaskRecord* task, const PreparedTask& prepared) {
-  Device* chosen = prepared.eligible.front();
-  if (prepared.eligible.size() > 1) {
+void RuntimeCore::place(TaskRecord* task, std::uint64_t eligible) {
+  Device* chosen = devices_[static_cast<std::size_t>(std::countr_zero(eligible))].get();
+  if (std::popcount(eligible) > 1) {
     DecisionInput in;
     in.policy = options_.policy;
     in.kernel = task->kernel->name;
     in.bytes = task->bytes;
     if (task->kernel->cost) in.hint = task->kernel->cost(task->args);
-    for (const auto& device : devices_) {
-      DeviceSnapshot s = device->snapshot();
-      s.can_run = std::find(prepared.eligible.begin(), prepared.eligible.end(), device.get()) != prepared.eligible.end();
+    for (std::size_t i = 0; i < devices_.size(); ++i) {
+      DeviceSnapshot s = devices_[i]->snapshot();
+      s.can_run = (eligible >> i) & 1;
       in.devices.push_back(std::move(s));
     }
     for (std::size_t i = 0; i < task->buffers.size(); ++i) {

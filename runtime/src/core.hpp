@@ -31,7 +31,7 @@ struct PreparedTask {
   std::vector<std::uint32_t> buffer_args;
   std::size_t bytes = 0;
   Place place;
-  std::vector<Device*> eligible;
+  std::uint64_t eligible = 0;  // bit i: devices()[i] may run it
 };
 
 class RuntimeCore : public std::enable_shared_from_this<RuntimeCore> {
@@ -51,7 +51,8 @@ class RuntimeCore : public std::enable_shared_from_this<RuntimeCore> {
 
   // Checks everything about a call; throws UsageError naming task, kernel and argument.
   PreparedTask prepare(std::shared_ptr<const KernelDef> kernel, Submission submission) const;
-  Task submit(const PreparedTask& prepared);
+  Task submit(const PreparedTask& prepared);  // a Graph's task, submitted again
+  Task submit(PreparedTask&& prepared);       // a one-off task: its arguments move in
   void wait_all();
   void wait_idle() noexcept;
 
@@ -70,7 +71,9 @@ class RuntimeCore : public std::enable_shared_from_this<RuntimeCore> {
 
  private:
   void ready(TaskRecord* task, Device* current, TaskRecord*& bypass, std::vector<TaskRecord*>& skipped);
-  void place(TaskRecord* task, const PreparedTask& prepared);
+  template <typename Prepared>
+  Task launch(Prepared&& prepared);
+  void place(TaskRecord* task, std::uint64_t eligible);
   void fail_skipped(TaskRecord* task);
 
   std::uint64_t id_;

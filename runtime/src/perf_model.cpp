@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <string_view>
 #include <mutex>
 #include <utility>
 
@@ -81,6 +82,18 @@ double median(std::vector<double> v) {
 
 using Buckets = std::map<unsigned, Ring>;
 using Key = std::pair<std::string, std::string>;  // kernel, device key
+using KeyView = std::pair<std::string_view, std::string_view>;
+
+// Looks models up without building key strings: record() runs for every task.
+struct KeyLess {
+  using is_transparent = void;
+  static KeyView view(const Key& k) noexcept { return {k.first, k.second}; }
+  static KeyView view(const KeyView& k) noexcept { return k; }
+  template <typename A, typename B>
+  bool operator()(const A& a, const B& b) const noexcept {
+    return view(a) < view(b);
+  }
+};
 
 // Buckets are powers of two; the middle of [2^b, 2^(b+1)) on a log scale.
 double representative_bytes(unsigned bucket) { return std::exp2(static_cast<double>(bucket) + 0.5); }
@@ -216,7 +229,7 @@ void write_atomically(const fs::path& path, const std::string& text) {
 struct PerfModels::Impl {
   Options options;
   mutable std::mutex mutex;
-  std::map<Key, Buckets> models;
+  std::map<Key, Buckets, KeyLess> models;
 };
 
 PerfModels::PerfModels(Options options) : impl_(std::make_unique<Impl>()) { impl_->options = options; }
@@ -225,7 +238,7 @@ PerfModels::~PerfModels() = default;
 Estimate PerfModels::estimate(const std::string& kernel, const std::string& device_key, std::size_t bytes,
                               const Cost& hint, const DevicePeak& peak) const {
   std::lock_guard lock(impl_->mutex);
-  const auto model = impl_->models.find(Key{kernel, device_key});
+  const auto model = impl_->models.find(KeyView{kernel, device_key});
   if (model == impl_->models.end()) return from_hint(hint, peak);
   const Buckets& buckets = model->second;
   if (const auto it = buckets.find(size_bucket(bytes)); it != buckets.end() && it->second.size() > 0)
@@ -241,7 +254,9 @@ void PerfModels::record(const std::string& kernel, const std::string& device_key
                         double seconds) {
   if (!valid_seconds(seconds)) return;
   std::lock_guard lock(impl_->mutex);
-  impl_->models[Key{kernel, device_key}][size_bucket(bytes)].push(seconds, impl_->options.history);
+  auto model = impl_->models.find(KeyView{kernel, device_key});
+  if (model == impl_->models.end()) model = impl_->models.emplace(Key{kernel, device_key}, Buckets{}).first;
+  model->second[size_bucket(bytes)].push(seconds, impl_->options.history);
 }
 
 void PerfModels::load(const fs::path& dir) {

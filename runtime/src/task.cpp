@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include "core.hpp"
+#include "ferry/allocator/pinned_pool.hpp"
+#include "ferry/log.hpp"
 #include "device.hpp"
 #include "ferry/error.hpp"
 #include "task_record.hpp"
@@ -10,6 +12,28 @@
 namespace ferry {
 
 namespace detail {
+
+namespace {
+SlabPool& record_pool() {
+  // Never destroyed: handles may outlive every runtime, even into static destruction.
+  static SlabPool* pool = [] {
+    SlabPool::Options options;
+    options.slab_bytes = std::size_t{4} << 20;
+    options.on_invalid_free = OnInvalidFree::throw_error;
+    return new SlabPool(make_mmap_source(/*lock=*/false), options);
+  }();
+  return *pool;
+}
+}  // namespace
+
+void* TaskRecord::operator new(std::size_t bytes) { return record_pool().allocate(bytes, alignof(TaskRecord)); }
+void TaskRecord::operator delete(void* ptr, std::size_t bytes) noexcept {
+  try {
+    record_pool().deallocate(ptr, bytes);
+  } catch (const std::exception& e) {
+    log().error("freeing a task record: {}", e.what());
+  }
+}
 
 void release(TaskRecord* task) noexcept {
   if (task->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;

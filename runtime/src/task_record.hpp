@@ -20,6 +20,12 @@ class RuntimeCore;
 class Device;
 
 struct TaskRecord {
+  // Records are made on the submitting thread and freed on workers, the
+  // pattern a general-purpose malloc handles worst; a SlabPool's thread
+  // caches absorb it.
+  static void* operator new(std::size_t bytes);
+  static void operator delete(void* ptr, std::size_t bytes) noexcept;
+
   std::atomic<int> refs{1};
   std::uint64_t id = 0;
   RuntimeCore* core = nullptr;
