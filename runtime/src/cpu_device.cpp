@@ -7,6 +7,7 @@
 
 #include "core.hpp"
 #include "task_record.hpp"
+#include "tsan.hpp"
 
 namespace ferry::detail {
 
@@ -47,7 +48,11 @@ CpuDevice::~CpuDevice() { drain(); }
 
 void CpuDevice::enqueue(TaskRecord* task) {
   active_.fetch_add(1, std::memory_order_relaxed);
-  arena_.enqueue([this, task] { run_chain(task); });
+  tsan_release(task);
+  arena_.enqueue([this, task] {
+    tsan_acquire(task);
+    run_chain(task);
+  });
 }
 
 void CpuDevice::run_chain(TaskRecord* task) {
