@@ -347,10 +347,12 @@ TaskRecord* RuntimeCore::finish(TaskRecord* task, Device* current) {
   for (;;) {
     if (task->failed_input.load(std::memory_order_acquire) != nullptr && !task->error) fail_skipped(task);
     std::vector<TaskRecord::Edge> successors;
+    std::vector<std::function<void()>> continuations;
     {
       std::lock_guard lock(task->mutex);
       task->closed = true;
       successors.swap(task->successors);
+      continuations.swap(task->continuations);
     }
     task->buffers.clear();  // the data is released; only the dependency history remains
     task->device->completed(task->estimate_ns);
@@ -360,6 +362,13 @@ TaskRecord* RuntimeCore::finish(TaskRecord* task, Device* current) {
     }
     task->done.store(true, std::memory_order_release);
     task->done.notify_all();
+    for (auto& fn : continuations) {
+      try {
+        fn();
+      } catch (const std::exception& e) {
+        log().error("a continuation of task '{}' threw: {}", task->name, e.what());
+      }
+    }
     for (const auto& edge : successors) {
       if (edge.data && task->error) mark_failed_input(edge.task, task);
       if (edge.task->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) ready(edge.task, current, bypass, skipped);

@@ -105,6 +105,19 @@ std::uint64_t Task::id() const noexcept { return record_ != nullptr ? record_->i
 const std::string& Task::name() const { return require(record_).name; }
 const std::string& Task::kernel() const { return require(record_).kernel->name; }
 std::string Task::device() const { return require(record_).device_name; }
+void Task::then(std::function<void(const Task&)> fn) const {
+  detail::TaskRecord& r = require(record_);
+  {
+    std::lock_guard lock(r.mutex);
+    if (!r.closed) {
+      r.continuations.push_back([fn = std::move(fn), self = *this] { fn(self); });
+      return;
+    }
+  }
+  r.done.wait(false, std::memory_order_acquire);
+  fn(*this);
+}
+
 std::string Task::explain() const {
   const detail::TaskRecord& r = require(record_);
   if (!r.explanation.empty()) return r.explanation;

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -57,6 +58,7 @@ struct TaskRecord {
   std::exception_ptr error;
   std::optional<double> result;
 
+  std::vector<std::function<void()>> continuations;  // Task::then, under mutex until closed
   std::vector<std::uint64_t> predecessors;  // kept only when tracing
   std::int64_t start_ns = 0, end_ns = 0;
 

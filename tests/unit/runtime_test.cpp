@@ -213,6 +213,33 @@ TEST(Runtime, PerformanceModelLearnsAKernelsCost) {
   EXPECT_GT(e.seconds, previous);
 }
 
+TEST(Runtime, DynamicSubmissionAndContinuations) {
+  ferry::Runtime rt(ferry::testing::quiet_options());
+  ferry::AnyBuffer x = rt.buffer(ferry::DType::f64, 2, 3);
+  EXPECT_EQ(x.dtype(), ferry::DType::f64);
+  EXPECT_EQ(x.bytes(), 48u);
+  std::vector<ferry::TaskArg> args{ferry::write(x), ferry::ScalarValue{2.5}};
+  ferry::Task fill = rt.submit_args("fill", std::move(args), ferry::cpu(), "fill x");
+  std::atomic<int> called{0};
+  std::mutex m;
+  std::condition_variable cv;
+  fill.then([&](const ferry::Task& t) {
+    EXPECT_TRUE(t.done());
+    std::lock_guard lock(m);
+    called.fetch_add(1);
+    cv.notify_all();
+  });
+  {
+    std::unique_lock lock(m);
+    cv.wait_for(lock, 10s, [&] { return called.load() == 1; });
+  }
+  EXPECT_EQ(called.load(), 1);
+  EXPECT_EQ(static_cast<double*>(x.host_data())[5], 2.5);
+  fill.then([&](const ferry::Task&) { called.fetch_add(1); });  // already done: runs at once
+  EXPECT_EQ(called.load(), 2);
+  EXPECT_THROW(rt.submit_args("fill", {ferry::read(x), ferry::ScalarValue{1.0}}), ferry::UsageError);
+}
+
 TEST(Runtime, EnvironmentOverridesOptions) {
   setenv("FERRY_WORKERS", "1", 1);
   setenv("FERRY_POLICY", "eager", 1);

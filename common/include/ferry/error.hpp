@@ -40,6 +40,28 @@ class KernelError : public Error {
   using Error::Error;
 };
 
+// A message from a peer could not be decoded or broke the protocol's rules.
+class ProtocolError : public Error {
+ public:
+  using Error::Error;
+};
+
+// A UCX call failed, or a connection broke; carries the ucs_status_t value.
+class UcxError : public Error {
+ public:
+  UcxError(const std::string& what, int status) : Error(what), status_(status) {}
+  int status() const noexcept { return status_; }
+
+ private:
+  int status_;
+};
+
+// A remote host refused or failed a request, or went away.
+class RemoteError : public Error {
+ public:
+  using Error::Error;
+};
+
 // A CUDA runtime call failed; carries the cudaError_t value and where it happened.
 class CudaError : public Error {
  public:

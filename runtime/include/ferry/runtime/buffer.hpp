@@ -106,6 +106,17 @@ TileGrid<T> Buffer<T>::tiles(std::size_t tile_rows, std::size_t tile_cols) const
   return TileGrid<T>(std::move(out), grid_rows, grid_cols);
 }
 
+// A buffer whose element type is known only at run time (servers, bindings).
+class AnyBuffer : public BufferBase {
+ public:
+  AnyBuffer() = default;
+  explicit AnyBuffer(std::shared_ptr<detail::BufferState> state) : BufferBase(std::move(state)) {}
+  template <typename T>
+  explicit AnyBuffer(const Buffer<T>& typed) : BufferBase(typed.state()) {}
+  // Waits for the tasks using it; the first byte of the view's host replica.
+  void* host_data() const { return acquire_host(); }
+};
+
 // How a task uses a buffer: rt.submit("axpy", ferry::read(x), ferry::readwrite(y), 2.0).
 struct BufferAccess {
   std::shared_ptr<detail::BufferState> state;

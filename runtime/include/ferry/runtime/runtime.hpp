@@ -79,6 +79,10 @@ class Runtime {
   Buffer<T> buffer(std::size_t rows, std::size_t cols) {
     return Buffer<T>(make_buffer(dtype_of<T>(), rows, cols));
   }
+  // A buffer whose element type is chosen at run time.
+  AnyBuffer buffer(DType dtype, std::size_t rows, std::size_t cols) {
+    return AnyBuffer(make_buffer(dtype, rows, cols));
+  }
   // A 1-D buffer holding a copy of `values`.
   template <typename T>
   Buffer<T> buffer(std::span<const T> values) {
@@ -97,6 +101,12 @@ class Runtime {
   template <typename... A>
   Task submit(const KernelRef& kernel, A&&... args) {
     return submit_def(kernel.def, detail::make_submission(std::forward<A>(args)...));
+  }
+
+  // The same, with arguments assembled at run time (servers, bindings).
+  Task submit_args(std::string_view kernel, std::vector<TaskArg> args, Place place = {}, std::string name = {}) {
+    detail::Submission s{std::move(args), std::move(place), std::move(name)};
+    return submit_named(kernel, std::move(s));
   }
 
   // Waits for every task submitted so far. Rethrows (as KernelError) the

@@ -25,9 +25,12 @@ struct NameOption {
 inline OnOption on(Place place) { return {std::move(place)}; }
 inline NameOption named(std::string name) { return {std::move(name)}; }
 
+// One task argument assembled at run time: a buffer access or a scalar.
+using TaskArg = std::variant<BufferAccess, ScalarValue>;
+
 namespace detail {
 
-using SubmitArg = std::variant<BufferAccess, ScalarValue>;
+using SubmitArg = TaskArg;
 
 struct Submission {
   std::vector<SubmitArg> args;

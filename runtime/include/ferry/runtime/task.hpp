@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 namespace ferry {
@@ -40,6 +41,9 @@ class Task {
   std::string device() const;
   // The candidates and estimates behind the placement.
   std::string explain() const;
+  // Calls fn once the task has finished (or failed): on the thread that
+  // finishes it, or right away if it already has. fn must not block.
+  void then(std::function<void(const Task&)> fn) const;
 
  private:
   detail::TaskRecord* record_ = nullptr;
