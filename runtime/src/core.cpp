@@ -307,6 +307,8 @@ void RuntimeCore::execute(TaskRecord* task, Device& device, int worker, int lane
         fmt::format("task '{}' (kernel {}) failed on {}: unknown exception", task->name, task->kernel->name, device.name())));
   }
   const auto end = std::chrono::steady_clock::now();
+  task->start_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(start.time_since_epoch()).count();
+  task->end_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(end.time_since_epoch()).count();
   if (!task->error)
     models_.record(task->kernel->name, device.perf_key(), task->bytes, std::chrono::duration<double>(end - start).count());
   if (trace_) {

@@ -101,6 +101,11 @@ double Task::result() const {
   return record_->result.value_or(0.0);
 }
 
+double Task::run_seconds() const noexcept {
+  if (record_ == nullptr || !record_->done.load(std::memory_order_acquire)) return 0.0;
+  return static_cast<double>(record_->end_ns - record_->start_ns) * 1e-9;
+}
+
 std::uint64_t Task::id() const noexcept { return record_ != nullptr ? record_->id : 0; }
 const std::string& Task::name() const { return require(record_).name; }
 const std::string& Task::kernel() const { return require(record_).kernel->name; }

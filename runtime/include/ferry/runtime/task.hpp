@@ -37,6 +37,8 @@ class Task {
   std::uint64_t id() const noexcept;
   const std::string& name() const;
   const std::string& kernel() const;
+  // Seconds its kernel ran (0 until done, or if it did not run).
+  double run_seconds() const noexcept;
   // The device it was placed on, e.g. "cpu".
   std::string device() const;
   // The candidates and estimates behind the placement.

@@ -1,0 +1,64 @@
+// A connection to a peer over a UCP endpoint, carrying messages: a header
+// (an active-message header: Ferry's protocol control message) and an
+// optional payload (the AM data, which UCX moves eagerly or by rendezvous,
+// zero-copy where the transport can).
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace ferry::transport {
+
+class Worker;
+
+// An arriving message, valid only during the on_message callback (which runs
+// on the progress thread). The handler decides there where the payload goes:
+// into() places it (a copy for eager data, a zero-copy rendezvous receive for
+// large data) and calls `done` when it is there; without into() it is dropped.
+class Incoming {
+ public:
+  virtual ~Incoming() = default;
+  virtual std::span<const std::byte> header() const noexcept = 0;
+  virtual std::size_t payload_bytes() const noexcept = 0;
+  // `dest` must hold payload_bytes() and stay valid until `done` is called
+  // (on the progress thread) with an empty string, or an error text.
+  virtual void into(void* dest, std::function<void(const std::string& error)> done) = 0;
+};
+
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  // Called on the progress thread.
+  using MessageHandler = std::function<void(Connection&, Incoming&)>;
+  // The peer went away or the endpoint failed; called once, on the progress thread.
+  using ErrorHandler = std::function<void(Connection&, const std::string& reason)>;
+
+  // Connects to host:port (blocking until connected). Throws UcxError naming
+  // the address and UCX's reason when it cannot connect.
+  static std::shared_ptr<Connection> connect(const std::shared_ptr<Worker>& worker, const std::string& host,
+                                             std::uint16_t port, MessageHandler on_message, ErrorHandler on_error);
+
+  virtual ~Connection() = default;
+
+  // Thread-safe. The header is copied; the payload must stay valid until
+  // `done` is called (on the progress thread) with an empty string or an
+  // error text. Sending on a closed connection calls `done` with an error.
+  virtual void send(std::vector<std::byte> header, const void* payload, std::size_t payload_bytes,
+                    std::function<void(const std::string& error)> done) = 0;
+  void send(std::vector<std::byte> header) { send(std::move(header), nullptr, 0, {}); }
+
+  // Handlers may be (re)set from an accept callback before any message is
+  // delivered, or any time from the progress thread.
+  virtual void set_handlers(MessageHandler on_message, ErrorHandler on_error) = 0;
+
+  // Flushes what was sent, then closes. Thread-safe; idempotent.
+  virtual void close() = 0;
+  virtual bool closed() const noexcept = 0;
+  // "ip:port" of the other side.
+  virtual std::string peer() const = 0;
+};
+
+}  // namespace ferry::transport

@@ -1,0 +1,205 @@
+// Ferry's wire protocol between a runtime (client) and ferryd (server),
+// written down in docs/protocol.md. Every message is a control header sent
+// as a UCX active-message header, optionally followed by a bulk payload (the
+// AM data, moved by UCX eagerly or by rendezvous). Headers are versioned,
+// little-endian and length-checked; decode() validates every field before
+// anything uses it and throws ProtocolError naming what was wrong.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace ferry::protocol {
+
+inline constexpr std::uint32_t magic = 0x59525246;  // "FRRY" as little-endian bytes
+inline constexpr std::uint16_t version = 1;         // the newest version this build speaks
+inline constexpr std::uint16_t oldest_version = 1;  // the oldest it still accepts
+
+// Bounds a decoder enforces; a header or field beyond them is malformed.
+inline constexpr std::size_t max_header_bytes = 64 * 1024;
+inline constexpr std::size_t max_string_bytes = 4096;
+inline constexpr std::size_t max_args = 64;
+inline constexpr std::uint64_t max_buffer_bytes = std::uint64_t{1} << 40;  // 1 TiB
+inline constexpr std::size_t nonce_bytes = 32;
+inline constexpr std::size_t mac_bytes = 32;  // HMAC-SHA-256 (libsodium crypto_auth_hmacsha256)
+
+enum class Type : std::uint16_t {
+  hello = 1,   // client -> server: first message
+  challenge,   // server -> client: nonce to authenticate with
+  auth,        // client -> server: HMAC(token, nonce || client name)
+  welcome,     // server -> client: authenticated; what the server offers
+  put,         // client -> server: a chunk of a replica's contents (payload)
+  put_ack,     // server -> client: that chunk is stored
+  get,         // client -> server: send back part of a replica
+  data,        // server -> client: the part asked for (payload)
+  run,         // client -> server: run a kernel on replicas
+  done,        // server -> client: a run finished (or could not)
+  free,        // client -> server: drop a replica
+  stats,       // client -> server: ask for counters
+  stats_reply, // server -> client: counters
+  ping,        // either way: liveness and round-trip time
+  pong,
+  error,       // server -> client: a fatal error; the server closes the connection
+  bye,         // either way: orderly close (a server going down says why)
+};
+const char* to_string(Type type) noexcept;
+
+// Why something failed, in done / put_ack / error messages.
+enum class Status : std::uint16_t {
+  ok = 0,
+  kernel_failed,     // the kernel threw: message has its text
+  unknown_kernel,
+  bad_arguments,     // arguments did not fit the kernel
+  unknown_buffer,    // a replica id the server does not hold
+  quota_exceeded,    // the client's memory quota would be exceeded
+  out_of_memory,
+  shutting_down,     // the server is stopping; the work was not done
+  auth_failed,
+  version_mismatch,
+  malformed,         // the peer sent something undecodable
+  out_of_order,      // a valid message at the wrong time (e.g. run before auth)
+  internal,
+};
+const char* to_string(Status status) noexcept;
+
+enum class DType : std::uint8_t { f32 = 0, f64, i32, i64, u8 };  // same order as ferry::DType
+enum class Mode : std::uint8_t { read = 0, write, readwrite };    // same order as ferry::AccessMode
+
+struct Hello {
+  std::uint16_t min_version = oldest_version;
+  std::uint16_t max_version = version;
+  std::string client;  // a name for logs, e.g. "host:pid"
+};
+
+struct Challenge {
+  std::uint16_t version = protocol::version;  // the version the server chose
+  std::array<std::uint8_t, nonce_bytes> nonce{};
+};
+
+struct Auth {
+  std::array<std::uint8_t, mac_bytes> mac{};
+};
+
+struct Welcome {
+  std::string server;               // name and version for logs
+  std::uint64_t memory_quota = 0;   // bytes this client may keep on the server
+  std::uint32_t cpu_workers = 0;
+  std::uint32_t gpus = 0;
+  std::uint64_t max_payload = 0;    // largest payload the server accepts in one message (chunk bound)
+};
+
+// A replica is a row-major rows x cols matrix of dtype, identified by a
+// client-chosen id. The first put of an id creates it; every put carries the
+// shape, which must not change. The payload holds bytes [offset, offset +
+// payload) of the packed (ld == cols) contents.
+struct Put {
+  std::uint64_t request = 0;
+  std::uint64_t buffer = 0;
+  DType dtype = DType::f32;
+  std::uint64_t rows = 0;
+  std::uint64_t cols = 0;
+  std::uint64_t offset = 0;
+};
+
+struct PutAck {
+  std::uint64_t request = 0;
+  std::uint64_t buffer = 0;
+  Status status = Status::ok;
+  std::string message;
+};
+
+struct Get {
+  std::uint64_t request = 0;
+  std::uint64_t buffer = 0;
+  std::uint64_t offset = 0;
+  std::uint64_t length = 0;
+};
+
+// Answers a get: payload = the bytes asked for (none when status != ok).
+struct Data {
+  std::uint64_t request = 0;
+  std::uint64_t buffer = 0;
+  std::uint64_t offset = 0;
+  Status status = Status::ok;
+  std::string message;
+};
+
+struct RunArg {
+  enum class Kind : std::uint8_t { buffer = 0, real, integer, text };
+  Kind kind = Kind::real;
+  std::uint64_t buffer = 0;  // kind buffer
+  Mode mode = Mode::read;    // kind buffer
+  double real = 0;
+  std::int64_t integer = 0;
+  std::string text;
+};
+
+struct Run {
+  std::uint64_t request = 0;
+  std::string kernel;
+  std::string task;  // the task's name, for the server's logs and errors
+  std::vector<RunArg> args;
+};
+
+struct Done {
+  std::uint64_t request = 0;
+  Status status = Status::ok;
+  double seconds = 0;                 // kernel time on the server
+  std::optional<double> result;       // scalar result
+  std::string message;                // error text when status != ok
+};
+
+struct Free {
+  std::uint64_t buffer = 0;
+};
+
+struct StatsRequest {
+  std::uint64_t request = 0;
+};
+
+struct StatsReply {
+  std::uint64_t request = 0;
+  std::uint64_t bytes_in = 0;    // payload bytes received from this client
+  std::uint64_t bytes_out = 0;   // payload bytes sent to this client
+  std::uint64_t tasks = 0;       // runs completed for this client
+  std::uint64_t replicas = 0;    // replicas held for this client now
+  std::uint64_t memory_in_use = 0;
+};
+
+struct Ping {
+  std::uint64_t request = 0;
+};
+struct Pong {
+  std::uint64_t request = 0;
+};
+
+struct ErrorMessage {
+  Status status = Status::internal;
+  std::string message;
+};
+
+struct Bye {
+  Status status = Status::ok;
+  std::string message;
+};
+
+using Message = std::variant<Hello, Challenge, Auth, Welcome, Put, PutAck, Get, Data, Run, Done, Free, StatsRequest,
+                             StatsReply, Ping, Pong, ErrorMessage, Bye>;
+
+Type type_of(const Message& message) noexcept;
+
+// The header bytes of a message: a fixed frame (magic u32, version u16,
+// type u16, body length u32) then the body.
+std::vector<std::byte> encode(const Message& message);
+
+// Throws ferry::ProtocolError for anything malformed: short or long input,
+// wrong magic, unknown type or enum value, a length beyond its bound, trailing bytes.
+Message decode(std::span<const std::byte> header);
+
+}  // namespace ferry::protocol

@@ -1,0 +1,57 @@
+// UCX's object chain as classes, in the spirit of UCXX: a Worker owns a UCP
+// context and worker and the one thread that drives them. That progress
+// thread blocks on the worker's event fd when nothing is pending (an idle
+// runtime with a connected remote costs no CPU); other threads hand it work
+// through a queue and ucp_worker_signal. Every UCX call happens on it.
+#pragma once
+
+#include <functional>
+#include <future>
+#include <memory>
+#include <string>
+#include <thread>
+
+namespace ferry::transport {
+
+class Worker : public std::enable_shared_from_this<Worker> {
+ public:
+  struct Options {
+    std::string name = "ferry";  // for logs and the progress thread's name
+  };
+
+  // Throws UcxError when UCX cannot be initialised (the message says why,
+  // e.g. an unknown transport in UCX_TLS).
+  static std::shared_ptr<Worker> create(Options options);
+  static std::shared_ptr<Worker> create() { return create(Options{}); }
+  ~Worker();  // stops the progress thread; connections close first
+
+  // Runs fn on the progress thread, soon. Thread-safe; callable from the
+  // progress thread itself (then it runs after the current callback).
+  void post(std::function<void()> fn);
+  // Runs fn on the progress thread and waits for it (rethrows what it throws).
+  // Must not be called from the progress thread.
+  template <typename F>
+  auto call(F fn) -> decltype(fn());
+
+  bool on_progress_thread() const noexcept;
+  // The transports UCX selected (e.g. "tcp, sysv, posix, self, cma"), for logs and `ferry info`.
+  std::string transports() const;
+
+  struct Impl;
+  Impl& impl() noexcept { return *impl_; }
+
+ private:
+  explicit Worker(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+template <typename F>
+auto Worker::call(F fn) -> decltype(fn()) {
+  using R = decltype(fn());
+  std::packaged_task<R()> task(std::move(fn));
+  auto future = task.get_future();
+  post([&task] { task(); });
+  return future.get();
+}
+
+}  // namespace ferry::transport
