@@ -1,0 +1,1 @@
+// Being written; see transport/CMakeLists.txt.

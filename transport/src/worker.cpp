@@ -1,0 +1,263 @@
+#include "ferry/transport/worker.hpp"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <set>
+#include <sstream>
+
+#include "connection_impl.hpp"
+#include "ferry/error.hpp"
+#include "ferry/log.hpp"
+#include "worker_impl.hpp"
+
+namespace ferry::transport {
+
+void throw_ucx(ucs_status_t status, const std::string& what) {
+  throw UcxError(what + ": " + ucs_status_string(status), static_cast<int>(status));
+}
+
+void check(ucs_status_t status, const std::string& what) {
+  if (status != UCS_OK) throw_ucx(status, what);
+}
+
+std::string format_sockaddr(const sockaddr_storage& address) {
+  char ip[INET6_ADDRSTRLEN] = {};
+  std::uint16_t port = 0;
+  if (address.ss_family == AF_INET) {
+    const auto& in = reinterpret_cast<const sockaddr_in&>(address);
+    inet_ntop(AF_INET, &in.sin_addr, ip, sizeof ip);
+    port = ntohs(in.sin_port);
+    return std::string(ip) + ":" + std::to_string(port);
+  }
+  if (address.ss_family == AF_INET6) {
+    const auto& in6 = reinterpret_cast<const sockaddr_in6&>(address);
+    inet_ntop(AF_INET6, &in6.sin6_addr, ip, sizeof ip);
+    port = ntohs(in6.sin6_port);
+    return "[" + std::string(ip) + "]:" + std::to_string(port);
+  }
+  return "?";
+}
+
+namespace {
+
+// Shutdown waits this long for endpoint closes (flushes) to finish; a peer
+// that never answers must not hang the process on exit.
+constexpr auto close_deadline = std::chrono::seconds(2);
+
+// The transports UCX offers this context, from ucp_context_print_info's
+// "resource N : md M dev D flags -- tl/dev" lines, e.g. "self, tcp, sysv".
+std::string describe_transports(ucp_context_h context) {
+  char* text = nullptr;
+  std::size_t size = 0;
+  FILE* stream = open_memstream(&text, &size);
+  if (stream == nullptr) return "?";
+  ucp_context_print_info(context, stream);
+  std::fclose(stream);
+  std::istringstream lines(std::string(text, size));
+  std::free(text);
+
+  std::string result;
+  std::set<std::string> seen;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find("resource") == std::string::npos) continue;
+    auto dashes = line.find("-- ");
+    if (dashes == std::string::npos) continue;
+    auto tl = line.substr(dashes + 3);
+    tl = tl.substr(0, tl.find('/'));
+    if (!tl.empty() && seen.insert(tl).second) result += (result.empty() ? "" : ", ") + tl;
+  }
+  return result.empty() ? "none" : result;
+}
+
+void close_callback(void* request, ucs_status_t status, void* user_data) {
+  auto* impl = static_cast<Worker::Impl*>(user_data);
+  if (status != UCS_OK) log().debug("ucx: endpoint closed with {}", ucs_status_string(status));
+  --impl->closing;
+  ucp_request_free(request);
+}
+
+}  // namespace
+
+std::shared_ptr<Worker> Worker::create(Options options) {
+  auto impl = std::make_unique<Impl>();
+  impl->name = options.name;
+
+  ucp_config_t* config = nullptr;
+  check(ucp_config_read(nullptr, nullptr, &config), "ucp_config_read");
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED | UCP_PARAM_FIELD_NAME;
+  // RMA costs nothing until memory is registered and lets bulk data use rkeys later (DESIGN §9).
+  params.features = UCP_FEATURE_AM | UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
+  params.mt_workers_shared = 0;
+  params.name = impl->name.c_str();
+  auto status = ucp_init(&params, config, &impl->context);
+  ucp_config_release(config);
+  check(status, "ucp_init (check UCX_TLS and other UCX_* settings)");
+
+  ucp_worker_params_t worker_params{};
+  worker_params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  // Only the progress thread calls into the worker; ucp_worker_signal, the
+  // one call other threads make, is documented safe in every thread mode.
+  worker_params.thread_mode = UCS_THREAD_MODE_SINGLE;
+  check(ucp_worker_create(impl->context, &worker_params, &impl->worker), "ucp_worker_create");
+
+  ucp_worker_attr_t attr{};
+  attr.field_mask = UCP_WORKER_ATTR_FIELD_MAX_AM_HEADER;
+  check(ucp_worker_query(impl->worker, &attr), "ucp_worker_query");
+  impl->max_am_header = attr.max_am_header;
+  check(ucp_worker_get_efd(impl->worker, &impl->event_fd), "ucp_worker_get_efd");
+
+  ucp_am_handler_param_t handler{};
+  handler.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                       UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
+  handler.id = ferry_am_id;
+  handler.cb = am_receive;
+  handler.arg = impl.get();
+  handler.flags = UCP_AM_FLAG_WHOLE_MSG;
+  check(ucp_worker_set_am_recv_handler(impl->worker, &handler), "ucp_worker_set_am_recv_handler");
+
+  impl->transports = describe_transports(impl->context);
+  impl->thread = std::thread([raw = impl.get()] { raw->run(); });
+  log().debug("ucx: worker '{}' up; transports {}; max AM header {} bytes", impl->name, impl->transports,
+              impl->max_am_header);
+  return std::shared_ptr<Worker>(new Worker(std::move(impl)));
+}
+
+Worker::Worker(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Worker::~Worker() {
+  {
+    std::lock_guard lock(impl_->mutex);
+    impl_->stop = true;
+    if (impl_->worker != nullptr) ucp_worker_signal(impl_->worker);
+  }
+  if (impl_->on_progress_thread()) {
+    impl_->self_owned = true;
+    impl_->thread.detach();
+    impl_.release();  // run() deletes it when it has shut down
+    return;
+  }
+  impl_->thread.join();
+}
+
+void Worker::post(std::function<void()> fn) { impl_->post(std::move(fn)); }
+bool Worker::on_progress_thread() const noexcept { return impl_->on_progress_thread(); }
+std::string Worker::transports() const { return impl_->transports; }
+
+Worker::Impl::~Impl() {
+  if (worker != nullptr) ucp_worker_destroy(worker);
+  if (context != nullptr) ucp_cleanup(context);
+}
+
+void Worker::Impl::post(std::function<void()> fn) {
+  std::lock_guard lock(mutex);
+  posted.push_back(std::move(fn));
+  // Only a sleeping progress thread needs waking; a busy one looks at the
+  // queue before it sleeps, and `sleeping` changes only under this mutex.
+  if (sleeping) {
+    sleeping = false;
+    ucp_worker_signal(worker);
+  }
+}
+
+bool Worker::Impl::run_posted() {
+  std::deque<std::function<void()>> batch;
+  {
+    std::lock_guard lock(mutex);
+    if (posted.empty()) return stop;
+    batch.swap(posted);
+  }
+  for (auto& fn : batch) {
+    try {
+      fn();
+    } catch (const std::exception& e) {
+      log().error("ucx: a function posted to worker '{}' threw: {}", name, e.what());
+    }
+    fn = nullptr;  // its captures go now, in order, not after the whole batch
+  }
+  return false;
+}
+
+void Worker::Impl::progress_until_idle() {
+  while (ucp_worker_progress(worker) != 0) {
+  }
+}
+
+// Returns false when there is work and the thread must not sleep.
+bool Worker::Impl::wait(int timeout_ms) {
+  auto status = ucp_worker_arm(worker);
+  if (status == UCS_ERR_BUSY) return false;
+  if (status != UCS_OK) {
+    log().error("ucx: ucp_worker_arm: {}; polling every 10 ms instead", ucs_status_string(status));
+    timeout_ms = 10;
+  }
+  {
+    std::lock_guard lock(mutex);
+    if (!posted.empty() || (stop && !shutting_down)) return false;
+    sleeping = true;
+  }
+  pollfd fd{event_fd, POLLIN, 0};
+  ::poll(&fd, 1, timeout_ms);
+  std::lock_guard lock(mutex);
+  sleeping = false;
+  return true;
+}
+
+void Worker::Impl::run() {
+  thread_id = std::this_thread::get_id();
+  auto thread_name = (name + "-ucx").substr(0, 15);  // the kernel's limit
+  pthread_setname_np(pthread_self(), thread_name.c_str());
+
+  while (!run_posted()) {
+    progress_until_idle();
+    wait(-1);
+  }
+  shutdown();
+  if (self_owned) delete this;
+}
+
+void Worker::Impl::close_endpoint(ucp_ep_h ep, bool force) {
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+  param.cb.send = close_callback;
+  param.user_data = this;
+  param.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+  auto request = ucp_ep_close_nbx(ep, &param);
+  if (UCS_PTR_IS_ERR(request)) {
+    log().debug("ucx: ucp_ep_close_nbx: {}", ucs_status_string(UCS_PTR_STATUS(request)));
+  } else if (request != nullptr) {
+    ++closing;
+  }
+}
+
+void Worker::Impl::shutdown() {
+  // Connections keep their Worker alive, so none is left here; endpoints
+  // whose close is still flushing are, and get a bounded wait.
+  for (auto& [ep, connection] : connections) close_endpoint(ep, false);
+  connections.clear();
+  shutting_down = true;
+  auto deadline = std::chrono::steady_clock::now() + close_deadline;
+  for (;;) {
+    run_posted();
+    progress_until_idle();
+    if (closing == 0) break;
+    if (std::chrono::steady_clock::now() >= deadline) {
+      log().warn("ucx: worker '{}': {} endpoint close(s) did not finish; destroying anyway", name, closing);
+      break;
+    }
+    wait(50);
+  }
+  std::lock_guard lock(mutex);
+  ucp_worker_destroy(worker);
+  worker = nullptr;
+  ucp_cleanup(context);
+  context = nullptr;
+}
+
+}  // namespace ferry::transport

@@ -1,0 +1,75 @@
+// The inside of a Worker: UCP handles, the progress thread and what only that
+// thread touches. Shared by worker.cpp, connection.cpp and listener.cpp.
+#pragma once
+
+#include <ucp/api/ucp.h>
+
+#include <atomic>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+
+#include "ferry/transport/worker.hpp"
+
+namespace ferry::transport {
+
+class ConnectionImpl;
+
+// The one AM id every Ferry message travels under; the connection is found
+// from the reply endpoint (all sends carry UCP_AM_SEND_FLAG_REPLY).
+inline constexpr unsigned ferry_am_id = 0;
+
+// Throws UcxError "<what>: <UCX's reason>" unless status is UCS_OK.
+void check(ucs_status_t status, const std::string& what);
+[[noreturn]] void throw_ucx(ucs_status_t status, const std::string& what);
+
+// "ip:port" of a socket address.
+std::string format_sockaddr(const sockaddr_storage& address);
+
+struct Worker::Impl {
+  std::string name;
+  ucp_context_h context = nullptr;
+  ucp_worker_h worker = nullptr;
+  int event_fd = -1;
+  std::size_t max_am_header = 0;
+  std::string transports;
+
+  std::thread thread;
+  std::atomic<std::thread::id> thread_id{};
+
+  std::mutex mutex;  // guards posted and stop
+  std::deque<std::function<void()>> posted;
+  bool stop = false;
+  bool sleeping = false;  // the progress thread is (about to be) in poll() and needs a signal
+  // Set when the last Worker reference went away on the progress thread
+  // itself: the thread cannot join itself, so it tears down and frees this.
+  bool self_owned = false;
+
+  // Progress thread only. Open endpoints and the Connection each belongs to;
+  // an endpoint leaves the map before it is closed, so nothing arrives for a
+  // Connection after close() or its destruction.
+  std::unordered_map<ucp_ep_h, ConnectionImpl*> connections;
+  std::size_t closing = 0;  // endpoint closes still in flight
+  bool shutting_down = false;
+
+  ~Impl();
+  void run();
+  void post(std::function<void()> fn);
+  bool on_progress_thread() const noexcept { return thread_id.load() == std::this_thread::get_id(); }
+
+  // Progress thread only: closes an endpoint that is no longer in
+  // `connections`; shutdown waits for it. `force` skips the flush (for
+  // endpoints that already failed).
+  void close_endpoint(ucp_ep_h ep, bool force);
+
+ private:
+  bool run_posted();
+  void progress_until_idle();
+  bool wait(int timeout_ms);
+  void shutdown();
+};
+
+}  // namespace ferry::transport
