@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "buffer_state.hpp"
+#include "coherence.hpp"
 #include "dependencies.hpp"
 #include "ferry/error.hpp"
 #include "task_record.hpp"
@@ -78,8 +79,8 @@ void* BufferBase::acquire_host() const {
       throw KernelError(fmt::format("buffer '{}' has no valid contents: {}", state_->name, e.what()));
     }
   }
-  // Host-only for now: the host replica is always valid. Devices with their
-  // own memory bring theirs back here (the CUDA and remote issues).
+  // host() hands out a writable view: copies elsewhere become stale.
+  detail::acquire_on_host(*state_, AccessMode::readwrite);
   return static_cast<char*>(state_->root->host) + state_->offset_bytes();
 }
 

@@ -3,6 +3,7 @@
 // tiles) is a BufferState with its own region of that root.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -33,6 +34,9 @@ struct AccessRecord {
   std::vector<TaskRecord*> readers;
 };
 
+// What the coherence layer keeps per copy on a remote node (coherence.hpp).
+struct RemoteCopy;
+
 struct BufferRoot {
   std::uint64_t runtime_id = 0;
   std::weak_ptr<RuntimeCore> runtime;
@@ -46,6 +50,13 @@ struct BufferRoot {
   std::mutex mutex;  // guards records and replicas
   std::vector<AccessRecord> records;
   std::vector<Replica> replicas;  // indexed by memory node; [0] is the host
+
+  // Copies of regions on other memory nodes (remote hosts), guarded by
+  // transfer_mutex, which is held across the transfers that change them
+  // (recursive: recomputing lost data re-enters it).
+  std::recursive_mutex transfer_mutex;
+  std::vector<std::shared_ptr<RemoteCopy>> copies;
+  std::atomic<std::size_t> copy_count{0};  // lets host-only work skip the lock
 
   BufferRoot() = default;
   BufferRoot(const BufferRoot&) = delete;

@@ -7,11 +7,14 @@
 #include <cstring>
 #include <thread>
 
+#include "coherence.hpp"
 #include "cpu_device.hpp"
+#include "remote_device.hpp"
 #include "dependencies.hpp"
 #include "ferry/allocator/pinned_pool.hpp"
 #include "ferry/error.hpp"
 #include "ferry/log.hpp"
+#include "ferry/transport/auth.hpp"
 #include "ferry/units.hpp"
 
 namespace ferry::detail {
@@ -52,6 +55,40 @@ void RuntimeCore::start() {
   unsigned workers = options_.workers;
   if (workers == 0) workers = std::max(1u, std::thread::hardware_concurrency());
   devices_.push_back(std::make_unique<CpuDevice>(*this, 0, workers));
+  if (options_.remotes.empty()) return;
+  if (options_.remotes.size() + 1 > 64) throw UsageError("at most 63 remotes per runtime");
+  std::string token = options_.token;
+  if (token.empty() && !options_.token_file.empty()) token = transport::read_token_file(options_.token_file);
+  if (token.empty())
+    throw UsageError("remotes need a token: set Options::token_file (FERRY_TOKEN_FILE) or Options::token (FERRY_TOKEN)");
+  worker_ = transport::Worker::create(transport::Worker::Options{"ferry-client"});
+  for (const std::string& address : options_.remotes) {
+    RemoteOptions remote;
+    remote.address = address.starts_with("ucx://") ? address.substr(6) : address;
+    remote.token = token;
+    remote.chunk_bytes = options_.chunk_bytes;
+    remote.window = options_.chunk_window;
+    const auto id = static_cast<DeviceId>(devices_.size());
+    auto device = std::make_unique<RemoteDevice>(*this, id, static_cast<MemoryNodeId>(id), remote, worker_);
+    device->start();
+    devices_.push_back(std::move(device));
+  }
+}
+
+void RuntimeCore::reschedule(TaskRecord* task, Device& from) {
+  from.unassigned(task->estimate_ns);
+  Device& cpu = *devices_.front();
+  task->estimate_ns = 0;
+  task->device = &cpu;
+  task->device_name = cpu.name();
+  cpu.assigned(0);
+  cpu.enqueue(task);
+}
+
+Device* RuntimeCore::find_device(std::string_view name) const noexcept {
+  for (const auto& d : devices_)
+    if (d->name() == name) return d.get();
+  return nullptr;
 }
 
 void RuntimeCore::shutdown() {
@@ -64,7 +101,10 @@ void RuntimeCore::shutdown() {
     first_error_ = nullptr;
   }
   for (auto& device : devices_) device->drain();
+  // Remotes first: they bring home data only they hold, which may need the CPU.
+  while (devices_.size() > 1) devices_.pop_back();
   devices_.clear();
+  worker_.reset();
   if (options_.persist_perf_models) {
     try {
       models_.save(options_.perf_model_dir);
@@ -258,10 +298,16 @@ void RuntimeCore::place(TaskRecord* task, std::uint64_t eligible) {
       if (!reads(b.mode)) continue;
       InputSnapshot input;
       input.bytes = b.bytes();
-      BufferRoot& root = *task->buffers[i]->root;
-      std::lock_guard lock(root.mutex);
-      for (MemoryNodeId node = 0; node < root.replicas.size(); ++node)
-        if (root.replicas[node].state != ReplicaState::invalid) input.valid_on.push_back(node);
+      const BufferState& view = *task->buffers[i];
+      BufferRoot& root = *view.root;
+      std::lock_guard lock(root.transfer_mutex);
+      bool host_valid = true;
+      for (const auto& copy : root.copies) {
+        if (!copy->region.overlaps(view.region)) continue;
+        host_valid = host_valid && !copy->modified;
+        if (copy->region == view.region) input.valid_on.push_back(copy->link->node());
+      }
+      if (host_valid) input.valid_on.push_back(host_node);
       in.inputs.push_back(std::move(input));
     }
     in.models = &models_;
@@ -288,9 +334,17 @@ void RuntimeCore::place(TaskRecord* task, std::uint64_t eligible) {
 void RuntimeCore::execute(TaskRecord* task, Device& device, int worker, int lane) {
   for (std::size_t i = 0; i < task->buffers.size(); ++i) {
     const BufferState& view = *task->buffers[i];
-    // Host devices work on the host replica; devices with memory of their
-    // own bring their replicas in before calling this (CUDA and remote issues).
-    task->args.items[task->buffer_args[i]].buffer.data = view.data_on(view.root->replicas[host_node]);
+    BufferArg& arg = task->args.items[task->buffer_args[i]].buffer;
+    // Data another node modified comes home first; a write makes copies elsewhere stale.
+    try {
+      acquire_on_host(view, arg.mode);
+    } catch (const std::exception& e) {
+      task->error = std::make_exception_ptr(KernelError(fmt::format(
+          "task '{}' (kernel {}): input '{}' could not be brought to the host: {}", task->name, task->kernel->name,
+          view.name, e.what())));
+      return;
+    }
+    arg.data = view.data_on(view.root->replicas[host_node]);
   }
   ExecContext context{task->args, task->name, worker, nullptr, std::nullopt};
   const KernelFn& fn = device.kind() == DeviceKind::cpu ? task->kernel->cpu : task->kernel->cuda;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "device.hpp"
+#include "ferry/transport/worker.hpp"
 #include "ferry/runtime/kernel.hpp"
 #include "ferry/runtime/link_model.hpp"
 #include "ferry/runtime/perf_model.hpp"
@@ -66,6 +67,10 @@ class RuntimeCore : public std::enable_shared_from_this<RuntimeCore> {
   const Runtime::Options& options() const noexcept { return options_; }
   const std::vector<std::unique_ptr<Device>>& devices() const noexcept { return devices_; }
   PerfModels& models() noexcept { return models_; }
+  LinkModels& links() noexcept { return links_; }
+  // Hands a task its device could not run (a lost remote) to the CPU.
+  void reschedule(TaskRecord* task, Device& from);
+  Device* find_device(std::string_view name) const noexcept;
   Trace* trace() const noexcept { return trace_.get(); }
   void release_task(TaskRecord* task) noexcept;
 
@@ -79,6 +84,7 @@ class RuntimeCore : public std::enable_shared_from_this<RuntimeCore> {
   std::uint64_t id_;
   Runtime::Options options_;
   std::shared_ptr<MemoryResource> memory_;
+  std::shared_ptr<transport::Worker> worker_;  // declared before devices_: outlives them
   std::vector<std::unique_ptr<Device>> devices_;
   mutable std::mutex kernels_mutex_;
   std::map<std::string, std::shared_ptr<const KernelDef>, std::less<>> kernels_;  // this runtime's own

@@ -53,6 +53,11 @@ class Device {
     backlog_ns_.fetch_sub(estimate_ns, std::memory_order_relaxed);
     tasks_run_.fetch_add(1, std::memory_order_relaxed);
   }
+  // Taken back unrun (its device failed): it counts elsewhere now.
+  void unassigned(std::int64_t estimate_ns) noexcept {
+    queued_.fetch_sub(1, std::memory_order_relaxed);
+    backlog_ns_.fetch_sub(estimate_ns, std::memory_order_relaxed);
+  }
   DeviceSnapshot snapshot() const;
   std::size_t tasks_run() const noexcept { return tasks_run_.load(std::memory_order_relaxed); }
 

@@ -8,6 +8,8 @@
 #include <string>
 
 #include "core.hpp"
+#include "ferry/units.hpp"
+#include "remote_device.hpp"
 #include "ferry/error.hpp"
 #include "ferry/log.hpp"
 
@@ -46,6 +48,23 @@ void apply_environment(Runtime::Options& o) {
   if (const char* v = env("FERRY_EXPLAIN")) o.explain = truthy("FERRY_EXPLAIN", v);
   if (const char* v = env("FERRY_PERFMODEL_DIR")) o.perf_model_dir = v;
   if (const char* v = env("FERRY_PERFMODELS")) o.persist_perf_models = truthy("FERRY_PERFMODELS", v);
+  if (const char* v = env("FERRY_REMOTES")) {
+    o.remotes.clear();
+    std::string list(v);
+    for (std::size_t begin = 0; begin <= list.size();) {
+      const std::size_t end = std::min(list.find(',', begin), list.size());
+      if (end > begin) o.remotes.push_back(list.substr(begin, end - begin));
+      begin = end + 1;
+    }
+  }
+  if (const char* v = env("FERRY_TOKEN")) o.token = v;
+  if (const char* v = env("FERRY_TOKEN_FILE")) o.token_file = v;
+  if (const char* v = env("FERRY_CHUNK_BYTES")) o.chunk_bytes = parse_bytes(v);
+  if (const char* v = env("FERRY_CHUNK_WINDOW")) {
+    const long n = std::strtol(v, nullptr, 10);
+    if (n < 1 || n > 1024) throw UsageError(fmt::format("FERRY_CHUNK_WINDOW={} is not a window size (1 to 1024)", v));
+    o.chunk_window = static_cast<unsigned>(n);
+  }
 }
 
 std::shared_ptr<detail::RuntimeCore> make_core(Runtime::Options options) {
@@ -116,6 +135,25 @@ std::vector<DeviceInfo> Runtime::devices() const {
   std::vector<DeviceInfo> out;
   for (const auto& d : core_->devices())
     out.push_back(DeviceInfo{d->id(), d->name(), d->kind(), d->node(), d->lanes(), d->tasks_run()});
+  return out;
+}
+
+Runtime::RemoteStats Runtime::remote_stats(const std::string& address) const {
+  const std::string bare = address.starts_with("ucx://") ? address.substr(6) : address;
+  auto* remote = dynamic_cast<detail::RemoteDevice*>(core_->find_device("remote:" + bare));
+  if (remote == nullptr) throw UsageError(fmt::format("no remote '{}' in this runtime", address));
+  RemoteStats out;
+  out.bytes_shipped = remote->bytes_shipped();
+  out.bytes_fetched = remote->bytes_fetched();
+  out.connected = remote->alive();
+  if (out.connected) {
+    const auto s = remote->stats();
+    out.server_bytes_in = s.bytes_in;
+    out.server_bytes_out = s.bytes_out;
+    out.server_tasks = s.tasks;
+    out.server_replicas = s.replicas;
+    out.server_memory_in_use = s.memory_in_use;
+  }
   return out;
 }
 

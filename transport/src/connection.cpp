@@ -1,1 +1,327 @@
-// Being written; see transport/CMakeLists.txt.
+#include "connection_impl.hpp"
+
+#include <chrono>
+#include <cstring>
+
+#include "ferry/error.hpp"
+#include "ferry/log.hpp"
+
+namespace ferry::transport {
+
+namespace {
+
+// connect() gives up after this long; UCX's own connect timeout is longer
+// and a caller blocked on a silent host should hear about it.
+constexpr auto connect_timeout = std::chrono::seconds(20);
+
+using Done = std::function<void(const std::string& error)>;
+
+// User callbacks run inside UCX's callbacks, where an exception must not pass.
+void notify(const Done& done, const std::string& error) {
+  if (!done) return;
+  try {
+    done(error);
+  } catch (const std::exception& e) {
+    log().error("ucx: a completion callback threw: {}", e.what());
+  }
+}
+
+std::string failure(ucs_status_t status, const char* call) {
+  return std::string(call) + ": " + ucs_status_string(status);
+}
+
+struct ReceiveOp {
+  Done done;
+};
+
+void receive_done(void* request, ucs_status_t status, std::size_t, void* user_data) {
+  std::unique_ptr<ReceiveOp> op(static_cast<ReceiveOp*>(user_data));
+  ucp_request_free(request);
+  notify(op->done, status == UCS_OK ? std::string() : failure(status, "receiving a payload"));
+}
+
+// Valid for one AM callback. Eager data is copied out right there; a
+// rendezvous payload is fetched straight into `dest` by ucp_am_recv_data_nbx.
+class IncomingMessage final : public Incoming {
+ public:
+  IncomingMessage(ucp_worker_h worker, std::span<const std::byte> header, void* data, std::size_t length,
+                  bool rendezvous)
+      : worker_(worker), header_(header), data_(data), length_(length), rendezvous_(rendezvous) {}
+
+  std::span<const std::byte> header() const noexcept override { return header_; }
+  std::size_t payload_bytes() const noexcept override { return length_; }
+
+  void into(void* dest, Done done) override {
+    if (taken_) throw UsageError("Incoming::into() called twice for one message");
+    taken_ = true;
+    if (!rendezvous_) {
+      if (length_ != 0) std::memcpy(dest, data_, length_);
+      notify(done, {});
+      return;
+    }
+    auto op = std::make_unique<ReceiveOp>(ReceiveOp{std::move(done)});
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    param.cb.recv_am = receive_done;
+    param.user_data = op.get();
+    auto request = ucp_am_recv_data_nbx(worker_, data_, dest, length_, &param);
+    // UCX owns the descriptor from here whatever happened; the callback must
+    // say so with UCS_INPROGRESS rather than have it dropped.
+    status_ = UCS_INPROGRESS;
+    if (request == nullptr) {
+      notify(op->done, {});
+    } else if (UCS_PTR_IS_ERR(request)) {
+      notify(op->done, failure(UCS_PTR_STATUS(request), "ucp_am_recv_data_nbx"));
+    } else {
+      op.release();  // receive_done owns it now
+    }
+  }
+
+  ucs_status_t status() const noexcept { return status_; }
+
+ private:
+  ucp_worker_h worker_;
+  std::span<const std::byte> header_;
+  void* data_;
+  std::size_t length_;
+  bool rendezvous_;
+  bool taken_ = false;
+  ucs_status_t status_ = UCS_OK;
+};
+
+}  // namespace
+
+struct ConnectionImpl::SendOp {
+  std::vector<std::byte> header;  // UCX 1.13 reads the AM header until the send completes
+  const void* payload;
+  std::size_t payload_bytes;
+  Done done;
+};
+
+namespace {
+
+void send_done(void* request, ucs_status_t status, void* user_data) {
+  std::unique_ptr<ConnectionImpl::SendOp> op(static_cast<ConnectionImpl::SendOp*>(user_data));
+  ucp_request_free(request);
+  notify(op->done, status == UCS_OK ? std::string() : failure(status, "sending"));
+}
+
+void flush_done(void* request, ucs_status_t status, void* user_data) {
+  std::unique_ptr<std::shared_ptr<ConnectState>> state(static_cast<std::shared_ptr<ConnectState>*>(user_data));
+  ucp_request_free(request);
+  (*state)->report(status);
+}
+
+}  // namespace
+
+ConnectionImpl::ConnectionImpl(std::shared_ptr<Worker> worker, MessageHandler on_message, ErrorHandler on_error)
+    : worker_(std::move(worker)),
+      impl_(worker_->impl()),
+      on_message_(std::make_shared<const MessageHandler>(std::move(on_message))),
+      on_error_(std::make_shared<const ErrorHandler>(std::move(on_error))) {}
+
+ConnectionImpl::~ConnectionImpl() {
+  if (impl_.on_progress_thread()) {
+    // Possibly inside a UCX callback for this very endpoint: close it later.
+    if (ep_ != nullptr) {
+      impl_.connections.erase(ep_);
+      impl_.post([impl = &impl_, ep = ep_] { impl->close_endpoint(ep, false); });
+    }
+    return;
+  }
+  worker_->call([this] { close_now(false); });
+}
+
+std::shared_ptr<Connection> Connection::connect(const std::shared_ptr<Worker>& worker, const std::string& host,
+                                                std::uint16_t port, MessageHandler on_message,
+                                                ErrorHandler on_error) {
+  if (worker->on_progress_thread()) throw UsageError("Connection::connect() blocks; not on the progress thread");
+  sockaddr_storage address{};
+  auto length = resolve(host, port, address);
+  auto peer = format_sockaddr(address);
+  auto connection = std::make_shared<ConnectionImpl>(worker, std::move(on_message), std::move(on_error));
+
+  auto state = std::make_shared<ConnectState>();
+  auto connected = state->outcome.get_future();
+  worker->call([&] {
+    auto& impl = worker->impl();
+    ucp_ep_params_t params{};
+    params.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
+                        UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    params.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+    params.sockaddr.addr = reinterpret_cast<const sockaddr*>(&address);
+    params.sockaddr.addrlen = length;
+    params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    params.err_handler.cb = endpoint_failed;
+    params.err_handler.arg = &impl;
+    ucp_ep_h ep = nullptr;
+    check(ucp_ep_create(impl.worker, &params, &ep), "ucp_ep_create to " + peer);
+    connection->attach(ep, peer);
+
+    // The endpoint is usable at once but wired up in the background; a flush
+    // completes when the server has answered, or fails when it cannot.
+    connection->connecting = state;
+    auto flush_state = std::make_unique<std::shared_ptr<ConnectState>>(state);
+    ucp_request_param_t flush{};
+    flush.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    flush.cb.send = flush_done;
+    flush.user_data = flush_state.get();
+    auto request = ucp_ep_flush_nbx(ep, &flush);
+    if (UCS_PTR_IS_PTR(request)) {
+      flush_state.release();  // flush_done owns it now
+    } else {
+      state->report(UCS_PTR_STATUS(request));
+    }
+  });
+
+  if (connected.wait_for(connect_timeout) != std::future_status::ready) {
+    worker->call([&] {
+      state->report(UCS_ERR_TIMED_OUT);
+      connection->close_now(true);
+    });
+    throw UcxError("connecting to " + peer + ": no answer in " + std::to_string(connect_timeout.count()) + " s",
+                   UCS_ERR_TIMED_OUT);
+  }
+  if (auto status = connected.get(); status != UCS_OK) {
+    throw_ucx(status, "connecting to " + peer + " (ucp_ep_create/ucp_ep_flush_nbx)");
+  }
+  log().debug("ucx: connected to {}", peer);
+  return connection;
+}
+
+void ConnectionImpl::attach(ucp_ep_h ep, std::string peer) {
+  ep_ = ep;
+  peer_ = std::move(peer);
+  impl_.connections[ep] = this;
+}
+
+void ConnectionImpl::send(std::vector<std::byte> header, const void* payload, std::size_t payload_bytes,
+                          Done done) {
+  // Through the queue even on the progress thread, so sends keep their order
+  // with each other and with close().
+  auto* op = new SendOp{std::move(header), payload, payload_bytes, std::move(done)};
+  impl_.post([self = self(), op] { self->start_send(op); });
+}
+
+void ConnectionImpl::start_send(SendOp* raw) {
+  std::unique_ptr<SendOp> op(raw);
+  if (ep_ == nullptr) {
+    notify(op->done, "connection to " + peer_ + " is closed");
+    return;
+  }
+  if (op->header.size() > impl_.max_am_header) {
+    notify(op->done, "header of " + std::to_string(op->header.size()) + " bytes exceeds UCX's limit of " +
+                         std::to_string(impl_.max_am_header));
+    return;
+  }
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+  // REPLY makes the receiver see its endpoint to us, which is how it finds
+  // the Connection. Eager or rendezvous is left to UCX's threshold.
+  param.flags = UCP_AM_SEND_FLAG_REPLY;
+  param.cb.send = send_done;
+  param.user_data = op.get();
+  auto request = ucp_am_send_nbx(ep_, ferry_am_id, op->header.data(), op->header.size(), op->payload,
+                                 op->payload_bytes, &param);
+  if (request == nullptr) {
+    notify(op->done, {});
+  } else if (UCS_PTR_IS_ERR(request)) {
+    notify(op->done, failure(UCS_PTR_STATUS(request), ("ucp_am_send_nbx to " + peer_).c_str()));
+  } else {
+    op.release();  // send_done owns it now
+  }
+}
+
+void ConnectionImpl::set_handlers(MessageHandler on_message, ErrorHandler on_error) {
+  auto message = std::make_shared<const MessageHandler>(std::move(on_message));
+  auto error = std::make_shared<const ErrorHandler>(std::move(on_error));
+  if (impl_.on_progress_thread()) {
+    on_message_ = std::move(message);
+    on_error_ = std::move(error);
+  } else {
+    worker_->call([&] {
+      on_message_ = std::move(message);
+      on_error_ = std::move(error);
+    });
+  }
+}
+
+void ConnectionImpl::close() {
+  if (closed_.exchange(true)) return;
+  impl_.post([self = self()] { self->close_now(false); });
+}
+
+void ConnectionImpl::close_now(bool force) {
+  closed_ = true;
+  if (ep_ == nullptr) return;
+  impl_.connections.erase(ep_);
+  impl_.close_endpoint(ep_, force);
+  ep_ = nullptr;
+  // Handlers often capture their connection; dropping them breaks the cycle.
+  on_message_.reset();
+  on_error_.reset();
+}
+
+void ConnectionImpl::deliver(Incoming& message) {
+  auto handler = on_message_;
+  if (!handler || !*handler) return;
+  try {
+    (*handler)(*this, message);
+  } catch (const std::exception& e) {
+    log().error("ucx: message handler for {} threw: {}", peer_, e.what());
+  }
+}
+
+void ConnectionImpl::fail(ucs_status_t status) {
+  if (ep_ == nullptr) return;
+  closed_ = true;
+  impl_.connections.erase(ep_);
+  // A failed endpoint can only be force-closed, and not from inside its own
+  // error callback.
+  impl_.post([impl = &impl_, ep = ep_] { impl->close_endpoint(ep, true); });
+  ep_ = nullptr;
+  auto handler = std::move(on_error_);
+  on_message_.reset();
+  if (connecting && !connecting->reported) {
+    connecting->report(status);
+    return;
+  }
+  log().debug("ucx: connection to {} failed: {}", peer_, ucs_status_string(status));
+  if (!handler || !*handler) return;
+  try {
+    (*handler)(*this, "connection to " + peer_ + " failed: " + ucs_status_string(status));
+  } catch (const std::exception& e) {
+    log().error("ucx: error handler for {} threw: {}", peer_, e.what());
+  }
+}
+
+ucs_status_t am_receive(void* arg, const void* header, std::size_t header_length, void* data, std::size_t length,
+                        const ucp_am_recv_param_t* param) {
+  auto& impl = *static_cast<Worker::Impl*>(arg);
+  if ((param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) == 0) {
+    log().warn("ucx: dropped a message without a reply endpoint (not from a Ferry peer?)");
+    return UCS_OK;
+  }
+  auto found = impl.connections.find(param->reply_ep);
+  if (found == impl.connections.end()) return UCS_OK;  // closing: dropped
+  // Null while its destructor waits for this thread to unregister it.
+  auto connection = found->second->weak_from_this().lock();
+  if (!connection) return UCS_OK;
+  // With no header, `header` is undefined (UCX's words), not null.
+  std::span<const std::byte> header_bytes;
+  if (header_length != 0) header_bytes = {static_cast<const std::byte*>(header), header_length};
+  IncomingMessage message(impl.worker, header_bytes, data, length, (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0);
+  static_cast<ConnectionImpl&>(*connection).deliver(message);
+  return message.status();
+}
+
+void endpoint_failed(void* arg, ucp_ep_h ep, ucs_status_t status) {
+  auto& impl = *static_cast<Worker::Impl*>(arg);
+  auto found = impl.connections.find(ep);
+  if (found == impl.connections.end()) return;
+  auto connection = found->second->weak_from_this().lock();
+  if (!connection) return;
+  static_cast<ConnectionImpl&>(*connection).fail(status);
+}
+
+}  // namespace ferry::transport

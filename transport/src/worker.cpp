@@ -1,7 +1,5 @@
 #include "ferry/transport/worker.hpp"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
 
@@ -24,24 +22,6 @@ void throw_ucx(ucs_status_t status, const std::string& what) {
 
 void check(ucs_status_t status, const std::string& what) {
   if (status != UCS_OK) throw_ucx(status, what);
-}
-
-std::string format_sockaddr(const sockaddr_storage& address) {
-  char ip[INET6_ADDRSTRLEN] = {};
-  std::uint16_t port = 0;
-  if (address.ss_family == AF_INET) {
-    const auto& in = reinterpret_cast<const sockaddr_in&>(address);
-    inet_ntop(AF_INET, &in.sin_addr, ip, sizeof ip);
-    port = ntohs(in.sin_port);
-    return std::string(ip) + ":" + std::to_string(port);
-  }
-  if (address.ss_family == AF_INET6) {
-    const auto& in6 = reinterpret_cast<const sockaddr_in6&>(address);
-    inet_ntop(AF_INET6, &in6.sin6_addr, ip, sizeof ip);
-    port = ntohs(in6.sin6_port);
-    return "[" + std::string(ip) + "]:" + std::to_string(port);
-  }
-  return "?";
 }
 
 namespace {

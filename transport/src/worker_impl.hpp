@@ -2,9 +2,11 @@
 // thread touches. Shared by worker.cpp, connection.cpp and listener.cpp.
 #pragma once
 
+#include <sys/socket.h>
 #include <ucp/api/ucp.h>
 
 #include <atomic>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <mutex>
@@ -26,8 +28,12 @@ inline constexpr unsigned ferry_am_id = 0;
 void check(ucs_status_t status, const std::string& what);
 [[noreturn]] void throw_ucx(ucs_status_t status, const std::string& what);
 
-// "ip:port" of a socket address.
+// "ip:port" ("[ip6]:port") of a socket address.
 std::string format_sockaddr(const sockaddr_storage& address);
+std::uint16_t sockaddr_port(const sockaddr_storage& address);
+// host:port as a socket address (IPv4 preferred); throws UcxError naming
+// the address when the host does not resolve. An empty host means any.
+socklen_t resolve(const std::string& host, std::uint16_t port, sockaddr_storage& out);
 
 struct Worker::Impl {
   std::string name;

@@ -60,6 +60,14 @@ class Runtime {
     std::uint64_t seed = 1;                                      // the random policy
     // Where host replicas live; default: a PinnedPool of this runtime.
     std::shared_ptr<MemoryResource> host_memory;
+    // GPU hosts running ferryd, as "host:port" or "ucx://host:port".   FERRY_REMOTES=a,b
+    std::vector<std::string> remotes;
+    // The pre-shared token ferryd expects: inline, or the file holding it.  FERRY_TOKEN, FERRY_TOKEN_FILE
+    std::string token;
+    std::filesystem::path token_file;
+    // Transfers above this are split and pipelined, this many chunks in flight.  FERRY_CHUNK_BYTES, FERRY_CHUNK_WINDOW
+    std::size_t chunk_bytes = std::size_t{4} << 20;
+    unsigned chunk_window = 4;
     // FERRY_* variables override the fields above unless this is false.
     bool read_environment = true;
   };
@@ -126,6 +134,16 @@ class Runtime {
   void load_plugin(const std::filesystem::path& path);
 
   std::vector<DeviceInfo> devices() const;
+  // What a remote's ferryd counted for this client, and what this runtime
+  // moved to and from it. Throws UsageError for an unknown address,
+  // RemoteError when the remote cannot answer.
+  struct RemoteStats {
+    std::uint64_t server_bytes_in = 0, server_bytes_out = 0, server_tasks = 0, server_replicas = 0;
+    std::uint64_t server_memory_in_use = 0;
+    std::size_t bytes_shipped = 0, bytes_fetched = 0;
+    bool connected = false;
+  };
+  RemoteStats remote_stats(const std::string& address) const;
   const Options& options() const noexcept;
   PerfModels& perf_models();
   // The trace so far; null unless tracing.

@@ -1,0 +1,195 @@
+#include "coherence.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <mutex>
+
+#include "ferry/error.hpp"
+#include "ferry/log.hpp"
+
+namespace ferry::detail {
+
+namespace {
+
+// Replays are rare (a host was lost) and may touch many buffers: one at a time.
+std::recursive_mutex& replay_mutex() {
+  static std::recursive_mutex mutex;
+  return mutex;
+}
+
+// Its node went away (or reconnected since): the copy no longer exists there.
+bool lost(const RemoteCopy& copy) noexcept { return !copy.link->alive() || copy.epoch != copy.link->epoch(); }
+
+void remove_copy(BufferRoot& root, const std::shared_ptr<RemoteCopy>& copy, bool drop) {
+  if (drop && !lost(*copy)) copy->link->drop(copy->id);
+  std::erase(root.copies, copy);
+  root.copy_count.store(root.copies.size(), std::memory_order_release);
+}
+
+void replay(LineageEntry& entry) {
+  std::lock_guard lock(replay_mutex());
+  if (entry.replayed.load(std::memory_order_acquire)) return;
+  // Inputs may themselves have been lost: acquiring them replays their lineage first.
+  KernelArgs args = entry.args;
+  std::vector<std::shared_ptr<BufferRoot>> held;
+  for (std::size_t i = 0; i < entry.buffer_args.size(); ++i) {
+    auto root = entry.roots[i].lock();
+    if (!root) continue;  // the buffer is gone: nobody can read the result
+    BufferState view;
+    view.root = root;
+    view.region = entry.regions[i];
+    BufferArg& arg = args.items[entry.buffer_args[i]].buffer;
+    acquire_on_host(view, reads(arg.mode) ? AccessMode::read : AccessMode::write);
+    arg.data = host_region(*root, entry.regions[i]).data;
+    held.push_back(std::move(root));
+  }
+  ExecContext context{args, entry.name, -1, nullptr, std::nullopt};
+  log().warn("recomputing task '{}' (kernel {}) on the host: its output was only on a lost remote", entry.name,
+             entry.kernel->name);
+  entry.kernel->cpu(context);
+  entry.replayed.store(true, std::memory_order_release);
+}
+
+// Makes the host hold the copy's data: fetched from a live node, or
+// recomputed from lineage when its node is gone.
+void bring_home(BufferRoot& root, RemoteCopy& copy) {
+  const HostRegion dest = host_region(root, copy.region);
+  if (!lost(copy)) {
+    try {
+      copy.link->fetch(copy.id, dest);
+      copy.modified = false;
+      copy.lineage.clear();
+      return;
+    } catch (const RemoteError& e) {
+      log().warn("fetching a buffer back failed ({}); recomputing it", e.what());
+    }
+  }
+  if (copy.lineage.empty())
+    throw RemoteError(fmt::format("a {} x {} region held only by a lost remote has no lineage to recompute it from",
+                                  copy.region.rows, copy.region.cols));
+  for (const auto& entry : copy.lineage) replay(*entry);
+  copy.modified = false;
+  copy.lineage.clear();
+}
+
+}  // namespace
+
+HostRegion host_region(BufferRoot& root, const Region& region) {
+  HostRegion r;
+  r.dtype = root.dtype;
+  r.rows = region.rows;
+  r.cols = region.cols;
+  r.ld = root.cols;
+  r.data = static_cast<char*>(root.host) + (region.row0 * root.cols + region.col0) * size_of(root.dtype);
+  return r;
+}
+
+HostRegion host_region(const BufferState& view) { return host_region(*view.root, view.region); }
+
+namespace {
+
+using RootLock = std::unique_lock<std::recursive_mutex>;
+
+// Locks the root; when data it needs sits only on a lost node, takes the
+// replay lock first, so every replay takes locks in one order.
+RootLock lock_for(BufferRoot& root, const Region& region, std::unique_lock<std::recursive_mutex>& replay_guard) {
+  RootLock lock(root.transfer_mutex);
+  const bool needs_replay = std::any_of(root.copies.begin(), root.copies.end(), [&](const auto& c) {
+    return c->modified && lost(*c) && c->region.overlaps(region);
+  });
+  if (needs_replay && !replay_guard.owns_lock()) {
+    lock.unlock();
+    replay_guard.lock();
+    lock.lock();
+  }
+  return lock;
+}
+
+}  // namespace
+
+std::uint64_t acquire_on_node(const BufferState& view, AccessMode mode, NodeLink& link) {
+  BufferRoot& root = *view.root;
+  std::unique_lock replay_guard(replay_mutex(), std::defer_lock);
+  RootLock lock = lock_for(root, view.region, replay_guard);
+  std::shared_ptr<RemoteCopy> exact;
+  // Modified data elsewhere (another node, or another region of this one)
+  // comes home first: the host is where copies are made from.
+  for (auto& copy : std::vector(root.copies)) {
+    if (!copy->region.overlaps(view.region)) continue;
+    if (copy->link == &link && copy->region == view.region && !lost(*copy)) {
+      exact = copy;
+      continue;
+    }
+    if (copy->modified) bring_home(root, *copy);
+    if (lost(*copy)) remove_copy(root, copy, /*drop=*/false);
+  }
+  if (exact) return exact->id;
+  auto copy = std::make_shared<RemoteCopy>();
+  copy->link = &link;
+  copy->epoch = link.epoch();
+  copy->region = view.region;
+  link.hold(view.root);
+  copy->id = reads(mode) ? link.ship(host_region(view)) : link.allocate(host_region(view));
+  root.copies.push_back(copy);
+  root.copy_count.store(root.copies.size(), std::memory_order_release);
+  return copy->id;
+}
+
+void written_on_node(const BufferState& view, NodeLink& link, std::uint64_t id, std::shared_ptr<LineageEntry> lineage) {
+  BufferRoot& root = *view.root;
+  RootLock lock(root.transfer_mutex);
+  std::shared_ptr<RemoteCopy> mine;
+  for (auto& copy : std::vector(root.copies)) {
+    if (copy->link == &link && copy->id == id) mine = copy;
+    else if (copy->region.overlaps(view.region)) remove_copy(root, copy, /*drop=*/true);  // stale now
+  }
+  if (!mine) return;
+  mine->modified = true;
+  if (lineage) mine->lineage.push_back(std::move(lineage));
+}
+
+void acquire_on_host(const BufferState& view, AccessMode mode) {
+  BufferRoot& root = *view.root;
+  if (root.copy_count.load(std::memory_order_acquire) == 0) return;
+  std::unique_lock replay_guard(replay_mutex(), std::defer_lock);
+  RootLock lock = lock_for(root, view.region, replay_guard);
+  for (auto& copy : std::vector(root.copies)) {
+    if (!copy->region.overlaps(view.region)) continue;
+    if (copy->modified) bring_home(root, *copy);
+    if (writes(mode) || lost(*copy)) remove_copy(root, copy, /*drop=*/true);
+  }
+}
+
+void prefetch_on_node(const BufferState& view, NodeLink& link, const std::function<bool()>& writer_pending) {
+  BufferRoot& root = *view.root;
+  RootLock lock(root.transfer_mutex);
+  // Checked under the lock: a writer that starts later must first take it
+  // (acquire_on_host), so it cannot change the data while it is shipped.
+  if (writer_pending()) return;
+  for (const auto& copy : root.copies) {
+    if (!copy->region.overlaps(view.region)) continue;
+    if (copy->modified || lost(*copy)) return;  // the task's own run sorts these out
+    if (copy->link == &link && copy->region == view.region) return;  // already there
+  }
+  auto copy = std::make_shared<RemoteCopy>();
+  copy->link = &link;
+  copy->epoch = link.epoch();
+  copy->region = view.region;
+  copy->id = link.ship(host_region(view));
+  link.hold(view.root);
+  root.copies.push_back(copy);
+  root.copy_count.store(root.copies.size(), std::memory_order_release);
+}
+
+void forget_node(BufferRoot& root, NodeLink& link) {
+  std::lock_guard replay_guard(replay_mutex());
+  RootLock lock(root.transfer_mutex);
+  for (auto& copy : std::vector(root.copies)) {
+    if (copy->link != &link) continue;
+    if (copy->modified) bring_home(root, *copy);
+    remove_copy(root, copy, /*drop=*/false);
+  }
+}
+
+}  // namespace ferry::detail

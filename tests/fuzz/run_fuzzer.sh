@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Builds tests/fuzz/protocol_fuzzer.cpp with libFuzzer, ASan and UBSan, seeds
+# a corpus with valid messages and fuzzes for FERRY_FUZZ_SECONDS (default 30).
+#   run_fuzzer.sh SOURCE_DIR [BINARY_DIR]
+# Exit status: 0 clean, 77 skipped (no clang++ or no libFuzzer runtime), any
+# other non-zero a build failure or a finding; a crashing input is kept in
+# BINARY_DIR/fuzz-artifacts (or the temp dir, whose path is printed).
+# The protocol sources are compiled directly, so the fuzzer needs neither
+# the project's compiler nor its dependencies (UCX, spdlog, fmt).
+set -euo pipefail
+
+src=${1:?usage: run_fuzzer.sh SOURCE_DIR [BINARY_DIR]}
+bin=${2:-}
+cxx=${FERRY_FUZZ_CXX:-clang++}
+seconds=${FERRY_FUZZ_SECONDS:-30}
+
+if ! command -v "$cxx" >/dev/null 2>&1; then
+  echo "clang++ not found: fuzzing skipped"
+  exit 77
+fi
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/ferry-fuzz.XXXXXX")
+artifacts=${bin:+$bin/fuzz-artifacts}
+artifacts=${artifacts:-$work/artifacts}
+mkdir -p "$artifacts" "$work/corpus"
+keep_work=0
+cleanup() { if [[ $keep_work == 0 ]]; then rm -rf "$work"; fi; }
+trap cleanup EXIT
+
+# clang++ without its runtime libraries (libclang-rt-*-dev) cannot link a
+# fuzzer at all; that is a missing tool, not a finding.
+echo 'extern "C" int LLVMFuzzerTestOneInput(const char*, unsigned long) { return 0; }' >"$work/probe.cpp"
+if ! "$cxx" -fsanitize=fuzzer "$work/probe.cpp" -o "$work/probe" >/dev/null 2>&1; then
+  echo "$cxx cannot link libFuzzer (is libclang-rt-dev installed?): fuzzing skipped"
+  exit 77
+fi
+
+echo "building the protocol fuzzer with $cxx"
+"$cxx" -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+  -Wall -Wextra -Wpedantic -include "$src/tests/fuzz/source_location_shim.hpp" \
+  -I"$src/transport/include" -I"$src/common/include" \
+  "$src/tests/fuzz/protocol_fuzzer.cpp" "$src/transport/src/protocol.cpp" "$src/transport/src/protocol_names.cpp" \
+  -o "$work/protocol_fuzzer"
+
+FERRY_FUZZ_SEED_DIR="$work/corpus" "$work/protocol_fuzzer"
+echo "seeded $(ls "$work/corpus" | wc -l) messages; fuzzing for ${seconds}s"
+
+# max_len: past the decoder's 64 KiB bound, so the size check is exercised too.
+status=0
+"$work/protocol_fuzzer" "$work/corpus" -max_total_time="$seconds" -max_len=66000 -timeout=10 -rss_limit_mb=2048 \
+  -print_final_stats=1 -artifact_prefix="$artifacts/" || status=$?
+if [[ $status != 0 ]]; then
+  keep_work=1
+  echo "protocol fuzzer FAILED (status $status); reproducer in $artifacts, build in $work" >&2
+  exit "$status"
+fi
+echo "protocol fuzzer: no findings in ${seconds}s"

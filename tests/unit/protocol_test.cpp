@@ -1,0 +1,478 @@
+// The wire protocol (docs/protocol.md): every message round-trips, the byte
+// layout is pinned by golden vectors, and every kind of malformed input is
+// refused with a ProtocolError that names the message and the field.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cstdint>
+#include <initializer_list>
+#include <limits>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "ferry/error.hpp"
+#include "ferry/transport/protocol.hpp"
+
+namespace ferry::protocol {
+namespace {
+
+using Bytes = std::vector<std::byte>;
+// Inside a TEST body, plain `Run` names testing::Test::Run.
+using RunMessage = Run;
+
+// ---- equality, field by field (the contract's structs define none) ----
+// Doubles compare by bits, so -0.0 and NaN payloads must survive too.
+
+std::uint64_t bits(double d) { return std::bit_cast<std::uint64_t>(d); }
+
+bool same(const Hello& a, const Hello& b) {
+  return std::tie(a.min_version, a.max_version, a.client) == std::tie(b.min_version, b.max_version, b.client);
+}
+bool same(const Challenge& a, const Challenge& b) { return a.version == b.version && a.nonce == b.nonce; }
+bool same(const Auth& a, const Auth& b) { return a.mac == b.mac; }
+bool same(const Welcome& a, const Welcome& b) {
+  return std::tie(a.server, a.memory_quota, a.cpu_workers, a.gpus, a.max_payload) ==
+         std::tie(b.server, b.memory_quota, b.cpu_workers, b.gpus, b.max_payload);
+}
+bool same(const Put& a, const Put& b) {
+  return std::tie(a.request, a.buffer, a.dtype, a.rows, a.cols, a.offset) ==
+         std::tie(b.request, b.buffer, b.dtype, b.rows, b.cols, b.offset);
+}
+bool same(const PutAck& a, const PutAck& b) {
+  return std::tie(a.request, a.buffer, a.status, a.message) == std::tie(b.request, b.buffer, b.status, b.message);
+}
+bool same(const Get& a, const Get& b) {
+  return std::tie(a.request, a.buffer, a.offset, a.length) == std::tie(b.request, b.buffer, b.offset, b.length);
+}
+bool same(const Data& a, const Data& b) {
+  return std::tie(a.request, a.buffer, a.offset, a.status, a.message) ==
+         std::tie(b.request, b.buffer, b.offset, b.status, b.message);
+}
+bool same(const RunArg& a, const RunArg& b) {
+  return a.kind == b.kind && a.buffer == b.buffer && a.mode == b.mode && bits(a.real) == bits(b.real) &&
+         a.integer == b.integer && a.text == b.text;
+}
+bool same(const Run& a, const Run& b) {
+  if (std::tie(a.request, a.kernel, a.task) != std::tie(b.request, b.kernel, b.task)) return false;
+  if (a.args.size() != b.args.size()) return false;
+  for (std::size_t i = 0; i < a.args.size(); ++i)
+    if (!same(a.args[i], b.args[i])) return false;
+  return true;
+}
+bool same(const Done& a, const Done& b) {
+  return a.request == b.request && a.status == b.status && bits(a.seconds) == bits(b.seconds) &&
+         a.result.has_value() == b.result.has_value() && (!a.result || bits(*a.result) == bits(*b.result)) &&
+         a.message == b.message;
+}
+bool same(const Free& a, const Free& b) { return a.buffer == b.buffer; }
+bool same(const StatsRequest& a, const StatsRequest& b) { return a.request == b.request; }
+bool same(const StatsReply& a, const StatsReply& b) {
+  return std::tie(a.request, a.bytes_in, a.bytes_out, a.tasks, a.replicas, a.memory_in_use) ==
+         std::tie(b.request, b.bytes_in, b.bytes_out, b.tasks, b.replicas, b.memory_in_use);
+}
+bool same(const Ping& a, const Ping& b) { return a.request == b.request; }
+bool same(const Pong& a, const Pong& b) { return a.request == b.request; }
+bool same(const ErrorMessage& a, const ErrorMessage& b) {
+  return std::tie(a.status, a.message) == std::tie(b.status, b.message);
+}
+bool same(const Bye& a, const Bye& b) { return std::tie(a.status, a.message) == std::tie(b.status, b.message); }
+
+bool same(const Message& a, const Message& b) {
+  if (a.index() != b.index()) return false;
+  return std::visit([&](const auto& x) { return same(x, std::get<std::decay_t<decltype(x)>>(b)); }, a);
+}
+
+// ---- sample messages: every type, non-trivial values ----
+
+std::string with_nuls() { return std::string("a\0b\0\0c", 6); }
+
+RunArg buffer_arg(std::uint64_t id, Mode mode) {
+  RunArg a;
+  a.kind = RunArg::Kind::buffer;
+  a.buffer = id;
+  a.mode = mode;
+  return a;
+}
+RunArg real_arg(double v) {
+  RunArg a;
+  a.kind = RunArg::Kind::real;
+  a.real = v;
+  return a;
+}
+RunArg integer_arg(std::int64_t v) {
+  RunArg a;
+  a.kind = RunArg::Kind::integer;
+  a.integer = v;
+  return a;
+}
+RunArg text_arg(std::string v) {
+  RunArg a;
+  a.kind = RunArg::Kind::text;
+  a.text = std::move(v);
+  return a;
+}
+
+std::vector<Message> samples() {
+  std::vector<Message> out;
+  out.push_back(Hello{.min_version = 1, .max_version = 1, .client = "host-7:4242"});
+  Challenge challenge;
+  for (std::size_t i = 0; i < nonce_bytes; ++i) challenge.nonce[i] = static_cast<std::uint8_t>(0xff - 7 * i);
+  out.push_back(challenge);
+  Auth auth;
+  for (std::size_t i = 0; i < mac_bytes; ++i) auth.mac[i] = static_cast<std::uint8_t>(3 * i + 1);
+  out.push_back(auth);
+  out.push_back(Welcome{.server = "ferryd 0.1.0 on gpu-host",
+                        .memory_quota = std::uint64_t{48} << 30,
+                        .cpu_workers = 16,
+                        .gpus = 8,
+                        .max_payload = std::uint64_t{64} << 20});
+  out.push_back(Put{.request = 0x0102030405060708,
+                    .buffer = std::numeric_limits<std::uint64_t>::max(),
+                    .dtype = DType::i32,
+                    .rows = 1000,
+                    .cols = 3,
+                    .offset = 4096});
+  out.push_back(PutAck{.request = 9, .buffer = 77, .status = Status::quota_exceeded, .message = with_nuls()});
+  out.push_back(Get{.request = 10, .buffer = 77, .offset = 123, .length = max_buffer_bytes});
+  out.push_back(Data{.request = 10, .buffer = 77, .offset = 123, .status = Status::unknown_buffer, .message = "gone"});
+  out.push_back(Run{.request = 11,
+                    .kernel = "gemm",
+                    .task = with_nuls(),
+                    .args = {buffer_arg(1, Mode::read), buffer_arg(2, Mode::write), buffer_arg(3, Mode::readwrite),
+                             real_arg(-0.0), real_arg(6.02214076e23), integer_arg(std::numeric_limits<std::int64_t>::min()),
+                             integer_arg(-1), text_arg(""), text_arg(with_nuls())}});
+  out.push_back(Done{.request = 11, .status = Status::ok, .seconds = 0.125, .result = 42.5, .message = ""});
+  out.push_back(Done{.request = 12, .status = Status::kernel_failed, .seconds = 1e-9, .result = std::nullopt,
+                     .message = "CUBLAS_STATUS_EXECUTION_FAILED"});
+  out.push_back(Free{.buffer = 0xdeadbeefcafef00d});
+  out.push_back(StatsRequest{.request = 13});
+  out.push_back(StatsReply{.request = 13, .bytes_in = 1, .bytes_out = 2, .tasks = 3, .replicas = 4,
+                           .memory_in_use = std::uint64_t{1} << 33});
+  out.push_back(Ping{.request = 14});
+  out.push_back(Pong{.request = 14});
+  out.push_back(ErrorMessage{.status = Status::out_of_order, .message = "run before welcome"});
+  out.push_back(Bye{.status = Status::shutting_down, .message = "SIGTERM"});
+  return out;
+}
+
+// ---- hand-built frames, independent of encode() ----
+
+class Body {
+ public:
+  Body& u8(std::uint64_t v) { return le(v, 1); }
+  Body& u16(std::uint64_t v) { return le(v, 2); }
+  Body& u32(std::uint64_t v) { return le(v, 4); }
+  Body& u64(std::uint64_t v) { return le(v, 8); }
+  Body& str(const std::string& s) {
+    u32(s.size());
+    for (char c : s) bytes.push_back(static_cast<std::byte>(c));
+    return *this;
+  }
+  Bytes bytes;
+
+ private:
+  Body& le(std::uint64_t v, int n) {
+    for (int i = 0; i < n; ++i) bytes.push_back(static_cast<std::byte>(v >> (8 * i)));
+    return *this;
+  }
+};
+
+Bytes frame(std::uint64_t type, const Bytes& body, std::uint64_t ver = version, std::uint64_t mag = magic) {
+  Body f;
+  f.u32(mag).u16(ver).u16(type).u32(body.size());
+  f.bytes.insert(f.bytes.end(), body.begin(), body.end());
+  return f.bytes;
+}
+Bytes frame(Type type, const Body& body) { return frame(static_cast<std::uint64_t>(type), body.bytes); }
+
+Bytes hex_bytes(std::initializer_list<unsigned> values) {
+  Bytes out;
+  for (unsigned v : values) out.push_back(static_cast<std::byte>(v));
+  return out;
+}
+
+// decode() must refuse `bytes` with a ProtocolError whose text contains `where`.
+void expect_refused(const Bytes& bytes, const std::string& where) {
+  try {
+    decode(bytes);
+    ADD_FAILURE() << "decoded; expected a ProtocolError mentioning \"" << where << "\"";
+  } catch (const ProtocolError& e) {
+    EXPECT_NE(std::string(e.what()).find(where), std::string::npos) << "message: " << e.what();
+  }
+}
+
+void expect_encode_refused(const Message& m, const std::string& where) {
+  try {
+    encode(m);
+    ADD_FAILURE() << "encoded; expected a ProtocolError mentioning \"" << where << "\"";
+  } catch (const ProtocolError& e) {
+    EXPECT_NE(std::string(e.what()).find(where), std::string::npos) << "message: " << e.what();
+  }
+}
+
+// ---- round trips ----
+
+TEST(Protocol, EveryMessageRoundTrips) {
+  std::vector<bool> seen(static_cast<std::size_t>(Type::bye) + 1, false);
+  for (const Message& m : samples()) {
+    SCOPED_TRACE(to_string(type_of(m)));
+    const Bytes bytes = encode(m);
+    const Message back = decode(bytes);
+    EXPECT_EQ(type_of(back), type_of(m));
+    EXPECT_TRUE(same(back, m));
+    EXPECT_EQ(encode(back), bytes);  // canonical: re-encoding is byte-exact
+    seen[static_cast<std::size_t>(type_of(m))] = true;
+  }
+  for (std::size_t t = 1; t < seen.size(); ++t) EXPECT_TRUE(seen[t]) << "no sample of " << to_string(Type(t));
+}
+
+TEST(Protocol, EveryRunArgKindCarriesOnlyItsOwnField) {
+  RunMessage run{.request = 1, .kernel = "k", .task = "t", .args = {}};
+  RunArg noisy = real_arg(2.5);
+  noisy.buffer = 99;  // fields of other kinds do not travel
+  noisy.text = "ignored";
+  run.args = {noisy};
+  const auto back = std::get<RunMessage>(decode(encode(run)));
+  ASSERT_EQ(back.args.size(), 1u);
+  EXPECT_TRUE(same(back.args[0], real_arg(2.5)));
+  // kind 1 byte + 8 bytes of the double; nothing else
+  EXPECT_EQ(encode(run).size(), encode(RunMessage{.request = 1, .kernel = "k", .task = "t", .args = {}}).size() + 9);
+}
+
+TEST(Protocol, MaxSizeStringsAndArgumentsRoundTrip) {
+  const std::string big(max_string_bytes, '\0');
+  std::string varied(max_string_bytes, 'x');
+  varied[0] = '\0';
+  varied[max_string_bytes - 1] = '\xff';
+  RunMessage run{.request = 5, .kernel = big, .task = varied, .args = {}};
+  for (std::size_t i = 0; i < max_args; ++i) run.args.push_back(integer_arg(static_cast<std::int64_t>(i) - 32));
+  const Message back = decode(encode(run));
+  EXPECT_TRUE(same(back, Message{run}));
+  const PutAck ack{.request = 1, .buffer = 2, .status = Status::internal, .message = varied};
+  EXPECT_TRUE(same(decode(encode(ack)), Message{ack}));
+}
+
+TEST(Protocol, DoneResultPresentAndAbsent) {
+  Done done;
+  done.result = 0.0;
+  const auto present = std::get<Done>(decode(encode(done)));
+  ASSERT_TRUE(present.result.has_value());
+  EXPECT_EQ(*present.result, 0.0);
+  done.result.reset();
+  const auto absent = std::get<Done>(decode(encode(done)));
+  EXPECT_FALSE(absent.result.has_value());
+}
+
+TEST(Protocol, NamesAndTypes) {
+  EXPECT_STREQ(to_string(Type::hello), "hello");
+  EXPECT_STREQ(to_string(Type::put_ack), "put_ack");
+  EXPECT_STREQ(to_string(Type::stats), "stats");
+  EXPECT_STREQ(to_string(Type::stats_reply), "stats_reply");
+  EXPECT_STREQ(to_string(Type::bye), "bye");
+  EXPECT_STREQ(to_string(static_cast<Type>(0)), "unknown");
+  EXPECT_STREQ(to_string(static_cast<Type>(18)), "unknown");
+  EXPECT_STREQ(to_string(Status::ok), "ok");
+  EXPECT_STREQ(to_string(Status::version_mismatch), "version_mismatch");
+  EXPECT_STREQ(to_string(Status::internal), "internal");
+  EXPECT_STREQ(to_string(static_cast<Status>(13)), "unknown");
+  for (std::uint16_t t = 1; t <= static_cast<std::uint16_t>(Type::bye); ++t)
+    EXPECT_STRNE(to_string(static_cast<Type>(t)), "unknown") << t;
+  for (std::uint16_t s = 0; s <= static_cast<std::uint16_t>(Status::internal); ++s)
+    EXPECT_STRNE(to_string(static_cast<Status>(s)), "unknown") << s;
+  EXPECT_EQ(type_of(StatsRequest{}), Type::stats);
+  EXPECT_EQ(type_of(ErrorMessage{}), Type::error);
+}
+
+// ---- golden vectors: a change of layout must fail here ----
+
+TEST(Protocol, GoldenPut) {
+  const Put put{.request = 0x0102030405060708,
+                .buffer = 0x1122334455667788,
+                .dtype = DType::f64,
+                .rows = 3,
+                .cols = 4,
+                .offset = 16};
+  const Bytes expected = hex_bytes({
+      0x46, 0x52, 0x52, 0x59,                          // magic "FRRY"
+      0x01, 0x00,                                      // version 1
+      0x05, 0x00,                                      // type put
+      0x29, 0x00, 0x00, 0x00,                          // body_length 41
+      0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01,  // request
+      0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11,  // buffer
+      0x01,                                            // dtype f64
+      0x03, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // rows
+      0x04, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // cols
+      0x10, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // offset
+  });
+  EXPECT_EQ(encode(put), expected);
+  EXPECT_TRUE(same(decode(expected), Message{put}));
+}
+
+TEST(Protocol, GoldenRun) {
+  const RunMessage run{.request = 7,
+                .kernel = "k",
+                .task = std::string("t\0", 2),
+                .args = {buffer_arg(0x0a, Mode::readwrite), real_arg(1.5), integer_arg(-2), text_arg("xy")}};
+  const Bytes expected = hex_bytes({
+      0x46, 0x52, 0x52, 0x59, 0x01, 0x00, 0x09, 0x00,  // magic, version 1, type run
+      0x3a, 0x00, 0x00, 0x00,                          // body_length 58
+      0x07, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // request
+      0x01, 0x00, 0x00, 0x00, 'k',                     // kernel
+      0x02, 0x00, 0x00, 0x00, 't', 0x00,               // task, with its NUL
+      0x04, 0x00, 0x00, 0x00,                          // 4 args
+      0x00, 0x0a, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x02,  // buffer 10, readwrite
+      0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xf8, 0x3f,        // real 1.5
+      0x02, 0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,        // integer -2
+      0x03, 0x02, 0x00, 0x00, 0x00, 'x', 'y',                      // text "xy"
+  });
+  EXPECT_EQ(encode(run), expected);
+  EXPECT_TRUE(same(decode(expected), Message{run}));
+}
+
+TEST(Protocol, GoldenDone) {
+  const Done done{.request = 1, .status = Status::kernel_failed, .seconds = 0.5, .result = 2.0, .message = ""};
+  const Bytes expected = hex_bytes({
+      0x46, 0x52, 0x52, 0x59, 0x01, 0x00, 0x0a, 0x00,  // magic, version 1, type done
+      0x1f, 0x00, 0x00, 0x00,                          // body_length 31
+      0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // request
+      0x01, 0x00,                                      // status kernel_failed (u16)
+      0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xe0, 0x3f,  // seconds 0.5
+      0x01,                                            // result present
+      0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x40,  // 2.0
+      0x00, 0x00, 0x00, 0x00,                          // empty message
+  });
+  EXPECT_EQ(encode(done), expected);
+  EXPECT_TRUE(same(decode(expected), Message{done}));
+}
+
+// ---- malformed input ----
+
+TEST(ProtocolMalformed, Empty) { expect_refused({}, "frame.length"); }
+
+TEST(ProtocolMalformed, EveryPrefixOfEveryMessage) {
+  for (const Message& m : samples()) {
+    const Bytes bytes = encode(m);
+    for (std::size_t n = 0; n < bytes.size(); ++n) {
+      const Bytes prefix(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(n));
+      EXPECT_THROW(decode(prefix), ProtocolError) << to_string(type_of(m)) << " cut at " << n;
+    }
+  }
+}
+
+TEST(ProtocolMalformed, ShortBodyWithConsistentLength) {
+  // body_length matches, but the body ends inside a field
+  expect_refused(frame(Type::ping, Body().u32(1)), "ping.request: truncated");
+  expect_refused(frame(Type::put_ack, Body().u64(1).u64(2).u16(0).u32(10).u8('a')), "put_ack.message: truncated");
+  expect_refused(frame(Type::run, Body().u64(1).str("k").str("t").u32(2).u8(2).u64(5)), "run.args[1].kind: truncated");
+}
+
+TEST(ProtocolMalformed, FrameFields) {
+  const Bytes ping = frame(Type::ping, Body().u64(1));
+  ASSERT_NO_THROW(decode(ping));
+  expect_refused(frame(14, Body().u64(1).bytes, version, 0x59525247), "frame.magic");
+  expect_refused(frame(14, Body().u64(1).bytes, 0), "speaks versions 1 to 1");
+  expect_refused(frame(14, Body().u64(1).bytes, 99), "frame.version: 99");
+  expect_refused(frame(0, Body().u64(1).bytes), "frame.type: unknown message type 0");
+  expect_refused(frame(18, Body().u64(1).bytes), "frame.type: unknown message type 18");
+  expect_refused(frame(0xffff, Body().u64(1).bytes), "frame.type");
+
+  Bytes longer = ping;  // body_length says one byte more than follows
+  longer[8] = std::byte{9};
+  expect_refused(longer, "frame.body_length: ping says 9 bytes, but 8 follow");
+  Bytes shorter = ping;
+  shorter[8] = std::byte{7};
+  expect_refused(shorter, "frame.body_length");
+
+  expect_refused(Bytes(max_header_bytes + 1, std::byte{0}), "frame.length");
+}
+
+TEST(ProtocolMalformed, TrailingByte) {
+  expect_refused(frame(Type::ping, Body().u64(1).u8(0)), "ping.body: 1 trailing");
+  Done done;
+  done.result = 3.0;
+  Bytes bytes = encode(done);
+  bytes.push_back(std::byte{0});
+  bytes[8] = static_cast<std::byte>(std::to_integer<unsigned>(bytes[8]) + 1);
+  expect_refused(bytes, "done.body");
+}
+
+TEST(ProtocolMalformed, BadEnumValues) {
+  expect_refused(frame(Type::put_ack, Body().u64(1).u64(2).u16(13).str("")), "put_ack.status: unknown value 13");
+  expect_refused(frame(Type::error, Body().u16(0xffff).str("")), "error.status");
+  expect_refused(frame(Type::put, Body().u64(1).u64(2).u8(5).u64(1).u64(1).u64(0)), "put.dtype: unknown value 5");
+  expect_refused(frame(Type::run, Body().u64(1).str("k").str("t").u32(1).u8(4)), "run.args[0].kind: unknown value 4");
+  expect_refused(frame(Type::run, Body().u64(1).str("k").str("t").u32(2).u8(1).u64(0).u8(0).u64(3).u8(3)),
+                 "run.args[1].mode: unknown value 3");
+}
+
+TEST(ProtocolMalformed, Strings) {
+  const std::string too_long(max_string_bytes + 1, 'z');
+  expect_refused(frame(Type::hello, Body().u16(1).u16(1).str(too_long)), "hello.client: 4097 bytes (at most 4096)");
+  // a huge declared length with nothing behind it: refused before any allocation
+  expect_refused(frame(Type::bye, Body().u16(0).u32(0xffffffff)), "bye.message");
+  expect_refused(frame(Type::welcome, Body().u32(3).u8('a')), "welcome.server: truncated");
+}
+
+TEST(ProtocolMalformed, TooManyArgs) {
+  Body body;
+  body.u64(1).str("k").str("t").u32(70);
+  for (int i = 0; i < 70; ++i) body.u8(2).u64(static_cast<std::uint64_t>(i));
+  expect_refused(frame(Type::run, body), "run.args: 70 arguments (at most 64)");
+}
+
+TEST(ProtocolMalformed, PutShape) {
+  auto put = [](std::uint8_t dtype, std::uint64_t rows, std::uint64_t cols, std::uint64_t offset) {
+    return frame(Type::put, Body().u64(1).u64(2).u8(dtype).u64(rows).u64(cols).u64(offset));
+  };
+  ASSERT_NO_THROW(decode(put(0, 0, 0, 0)));   // an empty replica
+  ASSERT_NO_THROW(decode(put(4, max_buffer_bytes, 1, max_buffer_bytes)));
+  expect_refused(put(0, std::uint64_t{1} << 32, std::uint64_t{1} << 32, 0), "put.rows*cols");
+  expect_refused(put(1, std::uint64_t{1} << 61, 1, 0), "put.rows*cols");  // elements fit, bytes do not
+  expect_refused(put(4, max_buffer_bytes + 1, 1, 0), "put.rows*cols");
+  expect_refused(put(1, 2, 2, 33), "put.offset: 33 beyond the replica's 32 bytes");
+}
+
+TEST(ProtocolMalformed, GetRange) {
+  auto get = [](std::uint64_t offset, std::uint64_t length) {
+    return frame(Type::get, Body().u64(1).u64(2).u64(offset).u64(length));
+  };
+  ASSERT_NO_THROW(decode(get(5, max_buffer_bytes)));
+  expect_refused(get(std::numeric_limits<std::uint64_t>::max(), 1), "get.offset+length");
+  expect_refused(get(0, max_buffer_bytes + 1), "get.length");
+}
+
+TEST(ProtocolMalformed, HelloVersions) {
+  expect_refused(frame(Type::hello, Body().u16(3).u16(2).str("c")), "hello.min_version");
+}
+
+TEST(ProtocolMalformed, OptionalByte) {
+  expect_refused(frame(Type::done, Body().u64(1).u16(0).u64(0).u8(2).str("")), "done.result: presence byte 2");
+}
+
+// ---- encode refuses what decode would refuse ----
+
+TEST(ProtocolEncode, RefusesWhatDecodeWould) {
+  PutAck ack;
+  ack.message.assign(max_string_bytes + 1, 'm');
+  expect_encode_refused(ack, "put_ack.message");
+  RunMessage many{.request = 1, .kernel = "k", .task = "t", .args = std::vector<RunArg>(max_args + 1)};
+  expect_encode_refused(many, "run.args: 65 arguments");
+  RunMessage huge{.request = 1, .kernel = "k", .task = "t", .args = {}};
+  for (int i = 0; i < 16; ++i) huge.args.push_back(text_arg(std::string(max_string_bytes, 'x')));
+  expect_encode_refused(huge, "run.header");
+  Put put;
+  put.rows = put.cols = std::uint64_t{1} << 40;
+  expect_encode_refused(put, "put.rows*cols");
+  put = Put{};
+  put.dtype = static_cast<DType>(9);
+  expect_encode_refused(put, "put.dtype");
+  expect_encode_refused(Hello{.min_version = 2, .max_version = 1, .client = ""}, "hello.min_version");
+  RunArg odd;
+  odd.kind = static_cast<RunArg::Kind>(7);
+  RunMessage bad_kind{.request = 1, .kernel = "k", .task = "t", .args = {odd}};
+  expect_encode_refused(bad_kind, "run.args[0].kind");
+}
+
+}  // namespace
+}  // namespace ferry::protocol

@@ -1,0 +1,529 @@
+// The transport over real UCX on loopback: a listener on a free port, an
+// echo server and clients in one process, each with its own Worker.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <thread>
+
+#include "ferry/error.hpp"
+#include "ferry/transport/connection.hpp"
+#include "ferry/transport/listener.hpp"
+#include "ferry/transport/worker.hpp"
+
+namespace ferry::transport {
+namespace {
+
+using namespace std::chrono_literals;
+using Bytes = std::vector<std::byte>;
+
+Bytes text_bytes(const std::string& text) {
+  Bytes bytes(text.size());
+  std::memcpy(bytes.data(), text.data(), text.size());
+  return bytes;
+}
+
+std::string bytes_text(std::span<const std::byte> bytes) {
+  return std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+}
+
+Bytes random_bytes(std::size_t size, unsigned seed) {
+  Bytes bytes(size);
+  std::mt19937_64 engine(seed);
+  std::size_t i = 0;
+  for (; i + 8 <= size; i += 8) {
+    auto word = engine();
+    std::memcpy(bytes.data() + i, &word, 8);
+  }
+  for (; i < size; ++i) bytes[i] = static_cast<std::byte>(engine());
+  return bytes;
+}
+
+// A thread-safe list of whatever a callback produced, waited on by the test.
+template <typename T>
+class Inbox {
+ public:
+  void push(T item) {
+    std::lock_guard lock(mutex_);
+    items_.push_back(std::move(item));
+    changed_.notify_all();
+  }
+  // The first `count` items, or fewer if they do not come within `timeout`.
+  std::vector<T> wait(std::size_t count, std::chrono::milliseconds timeout = 10s) {
+    std::unique_lock lock(mutex_);
+    changed_.wait_for(lock, timeout, [&] { return items_.size() >= count; });
+    return {items_.begin(), items_.begin() + static_cast<std::ptrdiff_t>(std::min(count, items_.size()))};
+  }
+  std::size_t size() {
+    std::lock_guard lock(mutex_);
+    return items_.size();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<T> items_;
+};
+
+struct Message {
+  std::string header;
+  Bytes payload;
+  std::string error;  // from into()'s done
+};
+
+// Receives every message whole into an Inbox.
+Connection::MessageHandler collect(Inbox<Message>& inbox) {
+  return [&inbox](Connection&, Incoming& in) {
+    auto message = std::make_shared<Message>();
+    message->header = bytes_text(in.header());
+    if (in.payload_bytes() == 0) {
+      inbox.push(std::move(*message));
+      return;
+    }
+    message->payload.resize(in.payload_bytes());
+    in.into(message->payload.data(), [&inbox, message](const std::string& error) {
+      message->error = error;
+      inbox.push(std::move(*message));
+    });
+  };
+}
+
+// Sends every message back as it came, once its payload is in.
+void echo(Connection& connection, Incoming& in) {
+  Bytes header(in.header().begin(), in.header().end());
+  if (in.payload_bytes() == 0) {
+    connection.send(std::move(header));
+    return;
+  }
+  auto payload = std::make_shared<Bytes>(in.payload_bytes());
+  in.into(payload->data(), [self = connection.shared_from_this(), header, payload](const std::string& error) mutable {
+    if (!error.empty()) return;
+    self->send(std::move(header), payload->data(), payload->size(), [payload](const std::string&) {});
+  });
+}
+
+struct Server {
+  explicit Server(Connection::MessageHandler on_message = echo) {
+    worker = Worker::create({"server"});
+    listener = Listener::listen(worker, "127.0.0.1", 0, [this, on_message](std::shared_ptr<Connection> c) {
+      c->set_handlers(on_message, [this](Connection& connection, const std::string& reason) {
+        errors.push(connection.peer() + " " + reason);
+      });
+      std::lock_guard lock(mutex);
+      accepted.push_back(std::move(c));
+    });
+  }
+  ~Server() {
+    listener.reset();
+    std::lock_guard lock(mutex);
+    accepted.clear();
+  }
+  std::shared_ptr<Connection> connection(std::size_t i) {
+    for (int tries = 0; tries < 500; ++tries) {
+      {
+        std::lock_guard lock(mutex);
+        if (accepted.size() > i) return accepted[i];
+      }
+      std::this_thread::sleep_for(10ms);
+    }
+    return nullptr;
+  }
+
+  std::shared_ptr<Worker> worker;
+  std::unique_ptr<Listener> listener;
+  std::mutex mutex;
+  std::vector<std::shared_ptr<Connection>> accepted;
+  Inbox<std::string> errors;
+};
+
+struct Client {
+  explicit Client(std::uint16_t port, std::shared_ptr<Worker> shared = nullptr)
+      : worker(shared ? std::move(shared) : Worker::create({"client"})) {
+    connection = Connection::connect(worker, "127.0.0.1", port, collect(inbox),
+                                     [this](Connection&, const std::string& reason) { errors.push(reason); });
+  }
+  std::shared_ptr<Worker> worker;
+  Inbox<Message> inbox;
+  Inbox<std::string> errors;
+  std::shared_ptr<Connection> connection;
+};
+
+// Sends and returns what send's `done` said.
+std::string send_and_wait(Connection& connection, Bytes header, const void* payload, std::size_t bytes) {
+  Inbox<std::string> done;
+  connection.send(std::move(header), payload, bytes, [&done](const std::string& error) { done.push(error); });
+  auto result = done.wait(1, 30s);
+  return result.empty() ? "send did not complete" : result[0];
+}
+
+TEST(ParseAddress, AcceptsSchemeOrBareHostPort) {
+  EXPECT_EQ(parse_address("ucx://gpu-1:13337"), (std::pair<std::string, std::uint16_t>{"gpu-1", 13337}));
+  EXPECT_EQ(parse_address("10.0.0.2:1"), (std::pair<std::string, std::uint16_t>{"10.0.0.2", 1}));
+  EXPECT_EQ(parse_address("ucx://[::1]:80"), (std::pair<std::string, std::uint16_t>{"::1", 80}));
+  EXPECT_EQ(parse_address("host:0").second, 0);
+  EXPECT_EQ(parse_address("host:65535").second, 65535);
+}
+
+TEST(ParseAddress, RejectsWithMessagesNamingTheText) {
+  auto message = [](const std::string& text) {
+    try {
+      parse_address(text);
+    } catch (const UsageError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no UsageError");
+  };
+  EXPECT_NE(message("ucx://gpu-1").find("no port"), std::string::npos) << message("ucx://gpu-1");
+  EXPECT_NE(message("gpu-1:").find("no port"), std::string::npos);
+  EXPECT_NE(message("ucx://:80").find("empty host"), std::string::npos);
+  EXPECT_NE(message("gpu-1:65536").find("out of range"), std::string::npos);
+  EXPECT_NE(message("gpu-1:99999999999999999999").find("out of range"), std::string::npos);
+  EXPECT_NE(message("gpu-1:http").find("not a number"), std::string::npos);
+  EXPECT_NE(message("gpu-1:-1").find("not a number"), std::string::npos);
+  EXPECT_NE(message("gpu-1:12ab").find("'gpu-1:12ab'"), std::string::npos);
+}
+
+TEST(Worker, CallReturnsRethrowsAndRunsOnTheProgressThread) {
+  auto worker = Worker::create();
+  EXPECT_FALSE(worker->on_progress_thread());
+  EXPECT_TRUE(worker->call([&] { return worker->on_progress_thread(); }));
+  EXPECT_EQ(worker->call([] { return 42; }), 42);
+  EXPECT_THROW(worker->call([]() -> int { throw UsageError("boom"); }), UsageError);
+  EXPECT_NE(worker->transports().find("tcp"), std::string::npos) << worker->transports();
+}
+
+TEST(Worker, PostFromManyThreadsRunsEverythingInOrderPerThread) {
+  auto worker = Worker::create();
+  constexpr int threads = 4, per_thread = 2000;
+  std::vector<std::vector<int>> seen(threads);  // touched only on the progress thread
+  std::vector<std::thread> posters;
+  for (int t = 0; t < threads; ++t) {
+    posters.emplace_back([&, t] {
+      for (int i = 0; i < per_thread; ++i) worker->post([&seen, t, i] { seen[t].push_back(i); });
+    });
+  }
+  for (auto& poster : posters) poster.join();
+  // call() queues behind every post above, so all of them have run when it returns.
+  auto counts = worker->call([&] {
+    std::vector<std::size_t> sizes;
+    for (auto& s : seen) sizes.push_back(s.size());
+    return sizes;
+  });
+  for (int t = 0; t < threads; ++t) {
+    ASSERT_EQ(counts[t], static_cast<std::size_t>(per_thread));
+    for (int i = 0; i < per_thread; ++i) ASSERT_EQ(seen[t][i], i);
+  }
+  // Posting from the progress thread runs after the current function.
+  auto order = worker->call([&] {
+    auto list = std::make_shared<std::vector<int>>();
+    worker->post([list] { list->push_back(2); });
+    list->push_back(1);
+    return list;
+  });
+  worker->call([] {});
+  EXPECT_EQ(*order, (std::vector<int>{1, 2}));
+}
+
+TEST(Connection, HeaderOnlyMessagesEcho) {
+  Server server;
+  Client client(server.listener->port());
+  EXPECT_EQ(client.connection->peer(), "127.0.0.1:" + std::to_string(server.listener->port()));
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(send_and_wait(*client.connection, text_bytes("hello " + std::to_string(i)), nullptr, 0), "");
+  }
+  auto got = client.inbox.wait(3);
+  ASSERT_EQ(got.size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(got[i].header, "hello " + std::to_string(i));
+    EXPECT_TRUE(got[i].payload.empty());
+  }
+  auto server_side = server.connection(0);
+  ASSERT_TRUE(server_side);
+  EXPECT_EQ(server_side->peer().rfind("127.0.0.1:", 0), 0u) << server_side->peer();
+  EXPECT_EQ(server.errors.size(), 0u);
+  EXPECT_EQ(client.errors.size(), 0u);
+}
+
+// How UCX picks eager vs rendezvous, set through UCX's own knob before the
+// workers read their configuration, like UCXX's tests vary progress modes.
+enum class Protocol { automatic, eager, rendezvous };
+
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value != nullptr) setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (old_) {
+      setenv(name_, old_->c_str(), 1);
+    } else {
+      unsetenv(name_);
+    }
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+const char* rndv_thresh(Protocol protocol) {
+  switch (protocol) {
+    case Protocol::eager: return "inf";
+    case Protocol::rendezvous: return "0";
+    default: return nullptr;
+  }
+}
+
+class Payload : public ::testing::TestWithParam<std::tuple<Protocol, std::size_t>> {};
+
+TEST_P(Payload, EchoesBitExact) {
+  auto [protocol, size] = GetParam();
+  ScopedEnv env("UCX_RNDV_THRESH", rndv_thresh(protocol));
+  Server server;
+  Client client(server.listener->port());
+  auto payload = random_bytes(size, static_cast<unsigned>(size));
+  EXPECT_EQ(send_and_wait(*client.connection, text_bytes("blob"), payload.data(), payload.size()), "");
+  auto got = client.inbox.wait(1, 30s);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].error, "");
+  EXPECT_EQ(got[0].header, "blob");
+  ASSERT_EQ(got[0].payload.size(), size);
+  EXPECT_TRUE(got[0].payload == payload) << "payload differs";
+}
+
+std::string payload_name(const ::testing::TestParamInfo<Payload::ParamType>& info) {
+  auto [protocol, size] = info.param;
+  const char* names[] = {"auto", "eager", "rndv"};
+  auto bytes = size >= (1u << 20) ? std::to_string(size >> 20) + "MiB"
+               : size >= 1024     ? std::to_string(size >> 10) + "KiB"
+                                  : std::to_string(size) + "B";
+  return std::string(names[static_cast<int>(protocol)]) + "_" + bytes;
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, Payload,
+                         ::testing::Combine(::testing::Values(Protocol::automatic),
+                                            ::testing::Values(1, 8 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20)),
+                         payload_name);
+INSTANTIATE_TEST_SUITE_P(Forced, Payload,
+                         ::testing::Combine(::testing::Values(Protocol::eager, Protocol::rendezvous),
+                                            ::testing::Values(1, 64 << 10, 4 << 20)),
+                         payload_name);
+
+TEST(Connection, ManyMessagesInFlightArriveInOrder) {
+  // Arrival order is what on_message sees; payloads land later (rendezvous
+  // ones last), so the completed messages are checked apart from the order.
+  Inbox<std::string> arrivals;
+  Inbox<Message> received;
+  auto complete = collect(received);
+  Server server([&arrivals, complete](Connection& connection, Incoming& in) {
+    arrivals.push(bytes_text(in.header()));
+    complete(connection, in);
+  });
+  Client client(server.listener->port());
+  constexpr int count = 2000;
+  // Every 50th message is large enough for rendezvous; the rest are eager.
+  auto big = random_bytes(512 << 10, 7);
+  auto small = random_bytes(100, 8);
+  Inbox<std::string> sent;
+  for (int i = 0; i < count; ++i) {
+    const auto& payload = i % 50 == 0 ? big : small;
+    client.connection->send(text_bytes(std::to_string(i)), payload.data(), i % 3 == 0 ? 0 : payload.size(),
+                            [&sent](const std::string& error) { sent.push(error); });
+  }
+  auto order = arrivals.wait(count, 30s);
+  ASSERT_EQ(order.size(), static_cast<std::size_t>(count));
+  for (int i = 0; i < count; ++i) ASSERT_EQ(order[i], std::to_string(i)) << "out of order at " << i;
+  auto messages = received.wait(count, 30s);
+  ASSERT_EQ(messages.size(), static_cast<std::size_t>(count));
+  for (auto& m : messages) {
+    int i = std::stoi(m.header);
+    const auto& payload = i % 50 == 0 ? big : small;
+    ASSERT_EQ(m.error, "");
+    ASSERT_EQ(m.payload.size(), i % 3 == 0 ? 0 : payload.size());
+    ASSERT_TRUE(i % 3 == 0 || m.payload == payload) << "payload of message " << i;
+  }
+  auto results = sent.wait(count);
+  ASSERT_EQ(results.size(), static_cast<std::size_t>(count));
+  for (auto& error : results) ASSERT_EQ(error, "");
+}
+
+TEST(Connection, SendIsThreadSafe) {
+  Inbox<Message> received;
+  Server server(collect(received));
+  Client client(server.listener->port());
+  constexpr int threads = 4, per_thread = 250;
+  std::vector<std::thread> senders;
+  for (int t = 0; t < threads; ++t) {
+    senders.emplace_back([&, t] {
+      for (int i = 0; i < per_thread; ++i) client.connection->send(text_bytes(std::to_string(t) + ":" + std::to_string(i)));
+    });
+  }
+  for (auto& sender : senders) sender.join();
+  auto messages = received.wait(threads * per_thread);
+  ASSERT_EQ(messages.size(), static_cast<std::size_t>(threads * per_thread));
+  std::vector<int> next(threads, 0);  // each thread's own sends stay in order
+  for (auto& m : messages) {
+    auto colon = m.header.find(':');
+    int t = std::stoi(m.header.substr(0, colon));
+    ASSERT_EQ(std::stoi(m.header.substr(colon + 1)), next[t]++);
+  }
+}
+
+TEST(Connection, TwoClientsAtOnce) {
+  Server server;
+  Client a(server.listener->port());
+  Client b(server.listener->port());
+  auto payload_a = random_bytes(3 << 20, 1);
+  auto payload_b = random_bytes(5000, 2);
+  std::thread ta([&] {
+    for (int i = 0; i < 20; ++i) a.connection->send(text_bytes("a" + std::to_string(i)), payload_a.data(), payload_a.size(), {});
+  });
+  std::thread tb([&] {
+    for (int i = 0; i < 20; ++i) b.connection->send(text_bytes("b" + std::to_string(i)), payload_b.data(), payload_b.size(), {});
+  });
+  ta.join();
+  tb.join();
+  auto got_a = a.inbox.wait(20, 30s);
+  auto got_b = b.inbox.wait(20, 30s);
+  ASSERT_EQ(got_a.size(), 20u);
+  ASSERT_EQ(got_b.size(), 20u);
+  for (auto& m : got_a) EXPECT_TRUE(m.header[0] == 'a' && m.payload == payload_a) << m.header;
+  for (auto& m : got_b) EXPECT_TRUE(m.header[0] == 'b' && m.payload == payload_b) << m.header;
+  ASSERT_TRUE(server.connection(1));
+  EXPECT_NE(server.connection(0)->peer(), server.connection(1)->peer());
+}
+
+std::uint16_t unused_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
+  socklen_t length = sizeof address;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
+  ::close(fd);
+  return ntohs(address.sin_port);
+}
+
+TEST(Connection, ConnectingToNobodyThrowsNamingTheAddress) {
+  auto worker = Worker::create();
+  auto port = unused_port();
+  auto start = std::chrono::steady_clock::now();
+  try {
+    Connection::connect(worker, "127.0.0.1", port, {}, {});
+    FAIL() << "connected to a port nobody listens on";
+  } catch (const UcxError& e) {
+    EXPECT_NE(std::string(e.what()).find("127.0.0.1:" + std::to_string(port)), std::string::npos) << e.what();
+    EXPECT_NE(e.status(), 0);
+    std::cout << "  UcxError: " << e.what() << "\n";
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
+  // The worker is still fine afterwards.
+  Server server;
+  Client client(server.listener->port(), worker);
+  EXPECT_EQ(send_and_wait(*client.connection, text_bytes("after"), nullptr, 0), "");
+}
+
+TEST(Connection, ServerSeesClientCloseAsError) {
+  Server server;
+  Client client(server.listener->port());
+  EXPECT_EQ(send_and_wait(*client.connection, text_bytes("hi"), nullptr, 0), "");
+  ASSERT_TRUE(server.connection(0));
+  client.connection->close();
+  client.connection->close();  // idempotent
+  EXPECT_TRUE(client.connection->closed());
+  auto errors = server.errors.wait(1);
+  ASSERT_EQ(errors.size(), 1u) << "the server did not notice the client closing";
+  EXPECT_TRUE(server.connection(0)->closed());
+  EXPECT_EQ(client.errors.size(), 0u) << "a local close is not an error";
+  // Sending on a closed connection reports an error instead of vanishing.
+  EXPECT_NE(send_and_wait(*client.connection, text_bytes("late"), nullptr, 0), "");
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(server.errors.size(), 1u) << "on_error is called once";
+}
+
+TEST(Connection, ClientSeesServerCloseAsError) {
+  Server server;
+  Client client(server.listener->port());
+  EXPECT_EQ(send_and_wait(*client.connection, text_bytes("hi"), nullptr, 0), "");
+  ASSERT_TRUE(server.connection(0));
+  server.connection(0)->close();
+  auto errors = client.errors.wait(1);
+  ASSERT_EQ(errors.size(), 1u) << "the client did not notice the server closing";
+  EXPECT_NE(errors[0].find("127.0.0.1:"), std::string::npos) << errors[0];
+  EXPECT_TRUE(client.connection->closed());
+  EXPECT_NE(send_and_wait(*client.connection, text_bytes("late"), nullptr, 0), "");
+}
+
+TEST(Connection, DestroyingTheClientWorkerAndConnectionIsSeenByTheServer) {
+  Server server;
+  {
+    Client client(server.listener->port());
+    EXPECT_EQ(send_and_wait(*client.connection, text_bytes("hi"), nullptr, 0), "");
+  }
+  EXPECT_EQ(server.errors.wait(1).size(), 1u);
+}
+
+TEST(Connection, HeaderBeyondUcxLimitIsReported) {
+  Server server;
+  Client client(server.listener->port());
+  auto error = send_and_wait(*client.connection, Bytes(1 << 20), nullptr, 0);
+  EXPECT_NE(error.find("exceeds"), std::string::npos) << error;
+  EXPECT_EQ(send_and_wait(*client.connection, text_bytes("still fine"), nullptr, 0), "");
+}
+
+// The last references to a Connection and its Worker can go on the progress
+// thread itself (here: a server dropping a connection from its error handler).
+TEST(Connection, LastReferenceDroppedOnTheProgressThread) {
+  auto worker = Worker::create({"server"});
+  auto holder = std::make_shared<std::shared_ptr<Connection>>();
+  Inbox<int> dropped;
+  auto listener = Listener::listen(worker, "127.0.0.1", 0, [holder, &dropped](std::shared_ptr<Connection> c) {
+    c->set_handlers({}, [holder, &dropped](Connection&, const std::string&) {
+      holder->reset();
+      dropped.push(1);
+    });
+    *holder = std::move(c);
+  });
+  Client client(listener->port());
+  EXPECT_EQ(send_and_wait(*client.connection, text_bytes("hi"), nullptr, 0), "");
+  listener.reset();
+  worker.reset();  // the accepted connection holds the worker now
+  client.connection->close();
+  EXPECT_EQ(dropped.wait(1).size(), 1u);
+  std::this_thread::sleep_for(200ms);  // let the detached thread finish tearing down
+}
+
+double process_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
+}
+
+TEST(Worker, IdleWithAConnectionBurnsNoCpu) {
+  Server server;
+  Client client(server.listener->port());
+  EXPECT_EQ(send_and_wait(*client.connection, text_bytes("hi"), nullptr, 0), "");
+  std::this_thread::sleep_for(200ms);  // let connection setup settle
+  auto before = process_cpu_seconds();
+  std::this_thread::sleep_for(1s);
+  auto used = process_cpu_seconds() - before;
+  std::cout << "  idle CPU over 1 s (two workers, one connection): " << used * 1000 << " ms\n";
+  RecordProperty("idle_cpu_ms", std::to_string(used * 1000));
+  EXPECT_LT(used, 0.1);
+}
+
+}  // namespace
+}  // namespace ferry::transport

@@ -1,0 +1,163 @@
+// ferryd: serves Ferry runtimes on CPU-only machines with this host's
+// workers (DESIGN §10). Options are in options.cpp, the protocol per client
+// in session*.cpp; this file starts and stops the pieces.
+#include <fmt/format.h>
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+
+#include "ferry/config.hpp"
+#include "ferry/cuda_probe.hpp"
+#include "ferry/error.hpp"
+#include "ferry/log.hpp"
+#include "ferry/runtime/runtime.hpp"
+#include "ferry/units.hpp"
+#include "ferry/transport/worker.hpp"
+#include "metrics.hpp"
+#include "options.hpp"
+#include "server.hpp"
+#include "server_state.hpp"
+
+namespace {
+
+using namespace ferry;
+using namespace ferry::ferryd;
+
+// Blocked before any thread starts, so every thread inherits the mask and
+// the signals wait in the signalfd for the main thread to read.
+int block_stop_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  if (pthread_sigmask(SIG_BLOCK, &set, nullptr) != 0) throw_system_error("pthread_sigmask", errno);
+  const int fd = signalfd(-1, &set, SFD_CLOEXEC);
+  if (fd < 0) throw_system_error("signalfd", errno);
+  // A client or a scraper that hangs up mid-write must not kill the server.
+  signal(SIGPIPE, SIG_IGN);
+  return fd;
+}
+
+int wait_for_stop_signal(int fd) {
+  signalfd_siginfo info{};
+  for (;;) {
+    const ssize_t n = read(fd, &info, sizeof info);
+    if (n == static_cast<ssize_t>(sizeof info)) return static_cast<int>(info.ssi_signo);
+    if (n < 0 && errno != EINTR) throw_system_error("read(signalfd)", errno);
+  }
+}
+
+// Written whole, then renamed into place, so a reader never sees half a number.
+void write_port_file(const std::filesystem::path& path, std::uint16_t port) {
+  const auto partial = std::filesystem::path(path.string() + ".partial");
+  {
+    std::ofstream out(partial, std::ios::trunc);
+    out << port << '\n';
+    if (!out) throw Error(fmt::format("cannot write the port file {}", partial.string()));
+  }
+  std::filesystem::rename(partial, path);
+}
+
+// GPUs the command line asked for; ferryd serves on CPU workers either way
+// for now, but a GPU it was promised and cannot see is a configuration error.
+void check_gpus(const Options& options) {
+  if (options.gpus.empty()) return;
+  const int count = cuda::device_count();
+  if (options.gpus.front() < 0) {
+    if (count == 0) log().info("no GPUs to serve with ({}); tasks run on the CPU workers", cuda::unavailable_reason());
+    return;
+  }
+  for (int ordinal : options.gpus) {
+    if (count == 0)
+      throw UsageError(fmt::format("--gpus asks for GPU {}, but this host has none: {}", ordinal,
+                                   cuda::unavailable_reason()));
+    if (ordinal >= count)
+      throw UsageError(fmt::format("--gpus asks for GPU {}, but this host has {} (0-{})", ordinal, count, count - 1));
+  }
+}
+
+constexpr int usage_exit = 2;
+
+int serve(const Options& options, int signal_fd) {
+  Runtime::Options runtime_options;
+  runtime_options.workers = options.workers;
+  runtime_options.persist_perf_models = false;
+  runtime_options.read_environment = false;
+  Runtime runtime(runtime_options);
+  for (const auto& plugin : options.plugins) {
+    try {
+      runtime.load_plugin(plugin);
+    } catch (const Error& e) {
+      std::fprintf(stderr, "ferryd: --plugin: %s\n", e.what());
+      return usage_exit;
+    }
+  }
+
+  Metrics metrics;
+  if (options.metrics_host) {
+    const auto port = metrics.expose(*options.metrics_host, options.metrics_port);
+    log().info("ferryd metrics on http://{}:{}/metrics", *options.metrics_host, port);
+  }
+
+  unsigned cpu_workers = 0;
+  for (const auto& device : runtime.devices())
+    if (device.kind == DeviceKind::cpu) cpu_workers += device.lanes;
+
+  ServerState state{transport::Worker::create({"ferryd"}), runtime, metrics, options.token,
+                    fmt::format("ferryd {}", config::version), cpu_workers,
+                    Limits{options.client_quota, options.memory_limit}};
+  {
+    Server server(state);
+    const std::uint16_t port = server.listen(options.listen_host, options.listen_port);
+    if (!options.port_file.empty()) write_port_file(options.port_file, port);
+    log().info("ferryd listening on {}:{} (transports: {})", options.listen_host, port, state.worker->transports());
+    log().info("{} CPU workers; client quota {}, memory limit {}, payloads up to {}", cpu_workers,
+               format_bytes(options.client_quota), format_bytes(options.memory_limit),
+               format_bytes(state.limits.max_payload));
+
+    const int signo = wait_for_stop_signal(signal_fd);
+    log().info("ferryd: {} received, shutting down", strsignal(signo));
+    const std::size_t clients = server.shut_down("ferryd is shutting down");
+    try {
+      runtime.wait();  // tasks already answered with shutting_down still finish before their buffers go
+    } catch (const Error&) {
+      // Each failure was reported to its client.
+    }
+    log().info("ferryd stopped: {} clients told, every task drained", clients);
+  }
+  state.worker.reset();
+  return EXIT_SUCCESS;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int signal_fd = -1;
+  try {
+    signal_fd = block_stop_signals();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ferryd: %s\n", e.what());
+    return EXIT_FAILURE;
+  }
+  const Parsed parsed = parse_options(argc, argv);
+  if (!parsed.options) return parsed.exit_code;
+  const Options& options = *parsed.options;
+  try {
+    check_gpus(options);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "ferryd: %s\n", e.what());
+    return usage_exit;
+  }
+  try {
+    return serve(options, signal_fd);
+  } catch (const std::exception& e) {
+    log().error("ferryd: {}", e.what());
+    return EXIT_FAILURE;
+  }
+}

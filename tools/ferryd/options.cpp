@@ -1,0 +1,116 @@
+#include "options.hpp"
+
+#include <fmt/format.h>
+#include <netdb.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <charconv>
+#include <cstdio>
+
+#include "ferry/config.hpp"
+#include "ferry/error.hpp"
+#include "ferry/transport/auth.hpp"
+#include "ferry/transport/listener.hpp"
+#include "ferry/units.hpp"
+
+namespace ferry::ferryd {
+namespace {
+
+constexpr int usage_exit = 2;
+
+std::vector<int> parse_gpus(const std::string& text) {
+  if (text == "all") return {-1};
+  if (text == "none") return {};
+  std::vector<int> out;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', start), text.size());
+    const std::string_view item(text.data() + start, comma - start);
+    int ordinal = -1;
+    const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), ordinal);
+    if (item.empty() || ec != std::errc{} || end != item.data() + item.size() || ordinal < 0)
+      throw UsageError(fmt::format("--gpus '{}': expected all, none or a list of GPU ordinals like 0,1", text));
+    out.push_back(ordinal);
+    start = comma + 1;
+  }
+  return out;
+}
+
+// Resolved here so that a mistyped host is a bad command line, not a failure to listen.
+void check_host(const std::string& flag, const std::string& host) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* list = nullptr;
+  const int rc = getaddrinfo(host.c_str(), nullptr, &hints, &list);
+  if (rc != 0) throw UsageError(fmt::format("{} host '{}' does not resolve: {}", flag, host, gai_strerror(rc)));
+  freeaddrinfo(list);
+}
+
+// Half the machine's memory: what ferryd offers when not told, leaving room for the rest of the host.
+std::uint64_t default_memory_limit() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) return std::uint64_t{16} << 30;
+  return static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page) / 2;
+}
+
+}  // namespace
+
+Parsed parse_options(int argc, char** argv) {
+  CLI::App app{"ferryd: serves Ferry runtimes on CPU-only machines with this host's CPUs and GPUs"};
+  app.set_version_flag("--version", config::version);
+
+  std::string listen, gpus = "all", metrics, memory_limit, client_quota;
+  Options o;
+  app.add_option("--listen", listen, "address to accept clients on, HOST:PORT (port 0: any free port)")->required();
+  app.add_option("--token-file", o.token_file, "file holding the pre-shared token clients authenticate with")
+      ->required();
+  app.add_option("--gpus", gpus, "GPUs to serve with: all, none or ordinals like 0,1")->capture_default_str();
+  app.add_option("--plugin", o.plugins, "shared library of kernels to load (repeatable)");
+  app.add_option("--metrics", metrics, "serve Prometheus metrics on HOST:PORT (or :PORT)");
+  app.add_option("--memory-limit", memory_limit, "bytes all clients' replicas may take together (default: half the RAM)");
+  app.add_option("--client-quota", client_quota, "bytes one client's replicas may take (default: the memory limit)");
+  app.add_option("--workers", o.workers, "CPU worker threads (0: one per hardware thread)")->check(CLI::Range(0u, 4096u));
+  app.add_option("--port-file", o.port_file, "write the port actually listened on to this file");
+
+  Parsed parsed;
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::Success& e) {
+    parsed.exit_code = app.exit(e);
+    return parsed;
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    parsed.exit_code = usage_exit;
+    return parsed;
+  }
+
+  try {
+    std::tie(o.listen_host, o.listen_port) = transport::parse_address(listen);
+    check_host("--listen", o.listen_host);
+    o.gpus = parse_gpus(gpus);
+    if (!metrics.empty()) {
+      // ":9400" means every interface, as in the usual exporter flags.
+      if (metrics.front() == ':') metrics = "0.0.0.0" + metrics;
+      std::string host;
+      std::tie(host, o.metrics_port) = transport::parse_address(metrics);
+      check_host("--metrics", host);
+      o.metrics_host = host;
+    }
+    o.memory_limit = memory_limit.empty() ? default_memory_limit() : parse_bytes(memory_limit);
+    o.client_quota = client_quota.empty() ? o.memory_limit : parse_bytes(client_quota);
+    if (o.memory_limit == 0 || o.client_quota == 0)
+      throw UsageError("--memory-limit and --client-quota must be more than 0 bytes");
+    o.token = transport::read_token_file(o.token_file);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "ferryd: %s\nRun with --help for more information.\n", e.what());
+    parsed.exit_code = usage_exit;
+    return parsed;
+  }
+  parsed.options = std::move(o);
+  return parsed;
+}
+
+}  // namespace ferry::ferryd

@@ -1,0 +1,36 @@
+// ferryd's command line.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ferry::ferryd {
+
+struct Options {
+  std::string listen_host;
+  std::uint16_t listen_port = 0;
+  std::filesystem::path token_file;
+  std::string token;  // read from token_file while parsing, so a bad file is a bad command line
+  // Empty: none asked for; {-1}: all there are; otherwise ordinals.
+  std::vector<int> gpus{-1};
+  std::vector<std::filesystem::path> plugins;
+  std::optional<std::string> metrics_host;
+  std::uint16_t metrics_port = 0;
+  std::uint64_t memory_limit = 0;  // every client's replicas together
+  std::uint64_t client_quota = 0;
+  unsigned workers = 0;            // 0: one per hardware thread
+  std::filesystem::path port_file;
+};
+
+// The parsed options, or the exit status when main should stop here: 0
+// after --help or --version, 2 after printing what was wrong.
+struct Parsed {
+  std::optional<Options> options;
+  int exit_code = 0;
+};
+Parsed parse_options(int argc, char** argv);
+
+}  // namespace ferry::ferryd

@@ -1,0 +1,35 @@
+// What every session of one ferryd shares: the runtime that runs the tasks,
+// the limits, the metrics and the memory all clients hold together.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "ferry/runtime/runtime.hpp"
+#include "ferry/transport/worker.hpp"
+#include "metrics.hpp"
+
+namespace ferry::ferryd {
+
+struct Limits {
+  std::uint64_t client_quota = 0;  // one client's replicas
+  std::uint64_t memory_limit = 0;  // every client's replicas together
+  std::uint64_t max_payload = 64ull << 20;  // one message's payload: bounds what a single put can make us receive
+};
+
+struct ServerState {
+  std::shared_ptr<transport::Worker> worker;
+  Runtime& runtime;
+  Metrics& metrics;
+  std::string token;
+  std::string name;  // "ferryd <version>", sent in welcome
+  std::uint32_t cpu_workers = 0;
+  Limits limits;
+
+  // Progress thread only.
+  std::uint64_t memory_in_use = 0;
+  bool shutting_down = false;
+};
+
+}  // namespace ferry::ferryd

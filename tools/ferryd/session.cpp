@@ -1,0 +1,191 @@
+// The session's state machine: which message is allowed when, the
+// handshake, and how a session ends.
+#include "session.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <type_traits>
+
+#include "ferry/error.hpp"
+#include "ferry/log.hpp"
+
+namespace ferry::ferryd {
+
+using protocol::Status;
+using protocol::Type;
+
+Session::Session(ServerState& server, std::shared_ptr<transport::Connection> connection, ClosedHandler on_closed)
+    : server_(server), connection_(std::move(connection)), on_closed_(std::move(on_closed)), peer_(connection_->peer()) {}
+
+Session::~Session() { release_replicas(); }
+
+std::string Session::describe() const {
+  return client_.empty() ? peer_ : fmt::format("{} ({})", peer_, client_);
+}
+
+void Session::start() {
+  // Weak: the connection holds its handlers, and must not keep its session alive.
+  std::weak_ptr<Session> weak = weak_from_this();
+  connection_->set_handlers(
+      [weak](transport::Connection&, transport::Incoming& incoming) {
+        if (auto self = weak.lock()) self->on_message(incoming);
+      },
+      [weak](transport::Connection&, const std::string& reason) {
+        if (auto self = weak.lock()) {
+          if (self->state_ == State::closed) return;
+          log().info("client {} went away: {}", self->describe(), reason);
+          self->close(reason);
+        }
+      });
+}
+
+void Session::on_message(transport::Incoming& incoming) {
+  if (state_ == State::closed) return;
+  const auto header = incoming.header();
+  if (header.size() > protocol::max_header_bytes)
+    return fail(Status::malformed, fmt::format("header of {} bytes exceeds the limit of {}", header.size(),
+                                               protocol::max_header_bytes));
+  protocol::Message message;
+  try {
+    message = protocol::decode(header);
+  } catch (const ProtocolError& e) {
+    return fail(Status::malformed, e.what());
+  }
+  const Type type = protocol::type_of(message);
+  if (incoming.payload_bytes() > 0 && type != Type::put)
+    return fail(Status::malformed, fmt::format("a {} message carries no payload, but {} bytes came with it",
+                                               protocol::to_string(type), incoming.payload_bytes()));
+  dispatch(message, incoming);
+}
+
+void Session::dispatch(protocol::Message& message, transport::Incoming& incoming) {
+  const Type type = protocol::type_of(message);
+  if (type == Type::bye) {
+    log().info("client {} said bye", describe());
+    return close("the client said bye");
+  }
+  if (type == Type::error) {
+    const auto& error = std::get<protocol::ErrorMessage>(message);
+    log().warn("client {} reported an error ({}): {}", describe(), protocol::to_string(error.status), error.message);
+    return close("the client reported an error");
+  }
+  const bool allowed = (state_ == State::awaiting_hello && type == Type::hello) ||
+                       (state_ == State::awaiting_auth && type == Type::auth) ||
+                       (state_ == State::ready && (type == Type::put || type == Type::get || type == Type::run ||
+                                                   type == Type::free || type == Type::stats || type == Type::ping));
+  if (!allowed) {
+    const char* expected = state_ == State::awaiting_hello ? "hello"
+                           : state_ == State::awaiting_auth ? "auth"
+                                                            : "a request";
+    return fail(Status::out_of_order,
+                fmt::format("unexpected {} message: expected {}", protocol::to_string(type), expected));
+  }
+  if (server_.shutting_down && state_ == State::ready) return refuse_while_shutting_down(message);
+
+  std::visit(
+      [&](auto& m) {
+        using M = std::decay_t<decltype(m)>;
+        if constexpr (std::is_same_v<M, protocol::Hello>) on_hello(m);
+        else if constexpr (std::is_same_v<M, protocol::Auth>) on_auth(m);
+        else if constexpr (std::is_same_v<M, protocol::Put>) on_put(m, incoming);
+        else if constexpr (std::is_same_v<M, protocol::Get>) on_get(m);
+        else if constexpr (std::is_same_v<M, protocol::Run>) on_run(m);
+        else if constexpr (std::is_same_v<M, protocol::Free>) on_free(m);
+        else if constexpr (std::is_same_v<M, protocol::StatsRequest>) on_stats(m);
+        else if constexpr (std::is_same_v<M, protocol::Ping>) send(protocol::Pong{m.request});
+      },
+      message);
+}
+
+void Session::refuse_while_shutting_down(const protocol::Message& message) {
+  const std::string why = "ferryd is shutting down";
+  std::visit(
+      [&](const auto& m) {
+        using M = std::decay_t<decltype(m)>;
+        if constexpr (std::is_same_v<M, protocol::Put>)
+          send(protocol::PutAck{m.request, m.buffer, Status::shutting_down, why});
+        else if constexpr (std::is_same_v<M, protocol::Get>)
+          send(protocol::Data{m.request, m.buffer, m.offset, Status::shutting_down, why});
+        else if constexpr (std::is_same_v<M, protocol::Run>)
+          send(protocol::Done{m.request, Status::shutting_down, 0.0, std::nullopt, why});
+        else if constexpr (std::is_same_v<M, protocol::StatsRequest>) on_stats(m);
+        else if constexpr (std::is_same_v<M, protocol::Ping>) send(protocol::Pong{m.request});
+      },
+      message);
+}
+
+void Session::on_hello(const protocol::Hello& hello) {
+  client_ = hello.client;
+  const std::uint16_t lowest = std::max(hello.min_version, protocol::oldest_version);
+  const std::uint16_t highest = std::min(hello.max_version, protocol::version);
+  if (highest < lowest) {
+    log().warn("client {} speaks protocol versions {}-{}; ferryd speaks {}-{}", describe(), hello.min_version,
+               hello.max_version, protocol::oldest_version, protocol::version);
+    send(protocol::ErrorMessage{Status::version_mismatch,
+                                fmt::format("ferryd speaks protocol versions {}-{}, the client {}-{}",
+                                            protocol::oldest_version, protocol::version, hello.min_version,
+                                            hello.max_version)});
+    return close("version mismatch");
+  }
+  nonce_ = transport::random_nonce();
+  send(protocol::Challenge{highest, nonce_});
+  state_ = State::awaiting_auth;
+}
+
+void Session::on_auth(const protocol::Auth& auth) {
+  if (!transport::verify_mac(server_.token, nonce_, client_, auth.mac)) {
+    server_.metrics.auth_failure();
+    log().warn("client {} failed to authenticate: wrong token", describe());
+    send(protocol::ErrorMessage{Status::auth_failed, "authentication failed: the client's token is not ferryd's"});
+    return close("authentication failed");
+  }
+  state_ = State::ready;
+  server_.metrics.client_connected();
+  log().info("client {} authenticated", describe());
+  send(protocol::Welcome{server_.name, server_.limits.client_quota, server_.cpu_workers, 0,
+                         server_.limits.max_payload});
+}
+
+void Session::send(const protocol::Message& message) {
+  if (state_ == State::closed) return;
+  connection_->send(protocol::encode(message));
+}
+
+void Session::fail(Status status, const std::string& message) {
+  server_.metrics.protocol_error();
+  log().warn("closing the connection from {}: {} ({})", describe(), message, protocol::to_string(status));
+  send(protocol::ErrorMessage{status, message});
+  close(message);
+}
+
+void Session::shut_down(const std::string& why) {
+  if (state_ == State::closed) return;
+  for (auto& [seq, run] : runs_) send(protocol::Done{run.request, Status::shutting_down, 0.0, std::nullopt, why});
+  runs_.clear();
+  send(protocol::Bye{Status::shutting_down, why});
+  close(why);
+}
+
+void Session::close(const std::string& why) {
+  if (state_ == State::closed) return;
+  if (state_ == State::ready) server_.metrics.client_gone();
+  state_ = State::closed;
+  log().debug("session {} closed: {}", describe(), why);
+  connection_->close();
+  runs_.clear();
+  release_replicas();
+  // Last: the handler may drop the server's reference to this session.
+  if (auto handler = std::exchange(on_closed_, nullptr)) handler(*this);
+}
+
+void Session::release_replicas() {
+  if (replicas_.empty()) return;
+  server_.memory_in_use -= memory_in_use_;
+  server_.metrics.memory_in_use(server_.memory_in_use);
+  memory_in_use_ = 0;
+  // Sends and receives still in flight hold their own references to the replica.
+  replicas_.clear();
+}
+
+}  // namespace ferry::ferryd

@@ -1,0 +1,91 @@
+// One client connection: the protocol's state machine (hello -> challenge ->
+// auth -> ready) and the client's replicas, runs and counters. Everything
+// here runs on the UCX progress thread; task completions are posted back to
+// it, so a session needs no lock.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+#include "ferry/runtime/buffer.hpp"
+#include "ferry/transport/auth.hpp"
+#include "ferry/transport/connection.hpp"
+#include "ferry/transport/protocol.hpp"
+#include "server_state.hpp"
+
+namespace ferry::ferryd {
+
+// A client's buffer on this host. Its host pointer is taken once, when it
+// is made, so that storing a payload never waits for the runtime.
+struct Replica {
+  AnyBuffer buffer;
+  std::byte* host = nullptr;
+  std::uint64_t bytes = 0;
+  protocol::DType dtype = protocol::DType::f32;
+  std::uint64_t rows = 0, cols = 0;
+  // Set when a task that wrote it failed: its contents are not to be trusted.
+  std::string spoiled;
+};
+
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  using ClosedHandler = std::function<void(Session&)>;
+  Session(ServerState& server, std::shared_ptr<transport::Connection> connection, ClosedHandler on_closed);
+  ~Session();
+
+  // Takes the connection's messages from now on.
+  void start();
+  // Answers every run still in flight with shutting_down, says bye, closes.
+  void shut_down(const std::string& why);
+  std::string describe() const;  // "peer (client)" for logs
+
+ private:
+  enum class State { awaiting_hello, awaiting_auth, ready, closed };
+  struct Counters {
+    std::uint64_t bytes_in = 0, bytes_out = 0, tasks = 0;
+  };
+  struct Run {
+    std::uint64_t request = 0;
+    std::vector<std::uint64_t> written;  // replicas to mark spoiled if the task fails
+  };
+
+  void on_message(transport::Incoming& incoming);
+  void dispatch(protocol::Message& message, transport::Incoming& incoming);
+  void refuse_while_shutting_down(const protocol::Message& message);
+
+  void on_hello(const protocol::Hello& hello);
+  void on_auth(const protocol::Auth& auth);
+  void on_put(const protocol::Put& put, transport::Incoming& incoming);
+  void on_get(const protocol::Get& get);
+  void on_run(const protocol::Run& run);
+  void on_free(const protocol::Free& free);
+  void on_stats(const protocol::StatsRequest& request);
+  void put_stored(const protocol::Put& put, std::uint64_t bytes, const std::string& error);
+  void run_finished(std::uint64_t seq, protocol::Done done);
+
+  void send(const protocol::Message& message);
+  // Sends an error, counts a protocol error, logs and closes.
+  void fail(protocol::Status status, const std::string& message);
+  void close(const std::string& why);
+  void release_replicas();
+
+  ServerState& server_;
+  std::shared_ptr<transport::Connection> connection_;
+  ClosedHandler on_closed_;
+  const std::string peer_;
+  State state_ = State::awaiting_hello;
+  std::string client_;  // the name it gave in hello
+  transport::Nonce nonce_{};
+
+  std::unordered_map<std::uint64_t, std::shared_ptr<Replica>> replicas_;
+  std::uint64_t memory_in_use_ = 0;
+  std::unordered_map<std::uint64_t, Run> runs_;  // in flight, by a sequence number of ours (request ids may repeat)
+  std::uint64_t next_run_ = 0;
+  Counters counters_;
+};
+
+}  // namespace ferry::ferryd

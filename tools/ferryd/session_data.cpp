@@ -1,0 +1,151 @@
+// Replicas: put (create, quota, store a chunk), get, free, and the client's counters.
+#include <fmt/format.h>
+
+#include <limits>
+
+#include "ferry/error.hpp"
+#include "ferry/log.hpp"
+#include "ferry/units.hpp"
+#include "session.hpp"
+
+namespace ferry::ferryd {
+
+using protocol::Status;
+
+namespace {
+
+constexpr std::uint64_t element_bytes(protocol::DType dtype) {
+  return size_of(static_cast<DType>(dtype));  // the two enums share their order
+}
+
+std::string describe_shape(protocol::DType dtype, std::uint64_t rows, std::uint64_t cols) {
+  return fmt::format("{} x {} {}", rows, cols, to_string(static_cast<DType>(dtype)));
+}
+
+}  // namespace
+
+void Session::on_put(const protocol::Put& put, transport::Incoming& incoming) {
+  const std::uint64_t payload = incoming.payload_bytes();
+  if (payload > server_.limits.max_payload)
+    return fail(Status::malformed, fmt::format("put of {} bytes exceeds max_payload ({} bytes)", payload,
+                                               server_.limits.max_payload));
+  auto refuse = [&](Status status, std::string message) {
+    send(protocol::PutAck{put.request, put.buffer, status, std::move(message)});
+  };
+
+  std::shared_ptr<Replica> replica;
+  if (auto it = replicas_.find(put.buffer); it != replicas_.end()) {
+    replica = it->second;
+    if (replica->dtype != put.dtype || replica->rows != put.rows || replica->cols != put.cols)
+      return refuse(Status::bad_arguments,
+                    fmt::format("buffer {} is {}; a put cannot change it to {}", put.buffer,
+                                describe_shape(replica->dtype, replica->rows, replica->cols),
+                                describe_shape(put.dtype, put.rows, put.cols)));
+  }
+
+  const std::uint64_t elements = put.rows * put.cols;
+  const bool overflows = put.cols != 0 && elements / put.cols != put.rows;
+  if (overflows || elements > protocol::max_buffer_bytes / element_bytes(put.dtype) || elements == 0)
+    return refuse(Status::bad_arguments, fmt::format("buffer {}: a {} buffer cannot be made", put.buffer,
+                                                     describe_shape(put.dtype, put.rows, put.cols)));
+  const std::uint64_t bytes = elements * element_bytes(put.dtype);
+  // A payload that does not fit is the client's bug, not a refusal: stop it early.
+  if (put.offset > bytes || payload > bytes - put.offset)
+    return fail(Status::malformed, fmt::format("put of {} bytes at offset {} overruns buffer {} of {} bytes", payload,
+                                               put.offset, put.buffer, bytes));
+
+  if (!replica) {
+    if (memory_in_use_ + bytes > server_.limits.client_quota)
+      return refuse(Status::quota_exceeded,
+                    fmt::format("buffer {} needs {}; this client holds {} of its {} quota", put.buffer,
+                                format_bytes(bytes), format_bytes(memory_in_use_),
+                                format_bytes(server_.limits.client_quota)));
+    if (server_.memory_in_use + bytes > server_.limits.memory_limit)
+      return refuse(Status::out_of_memory, fmt::format("buffer {} needs {}; ferryd holds {} of its {} limit",
+                                                       put.buffer, format_bytes(bytes),
+                                                       format_bytes(server_.memory_in_use),
+                                                       format_bytes(server_.limits.memory_limit)));
+    replica = std::make_shared<Replica>();
+    try {
+      replica->buffer = server_.runtime.buffer(static_cast<DType>(put.dtype), put.rows, put.cols);
+      // Taken once: the buffer is new, so no task uses it and this does not wait.
+      replica->host = static_cast<std::byte*>(replica->buffer.host_data());
+    } catch (const OutOfMemory& e) {
+      return refuse(Status::out_of_memory, e.what());
+    } catch (const Error& e) {
+      return refuse(Status::bad_arguments, e.what());
+    }
+    replica->bytes = bytes;
+    replica->dtype = put.dtype;
+    replica->rows = put.rows;
+    replica->cols = put.cols;
+    replicas_.emplace(put.buffer, replica);
+    memory_in_use_ += bytes;
+    server_.memory_in_use += bytes;
+    server_.metrics.memory_in_use(server_.memory_in_use);
+  }
+
+  if (payload == 0) return put_stored(put, 0, {});
+  std::weak_ptr<Session> weak = weak_from_this();
+  // The replica is captured so that a free while the payload is arriving leaves the memory in place.
+  incoming.into(replica->host + put.offset, [weak, put, payload, replica](const std::string& error) {
+    if (auto self = weak.lock()) self->put_stored(put, payload, error);
+  });
+}
+
+void Session::put_stored(const protocol::Put& put, std::uint64_t bytes, const std::string& error) {
+  if (state_ == State::closed) return;
+  if (!error.empty()) {
+    log().warn("client {}: receiving {} bytes for buffer {} failed: {}", describe(), bytes, put.buffer, error);
+    return send(protocol::PutAck{put.request, put.buffer, Status::internal, "receiving the payload failed: " + error});
+  }
+  counters_.bytes_in += bytes;
+  server_.metrics.bytes_in(bytes);
+  if (auto it = replicas_.find(put.buffer); it != replicas_.end() && bytes > 0) it->second->spoiled.clear();
+  send(protocol::PutAck{put.request, put.buffer, Status::ok, {}});
+}
+
+void Session::on_get(const protocol::Get& get) {
+  auto it = replicas_.find(get.buffer);
+  if (it == replicas_.end())
+    return send(protocol::Data{get.request, get.buffer, get.offset, Status::unknown_buffer,
+                               fmt::format("buffer {} is not held for this client", get.buffer)});
+  std::shared_ptr<Replica> replica = it->second;
+  if (get.offset > replica->bytes || get.length > replica->bytes - get.offset)
+    return send(protocol::Data{get.request, get.buffer, get.offset, Status::bad_arguments,
+                               fmt::format("bytes [{}, {}) lie outside buffer {} of {} bytes", get.offset,
+                                           get.offset + get.length, get.buffer, replica->bytes)});
+  if (!replica->spoiled.empty())
+    return send(protocol::Data{get.request, get.buffer, get.offset, Status::kernel_failed, replica->spoiled});
+
+  auto header = protocol::encode(protocol::Data{get.request, get.buffer, get.offset, Status::ok, {}});
+  // Counted when sent, not when the send completes: a client that reads its
+  // stats right after the data must see it counted.
+  counters_.bytes_out += get.length;
+  server_.metrics.bytes_out(get.length);
+  const std::string who = describe();
+  connection_->send(std::move(header), replica->host + get.offset, get.length,
+                    [replica, who](const std::string& error) {
+                      if (!error.empty()) log().debug("sending data to {} failed: {}", who, error);
+                    });
+}
+
+void Session::on_free(const protocol::Free& free) {
+  auto it = replicas_.find(free.buffer);
+  if (it == replicas_.end()) {
+    log().debug("client {} freed buffer {}, which it does not hold", describe(), free.buffer);
+    return;
+  }
+  memory_in_use_ -= it->second->bytes;
+  server_.memory_in_use -= it->second->bytes;
+  server_.metrics.memory_in_use(server_.memory_in_use);
+  // Tasks using it hold the runtime buffer; transfers hold the replica.
+  replicas_.erase(it);
+}
+
+void Session::on_stats(const protocol::StatsRequest& request) {
+  send(protocol::StatsReply{request.request, counters_.bytes_in, counters_.bytes_out, counters_.tasks,
+                            replicas_.size(), memory_in_use_});
+}
+
+}  // namespace ferry::ferryd

@@ -1,0 +1,88 @@
+#include "ferry/transport/auth.hpp"
+
+#include <fmt/format.h>
+#include <sodium.h>
+
+#include <fstream>
+#include <iterator>
+#include <system_error>
+
+#include "ferry/error.hpp"
+#include "ferry/log.hpp"
+
+namespace ferry::transport {
+namespace {
+
+static_assert(crypto_auth_hmacsha256_BYTES == std::tuple_size_v<Mac>);
+static_assert(crypto_hash_sha256_BYTES == crypto_auth_hmacsha256_KEYBYTES);
+
+void ensure_sodium() {
+  // sodium_init is thread-safe and idempotent; the static makes later calls free.
+  static const int status = sodium_init();
+  if (status < 0) throw Error("libsodium could not be initialised (sodium_init failed)");
+}
+
+// Hashing the token gives a fixed-size key whatever the token's length.
+void derive_key(std::string_view token, unsigned char (&key)[crypto_auth_hmacsha256_KEYBYTES]) {
+  crypto_hash_sha256(key, reinterpret_cast<const unsigned char*>(token.data()), token.size());
+}
+
+}  // namespace
+
+Mac auth_mac(std::string_view token, const Nonce& nonce, std::string_view client_name) {
+  ensure_sodium();
+  unsigned char key[crypto_auth_hmacsha256_KEYBYTES];
+  derive_key(token, key);
+  crypto_auth_hmacsha256_state state;
+  crypto_auth_hmacsha256_init(&state, key, sizeof key);
+  crypto_auth_hmacsha256_update(&state, nonce.data(), nonce.size());
+  crypto_auth_hmacsha256_update(&state, reinterpret_cast<const unsigned char*>(client_name.data()),
+                                client_name.size());
+  Mac mac{};
+  crypto_auth_hmacsha256_final(&state, mac.data());
+  sodium_memzero(key, sizeof key);
+  sodium_memzero(&state, sizeof state);
+  return mac;
+}
+
+std::string read_token_file(const std::filesystem::path& path) {
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  if (ec || !std::filesystem::exists(status))
+    throw Error(fmt::format("token file {}: does not exist", path.string()));
+  if (!std::filesystem::is_regular_file(status))
+    throw Error(fmt::format("token file {}: not a regular file", path.string()));
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(fmt::format("token file {}: cannot be read", path.string()));
+  std::string token{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  if (in.bad()) throw Error(fmt::format("token file {}: read failed", path.string()));
+  if (!token.empty() && token.back() == '\n') token.pop_back();
+  if (token.empty()) throw Error(fmt::format("token file {}: is empty", path.string()));
+
+  using std::filesystem::perms;
+  if ((status.permissions() & (perms::group_read | perms::others_read)) != perms::none)
+    log().warn("token file {} is readable by others than its owner; chmod 600 it", path.string());
+  return token;
+}
+
+Nonce random_nonce() {
+  ensure_sodium();
+  Nonce nonce{};
+  randombytes_buf(nonce.data(), nonce.size());
+  return nonce;
+}
+
+bool verify_mac(std::string_view token, const Nonce& nonce, std::string_view client_name, const Mac& mac) {
+  ensure_sodium();
+  unsigned char key[crypto_auth_hmacsha256_KEYBYTES];
+  derive_key(token, key);
+  // The one-shot verify needs the whole message in one piece.
+  std::string message(reinterpret_cast<const char*>(nonce.data()), nonce.size());
+  message.append(client_name);
+  const bool ok = crypto_auth_hmacsha256_verify(mac.data(), reinterpret_cast<const unsigned char*>(message.data()),
+                                                message.size(), key) == 0;
+  sodium_memzero(key, sizeof key);
+  return ok;
+}
+
+}  // namespace ferry::transport
