@@ -29,7 +29,9 @@ void remove_copy(BufferRoot& root, const std::shared_ptr<RemoteCopy>& copy, bool
 
 void replay(LineageEntry& entry) {
   std::lock_guard lock(replay_mutex());
-  if (entry.replayed.load(std::memory_order_acquire)) return;
+  // Claimed before it runs: the same task reached again through another of
+  // its outputs while its inputs are being gathered must not run twice.
+  if (entry.replayed.exchange(true, std::memory_order_acq_rel)) return;
   // Inputs may themselves have been lost: acquiring them replays their lineage first.
   KernelArgs args = entry.args;
   std::vector<std::shared_ptr<BufferRoot>> held;
@@ -45,10 +47,8 @@ void replay(LineageEntry& entry) {
     held.push_back(std::move(root));
   }
   ExecContext context{args, entry.name, -1, nullptr, std::nullopt};
-  log().warn("recomputing task '{}' (kernel {}) on the host: its output was only on a lost remote", entry.name,
-             entry.kernel->name);
+  log().debug("recomputing task '{}' (kernel {}) on the host", entry.name, entry.kernel->name);
   entry.kernel->cpu(context);
-  entry.replayed.store(true, std::memory_order_release);
 }
 
 // Makes the host hold the copy's data: fetched from a live node, or
@@ -68,9 +68,15 @@ void bring_home(BufferRoot& root, RemoteCopy& copy) {
   if (copy.lineage.empty())
     throw RemoteError(fmt::format("a {} x {} region held only by a lost remote has no lineage to recompute it from",
                                   copy.region.rows, copy.region.cols));
-  for (const auto& entry : copy.lineage) replay(*entry);
-  copy.modified = false;
+  // The host holds the data as it was before the lineage: mark the copy home
+  // first, so the replayed tasks read this region from the host.
+  const auto lineage = std::move(copy.lineage);
   copy.lineage.clear();
+  copy.modified = false;
+  log().warn("recomputing a {} x {} region on the host from its lineage ({} tasks, from '{}'): its only copy was on "
+             "a lost remote",
+             copy.region.rows, copy.region.cols, lineage.size(), lineage.front()->name);
+  for (const auto& entry : lineage) replay(*entry);
 }
 
 }  // namespace
