@@ -95,6 +95,7 @@ class RemoteDevice final : public Device, public NodeLink {
   std::uint64_t next_request() noexcept { return next_request_.fetch_add(1, std::memory_order_relaxed); }
   void put_chunks(std::uint64_t id, const HostRegion& shape, const std::byte* data, std::size_t bytes);
   void get_chunks(std::uint64_t id, std::byte* dest, std::size_t bytes);
+  void trace_transfer(bool out, std::size_t bytes, std::int64_t start_ns);
 
   void proxy_loop(unsigned slot);
   // Runs the task there; false when it was handed to another device instead.
@@ -129,6 +130,7 @@ class RemoteDevice final : public Device, public NodeLink {
   std::atomic<std::size_t> active_{0};
   std::vector<std::thread> proxies_;
   std::vector<int> lanes_;
+  int lane_out_ = 0, lane_in_ = 0;  // trace lanes of the link's two directions
 
   std::mutex held_mutex_;
   std::vector<std::weak_ptr<BufferRoot>> held_;
