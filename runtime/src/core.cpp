@@ -234,12 +234,22 @@ PreparedTask RuntimeCore::prepare(std::shared_ptr<const KernelDef> kernel, Submi
   }
 
   std::string why_not;
+  bool pinned_to_a_down_device = false;
   for (std::size_t i = 0; i < devices_.size(); ++i) {
     const Device& device = *devices_[i];
     const bool runs = device.can_run(*kernel);
     const bool fits = device.matches(p.place);
-    if (runs && fits) p.eligible |= std::uint64_t{1} << i;
+    const bool up = device.available();
+    if (runs && fits && up) p.eligible |= std::uint64_t{1} << i;
+    else if (runs && fits) pinned_to_a_down_device = true;
     else why_not += fmt::format("; {}: {}", device.name(), !runs ? "no implementation for it" : "excluded by placement");
+  }
+  // A host that is down must not stop the program: what was pinned to it
+  // runs wherever else it can until the host is back.
+  if (p.eligible == 0 && pinned_to_a_down_device) {
+    for (std::size_t i = 0; i < devices_.size(); ++i)
+      if (devices_[i]->can_run(*kernel) && devices_[i]->available()) p.eligible |= std::uint64_t{1} << i;
+    log().debug("task '{}' (kernel {}): {} is down; placing it elsewhere", p.name, kernel->name, p.place.describe());
   }
   if (p.eligible == 0)
     throw UsageError(fmt::format("task '{}' (kernel {}) placed {}: no device of this runtime can run it{}", p.name,

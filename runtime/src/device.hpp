@@ -32,6 +32,8 @@ class Device {
   const DevicePeak& peak() const noexcept { return peak_; }
 
   virtual bool can_run(const KernelDef& kernel) const = 0;
+  // False while the device cannot take tasks (a remote that is down).
+  virtual bool available() const noexcept { return true; }
   virtual unsigned lanes() const = 0;
   // The task is ready (its predecessors are done): run it.
   virtual void enqueue(TaskRecord* task) = 0;

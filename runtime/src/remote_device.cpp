@@ -440,7 +440,7 @@ protocol::StatsReply RemoteDevice::stats() {
 bool RemoteDevice::can_run(const KernelDef& kernel) const {
   // Only kernels every host knows by name: built-ins and plugins (which
   // ferryd loads with --plugin). A runtime's own callables stay local.
-  return alive() && KernelRegistry::global().find(kernel.name) == &kernel;
+  return KernelRegistry::global().find(kernel.name) == &kernel;
 }
 
 void RemoteDevice::enqueue(TaskRecord* task) {

@@ -53,6 +53,7 @@ class RemoteDevice final : public Device, public NodeLink {
   void start();
 
   bool can_run(const KernelDef& kernel) const override;
+  bool available() const noexcept override { return alive(); }
   unsigned lanes() const override { return options_.proxies; }
   void enqueue(TaskRecord* task) override;
   void prefetch(TaskRecord* task) override;

@@ -3,12 +3,15 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <spawn.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -124,9 +127,11 @@ struct Server {
       accepted.push_back(std::move(c));
     });
   }
+  // close() first: once it returns no handler runs, so `this` may go.
   ~Server() {
     listener.reset();
     std::lock_guard lock(mutex);
+    for (auto& c : accepted) c->close();
     accepted.clear();
   }
   std::shared_ptr<Connection> connection(std::size_t i) {
@@ -153,6 +158,7 @@ struct Client {
     connection = Connection::connect(worker, "127.0.0.1", port, collect(inbox),
                                      [this](Connection&, const std::string& reason) { errors.push(reason); });
   }
+  ~Client() { connection->close(); }
   std::shared_ptr<Worker> worker;
   Inbox<Message> inbox;
   Inbox<std::string> errors;
@@ -280,9 +286,12 @@ class ScopedEnv {
 
 const char* rndv_thresh(Protocol protocol) {
   switch (protocol) {
-    case Protocol::eager: return "inf";
-    case Protocol::rendezvous: return "0";
-    default: return nullptr;
+    case Protocol::eager:
+      return "inf";
+    case Protocol::rendezvous:
+      return "0";
+    default:
+      return nullptr;
   }
 }
 
@@ -367,7 +376,8 @@ TEST(Connection, SendIsThreadSafe) {
   std::vector<std::thread> senders;
   for (int t = 0; t < threads; ++t) {
     senders.emplace_back([&, t] {
-      for (int i = 0; i < per_thread; ++i) client.connection->send(text_bytes(std::to_string(t) + ":" + std::to_string(i)));
+      for (int i = 0; i < per_thread; ++i)
+        client.connection->send(text_bytes(std::to_string(t) + ":" + std::to_string(i)));
     });
   }
   for (auto& sender : senders) sender.join();
@@ -388,10 +398,12 @@ TEST(Connection, TwoClientsAtOnce) {
   auto payload_a = random_bytes(3 << 20, 1);
   auto payload_b = random_bytes(5000, 2);
   std::thread ta([&] {
-    for (int i = 0; i < 20; ++i) a.connection->send(text_bytes("a" + std::to_string(i)), payload_a.data(), payload_a.size(), {});
+    for (int i = 0; i < 20; ++i)
+      a.connection->send(text_bytes("a" + std::to_string(i)), payload_a.data(), payload_a.size(), {});
   });
   std::thread tb([&] {
-    for (int i = 0; i < 20; ++i) b.connection->send(text_bytes("b" + std::to_string(i)), payload_b.data(), payload_b.size(), {});
+    for (int i = 0; i < 20; ++i)
+      b.connection->send(text_bytes("b" + std::to_string(i)), payload_b.data(), payload_b.size(), {});
   });
   ta.join();
   tb.join();
@@ -436,6 +448,35 @@ TEST(Connection, ConnectingToNobodyThrowsNamingTheAddress) {
   EXPECT_EQ(send_and_wait(*client.connection, text_bytes("after"), nullptr, 0), "");
 }
 
+TEST(Listener, TakenPortThrowsNamingTheAddress) {
+  Server server;
+  auto port = server.listener->port();
+  ASSERT_NE(port, 0);
+  try {
+    Listener::listen(server.worker, "127.0.0.1", port, {});
+    FAIL() << "listened twice on port " << port;
+  } catch (const UcxError& e) {
+    EXPECT_NE(std::string(e.what()).find("127.0.0.1:" + std::to_string(port)), std::string::npos) << e.what();
+  }
+}
+
+TEST(Listener, StopFromTheAcceptHandlerStopsAccepting) {
+  auto worker = Worker::create({"server"});
+  std::vector<std::shared_ptr<Connection>> accepted;  // progress thread only, until the listener is gone
+  Listener* self = nullptr;
+  auto listener = Listener::listen(worker, "127.0.0.1", 0, [&](std::shared_ptr<Connection> c) {
+    accepted.push_back(std::move(c));
+    self->stop();
+  });
+  self = listener.get();
+  auto port = listener->port();
+  Client first(port);
+  EXPECT_EQ(send_and_wait(*first.connection, text_bytes("hi"), nullptr, 0), "");
+  EXPECT_THROW(Client second(port), UcxError);
+  listener->stop();  // idempotent
+  worker->call([&] { accepted.clear(); });
+}
+
 TEST(Connection, ServerSeesClientCloseAsError) {
   Server server;
   Client client(server.listener->port());
@@ -452,6 +493,19 @@ TEST(Connection, ServerSeesClientCloseAsError) {
   EXPECT_NE(send_and_wait(*client.connection, text_bytes("late"), nullptr, 0), "");
   std::this_thread::sleep_for(100ms);
   EXPECT_EQ(server.errors.size(), 1u) << "on_error is called once";
+}
+
+TEST(Connection, MessagesSentBeforeCloseArriveBeforeTheError) {
+  Inbox<Message> received;
+  Server server(collect(received));
+  Client client(server.listener->port());
+  constexpr int count = 100;
+  auto payload = random_bytes(100 << 10, 3);
+  for (int i = 0; i < count; ++i)
+    client.connection->send(text_bytes(std::to_string(i)), payload.data(), i % 2 ? payload.size() : 10, {});
+  client.connection->close();
+  EXPECT_EQ(server.errors.wait(1).size(), 1u);
+  EXPECT_EQ(received.wait(count, 1s).size(), static_cast<std::size_t>(count));
 }
 
 TEST(Connection, ClientSeesServerCloseAsError) {
@@ -504,6 +558,39 @@ TEST(Connection, LastReferenceDroppedOnTheProgressThread) {
   client.connection->close();
   EXPECT_EQ(dropped.wait(1).size(), 1u);
   std::this_thread::sleep_for(200ms);  // let the detached thread finish tearing down
+}
+
+// PeerProcessDeathIsSeenAsError runs this binary again as a client that
+// connects and dies without closing anything, as a crashed client would;
+// that happens here, before main(), so it is no test of its own.
+const bool doomed_client = [] {
+  const char* port = std::getenv("FERRY_TEST_DOOMED_CLIENT_PORT");
+  if (port == nullptr) return false;
+  Client client(static_cast<std::uint16_t>(std::atoi(port)));
+  // Waits for the echo: a send's completion is local, so a message sent just
+  // before dying may never reach the server.
+  client.connection->send(text_bytes("about to die"));
+  if (client.inbox.wait(1).size() == 1) std::raise(SIGKILL);
+  std::_Exit(3);
+}();
+
+TEST(Connection, PeerProcessDeathIsSeenAsError) {
+  Server server;
+  auto port = std::to_string(server.listener->port());
+  std::string exe = "/proc/self/exe";
+  std::vector<char*> argv = {exe.data(), nullptr};
+  auto env = "FERRY_TEST_DOOMED_CLIENT_PORT=" + port;
+  std::vector<char*> envp = {env.data(), nullptr};
+  pid_t child = 0;
+  ASSERT_EQ(posix_spawn(&child, argv[0], nullptr, nullptr, argv.data(), envp.data()), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << "the child did not get its echo";
+  auto errors = server.errors.wait(1);
+  ASSERT_EQ(errors.size(), 1u) << "the server did not notice the client process dying";
+  std::cout << "  " << errors[0] << "\n";
+  EXPECT_TRUE(server.connection(0)->closed());
+  EXPECT_NE(send_and_wait(*server.connection(0), text_bytes("anyone?"), nullptr, 0), "");
 }
 
 double process_cpu_seconds() {

@@ -3,7 +3,7 @@
 // in session*.cpp; this file starts and stops the pieces.
 #include <fmt/format.h>
 #include <signal.h>
-#include <sys/signalfd.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -29,27 +29,38 @@ namespace {
 using namespace ferry;
 using namespace ferry::ferryd;
 
-// Blocked before any thread starts, so every thread inherits the mask and
-// the signals wait in the signalfd for the main thread to read.
-int block_stop_signals() {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
-  if (pthread_sigmask(SIG_BLOCK, &set, nullptr) != 0) throw_system_error("pthread_sigmask", errno);
-  const int fd = signalfd(-1, &set, SFD_CLOEXEC);
-  if (fd < 0) throw_system_error("signalfd", errno);
+int stop_pipe[2] = {-1, -1};
+
+// Only hands the signal number to the main thread: nothing else is safe in a handler.
+extern "C" void on_stop_signal(int signo) {
+  const int saved = errno;
+  const auto byte = static_cast<unsigned char>(signo);
+  [[maybe_unused]] const ssize_t n = write(stop_pipe[1], &byte, 1);
+  errno = saved;
+}
+
+// A self-pipe rather than a signalfd: libraries start threads before main
+// (OpenBLAS's pool does), so no mask set here could cover every thread, and
+// a signal delivered to one of those would kill the process.
+int install_stop_signals() {
+  if (pipe2(stop_pipe, O_CLOEXEC) != 0) throw_system_error("pipe2", errno);
+  struct sigaction action {};
+  action.sa_handler = on_stop_signal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  if (sigaction(SIGTERM, &action, nullptr) != 0 || sigaction(SIGINT, &action, nullptr) != 0)
+    throw_system_error("sigaction", errno);
   // A client or a scraper that hangs up mid-write must not kill the server.
   signal(SIGPIPE, SIG_IGN);
-  return fd;
+  return stop_pipe[0];
 }
 
 int wait_for_stop_signal(int fd) {
-  signalfd_siginfo info{};
   for (;;) {
-    const ssize_t n = read(fd, &info, sizeof info);
-    if (n == static_cast<ssize_t>(sizeof info)) return static_cast<int>(info.ssi_signo);
-    if (n < 0 && errno != EINTR) throw_system_error("read(signalfd)", errno);
+    unsigned char byte = 0;
+    const ssize_t n = read(fd, &byte, 1);
+    if (n == 1) return byte;
+    if (n < 0 && errno != EINTR) throw_system_error("read(stop pipe)", errno);
   }
 }
 
@@ -70,7 +81,7 @@ void check_gpus(const Options& options) {
   if (options.gpus.empty()) return;
   const int count = cuda::device_count();
   if (options.gpus.front() < 0) {
-    if (count == 0) log().info("no GPUs to serve with ({}); tasks run on the CPU workers", cuda::unavailable_reason());
+    if (count == 0) log().info("--gpus all: this host has none; tasks run on the CPU workers");
     return;
   }
   for (int ordinal : options.gpus) {
@@ -140,7 +151,7 @@ int serve(const Options& options, int signal_fd) {
 int main(int argc, char** argv) {
   int signal_fd = -1;
   try {
-    signal_fd = block_stop_signals();
+    signal_fd = install_stop_signals();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ferryd: %s\n", e.what());
     return EXIT_FAILURE;

@@ -1,8 +1,7 @@
-#include "connection_impl.hpp"
-
 #include <chrono>
 #include <cstring>
 
+#include "connection_impl.hpp"
 #include "ferry/error.hpp"
 #include "ferry/log.hpp"
 
@@ -133,8 +132,7 @@ ConnectionImpl::~ConnectionImpl() {
 }
 
 std::shared_ptr<Connection> Connection::connect(const std::shared_ptr<Worker>& worker, const std::string& host,
-                                                std::uint16_t port, MessageHandler on_message,
-                                                ErrorHandler on_error) {
+                                                std::uint16_t port, MessageHandler on_message, ErrorHandler on_error) {
   if (worker->on_progress_thread()) throw UsageError("Connection::connect() blocks; not on the progress thread");
   sockaddr_storage address{};
   auto length = resolve(host, port, address);
@@ -146,8 +144,8 @@ std::shared_ptr<Connection> Connection::connect(const std::shared_ptr<Worker>& w
   worker->call([&] {
     auto& impl = worker->impl();
     ucp_ep_params_t params{};
-    params.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
-                        UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    params.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                        UCP_EP_PARAM_FIELD_ERR_HANDLER;
     params.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
     params.sockaddr.addr = reinterpret_cast<const sockaddr*>(&address);
     params.sockaddr.addrlen = length;
@@ -195,8 +193,7 @@ void ConnectionImpl::attach(ucp_ep_h ep, std::string peer) {
   impl_.connections[ep] = this;
 }
 
-void ConnectionImpl::send(std::vector<std::byte> header, const void* payload, std::size_t payload_bytes,
-                          Done done) {
+void ConnectionImpl::send(std::vector<std::byte> header, const void* payload, std::size_t payload_bytes, Done done) {
   // Through the queue even on the progress thread, so sends keep their order
   // with each other and with close().
   auto* op = new SendOp{std::move(header), payload, payload_bytes, std::move(done)};
@@ -221,8 +218,8 @@ void ConnectionImpl::start_send(SendOp* raw) {
   param.flags = UCP_AM_SEND_FLAG_REPLY;
   param.cb.send = send_done;
   param.user_data = op.get();
-  auto request = ucp_am_send_nbx(ep_, ferry_am_id, op->header.data(), op->header.size(), op->payload,
-                                 op->payload_bytes, &param);
+  auto request =
+      ucp_am_send_nbx(ep_, ferry_am_id, op->header.data(), op->header.size(), op->payload, op->payload_bytes, &param);
   if (request == nullptr) {
     notify(op->done, {});
   } else if (UCS_PTR_IS_ERR(request)) {
@@ -235,20 +232,29 @@ void ConnectionImpl::start_send(SendOp* raw) {
 void ConnectionImpl::set_handlers(MessageHandler on_message, ErrorHandler on_error) {
   auto message = std::make_shared<const MessageHandler>(std::move(on_message));
   auto error = std::make_shared<const ErrorHandler>(std::move(on_error));
-  if (impl_.on_progress_thread()) {
+  auto install = [&] {
+    if (closed_) return;  // a closed connection calls no handler
     on_message_ = std::move(message);
     on_error_ = std::move(error);
+  };
+  if (impl_.on_progress_thread()) {
+    install();
   } else {
-    worker_->call([&] {
-      on_message_ = std::move(message);
-      on_error_ = std::move(error);
-    });
+    worker_->call(install);
   }
 }
 
 void ConnectionImpl::close() {
-  if (closed_.exchange(true)) return;
-  impl_.post([self = self()] { self->close_now(false); });
+  closed_ = true;
+  if (impl_.on_progress_thread()) {
+    // No handler runs after close() returns; the endpoint closes once the
+    // sends queued before this call are on their way.
+    on_message_.reset();
+    on_error_.reset();
+    impl_.post([self = self()] { self->close_now(false); });
+  } else {
+    worker_->call([this] { close_now(false); });
+  }
 }
 
 void ConnectionImpl::close_now(bool force) {
@@ -310,7 +316,8 @@ ucs_status_t am_receive(void* arg, const void* header, std::size_t header_length
   // With no header, `header` is undefined (UCX's words), not null.
   std::span<const std::byte> header_bytes;
   if (header_length != 0) header_bytes = {static_cast<const std::byte*>(header), header_length};
-  IncomingMessage message(impl.worker, header_bytes, data, length, (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0);
+  IncomingMessage message(impl.worker, header_bytes, data, length,
+                          (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0);
   static_cast<ConnectionImpl&>(*connection).deliver(message);
   return message.status();
 }

@@ -68,8 +68,8 @@ class ListenerImpl final : public Listener {
     if (ucp_conn_request_query(request, &attr) == UCS_OK) peer = format_sockaddr(attr.client_address);
 
     ucp_ep_params_t params{};
-    params.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                        UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    params.field_mask =
+        UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
     params.conn_request = request;
     params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
     params.err_handler.cb = endpoint_failed;
@@ -79,8 +79,8 @@ class ListenerImpl final : public Listener {
       log().error("ucx: ucp_ep_create for {} connecting to {}: {}", peer, address_, ucs_status_string(status));
       return;
     }
-    auto connection = std::make_shared<ConnectionImpl>(worker_, Connection::MessageHandler{},
-                                                       Connection::ErrorHandler{});
+    auto connection =
+        std::make_shared<ConnectionImpl>(worker_, Connection::MessageHandler{}, Connection::ErrorHandler{});
     connection->attach(ep, peer);
     log().debug("ucx: {} accepted {}", address_, peer);
     if (!on_accept_) return;

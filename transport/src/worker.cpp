@@ -30,8 +30,9 @@ namespace {
 // that never answers must not hang the process on exit.
 constexpr auto close_deadline = std::chrono::seconds(2);
 
-// The transports UCX offers this context, from ucp_context_print_info's
-// "resource N : md M dev D flags -- tl/dev" lines, e.g. "self, tcp, sysv".
+// The transports UCX offers this context, from the "tl/dev" that ends each
+// "resource" line of ucp_context_print_info, e.g. "self, tcp, sysv". UCX has
+// no query for them, and which of them an endpoint uses is its own choice.
 std::string describe_transports(ucp_context_h context) {
   char* text = nullptr;
   std::size_t size = 0;
@@ -46,10 +47,10 @@ std::string describe_transports(ucp_context_h context) {
   std::set<std::string> seen;
   for (std::string line; std::getline(lines, line);) {
     if (line.find("resource") == std::string::npos) continue;
-    auto dashes = line.find("-- ");
-    if (dashes == std::string::npos) continue;
-    auto tl = line.substr(dashes + 3);
-    tl = tl.substr(0, tl.find('/'));
+    auto last = line.find_last_of(' ');
+    auto slash = line.find('/', last);
+    if (last == std::string::npos || slash == std::string::npos) continue;
+    auto tl = line.substr(last + 1, slash - last - 1);
     if (!tl.empty() && seen.insert(tl).second) result += (result.empty() ? "" : ", ") + tl;
   }
   return result.empty() ? "none" : result;
@@ -78,7 +79,10 @@ std::shared_ptr<Worker> Worker::create(Options options) {
   params.name = impl->name.c_str();
   auto status = ucp_init(&params, config, &impl->context);
   ucp_config_release(config);
-  check(status, "ucp_init (check UCX_TLS and other UCX_* settings)");
+  if (status != UCS_OK) {
+    const char* tls = std::getenv("UCX_TLS");
+    throw_ucx(status, std::string("ucp_init (UCX_TLS=") + (tls != nullptr ? tls : "unset") + ")");
+  }
 
   ucp_worker_params_t worker_params{};
   worker_params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
@@ -94,8 +98,8 @@ std::shared_ptr<Worker> Worker::create(Options options) {
   check(ucp_worker_get_efd(impl->worker, &impl->event_fd), "ucp_worker_get_efd");
 
   ucp_am_handler_param_t handler{};
-  handler.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
-                       UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
+  handler.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG |
+                       UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
   handler.id = ferry_am_id;
   handler.cb = am_receive;
   handler.arg = impl.get();
@@ -140,7 +144,7 @@ void Worker::Impl::post(std::function<void()> fn) {
   posted.push_back(std::move(fn));
   // Only a sleeping progress thread needs waking; a busy one looks at the
   // queue before it sleeps, and `sleeping` changes only under this mutex.
-  if (sleeping) {
+  if (sleeping && worker != nullptr) {
     sleeping = false;
     ucp_worker_signal(worker);
   }
@@ -233,9 +237,16 @@ void Worker::Impl::shutdown() {
     }
     wait(50);
   }
-  std::lock_guard lock(mutex);
-  ucp_worker_destroy(worker);
-  worker = nullptr;
+  // Other threads signal the worker only under the mutex and only while it
+  // is set; UCX may call back into post() from ucp_worker_destroy, so the
+  // mutex is not held across it.
+  ucp_worker_h doomed = nullptr;
+  {
+    std::lock_guard lock(mutex);
+    std::swap(doomed, worker);
+    sleeping = false;
+  }
+  ucp_worker_destroy(doomed);
   ucp_cleanup(context);
   context = nullptr;
 }

@@ -1,0 +1,106 @@
+// ferryd's life around the protocol: a clean stop on SIGTERM with work in
+// flight, and the Prometheus endpoint.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <regex>
+
+#include "ferryd_process.hpp"
+#include "test_client.hpp"
+
+namespace ferry::test {
+namespace {
+
+using proto::Mode;
+using proto::Status;
+
+TEST(FerrydLifecycle, SigtermAnswersRunsInFlightThenSaysBye) {
+  FerrydProcess server;
+  TestClient client(server.port());
+  client.authenticate(FerrydProcess::default_token);
+
+  constexpr std::uint64_t n = 1500;
+  std::vector<double> matrix(n * n, 0.001);
+  for (std::uint64_t id : {1, 2, 3})
+    client.put_all(id, proto::DType::f64, n, n, matrix.data(), matrix.size() * sizeof(double), 16u << 20);
+  // A chain on c: each gemm waits for the one before, so most are still queued when the signal comes.
+  constexpr int runs = 4;
+  std::vector<std::uint64_t> requests;
+  for (int i = 0; i < runs; ++i) {
+    requests.push_back(client.next_request());
+    client.send(proto::Run{requests.back(), "gemm", "chain",
+                           {TestClient::buffer(1, Mode::read), TestClient::buffer(2, Mode::read),
+                            TestClient::buffer(3, Mode::readwrite), TestClient::real(1.0), TestClient::real(1.0)}});
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  server.signal(SIGTERM);
+
+  int answered = 0;
+  for (;;) {
+    Received r = client.next(std::chrono::seconds(30));
+    if (auto* done = std::get_if<proto::Done>(&r.message)) {
+      EXPECT_TRUE(done->status == Status::ok || done->status == Status::shutting_down)
+          << proto::to_string(done->status) << " " << done->message;
+      ++answered;
+      continue;
+    }
+    auto* bye = std::get_if<proto::Bye>(&r.message);
+    ASSERT_NE(bye, nullptr) << proto::to_string(proto::type_of(r.message));
+    EXPECT_EQ(bye->status, Status::shutting_down);
+    break;
+  }
+  EXPECT_EQ(answered, runs);
+  EXPECT_TRUE(client.wait_closed());
+  EXPECT_EQ(server.wait_exit(std::chrono::seconds(30)), 0) << server.log();
+  EXPECT_NE(server.log().find("shutting down"), std::string::npos) << server.log();
+}
+
+std::string http_get(std::uint16_t port, const std::string& path) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) throw std::runtime_error("socket failed");
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(port);
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0) {
+    close(fd);
+    throw std::runtime_error("cannot connect to the metrics port");
+  }
+  const std::string request = "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+  if (write(fd, request.data(), request.size()) != static_cast<ssize_t>(request.size())) {
+    close(fd);
+    throw std::runtime_error("cannot send the request");
+  }
+  std::string response;
+  char buffer[4096];
+  for (ssize_t n; (n = read(fd, buffer, sizeof buffer)) > 0;) response.append(buffer, static_cast<std::size_t>(n));
+  close(fd);
+  return response;
+}
+
+TEST(FerrydLifecycle, MetricsAreServedOverHttp) {
+  FerrydProcess server({"--metrics", "127.0.0.1:0"});
+  ASSERT_TRUE(server.wait_for_log("metrics on http://")) << server.log();
+  std::smatch match;
+  const std::string log = server.log();
+  ASSERT_TRUE(std::regex_search(log, match, std::regex(R"(metrics on http://127\.0\.0\.1:(\d+)/metrics)"))) << log;
+  const auto port = static_cast<std::uint16_t>(std::stoi(match[1]));
+
+  TestClient client(server.port());
+  client.authenticate(FerrydProcess::default_token);
+  const float x[3] = {1, 2, 3};
+  ASSERT_EQ(client.put(1, proto::DType::f32, 1, 3, x, sizeof x).status, Status::ok);
+  ASSERT_EQ(client.run("sum", {TestClient::buffer(1, Mode::read)}).status, Status::ok);
+
+  const std::string body = http_get(port, "/metrics");
+  EXPECT_NE(body.find("200 OK"), std::string::npos) << body;
+  EXPECT_NE(body.find("ferry_tasks_total 1"), std::string::npos) << body;
+  EXPECT_NE(body.find("ferry_bytes_in_total 12"), std::string::npos) << body;
+  EXPECT_NE(body.find("ferry_clients 1"), std::string::npos) << body;
+  EXPECT_NE(body.find("ferry_memory_in_use_bytes 12"), std::string::npos) << body;
+}
+
+}  // namespace
+}  // namespace ferry::test

@@ -1,0 +1,158 @@
+// A real ferryd for a test: a temporary folder with a token file, the
+// server started with --listen 127.0.0.1:0 --port-file, its output kept in
+// a log file the test can read, and the process killed if the test does
+// not stop it itself.
+#pragma once
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+extern char** environ;
+
+namespace ferry::test {
+
+inline std::filesystem::path make_temp_dir() {
+  std::string pattern = (std::filesystem::temp_directory_path() / "ferryd-test-XXXXXX").string();
+  if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+  return pattern;
+}
+
+class FerrydProcess {
+ public:
+  static constexpr const char* default_token = "correct horse battery staple";
+
+  // Runs ferryd with `args` as given (no defaults added); for command-line tests.
+  static int run_to_exit(const std::vector<std::string>& args, std::string* output = nullptr) {
+    FerrydProcess p(std::nullopt);
+    p.spawn(args);
+    const int status = p.wait_exit(std::chrono::seconds(20));
+    if (output) *output = p.log();
+    return status;
+  }
+
+  explicit FerrydProcess(std::vector<std::string> extra_args = {}, std::string token = default_token)
+      : FerrydProcess(std::optional<std::string>(std::move(token))) {
+    std::vector<std::string> args{"--listen",    "127.0.0.1:0",        "--token-file", token_file().string(),
+                                  "--port-file", port_file_.string(), "--workers",    "2"};
+    args.insert(args.end(), extra_args.begin(), extra_args.end());
+    spawn(args);
+    wait_for_port();
+  }
+
+  ~FerrydProcess() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  FerrydProcess(const FerrydProcess&) = delete;
+  FerrydProcess& operator=(const FerrydProcess&) = delete;
+
+  std::uint16_t port() const { return port_; }
+  std::filesystem::path token_file() const { return dir_ / "token"; }
+  const std::filesystem::path& dir() const { return dir_; }
+
+  std::string log() const {
+    std::ifstream in(log_file_);
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+  }
+
+  // Waits until the log contains `text`; false after `timeout`.
+  bool wait_for_log(const std::string& text, std::chrono::milliseconds timeout = std::chrono::seconds(10)) const {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (log().find(text) != std::string::npos) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+  }
+
+  void signal(int signo) const { kill(pid_, signo); }
+
+  // The exit status, or 128 + signal; -1 after `timeout` (the process is then killed).
+  int wait_exit(std::chrono::milliseconds timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    int status = 0;
+    while (std::chrono::steady_clock::now() < deadline) {
+      const pid_t r = waitpid(pid_, &status, WNOHANG);
+      if (r == pid_) {
+        pid_ = -1;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return -1;
+  }
+
+ private:
+  explicit FerrydProcess(std::optional<std::string> token) : dir_(make_temp_dir()) {
+    port_file_ = dir_ / "port";
+    log_file_ = dir_ / "ferryd.log";
+    if (token) {
+      std::ofstream(token_file()) << *token << '\n';
+      chmod(token_file().c_str(), 0600);
+    }
+  }
+
+  void spawn(const std::vector<std::string>& args) {
+    std::vector<std::string> argv_text{FERRYD_PATH};
+    argv_text.insert(argv_text.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (auto& a : argv_text) argv.push_back(a.data());
+    argv.push_back(nullptr);
+
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log_file_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
+    const int rc = posix_spawn(&pid_, FERRYD_PATH, &actions, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    if (rc != 0) throw std::runtime_error(std::string("posix_spawn ") + FERRYD_PATH + " failed");
+  }
+
+  void wait_for_port() {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (std::chrono::steady_clock::now() < deadline) {
+      std::ifstream in(port_file_);
+      unsigned port = 0;
+      if (in >> port && port != 0) {
+        port_ = static_cast<std::uint16_t>(port);
+        return;
+      }
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        throw std::runtime_error("ferryd exited before listening:\n" + log());
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    throw std::runtime_error("ferryd did not write its port file in time:\n" + log());
+  }
+
+  std::filesystem::path dir_;
+  std::filesystem::path port_file_;
+  std::filesystem::path log_file_;
+  pid_t pid_ = -1;
+  std::uint16_t port_ = 0;
+};
+
+}  // namespace ferry::test

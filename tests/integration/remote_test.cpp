@@ -1,0 +1,258 @@
+// A runtime offloading to real ferryd processes over real UCX (loopback).
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "ferry/ferry.hpp"
+#include "local_ferryd.hpp"
+
+namespace {
+
+using ferry::testing::LocalFerryd;
+
+ferry::Runtime::Options remote_options(LocalFerryd& server, std::size_t chunk = std::size_t{4} << 20) {
+  ferry::Runtime::Options o;
+  o.workers = 2;
+  o.persist_perf_models = false;
+  o.read_environment = false;
+  o.remotes = {server.address()};
+  o.token_file = server.token_file();
+  o.chunk_bytes = chunk;
+  return o;
+}
+
+ferry::OnOption remote(LocalFerryd& server) { return ferry::on(ferry::remote(server.address())); }
+
+template <typename T>
+void fill_random(ferry::Buffer<T>& b, unsigned seed, double lo = -1, double hi = 1) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> u(lo, hi);
+  auto h = b.host();
+  for (std::size_t i = 0; i < h.rows(); ++i)
+    for (std::size_t j = 0; j < h.cols(); ++j) h(i, j) = static_cast<T>(u(rng));
+}
+
+template <typename T>
+std::vector<T> contents(const ferry::Buffer<T>& b) {
+  auto h = b.host();
+  return {h.begin(), h.end()};
+}
+
+TEST(Remote, EveryBuiltinKernelMatchesTheCpu) {
+  LocalFerryd server;
+  ferry::Runtime rt(remote_options(server));
+  // Each kernel runs twice on identical inputs, once per device: the same
+  // code on the same machine, so results match exactly.
+  const std::size_t n = 64;
+  auto run_both = [&](auto&& submit) {
+    auto here = submit(ferry::on(ferry::cpu()));
+    auto there = submit(remote(server));
+    EXPECT_EQ(here.first, there.first);
+    EXPECT_EQ(here.second, there.second);
+  };
+  auto vec = [&](unsigned seed) {
+    auto b = rt.buffer<double>(n);
+    fill_random(b, seed);
+    return b;
+  };
+  auto spd = [&](std::size_t m) {
+    auto a = rt.buffer<double>(m, m);
+    fill_random(a, 9);
+    auto h = a.host();
+    for (std::size_t i = 0; i < m; ++i)
+      for (std::size_t j = 0; j < i; ++j) h(j, i) = h(i, j);
+    for (std::size_t i = 0; i < m; ++i) h(i, i) += static_cast<double>(m);
+    return a;
+  };
+  using Out = std::pair<std::vector<double>, double>;
+  run_both([&](ferry::OnOption where) -> Out {
+    auto x = vec(1), y = vec(2);
+    auto t = rt.submit("axpy", ferry::read(x), ferry::readwrite(y), 2.5, where);
+    t.wait();
+    EXPECT_EQ(t.device(), where.place.kind == ferry::Place::Kind::cpu ? "cpu" : "remote:" + server.address());
+    return {contents(y), 0.0};
+  });
+  run_both([&](ferry::OnOption where) -> Out {
+    auto x = vec(3);
+    rt.submit("scal", ferry::readwrite(x), -0.5, where);
+    return {contents(x), 0.0};
+  });
+  run_both([&](ferry::OnOption where) -> Out {
+    auto x = vec(4), y = vec(5);
+    return {{}, rt.submit("dot", ferry::read(x), ferry::read(y), where).result()};
+  });
+  run_both([&](ferry::OnOption where) -> Out {
+    auto x = vec(6);
+    return {{}, rt.submit("nrm2", ferry::read(x), where).result()};
+  });
+  run_both([&](ferry::OnOption where) -> Out {
+    auto a = rt.buffer<double>(16, 24), b = rt.buffer<double>(24, 8), c = rt.buffer<double>(16, 8);
+    fill_random(a, 7);
+    fill_random(b, 8);
+    rt.submit("gemm", ferry::read(a), ferry::read(b), ferry::readwrite(c), 1.5, 0.0, 0, 0, where);
+    return {contents(c), 0.0};
+  });
+  run_both([&](ferry::OnOption where) -> Out {
+    auto a = spd(32);
+    rt.submit("potrf", ferry::readwrite(a), where);
+    return {contents(a), 0.0};
+  });
+  run_both([&](ferry::OnOption where) -> Out {
+    auto l = spd(16), b = rt.buffer<double>(8, 16);
+    fill_random(b, 10);
+    rt.submit("potrf", ferry::readwrite(l), ferry::on(ferry::cpu()));
+    rt.submit("trsm", ferry::read(l), ferry::readwrite(b), where);
+    return {contents(b), 0.0};
+  });
+  run_both([&](ferry::OnOption where) -> Out {
+    auto a = rt.buffer<double>(16, 8), c = spd(16);
+    fill_random(a, 11);
+    rt.submit("syrk", ferry::read(a), ferry::readwrite(c), where);
+    return {contents(c), 0.0};
+  });
+  run_both([&](ferry::OnOption where) -> Out {
+    auto x = rt.buffer<double>(n);
+    rt.submit("fill", ferry::write(x), 3.25, where);
+    return {contents(x), 0.0};
+  });
+  run_both([&](ferry::OnOption where) -> Out {
+    auto x = vec(12), y = rt.buffer<double>(n);
+    rt.submit("copy", ferry::read(x), ferry::write(y), where);
+    return {contents(y), 0.0};
+  });
+  run_both([&](ferry::OnOption where) -> Out {
+    auto x = vec(13), y = rt.buffer<double>(n);
+    rt.submit("map", ferry::read(x), ferry::write(y), "sigmoid", where);
+    return {contents(y), 0.0};
+  });
+  run_both([&](ferry::OnOption where) -> Out {
+    auto x = vec(14);
+    return {{}, rt.submit("sum", ferry::read(x), where).result()};
+  });
+  // A kernel failure on the remote reaches the waiter like a local one.
+  auto bad = spd(8);
+  bad.host()(0, 0) = -1.0;
+  EXPECT_THROW(rt.submit("potrf", ferry::readwrite(bad), remote(server)).wait(), ferry::KernelError);
+  EXPECT_THROW(rt.wait(), ferry::KernelError);  // wait() reports the failure too, once
+  EXPECT_NO_THROW(rt.wait());
+}
+
+TEST(Remote, SecondTaskOnTheSameInputMovesNoBytes) {
+  LocalFerryd server;
+  ferry::Runtime rt(remote_options(server));
+  auto x = rt.buffer<float>(1 << 20);
+  std::ranges::fill(x.host(), 2.0f);
+  EXPECT_EQ(rt.submit("sum", ferry::read(x), remote(server)).result(), 2.0 * (1 << 20));
+  const auto first = rt.remote_stats(server.address());
+  EXPECT_EQ(rt.submit("nrm2", ferry::read(x), remote(server)).result(), std::sqrt(4.0 * (1 << 20)));
+  const auto second = rt.remote_stats(server.address());
+  EXPECT_EQ(second.server_bytes_in, first.server_bytes_in) << "the replica was shipped again";
+  EXPECT_EQ(second.bytes_shipped, first.bytes_shipped);
+  EXPECT_EQ(second.server_tasks, first.server_tasks + 1);
+}
+
+TEST(Remote, ChunkBoundariesAreBitExactBothWays) {
+  const std::size_t chunk = 64 << 10;
+  LocalFerryd server;
+  ferry::Runtime rt(remote_options(server, chunk));
+  for (std::size_t bytes : {std::size_t{1}, chunk - 1, chunk, chunk + 1, std::size_t{100} << 20}) {
+    auto x = rt.buffer<std::uint8_t>(bytes);
+    auto y = rt.buffer<std::uint8_t>(bytes);
+    {
+      auto h = x.host();
+      for (std::size_t i = 0; i < bytes; ++i) h[i] = static_cast<std::uint8_t>(i * 131 + (i >> 13));
+    }
+    rt.submit("copy", ferry::read(x), ferry::write(y), remote(server));
+    auto hx = x.host();
+    auto hy = y.host();  // comes back from the remote
+    EXPECT_TRUE(std::equal(hx.begin(), hx.end(), hy.begin())) << bytes << " bytes";
+  }
+}
+
+TEST(Remote, TilesTravelPacked) {
+  LocalFerryd server;
+  ferry::Runtime rt(remote_options(server));
+  auto m = rt.buffer<double>(8, 8);
+  std::ranges::fill(m.host(), 1.0);
+  auto tile = m.tiles(4, 4)(1, 1);  // rows 4-7, cols 4-7
+  rt.submit("scal", ferry::readwrite(tile), 3.0, remote(server));
+  auto h = m.host();
+  for (std::size_t i = 0; i < 8; ++i)
+    for (std::size_t j = 0; j < 8; ++j) EXPECT_EQ(h(i, j), i >= 4 && j >= 4 ? 3.0 : 1.0) << i << "," << j;
+}
+
+TEST(Remote, KillNineMidRunStillFinishesCorrectly) {
+  LocalFerryd server;
+  ferry::Runtime rt(remote_options(server));
+  const std::size_t n = 1 << 16;
+  auto x = rt.buffer<double>(n), y = rt.buffer<double>(n);
+  std::ranges::fill(x.host(), 1.0);
+  std::vector<ferry::Task> tasks;
+  for (int i = 0; i < 200; ++i) {
+    tasks.push_back(rt.submit("axpy", ferry::read(x), ferry::readwrite(y), 1.0, remote(server)));
+    if (i == 100) {
+      tasks[50].wait();
+      server.kill(SIGKILL);
+    }
+  }
+  rt.wait();
+  int on_cpu = 0;
+  for (auto& t : tasks) on_cpu += t.device() == "cpu";
+  EXPECT_GT(on_cpu, 0) << "nothing was rescheduled";
+  EXPECT_LT(on_cpu, 200) << "nothing ran remotely";
+  auto h = y.host();
+  EXPECT_EQ(h[0], 200.0);
+  EXPECT_EQ(h[n - 1], 200.0);
+}
+
+TEST(Remote, ReconnectsAndUsesTheHostAgain) {
+  LocalFerryd server;
+  ferry::Runtime rt(remote_options(server));
+  auto x = rt.buffer<double>(1024);
+  std::ranges::fill(x.host(), 1.0);
+  EXPECT_EQ(rt.submit("sum", ferry::read(x), remote(server)).device(), "remote:" + server.address());
+  server.kill(SIGKILL);
+  // While it is gone, pinned tasks still finish (on the CPU).
+  EXPECT_EQ(rt.submit("sum", ferry::read(x), remote(server)).result(), 1024.0);
+  server.restart();
+  bool back = false;
+  for (int i = 0; i < 100 && !back; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    back = rt.remote_stats(server.address()).connected;
+  }
+  ASSERT_TRUE(back) << "no reconnect within 10 s";
+  auto t = rt.submit("sum", ferry::read(x), remote(server));
+  EXPECT_EQ(t.result(), 1024.0);
+  EXPECT_EQ(t.device(), "remote:" + server.address());
+}
+
+TEST(Remote, WrongTokenLeavesTheHostUnusedAndSaysWhy) {
+  LocalFerryd server(0, {}, "the-right-token");
+  auto options = remote_options(server);
+  options.token_file.clear();
+  options.token = "a-wrong-token";
+  ferry::Runtime rt(options);
+  EXPECT_FALSE(rt.remote_stats(server.address()).connected);
+  auto x = rt.buffer<double>(16);
+  rt.submit("fill", ferry::write(x), 1.0);  // placed on the CPU: the remote is not usable
+  EXPECT_EQ(x.host()[0], 1.0);
+  EXPECT_NE(server.log().find("auth"), std::string::npos) << server.log();
+}
+
+TEST(Remote, SigtermMidRunFailsOverCleanly) {
+  LocalFerryd server;
+  ferry::Runtime rt(remote_options(server));
+  auto a = rt.buffer<double>(300, 300), b = rt.buffer<double>(300, 300), c = rt.buffer<double>(300, 300);
+  std::ranges::fill(a.host(), 1.0);
+  std::ranges::fill(b.host(), 1.0);
+  for (int i = 0; i < 40; ++i) {
+    rt.submit("gemm", ferry::read(a), ferry::read(b), ferry::readwrite(c), 1.0, 1.0, remote(server));
+    if (i == 20) {
+      EXPECT_EQ(server.kill(SIGTERM), 0) << "ferryd did not exit 0 on SIGTERM\n" << server.log();
+    }
+  }
+  rt.wait();
+  EXPECT_EQ(c.host()(0, 0), 40.0 * 300.0);
+}
+
+}  // namespace

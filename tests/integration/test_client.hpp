@@ -1,0 +1,206 @@
+// A raw protocol client for tests: ferry::transport and the wire protocol,
+// no runtime. Every arriving message (and its payload) is queued; a test
+// sends, then takes what it expects from the queue.
+#pragma once
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <future>
+#include <variant>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "ferry/transport/auth.hpp"
+#include "ferry/transport/connection.hpp"
+#include "ferry/transport/protocol.hpp"
+#include "ferry/transport/worker.hpp"
+
+namespace ferry::test {
+
+namespace proto = ferry::protocol;
+
+struct Received {
+  proto::Message message;
+  std::vector<std::byte> payload;
+};
+
+class TestClient {
+ public:
+  explicit TestClient(std::uint16_t port, std::string name = "test:" + std::to_string(getpid()))
+      : name_(std::move(name)), state_(std::make_shared<State>()) {
+    worker_ = transport::Worker::create({"test-client"});
+    auto state = state_;
+    connection_ = transport::Connection::connect(
+        worker_, "127.0.0.1", port,
+        [state](transport::Connection&, transport::Incoming& in) { receive(state, in); },
+        [state](transport::Connection&, const std::string&) {
+          std::lock_guard lock(state->mutex);
+          state->closed = true;
+          state->changed.notify_all();
+        });
+  }
+  ~TestClient() {
+    connection_->close();
+    connection_.reset();
+    worker_.reset();
+  }
+
+  // Sends and waits until the payload (if any) is on its way.
+  void send(const proto::Message& message, const void* payload = nullptr, std::size_t bytes = 0) {
+    send_raw(proto::encode(message), payload, bytes);
+  }
+  // Sends without waiting: for payloads the server may refuse to take. `payload` must outlive the client.
+  void send_async(const proto::Message& message, const void* payload, std::size_t bytes) {
+    connection_->send(proto::encode(message), payload, bytes, {});
+  }
+  void send_raw(std::vector<std::byte> header, const void* payload = nullptr, std::size_t bytes = 0) {
+    auto sent = std::make_shared<std::promise<std::string>>();
+    auto future = sent->get_future();
+    connection_->send(std::move(header), payload, bytes, [sent](const std::string& e) { sent->set_value(e); });
+    if (future.wait_for(std::chrono::seconds(30)) != std::future_status::ready)
+      throw std::runtime_error("send did not complete");
+    if (auto error = future.get(); !error.empty()) throw std::runtime_error("send failed: " + error);
+  }
+
+  // The next message, in arrival order; throws after `timeout`.
+  Received next(std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+    std::unique_lock lock(state_->mutex);
+    if (!state_->changed.wait_for(lock, timeout, [&] { return !state_->queue.empty(); }))
+      throw std::runtime_error("no message arrived in time");
+    Received r = std::move(state_->queue.front());
+    state_->queue.pop_front();
+    return r;
+  }
+  template <typename M>
+  M next_as(std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+    Received r = next(timeout);
+    if (!std::holds_alternative<M>(r.message))
+      throw std::runtime_error(std::string("expected another message, got ") +
+                               proto::to_string(proto::type_of(r.message)) + describe(r.message));
+    return std::get<M>(std::move(r.message));
+  }
+
+  bool wait_closed(std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
+    std::unique_lock lock(state_->mutex);
+    return state_->changed.wait_for(lock, timeout, [&] { return state_->closed; });
+  }
+
+  // hello -> challenge -> auth; the server's answer (welcome or error).
+  Received handshake(const std::string& token) {
+    send(proto::Hello{proto::oldest_version, proto::version, name_});
+    auto challenge = next_as<proto::Challenge>();
+    send(proto::Auth{transport::auth_mac(token, challenge.nonce, name_)});
+    return next();
+  }
+  proto::Welcome authenticate(const std::string& token) {
+    Received r = handshake(token);
+    if (!std::holds_alternative<proto::Welcome>(r.message))
+      throw std::runtime_error("not welcomed:" + describe(r.message));
+    return std::get<proto::Welcome>(r.message);
+  }
+
+  proto::PutAck put(std::uint64_t id, proto::DType dtype, std::uint64_t rows, std::uint64_t cols, const void* data,
+                    std::uint64_t bytes, std::uint64_t offset = 0) {
+    send(proto::Put{++request_, id, dtype, rows, cols, offset}, data, bytes);
+    return next_as<proto::PutAck>();
+  }
+  // Every byte of a replica, in chunks of at most `chunk` bytes each way.
+  void put_all(std::uint64_t id, proto::DType dtype, std::uint64_t rows, std::uint64_t cols, const void* data,
+               std::uint64_t bytes, std::uint64_t chunk);
+  std::vector<std::byte> get(std::uint64_t id, std::uint64_t offset, std::uint64_t length) {
+    send(proto::Get{++request_, id, offset, length});
+    Received r = next();
+    auto* data = std::get_if<proto::Data>(&r.message);
+    if (data == nullptr || data->status != proto::Status::ok)
+      throw std::runtime_error("get failed:" + describe(r.message));
+    return std::move(r.payload);
+  }
+  proto::Done run(std::string kernel, std::vector<proto::RunArg> args) {
+    send(proto::Run{++request_, std::move(kernel), "test", std::move(args)});
+    return next_as<proto::Done>();
+  }
+  proto::StatsReply stats() {
+    send(proto::StatsRequest{++request_});
+    return next_as<proto::StatsReply>();
+  }
+  std::uint64_t next_request() { return ++request_; }
+
+  static proto::RunArg buffer(std::uint64_t id, proto::Mode mode) {
+    proto::RunArg a;
+    a.kind = proto::RunArg::Kind::buffer;
+    a.buffer = id;
+    a.mode = mode;
+    return a;
+  }
+  static proto::RunArg real(double value) {
+    proto::RunArg a;
+    a.kind = proto::RunArg::Kind::real;
+    a.real = value;
+    return a;
+  }
+
+  static std::string describe(const proto::Message& m) {
+    return std::visit(
+        [](const auto& x) -> std::string {
+          if constexpr (requires { x.status; x.message; })
+            return std::string(" status=") + proto::to_string(x.status) + " message=" + x.message;
+          else
+            return {};
+        },
+        m);
+  }
+
+ private:
+  struct State {
+    std::mutex mutex;
+    std::condition_variable changed;
+    std::deque<Received> queue;
+    bool closed = false;
+  };
+
+  // On the progress thread. A payload is queued with its header once it is all there.
+  static void receive(const std::shared_ptr<State>& state, transport::Incoming& in) {
+    auto r = std::make_shared<Received>();
+    try {
+      r->message = proto::decode(in.header());
+    } catch (const std::exception&) {
+      return;
+    }
+    auto push = [state, r](const std::string&) {
+      std::lock_guard lock(state->mutex);
+      state->queue.push_back(std::move(*r));
+      state->changed.notify_all();
+    };
+    if (in.payload_bytes() == 0) return push({});
+    r->payload.resize(in.payload_bytes());
+    in.into(r->payload.data(), push);
+  }
+
+  std::string name_;
+  std::shared_ptr<State> state_;
+  std::shared_ptr<transport::Worker> worker_;
+  std::shared_ptr<transport::Connection> connection_;
+  std::uint64_t request_ = 0;
+};
+
+inline void TestClient::put_all(std::uint64_t id, proto::DType dtype, std::uint64_t rows, std::uint64_t cols,
+                                const void* data, std::uint64_t bytes, std::uint64_t chunk) {
+  const auto* bytes_ptr = static_cast<const std::byte*>(data);
+  for (std::uint64_t offset = 0; offset < bytes; offset += chunk) {
+    const std::uint64_t n = std::min(chunk, bytes - offset);
+    auto ack = put(id, dtype, rows, cols, bytes_ptr + offset, n, offset);
+    if (ack.status != proto::Status::ok)
+      throw std::runtime_error("put failed: " + std::string(proto::to_string(ack.status)) + " " + ack.message);
+  }
+}
+
+}  // namespace ferry::test
