@@ -65,6 +65,11 @@ class LocalFerryd {
     posix_spawn_file_actions_destroy(&actions);
     for (int i = 0; i < 200 && port_ == 0; ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(25));
+      int status = 0;
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {  // it gave up (e.g. the port is still taken)
+        pid_ = -1;
+        break;
+      }
       std::ifstream in(dir_ / "port");
       unsigned p = 0;
       if (in >> p) port_ = last_port_ = static_cast<std::uint16_t>(p);
@@ -82,8 +87,20 @@ class LocalFerryd {
     port_ = 0;
     return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
   }
-  // On the port it had, so clients find it where it was.
-  void restart() { start(last_port_); }
+  // On the port it had, so clients find it where it was; the old socket may
+  // linger a moment (as after any crash), so retry as a supervisor would.
+  void restart() {
+    for (int attempt = 0;; ++attempt) {
+      try {
+        start(last_port_);
+        return;
+      } catch (const std::exception&) {
+        kill(SIGKILL);
+        if (attempt == 40) throw;
+        std::this_thread::sleep_for(std::chrono::milliseconds(250));
+      }
+    }
+  }
 
   std::uint16_t port() const { return last_port_; }
   std::string address() const { return "127.0.0.1:" + std::to_string(last_port_); }
