@@ -10,6 +10,7 @@ packages=(
   libucx-dev libibverbs-dev         # ferry info: UCX transports, RDMA devices
   libtbb-dev libopenblas-dev liblapacke-dev  # runtime: CPU workers, built-in kernels
   libcli11-dev nlohmann-json3-dev   # the ferry command-line tool
+  libsodium-dev prometheus-cpp-dev  # ferryd: authentication, metrics
 )
 
 missing=()

@@ -67,19 +67,18 @@ void register_access(TaskRecord* task, const BufferState& view, AccessMode mode)
     return;
   }
 
-  // A read joins the record of exactly its region, or starts one; partial
-  // overlaps also list it, so a later writer of that part waits for it.
-  bool exact = false;
+  // A read is listed under exactly its own region (joining that record, or
+  // starting one): a later writer of any overlapping region finds it there,
+  // and a writer of a disjoint part of a larger record does not wait for it.
   for (AccessRecord& record : root.records) {
-    if (!record.region.overlaps(region)) continue;
-    retain(task);
-    record.readers.push_back(task);
-    exact = exact || record.region == region;
+    if (record.region == region) {
+      retain(task);
+      record.readers.push_back(task);
+      return;
+    }
   }
-  if (!exact) {
-    retain(task);
-    root.records.push_back(AccessRecord{region, nullptr, {task}});
-  }
+  retain(task);
+  root.records.push_back(AccessRecord{region, nullptr, {task}});
 }
 
 std::vector<Use> users_of(const BufferState& view) {

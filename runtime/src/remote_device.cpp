@@ -584,6 +584,11 @@ bool RemoteDevice::run_here(TaskRecord* task, unsigned slot) {
                e.what());
     core_.reschedule(task, *this);
     return false;
+  } catch (const ProtocolError& e) {  // e.g. arguments too large for one message
+    log().warn("task '{}' (kernel {}) cannot be sent to {} ({}); running it on the CPU", task->name,
+               task->kernel->name, name(), e.what());
+    core_.reschedule(task, *this);
+    return false;
   } catch (const std::exception& e) {
     task->error = std::make_exception_ptr(
         KernelError(fmt::format("task '{}' (kernel {}) failed on {}: {}", task->name, task->kernel->name, name(), e.what())));

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Two machines on one box: a "CPU VM" and a "GPU host" in their own network
-# namespaces, joined by a veth pair that tc netem can shape like a real link.
+# namespaces, joined by a veth pair shaped like a real link (tc netem; where the
+# kernel has no netem, tbf gives the rate and the delay is left out, with a warning).
 # ferryd serves in the GPU host; a Ferry program runs in the CPU VM and offloads.
 #
 #   sudo samples/two_hosts/two_hosts.sh [--delay 0.5ms] [--rate 1gbit] [--build DIR] [-- command...]
@@ -16,7 +17,7 @@ IP_CPU=10.77.0.1 IP_GPU=10.77.0.2                # private, and only ever inside
 DELAY="" RATE="" BUILD="" CMD=()
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
-usage() { sed -n '2,10p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,11p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 while (($#)); do
   case $1 in
     --delay) DELAY=$2; shift 2 ;;
@@ -89,13 +90,13 @@ for pair in "$NS_CPU:$DEV_CPU" "$NS_GPU:$DEV_GPU"; do
   done
 done
 
-# tbf's bucket: 4 ms of traffic at RATE (at least 128 KiB), or it cannot reach
+# tbf's bucket: 1 ms of traffic at RATE (at least 128 KiB), or it cannot reach
 # the rate with timer-sized bursts.
 tbf_burst() {
   local r=${1,,} mult=1
   case $r in *gbit) mult=1000000000 ;; *mbit) mult=1000000 ;; *kbit) mult=1000 ;; *bit) ;; *) echo 131072; return ;; esac
   local n=${r%%[a-z]*}
-  awk -v n="$n" -v m="$mult" 'BEGIN { b = n * m / 8 / 250; if (b < 131072) b = 131072; printf "%d", b }'
+  awk -v n="$n" -v m="$mult" 'BEGIN { b = n * m / 8 / 1000; if (b < 131072) b = 131072; printf "%d", b }'
 }
 if [[ -n $DELAY || -n $RATE ]]; then
   # On both ends, so each direction sees the delay and the rate. A large queue

@@ -133,6 +133,17 @@ TEST_F(FerrydData, StatsCountBytesAndTasksExactly) {
   EXPECT_EQ(stats.memory_in_use, n * sizeof(float));
 }
 
+TEST_F(FerrydData, FailedKernelIsReportedAndItsOutputIsNotServed) {
+  const double not_positive_definite[4] = {1, 2, 2, 1};
+  ASSERT_EQ(client.put(1, proto::DType::f64, 2, 2, not_positive_definite, sizeof not_positive_definite).status,
+            Status::ok);
+  const auto done = client.run("potrf", {TestClient::buffer(1, Mode::readwrite)});
+  EXPECT_EQ(done.status, Status::kernel_failed);
+  EXPECT_FALSE(done.message.empty());
+  client.send(proto::Get{client.next_request(), 1, 0, sizeof not_positive_definite});
+  EXPECT_EQ(client.next_as<proto::Data>().status, Status::kernel_failed);
+}
+
 TEST_F(FerrydData, PutMayNotChangeTheShape) {
   put_floats(1, 8, 0.0f, 1.0f);
   const float more[16] = {};

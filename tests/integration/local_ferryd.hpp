@@ -11,6 +11,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <ctime>
+#include <random>
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
@@ -32,6 +34,24 @@ inline std::uint16_t free_port() {
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
   ::close(fd);
   return ntohs(addr.sin_port);
+}
+
+// A free port below Linux's ephemeral range (32768-60999): a server restarted
+// on it cannot find it taken by some outgoing connection's local end.
+inline std::uint16_t stable_port() {
+  std::mt19937 rng(static_cast<unsigned>(::getpid()) ^ static_cast<unsigned>(std::time(nullptr)));
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    const auto port = static_cast<std::uint16_t>(20000 + rng() % 12000);
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(port);
+    const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+    ::close(fd);
+    if (ok) return port;
+  }
+  return free_port();
 }
 
 class LocalFerryd {

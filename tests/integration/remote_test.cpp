@@ -206,7 +206,7 @@ TEST(Remote, KillNineMidRunStillFinishesCorrectly) {
 }
 
 TEST(Remote, ReconnectsAndUsesTheHostAgain) {
-  LocalFerryd server;
+  LocalFerryd server(ferry::testing::stable_port());
   ferry::Runtime rt(remote_options(server));
   auto x = rt.buffer<double>(1024);
   std::ranges::fill(x.host(), 1.0);

@@ -36,7 +36,8 @@ Mac auth_mac(std::string_view token, const Nonce& nonce, std::string_view client
   crypto_auth_hmacsha256_state state;
   crypto_auth_hmacsha256_init(&state, key, sizeof key);
   crypto_auth_hmacsha256_update(&state, nonce.data(), nonce.size());
-  crypto_auth_hmacsha256_update(&state, reinterpret_cast<const unsigned char*>(client_name.data()), client_name.size());
+  crypto_auth_hmacsha256_update(&state, reinterpret_cast<const unsigned char*>(client_name.data()),
+                                client_name.size());
   Mac mac{};
   crypto_auth_hmacsha256_final(&state, mac.data());
   sodium_memzero(key, sizeof key);
@@ -47,7 +48,8 @@ Mac auth_mac(std::string_view token, const Nonce& nonce, std::string_view client
 std::string read_token_file(const std::filesystem::path& path) {
   std::error_code ec;
   const auto status = std::filesystem::status(path, ec);
-  if (ec || !std::filesystem::exists(status)) throw Error(fmt::format("token file {}: does not exist", path.string()));
+  if (ec || !std::filesystem::exists(status))
+    throw Error(fmt::format("token file {}: does not exist", path.string()));
   if (!std::filesystem::is_regular_file(status))
     throw Error(fmt::format("token file {}: not a regular file", path.string()));
   std::ifstream in(path, std::ios::binary);

@@ -2,8 +2,6 @@
 // fields(io, message), drives both the encoder and the decoder, so the two
 // cannot disagree on layout; the checks that span fields (shapes, ranges)
 // run on both sides, so whatever encode() produces decode() accepts.
-#include "ferry/transport/protocol.hpp"
-
 #include <bit>
 #include <concepts>
 #include <cstring>
@@ -12,6 +10,7 @@
 #include <type_traits>
 
 #include "ferry/error.hpp"
+#include "ferry/transport/protocol.hpp"
 
 namespace ferry::protocol {
 namespace {
@@ -22,21 +21,13 @@ constexpr std::uint16_t last_type = static_cast<std::uint16_t>(Type::bye);
 template <class E>
 constexpr E last_value() noexcept;
 template <>
-constexpr Status last_value<Status>() noexcept {
-  return Status::internal;
-}
+constexpr Status last_value<Status>() noexcept { return Status::internal; }
 template <>
-constexpr DType last_value<DType>() noexcept {
-  return DType::u8;
-}
+constexpr DType last_value<DType>() noexcept { return DType::u8; }
 template <>
-constexpr Mode last_value<Mode>() noexcept {
-  return Mode::readwrite;
-}
+constexpr Mode last_value<Mode>() noexcept { return Mode::readwrite; }
 template <>
-constexpr RunArg::Kind last_value<RunArg::Kind>() noexcept {
-  return RunArg::Kind::text;
-}
+constexpr RunArg::Kind last_value<RunArg::Kind>() noexcept { return RunArg::Kind::text; }
 
 template <class E>
 constexpr bool in_range(E value) noexcept {
@@ -45,16 +36,11 @@ constexpr bool in_range(E value) noexcept {
 
 std::uint64_t element_bytes(DType dtype) noexcept {
   switch (dtype) {
-    case DType::f32:
-      return 4;
-    case DType::f64:
-      return 8;
-    case DType::i32:
-      return 4;
-    case DType::i64:
-      return 8;
-    case DType::u8:
-      return 1;
+    case DType::f32: return 4;
+    case DType::f64: return 8;
+    case DType::i32: return 4;
+    case DType::i64: return 8;
+    case DType::u8: return 1;
   }
   return 0;  // unreachable once in_range() has passed
 }
@@ -191,15 +177,9 @@ void fields(IO& io, M& m) {
       io("buffer", m.buffer);
       io("mode", m.mode);
       break;
-    case RunArg::Kind::real:
-      io("real", m.real);
-      break;
-    case RunArg::Kind::integer:
-      io("integer", m.integer);
-      break;
-    case RunArg::Kind::text:
-      io("text", m.text);
-      break;
+    case RunArg::Kind::real: io("real", m.real); break;
+    case RunArg::Kind::integer: io("integer", m.integer); break;
+    case RunArg::Kind::text: io("text", m.text); break;
   }
 }
 template <class IO, Is<Run> M>
@@ -276,16 +256,15 @@ class Writer : public Location {
   }
 
   template <std::unsigned_integral T>
-  void operator()(const char*, T value) {
-    append_le(out_, value);
-  }
+  void operator()(const char*, T value) { append_le(out_, value); }
   void operator()(const char*, std::int64_t value) { append_le(out_, static_cast<std::uint64_t>(value)); }
   void operator()(const char*, double value) { append_le(out_, std::bit_cast<std::uint64_t>(value)); }
 
   template <class E>
-  requires std::is_enum_v<E>
+    requires std::is_enum_v<E>
   void operator()(const char* field, E value) {
-    if (!in_range(value)) fail(field, "unknown value " + std::to_string(static_cast<std::underlying_type_t<E>>(value)));
+    if (!in_range(value))
+      fail(field, "unknown value " + std::to_string(static_cast<std::underlying_type_t<E>>(value)));
     append_le(out_, static_cast<std::underlying_type_t<E>>(value));
   }
 
@@ -339,16 +318,14 @@ class Reader : public Location {
   Reader(Type type, std::span<const std::byte> body) : Location(type), in_(body) {}
 
   template <std::unsigned_integral T>
-  void operator()(const char* field, T& value) {
-    value = uint<T>(field);
-  }
+  void operator()(const char* field, T& value) { value = uint<T>(field); }
   void operator()(const char* field, std::int64_t& value) {
     value = static_cast<std::int64_t>(uint<std::uint64_t>(field));
   }
   void operator()(const char* field, double& value) { value = std::bit_cast<double>(uint<std::uint64_t>(field)); }
 
   template <class E>
-  requires std::is_enum_v<E>
+    requires std::is_enum_v<E>
   void operator()(const char* field, E& value) {
     const auto raw = uint<std::underlying_type_t<E>>(field);
     value = static_cast<E>(raw);
@@ -381,7 +358,8 @@ class Reader : public Location {
 
   void operator()(const char* field, std::vector<RunArg>& args) {
     const auto count = uint<std::uint32_t>(field);
-    if (count > max_args) fail(field, std::to_string(count) + " arguments (at most " + std::to_string(max_args) + ")");
+    if (count > max_args)
+      fail(field, std::to_string(count) + " arguments (at most " + std::to_string(max_args) + ")");
     args.assign(count, RunArg{});
     for (std::size_t i = 0; i < count; ++i) {
       enter_arg(i);
@@ -459,11 +437,12 @@ Message decode(std::span<const std::byte> header) {
     frame_error("length: " + std::to_string(header.size()) + " bytes (at most " + std::to_string(max_header_bytes) +
                 ")");
   if (header.size() < frame_bytes)
-    frame_error("length: " + std::to_string(header.size()) + " bytes, shorter than the " + std::to_string(frame_bytes) +
-                "-byte frame");
+    frame_error("length: " + std::to_string(header.size()) + " bytes, shorter than the " +
+                std::to_string(frame_bytes) + "-byte frame");
 
   const auto got_magic = load_le(header, 0, 4);
-  if (got_magic != magic) frame_error("magic: " + hex(got_magic) + " is not Ferry's " + hex(magic) + " (\"FRRY\")");
+  if (got_magic != magic)
+    frame_error("magic: " + hex(got_magic) + " is not Ferry's " + hex(magic) + " (\"FRRY\")");
   const auto got_version = load_le(header, 4, 2);
   if (got_version < oldest_version || got_version > version)
     frame_error("version: " + std::to_string(got_version) + ", but this build speaks versions " +
@@ -478,40 +457,23 @@ Message decode(std::span<const std::byte> header) {
 
   const auto body = header.subspan(frame_bytes);
   switch (type) {
-    case Type::hello:
-      return read<Hello>(type, body);
-    case Type::challenge:
-      return read<Challenge>(type, body);
-    case Type::auth:
-      return read<Auth>(type, body);
-    case Type::welcome:
-      return read<Welcome>(type, body);
-    case Type::put:
-      return read<Put>(type, body);
-    case Type::put_ack:
-      return read<PutAck>(type, body);
-    case Type::get:
-      return read<Get>(type, body);
-    case Type::data:
-      return read<Data>(type, body);
-    case Type::run:
-      return read<Run>(type, body);
-    case Type::done:
-      return read<Done>(type, body);
-    case Type::free:
-      return read<Free>(type, body);
-    case Type::stats:
-      return read<StatsRequest>(type, body);
-    case Type::stats_reply:
-      return read<StatsReply>(type, body);
-    case Type::ping:
-      return read<Ping>(type, body);
-    case Type::pong:
-      return read<Pong>(type, body);
-    case Type::error:
-      return read<ErrorMessage>(type, body);
-    case Type::bye:
-      return read<Bye>(type, body);
+    case Type::hello: return read<Hello>(type, body);
+    case Type::challenge: return read<Challenge>(type, body);
+    case Type::auth: return read<Auth>(type, body);
+    case Type::welcome: return read<Welcome>(type, body);
+    case Type::put: return read<Put>(type, body);
+    case Type::put_ack: return read<PutAck>(type, body);
+    case Type::get: return read<Get>(type, body);
+    case Type::data: return read<Data>(type, body);
+    case Type::run: return read<Run>(type, body);
+    case Type::done: return read<Done>(type, body);
+    case Type::free: return read<Free>(type, body);
+    case Type::stats: return read<StatsRequest>(type, body);
+    case Type::stats_reply: return read<StatsReply>(type, body);
+    case Type::ping: return read<Ping>(type, body);
+    case Type::pong: return read<Pong>(type, body);
+    case Type::error: return read<ErrorMessage>(type, body);
+    case Type::bye: return read<Bye>(type, body);
   }
   frame_error("type: unknown message type " + std::to_string(raw_type));  // unreachable: checked above
 }

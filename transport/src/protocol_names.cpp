@@ -11,72 +11,42 @@ namespace ferry::protocol {
 // every switch has a fallback instead of assuming the value is an enumerator.
 const char* to_string(Type type) noexcept {
   switch (type) {
-    case Type::hello:
-      return "hello";
-    case Type::challenge:
-      return "challenge";
-    case Type::auth:
-      return "auth";
-    case Type::welcome:
-      return "welcome";
-    case Type::put:
-      return "put";
-    case Type::put_ack:
-      return "put_ack";
-    case Type::get:
-      return "get";
-    case Type::data:
-      return "data";
-    case Type::run:
-      return "run";
-    case Type::done:
-      return "done";
-    case Type::free:
-      return "free";
-    case Type::stats:
-      return "stats";
-    case Type::stats_reply:
-      return "stats_reply";
-    case Type::ping:
-      return "ping";
-    case Type::pong:
-      return "pong";
-    case Type::error:
-      return "error";
-    case Type::bye:
-      return "bye";
+    case Type::hello: return "hello";
+    case Type::challenge: return "challenge";
+    case Type::auth: return "auth";
+    case Type::welcome: return "welcome";
+    case Type::put: return "put";
+    case Type::put_ack: return "put_ack";
+    case Type::get: return "get";
+    case Type::data: return "data";
+    case Type::run: return "run";
+    case Type::done: return "done";
+    case Type::free: return "free";
+    case Type::stats: return "stats";
+    case Type::stats_reply: return "stats_reply";
+    case Type::ping: return "ping";
+    case Type::pong: return "pong";
+    case Type::error: return "error";
+    case Type::bye: return "bye";
   }
   return "unknown";
 }
 
 const char* to_string(Status status) noexcept {
   switch (status) {
-    case Status::ok:
-      return "ok";
-    case Status::kernel_failed:
-      return "kernel_failed";
-    case Status::unknown_kernel:
-      return "unknown_kernel";
-    case Status::bad_arguments:
-      return "bad_arguments";
-    case Status::unknown_buffer:
-      return "unknown_buffer";
-    case Status::quota_exceeded:
-      return "quota_exceeded";
-    case Status::out_of_memory:
-      return "out_of_memory";
-    case Status::shutting_down:
-      return "shutting_down";
-    case Status::auth_failed:
-      return "auth_failed";
-    case Status::version_mismatch:
-      return "version_mismatch";
-    case Status::malformed:
-      return "malformed";
-    case Status::out_of_order:
-      return "out_of_order";
-    case Status::internal:
-      return "internal";
+    case Status::ok: return "ok";
+    case Status::kernel_failed: return "kernel_failed";
+    case Status::unknown_kernel: return "unknown_kernel";
+    case Status::bad_arguments: return "bad_arguments";
+    case Status::unknown_buffer: return "unknown_buffer";
+    case Status::quota_exceeded: return "quota_exceeded";
+    case Status::out_of_memory: return "out_of_memory";
+    case Status::shutting_down: return "shutting_down";
+    case Status::auth_failed: return "auth_failed";
+    case Status::version_mismatch: return "version_mismatch";
+    case Status::malformed: return "malformed";
+    case Status::out_of_order: return "out_of_order";
+    case Status::internal: return "internal";
   }
   return "unknown";
 }
@@ -85,38 +55,22 @@ namespace {
 
 template <class T>
 constexpr Type type_for() noexcept {
-  if constexpr (std::is_same_v<T, Hello>)
-    return Type::hello;
-  else if constexpr (std::is_same_v<T, Challenge>)
-    return Type::challenge;
-  else if constexpr (std::is_same_v<T, Auth>)
-    return Type::auth;
-  else if constexpr (std::is_same_v<T, Welcome>)
-    return Type::welcome;
-  else if constexpr (std::is_same_v<T, Put>)
-    return Type::put;
-  else if constexpr (std::is_same_v<T, PutAck>)
-    return Type::put_ack;
-  else if constexpr (std::is_same_v<T, Get>)
-    return Type::get;
-  else if constexpr (std::is_same_v<T, Data>)
-    return Type::data;
-  else if constexpr (std::is_same_v<T, Run>)
-    return Type::run;
-  else if constexpr (std::is_same_v<T, Done>)
-    return Type::done;
-  else if constexpr (std::is_same_v<T, Free>)
-    return Type::free;
-  else if constexpr (std::is_same_v<T, StatsRequest>)
-    return Type::stats;
-  else if constexpr (std::is_same_v<T, StatsReply>)
-    return Type::stats_reply;
-  else if constexpr (std::is_same_v<T, Ping>)
-    return Type::ping;
-  else if constexpr (std::is_same_v<T, Pong>)
-    return Type::pong;
-  else if constexpr (std::is_same_v<T, ErrorMessage>)
-    return Type::error;
+  if constexpr (std::is_same_v<T, Hello>) return Type::hello;
+  else if constexpr (std::is_same_v<T, Challenge>) return Type::challenge;
+  else if constexpr (std::is_same_v<T, Auth>) return Type::auth;
+  else if constexpr (std::is_same_v<T, Welcome>) return Type::welcome;
+  else if constexpr (std::is_same_v<T, Put>) return Type::put;
+  else if constexpr (std::is_same_v<T, PutAck>) return Type::put_ack;
+  else if constexpr (std::is_same_v<T, Get>) return Type::get;
+  else if constexpr (std::is_same_v<T, Data>) return Type::data;
+  else if constexpr (std::is_same_v<T, Run>) return Type::run;
+  else if constexpr (std::is_same_v<T, Done>) return Type::done;
+  else if constexpr (std::is_same_v<T, Free>) return Type::free;
+  else if constexpr (std::is_same_v<T, StatsRequest>) return Type::stats;
+  else if constexpr (std::is_same_v<T, StatsReply>) return Type::stats_reply;
+  else if constexpr (std::is_same_v<T, Ping>) return Type::ping;
+  else if constexpr (std::is_same_v<T, Pong>) return Type::pong;
+  else if constexpr (std::is_same_v<T, ErrorMessage>) return Type::error;
   else {
     static_assert(std::is_same_v<T, Bye>, "a Message alternative without a Type");
     return Type::bye;

@@ -22,8 +22,10 @@ inline constexpr std::uint16_t version = 1;         // the newest version this b
 inline constexpr std::uint16_t oldest_version = 1;  // the oldest it still accepts
 
 // Bounds a decoder enforces; a header or field beyond them is malformed.
-inline constexpr std::size_t max_header_bytes = 64 * 1024;
-inline constexpr std::size_t max_string_bytes = 4096;
+// A header travels as a UCX active-message header, which UCX 1.13 caps near
+// 8 KiB on its transports here: stay below that.
+inline constexpr std::size_t max_header_bytes = 8000;
+inline constexpr std::size_t max_string_bytes = 1024;
 inline constexpr std::size_t max_args = 64;
 inline constexpr std::uint64_t max_buffer_bytes = std::uint64_t{1} << 40;  // 1 TiB
 inline constexpr std::size_t nonce_bytes = 32;

@@ -1,0 +1,229 @@
+// DESIGN §14: bulk transfer to a remote reaches >= 95 % of ucx_perftest's
+// bandwidth (>= 4 MiB, same transport), and an empty remote task's round trip
+// is <= 2x UCX's ping-pong round trip. Needs a ferryd; the peer's numbers come
+// from ucx_perftest run by bench/run_transfer_bench.sh under the same UCX_TLS.
+//   ferry_bench_transfer --remote=HOST:PORT --token-file=F [--tls=LABEL]
+//     [--sizes=1,4,16,64,256] [--chunks=1,4,16,64] [--windows=1,2,4,8] [--sweep-mib=16,256]
+//     [--reps=5] [--tasks=2000] [--peer-bw=MIB:MBps,...] [--peer-lat-us=ONE_WAY]
+//     [--out=bench-transfer.json]
+// Sizes and chunks are MiB; the peer's MB/s are ucx_perftest's (MiB/s).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <ferry/ferry.hpp>
+#include <ferry/log.hpp>
+
+#include "machine.hpp"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr double mib = 1024.0 * 1024.0;
+
+struct Config {
+  std::string remote, token_file, tls = "default", out = "bench-transfer.json";
+  std::vector<std::size_t> sizes = {1, 4, 16, 64, 256}, chunks = {1, 4, 16, 64}, sweep = {16, 256};
+  std::vector<unsigned> windows = {1, 2, 4, 8};
+  int reps = 5, tasks = 2000;
+  std::map<std::size_t, double> peer_mbps;  // size MiB -> ucx_perftest ucp_am_bw MiB/s
+  double peer_lat_us = 0;                   // ucx_perftest ucp_am_lat one-way µs (median)
+};
+
+template <typename T>
+std::vector<T> list(const std::string& s) {
+  std::vector<T> out;
+  for (std::size_t b = 0; b < s.size();) {
+    const std::size_t e = std::min(s.find(',', b), s.size());
+    out.push_back(static_cast<T>(std::stoul(s.substr(b, e - b))));
+    b = e + 1;
+  }
+  return out;
+}
+
+Config parse(int argc, char** argv) {
+  Config c;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    const auto value = [&](const char* key) -> std::optional<std::string> {
+      return a.starts_with(key) ? std::optional(a.substr(std::string(key).size())) : std::nullopt;
+    };
+    if (auto v = value("--remote=")) c.remote = *v;
+    else if (auto v = value("--token-file=")) c.token_file = *v;
+    else if (auto v = value("--tls=")) c.tls = *v;
+    else if (auto v = value("--out=")) c.out = *v;
+    else if (auto v = value("--sizes=")) c.sizes = list<std::size_t>(*v);
+    else if (auto v = value("--chunks=")) c.chunks = list<std::size_t>(*v);
+    else if (auto v = value("--sweep-mib=")) c.sweep = list<std::size_t>(*v);
+    else if (auto v = value("--windows=")) c.windows = list<unsigned>(*v);
+    else if (auto v = value("--reps=")) c.reps = std::max(1, std::stoi(*v));
+    else if (auto v = value("--tasks=")) c.tasks = std::max(1, std::stoi(*v));
+    else if (auto v = value("--peer-lat-us=")) c.peer_lat_us = std::stod(*v);
+    else if (auto v = value("--peer-bw=")) {
+      for (std::size_t b = 0; b < v->size();) {
+        const std::size_t e = std::min(v->find(',', b), v->size()), colon = v->find(':', b);
+        if (colon >= e) throw std::invalid_argument("--peer-bw wants MIB:MBps pairs");
+        c.peer_mbps[std::stoul(v->substr(b, colon - b))] = std::stod(v->substr(colon + 1, e - colon - 1));
+        b = e + 1;
+      }
+    } else throw std::invalid_argument("unknown argument " + a + " (see the top of transfer_bench.cpp)");
+  }
+  if (c.remote.empty() || c.token_file.empty()) throw std::invalid_argument("--remote and --token-file are required");
+  return c;
+}
+
+ferry::Runtime::Options options(const Config& c, std::size_t chunk_bytes, unsigned window, bool trace) {
+  ferry::Runtime::Options o;
+  o.read_environment = false;  // the sweep's chunk and window win over FERRY_*
+  o.persist_perf_models = false;
+  o.remotes = {c.remote};
+  o.token_file = c.token_file;
+  if (chunk_bytes != 0) o.chunk_bytes = chunk_bytes;
+  if (window != 0) o.chunk_window = window;
+  o.trace = trace;  // the trace's transfer spans time ship() alone: put_chunks from first send to last ack
+  return o;
+}
+
+// Duration of the newest "ship" transfer span of `bytes`, from the trace.
+double last_ship_seconds(const ferry::Runtime& rt, std::size_t bytes) {
+  const auto doc = nlohmann::json::parse(rt.trace()->chrome_json());
+  double us = -1;
+  for (const auto& e : doc["traceEvents"])
+    if (e.value("cat", "") == "transfer" && e["args"].value("link", "").starts_with("host->") &&
+        e["args"].value("bytes", std::size_t{0}) == bytes)
+      us = e["dur"].get<double>();
+  if (us < 0) throw std::runtime_error(fmt::format("no ship of {} bytes in the trace", bytes));
+  return us * 1e-6;
+}
+
+struct Ship {
+  double seconds = 1e300, end_to_end = 1e300;  // best of reps
+};
+
+// Ships a buffer of `mib_size` MiB `reps` times; each time x.host() leaves the
+// remote copy stale, so the next remote read ships all of x to a fresh replica.
+Ship ship(const Config& c, std::size_t mib_size, std::size_t chunk_bytes, unsigned window) {
+  ferry::Runtime rt(options(c, chunk_bytes, window, true));
+  const std::size_t bytes = mib_size << 20;
+  auto x = rt.buffer<float>(bytes / sizeof(float));
+  {
+    auto h = x.host();
+    std::fill(h.data(), h.data() + bytes / sizeof(float), 1.0f);
+  }
+  const auto remote = ferry::on(ferry::remote());
+  rt.submit("nrm2", ferry::read(x), remote).wait();  // warm-up: first replica, rendezvous set-up
+  Ship best;
+  for (int r = 0; r < c.reps; ++r) {
+    (void)x.host();
+    const auto t = Clock::now();
+    rt.submit("nrm2", ferry::read(x), remote).wait();
+    best.end_to_end = std::min(best.end_to_end, std::chrono::duration<double>(Clock::now() - t).count());
+    best.seconds = std::min(best.seconds, last_ship_seconds(rt, bytes));
+  }
+  const auto stats = rt.remote_stats(c.remote);
+  if (stats.bytes_shipped < bytes * static_cast<std::size_t>(c.reps + 1))
+    throw std::runtime_error(fmt::format("only {} bytes shipped; the remote copy was reused", stats.bytes_shipped));
+  return best;
+}
+
+struct Latency {
+  double median_us = 0, mean_us = 0, p99_us = 0;
+};
+
+// Sequential submit + wait of scal on a 1-element buffer that stays on the remote.
+Latency round_trips(const Config& c) {
+  ferry::Runtime rt(options(c, 0, 0, false));
+  auto y = rt.buffer<float>(1);
+  y.host()[0] = 1.0f;
+  const auto remote = ferry::on(ferry::remote());
+  for (int i = 0; i < 200; ++i) rt.submit("scal", ferry::readwrite(y), 1.0, remote).wait();  // y lands there
+  std::vector<double> us(static_cast<std::size_t>(c.tasks));
+  for (auto& u : us) {
+    const auto t = Clock::now();
+    rt.submit("scal", ferry::readwrite(y), 1.0, remote).wait();
+    u = std::chrono::duration<double, std::micro>(Clock::now() - t).count();
+  }
+  Latency l;
+  for (double u : us) l.mean_us += u / static_cast<double>(us.size());
+  std::sort(us.begin(), us.end());
+  l.median_us = us[us.size() / 2];
+  l.p99_us = us[us.size() * 99 / 100];
+  return l;
+}
+
+double gbps(std::size_t mib_size, double seconds) { return static_cast<double>(mib_size << 20) / seconds / 1e9; }
+const char* verdict(bool met) { return met ? "PASS" : "MISS"; }
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  const Config c = parse(argc, argv);
+  // Each runtime's connect and trace summary would break up the tables; FERRY_LOG still wins.
+  if (!std::getenv("FERRY_LOG")) ferry::log().set_level(spdlog::level::warn);
+  nlohmann::json j = {{"benchmark", "transfer"}, {"revision", FERRY_GIT_REVISION}, {"machine", ferry::bench::machine()},
+                      {"ucx_tls", c.tls}, {"remote", c.remote}, {"reps", c.reps}};
+  const ferry::Runtime::Options defaults;
+
+  std::printf("bulk transfer to a remote (UCX_TLS=%s), default chunk %zu MiB, window %u, best of %d\n", c.tls.c_str(),
+              defaults.chunk_bytes >> 20, defaults.chunk_window, c.reps);
+  std::printf("%8s %11s %13s %13s %9s %s\n", "size", "ship GB/s", "e2e GB/s", "perftest GB/s", "ratio", "(>= 95% from 4 MiB)");
+  nlohmann::json bulk = nlohmann::json::array();
+  for (std::size_t m : c.sizes) {
+    const Ship s = ship(c, m, 0, 0);
+    const auto peer = c.peer_mbps.find(m);
+    const double peer_gbps = peer == c.peer_mbps.end() ? 0 : peer->second * mib / 1e9;
+    const double ratio = peer_gbps > 0 ? gbps(m, s.seconds) / peer_gbps : 0;
+    const std::string v = peer_gbps <= 0 ? "no peer" : m < 4 ? "info" : verdict(ratio >= 0.95);
+    std::printf("%5zu MiB %11.2f %13.2f %13.2f %8.1f%% %s\n", m, gbps(m, s.seconds), gbps(m, s.end_to_end), peer_gbps,
+                100 * ratio, v.c_str());
+    bulk.push_back({{"mib", m}, {"ship_gbps", gbps(m, s.seconds)}, {"end_to_end_gbps", gbps(m, s.end_to_end)},
+                    {"perftest_gbps", peer_gbps}, {"ratio", ratio}, {"verdict", v}});
+  }
+  j["bulk"] = bulk;
+
+  std::printf("\nchunk x window sweep (ship GB/s, best of %d)\n", c.reps);
+  nlohmann::json sweep = nlohmann::json::array();
+  for (std::size_t m : c.sweep) {
+    std::printf("%4zu MiB  chunk\\window", m);
+    for (unsigned w : c.windows) std::printf(" %7u", w);
+    std::printf("\n");
+    for (std::size_t ch : c.chunks) {
+      if (ch > m) continue;
+      std::printf("%22s", fmt::format("{} MiB", ch).c_str());
+      for (unsigned w : c.windows) {
+        const Ship s = ship(c, m, ch << 20, w);
+        std::printf(" %7.2f", gbps(m, s.seconds));
+        std::fflush(stdout);
+        sweep.push_back({{"mib", m}, {"chunk_mib", ch}, {"window", w}, {"ship_gbps", gbps(m, s.seconds)}});
+      }
+      std::printf("\n");
+    }
+  }
+  j["sweep"] = sweep;
+
+  const Latency l = round_trips(c);
+  const double peer_rtt = 2 * c.peer_lat_us;
+  const double ratio = peer_rtt > 0 ? l.median_us / peer_rtt : 0;
+  std::printf("\nempty remote task round trip, %d sequential submit+wait of scal on 1 resident float\n", c.tasks);
+  std::printf("ferry median %.1f us (mean %.1f, p99 %.1f); ucx_perftest am round trip %.1f us (2 x %.2f one-way)\n",
+              l.median_us, l.mean_us, l.p99_us, peer_rtt, c.peer_lat_us);
+  std::printf("ratio %.2fx (target <= 2x): %s\n", ratio, peer_rtt > 0 ? verdict(ratio <= 2.0) : "no peer");
+  j["round_trip"] = {{"tasks", c.tasks}, {"median_us", l.median_us}, {"mean_us", l.mean_us}, {"p99_us", l.p99_us},
+                     {"perftest_rtt_us", peer_rtt}, {"ratio", ratio},
+                     {"verdict", peer_rtt > 0 ? verdict(ratio <= 2.0) : "no peer"}};
+  std::ofstream(c.out) << j.dump(2) << '\n';
+  std::printf("JSON written to %s\n", c.out.c_str());
+  return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "ferry_bench_transfer: %s\n", e.what());
+  return 1;
+}
