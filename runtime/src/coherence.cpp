@@ -18,6 +18,8 @@ std::recursive_mutex& replay_mutex() {
   return mutex;
 }
 
+std::atomic<std::uint64_t> use_clock{1};
+
 // Its node went away (or reconnected since): the copy no longer exists there.
 bool lost(const RemoteCopy& copy) noexcept { return !copy.link->alive() || copy.epoch != copy.link->epoch(); }
 
@@ -130,16 +132,57 @@ std::uint64_t acquire_on_node(const BufferState& view, AccessMode mode, NodeLink
     if (copy->modified) bring_home(root, *copy);
     if (lost(*copy)) remove_copy(root, copy, /*drop=*/false);
   }
-  if (exact) return exact->id;
+  if (exact) {
+    exact->last_use = use_clock.fetch_add(1);
+    ++exact->pins;
+    return exact->id;
+  }
   auto copy = std::make_shared<RemoteCopy>();
   copy->link = &link;
   copy->epoch = link.epoch();
   copy->region = view.region;
+  copy->bytes = host_region(view).bytes();
   link.hold(view.root);
   copy->id = reads(mode) ? link.ship(host_region(view)) : link.allocate(host_region(view));
+  copy->last_use = use_clock.fetch_add(1);
+  copy->pins = 1;
   root.copies.push_back(copy);
   root.copy_count.store(root.copies.size(), std::memory_order_release);
   return copy->id;
+}
+
+void release_on_node(const BufferState& view, NodeLink& link, std::uint64_t id) {
+  BufferRoot& root = *view.root;
+  RootLock lock(root.transfer_mutex);
+  for (auto& copy : root.copies)
+    if (copy->link == &link && copy->id == id && copy->pins > 0) --copy->pins;
+}
+
+std::size_t evict_from_node(NodeLink& link, const std::vector<std::shared_ptr<BufferRoot>>& roots, std::size_t bytes) {
+  struct Candidate {
+    std::uint64_t last_use;
+    BufferRoot* root;
+    std::shared_ptr<RemoteCopy> copy;
+  };
+  std::vector<Candidate> candidates;
+  for (const auto& root : roots) {
+    RootLock lock(root->transfer_mutex, std::try_to_lock);
+    if (!lock.owns_lock()) continue;
+    for (const auto& copy : root->copies)
+      if (copy->link == &link && copy->pins == 0 && !lost(*copy)) candidates.push_back({copy->last_use, root.get(), copy});
+  }
+  std::sort(candidates.begin(), candidates.end(), [](const auto& a, const auto& b) { return a.last_use < b.last_use; });
+  std::size_t freed = 0;
+  for (const auto& c : candidates) {
+    if (freed >= bytes) break;
+    RootLock lock(c.root->transfer_mutex, std::try_to_lock);
+    if (!lock.owns_lock() || c.copy->pins != 0) continue;
+    if (std::find(c.root->copies.begin(), c.root->copies.end(), c.copy) == c.root->copies.end()) continue;
+    if (c.copy->modified) bring_home(*c.root, *c.copy);
+    remove_copy(*c.root, c.copy, /*drop=*/true);
+    freed += c.copy->bytes;
+  }
+  return freed;
 }
 
 void written_on_node(const BufferState& view, NodeLink& link, std::uint64_t id, std::shared_ptr<LineageEntry> lineage) {
@@ -182,7 +225,9 @@ void prefetch_on_node(const BufferState& view, NodeLink& link, const std::functi
   copy->link = &link;
   copy->epoch = link.epoch();
   copy->region = view.region;
+  copy->bytes = host_region(view).bytes();
   copy->id = link.ship(host_region(view));
+  copy->last_use = use_clock.fetch_add(1);
   link.hold(view.root);
   root.copies.push_back(copy);
   root.copy_count.store(root.copies.size(), std::memory_order_release);

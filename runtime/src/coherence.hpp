@@ -67,12 +67,21 @@ struct RemoteCopy {
   std::uint64_t epoch = 0;
   Region region;
   std::uint64_t id = 0;
+  std::size_t bytes = 0;
   bool modified = false;
+  std::uint64_t last_use = 0;  // for LRU eviction
+  int pins = 0;                // tasks running with it: not evictable
   std::vector<std::shared_ptr<LineageEntry>> lineage;
 };
 
-// Before a task runs on `link`'s node: the view's data there, as a copy id.
+// Before a task runs on `link`'s node: the view's data there, as a copy id,
+// pinned until release_on_node.
 std::uint64_t acquire_on_node(const BufferState& view, AccessMode mode, NodeLink& link);
+void release_on_node(const BufferState& view, NodeLink& link, std::uint64_t id);
+// Frees at least `bytes` on the node by dropping its least recently used
+// unpinned copies (bringing modified ones home first); returns what it freed.
+// Roots busy in another thread are skipped rather than waited for.
+std::size_t evict_from_node(NodeLink& link, const std::vector<std::shared_ptr<BufferRoot>>& roots, std::size_t bytes);
 // After it succeeded: what it wrote is now valid only there.
 void written_on_node(const BufferState& view, NodeLink& link, std::uint64_t id, std::shared_ptr<LineageEntry> lineage);
 // Before host use (a CPU task, host()): modified copies overlapping the view

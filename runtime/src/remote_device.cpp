@@ -21,6 +21,11 @@ namespace ferry::detail {
 
 namespace {
 
+// The remote refused data for lack of room (quota or memory): eviction may help.
+struct NoRoom : RemoteError {
+  using RemoteError::RemoteError;
+};
+
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
@@ -155,15 +160,24 @@ void RemoteDevice::measure_link() {
   const double latency = rtts[rtts.size() / 2] / 2;
   // One bulk transfer the size of a chunk gives the bandwidth to start from;
   // real transfers refine it (LinkModels::record).
-  std::vector<std::byte> probe(std::min<std::size_t>(options_.chunk_bytes, std::size_t{4} << 20));
+  // Small enough to fit any sensible quota; a refusal only costs the estimate.
+  std::vector<std::byte> probe(std::min({options_.chunk_bytes, std::size_t{4} << 20,
+                                         quota_ > 0 ? static_cast<std::size_t>(quota_ / 4) : std::size_t{4} << 20}));
   HostRegion shape{probe.data(), DType::u8, 1, probe.size(), probe.size()};
   double seconds = 0;
-  for (int round = 0; round < 2; ++round) {  // the first pays for setting up the rendezvous path
-    const auto start = Clock::now();
-    const std::uint64_t id = next_copy_.fetch_add(1);
-    put_chunks(id, shape, probe.data(), probe.size());
-    seconds = std::max(seconds_since(start) - latency, 1e-9);
-    drop(id);
+  try {
+    for (int round = 0; round < 2; ++round) {  // the first pays for setting up the rendezvous path
+      const auto start = Clock::now();
+      const std::uint64_t id = next_copy_.fetch_add(1);
+      put_chunks(id, shape, probe.data(), probe.size());
+      seconds = std::max(seconds_since(start) - latency, 1e-9);
+      drop(id);
+    }
+  } catch (const RemoteError& e) {
+    if (!alive()) throw;
+    log().debug("remote {}: bandwidth probe refused ({}); assuming 1 GB/s until transfers tell", options_.address,
+                e.what());
+    seconds = static_cast<double>(probe.size()) / 1e9;
   }
   const Link link{latency, static_cast<double>(probe.size()) / seconds};
   core_.links().set(host_node, node(), link);
@@ -317,6 +331,8 @@ void RemoteDevice::put_chunks(std::uint64_t id, const HostRegion& shape, const s
     protocol::Message reply = await(window.front(), "put");
     window.pop_front();
     const auto* ack = std::get_if<protocol::PutAck>(&reply);
+    if (ack != nullptr && (ack->status == protocol::Status::quota_exceeded || ack->status == protocol::Status::out_of_memory))
+      throw NoRoom(fmt::format("remote {} has no room: {}", options_.address, ack->message));
     if (ack == nullptr || ack->status != protocol::Status::ok)
       throw RemoteError(fmt::format("remote {} refused data: {}: {}", options_.address,
                                     ack ? protocol::to_string(ack->status) : "no acknowledgement",
@@ -367,7 +383,29 @@ void RemoteDevice::trace_transfer(bool out, std::size_t bytes, std::int64_t star
   trace->record(std::move(span));
 }
 
+template <typename Put>
+std::uint64_t RemoteDevice::with_room(std::size_t bytes, Put put) {
+  try {
+    return put();
+  } catch (const NoRoom&) {
+    // Make room the LRU way, then try once more; still no room is a failure.
+    std::vector<std::shared_ptr<BufferRoot>> roots;
+    {
+      std::lock_guard lock(held_mutex_);
+      for (auto& weak : held_)
+        if (auto root = weak.lock()) roots.push_back(std::move(root));
+    }
+    const std::size_t freed = evict_from_node(*this, roots, bytes);
+    log().debug("remote {}: evicted {} to make room for {}", options_.address, format_bytes(freed), format_bytes(bytes));
+    return put();
+  }
+}
+
 std::uint64_t RemoteDevice::ship(const HostRegion& source) {
+  return with_room(source.bytes(), [&] { return ship_now(source); });
+}
+
+std::uint64_t RemoteDevice::ship_now(const HostRegion& source) {
   const std::uint64_t id = next_copy_.fetch_add(1);
   const auto start = Clock::now();
   const std::int64_t start_ns = core_.trace() ? core_.trace()->now_ns() : 0;
@@ -388,9 +426,11 @@ std::uint64_t RemoteDevice::ship(const HostRegion& source) {
 }
 
 std::uint64_t RemoteDevice::allocate(const HostRegion& shape) {
-  const std::uint64_t id = next_copy_.fetch_add(1);
-  put_chunks(id, shape, nullptr, 0);
-  return id;
+  return with_room(shape.bytes(), [&] {
+    const std::uint64_t id = next_copy_.fetch_add(1);
+    put_chunks(id, shape, nullptr, 0);
+    return id;
+  });
 }
 
 void RemoteDevice::fetch(std::uint64_t id, const HostRegion& dest) {
@@ -529,6 +569,16 @@ bool RemoteDevice::run_here(TaskRecord* task, unsigned slot) {
     run.kernel = task->kernel->name;
     run.task = task->name;
     std::vector<std::uint64_t> ids(task->buffers.size());
+    // Unpinned however the run ends, so the copies can be evicted again.
+    struct Unpin {
+      RemoteDevice& self;
+      TaskRecord* task;
+      std::vector<std::uint64_t>& ids;
+      ~Unpin() {
+        for (std::size_t i = 0; i < ids.size(); ++i)
+          if (ids[i] != 0) release_on_node(*task->buffers[i], self, ids[i]);
+      }
+    } unpin{*this, task, ids};
     std::size_t b = 0;
     for (std::size_t i = 0; i < task->args.items.size(); ++i) {
       const Arg& arg = task->args.items[i];

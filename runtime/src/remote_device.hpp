@@ -95,6 +95,9 @@ class RemoteDevice final : public Device, public NodeLink {
   protocol::Message await(std::future<protocol::Message>& reply, const char* what);
   std::uint64_t next_request() noexcept { return next_request_.fetch_add(1, std::memory_order_relaxed); }
   void put_chunks(std::uint64_t id, const HostRegion& shape, const std::byte* data, std::size_t bytes);
+  template <typename Put>
+  std::uint64_t with_room(std::size_t bytes, Put put);
+  std::uint64_t ship_now(const HostRegion& source);
   void get_chunks(std::uint64_t id, std::byte* dest, std::size_t bytes);
   void trace_transfer(bool out, std::size_t bytes, std::int64_t start_ns);
 

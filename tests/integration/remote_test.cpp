@@ -181,6 +181,30 @@ TEST(Remote, TilesTravelPacked) {
     for (std::size_t j = 0; j < 8; ++j) EXPECT_EQ(h(i, j), i >= 4 && j >= 4 ? 3.0 : 1.0) << i << "," << j;
 }
 
+TEST(Remote, QuotaEvictsLeastRecentlyUsedReplicas) {
+  // Room for three 1 MiB replicas: ten buffers rotate through it.
+  LocalFerryd server(0, {"--client-quota", "3MiB"});
+  ferry::Runtime rt(remote_options(server));
+  std::vector<ferry::Buffer<double>> xs;
+  for (int i = 0; i < 10; ++i) {
+    xs.push_back(rt.buffer<double>(1 << 17));  // 1 MiB
+    std::ranges::fill(xs.back().host(), static_cast<double>(i));
+  }
+  // One at a time, so each needs room the previous ones hold.
+  for (int round = 0; round < 2; ++round)
+    for (auto& x : xs) {
+      auto t = rt.submit("scal", ferry::readwrite(x), 2.0, remote(server));
+      t.wait();
+      EXPECT_EQ(t.device(), "remote:" + server.address()) << "no room was made";
+    }
+  EXPECT_LE(rt.remote_stats(server.address()).server_memory_in_use, std::size_t{3} << 20);
+  for (int i = 0; i < 10; ++i) {
+    auto h = xs[static_cast<std::size_t>(i)].host();  // evicted ones came home when evicted
+    EXPECT_EQ(h[0], 4.0 * i) << i;
+    EXPECT_EQ(h[(1 << 17) - 1], 4.0 * i) << i;
+  }
+}
+
 TEST(Remote, KillNineMidRunStillFinishesCorrectly) {
   LocalFerryd server;
   ferry::Runtime rt(remote_options(server));
