@@ -149,6 +149,10 @@ int serve(const Options& options, int signal_fd) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A restarted ferryd must be able to listen on its old port at once, while
+  // the connections of the one before linger in TIME_WAIT; a setting the
+  // operator made explicitly wins.
+  ::setenv("UCX_TCP_CM_REUSEADDR", "y", /*overwrite=*/0);
   int signal_fd = -1;
   try {
     signal_fd = install_stop_signals();
