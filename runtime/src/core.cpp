@@ -125,7 +125,7 @@ void RuntimeCore::shutdown() {
   }
 }
 
-std::shared_ptr<BufferState> RuntimeCore::make_buffer(DType dtype, std::size_t rows, std::size_t cols) {
+std::shared_ptr<BufferState> RuntimeCore::make_buffer(DType dtype, std::size_t rows, std::size_t cols, bool zero) {
   const std::size_t element = size_of(dtype);
   if (cols != 0 && rows > SIZE_MAX / cols / element)
     throw UsageError(fmt::format("a {} x {} buffer of {} does not fit in memory", rows, cols, to_string(dtype)));
@@ -139,7 +139,7 @@ std::shared_ptr<BufferState> RuntimeCore::make_buffer(DType dtype, std::size_t r
   root->bytes = rows * cols * element;
   root->host = memory_->allocate(root->bytes);
   // Buffers start zeroed, so a forgotten initialisation is visible, not random.
-  std::memset(root->host, 0, root->bytes);
+  if (zero) std::memset(root->host, 0, root->bytes);
   root->replicas.resize(1);
   root->replicas[host_node] = Replica{root->host, ReplicaState::modified};
 

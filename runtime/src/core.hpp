@@ -43,7 +43,7 @@ class RuntimeCore : public std::enable_shared_from_this<RuntimeCore> {
   void start();  // devices; separate from the constructor so they may use shared_from_this
   void shutdown();
 
-  std::shared_ptr<BufferState> make_buffer(DType dtype, std::size_t rows, std::size_t cols);
+  std::shared_ptr<BufferState> make_buffer(DType dtype, std::size_t rows, std::size_t cols, bool zero);
 
   // This runtime's kernels first, then the global registry; null if unknown.
   std::shared_ptr<const KernelDef> find_kernel(std::string_view name) const;

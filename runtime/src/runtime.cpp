@@ -82,8 +82,9 @@ Runtime::Runtime(Options options) : core_(make_core(std::move(options))) {}
 
 Runtime::~Runtime() { core_->shutdown(); }
 
-std::shared_ptr<detail::BufferState> Runtime::make_buffer(DType dtype, std::size_t rows, std::size_t cols) {
-  return core_->make_buffer(dtype, rows, cols);
+std::shared_ptr<detail::BufferState> Runtime::make_buffer(DType dtype, std::size_t rows, std::size_t cols,
+                                                         bool zero) {
+  return core_->make_buffer(dtype, rows, cols, zero);
 }
 
 Task Runtime::submit_named(std::string_view kernel, detail::Submission submission) {

@@ -67,7 +67,9 @@ void Session::on_put(const protocol::Put& put, transport::Incoming& incoming) {
                                                        format_bytes(server_.limits.memory_limit)));
     replica = std::make_shared<Replica>();
     try {
-      replica->buffer = server_.runtime.buffer(static_cast<DType>(put.dtype), put.rows, put.cols);
+      // Puts overwrite it whole: zeroing first would only double the memory traffic.
+      replica->buffer =
+          server_.runtime.buffer(static_cast<DType>(put.dtype), put.rows, put.cols, ferry::Runtime::Fill::none);
       // Taken once: the buffer is new, so no task uses it and this does not wait.
       replica->host = static_cast<std::byte*>(replica->buffer.host_data());
     } catch (const OutOfMemory& e) {

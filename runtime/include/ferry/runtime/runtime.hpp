@@ -87,9 +87,11 @@ class Runtime {
   Buffer<T> buffer(std::size_t rows, std::size_t cols) {
     return Buffer<T>(make_buffer(dtype_of<T>(), rows, cols));
   }
-  // A buffer whose element type is chosen at run time.
-  AnyBuffer buffer(DType dtype, std::size_t rows, std::size_t cols) {
-    return AnyBuffer(make_buffer(dtype, rows, cols));
+  // A buffer whose element type is chosen at run time. Fill::none skips
+  // zeroing, for contents about to be overwritten whole (like numpy.empty).
+  enum class Fill { zeros, none };
+  AnyBuffer buffer(DType dtype, std::size_t rows, std::size_t cols, Fill fill = Fill::zeros) {
+    return AnyBuffer(make_buffer(dtype, rows, cols, fill == Fill::zeros));
   }
   // A 1-D buffer holding a copy of `values`.
   template <typename T>
@@ -156,7 +158,7 @@ class Runtime {
   detail::RuntimeCore& core() const noexcept { return *core_; }
 
  private:
-  std::shared_ptr<detail::BufferState> make_buffer(DType dtype, std::size_t rows, std::size_t cols);
+  std::shared_ptr<detail::BufferState> make_buffer(DType dtype, std::size_t rows, std::size_t cols, bool zero = true);
   Task submit_named(std::string_view kernel, detail::Submission submission);
   Task submit_def(const std::shared_ptr<const KernelDef>& kernel, detail::Submission submission);
 
