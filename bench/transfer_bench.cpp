@@ -214,7 +214,7 @@ int main(int argc, char** argv) try {
   const double peer_rtt = 2 * c.peer_lat_us;
   const double ratio = peer_rtt > 0 ? l.median_us / peer_rtt : 0;
   std::printf("\nempty remote task round trip, %d sequential submit+wait of scal on 1 resident float\n", c.tasks);
-  std::printf("ferry median %.1f us (mean %.1f, p99 %.1f); ucx_perftest am round trip %.1f us (2 x %.2f one-way)\n",
+  std::printf("ferry median %.1f us (mean %.1f, p99 %.1f); ucx_perftest am round trip %.2f us (2 x %.3f one-way)\n",
               l.median_us, l.mean_us, l.p99_us, peer_rtt, c.peer_lat_us);
   std::printf("ratio %.2fx (target <= 2x): %s\n", ratio, peer_rtt > 0 ? verdict(ratio <= 2.0) : "no peer");
   j["round_trip"] = {{"tasks", c.tasks}, {"median_us", l.median_us}, {"mean_us", l.mean_us}, {"p99_us", l.p99_us},

@@ -280,12 +280,19 @@ void SlabPoolEngine::grow(std::size_t pages, std::size_t alignment) {
   const std::size_t need = (pages << kPageShift) + (alignment > kPageBytes ? alignment - kPageBytes : 0);
   const bool dedicated = need > options_.slab_bytes;
   const std::size_t bytes = dedicated ? round_up(need, kPageBytes) : options_.slab_bytes;
+  if (stats_.slab_bytes + bytes > source_->capacity()) release_retained(bytes);
   if (stats_.slab_bytes + bytes > source_->capacity())
     out_of_memory(pages << kPageShift, fmt::format("a new slab of {} would take the pool past what {} can provide ({})",
                                                    format_bytes(bytes), source_->name(),
                                                    format_bytes(source_->capacity())),
                   describe_locked());
-  void* base = source_->map(bytes);
+  void* base = nullptr;
+  try {
+    base = source_->map(bytes);
+  } catch (const OutOfMemory&) {
+    if (!release_retained(bytes)) throw;
+    base = source_->map(bytes);
+  }
   auto record = std::make_unique<SlabRecord>();
   record->slab = Slab{base, bytes, source_->kind(), source_->device()};
   record->first_page = reinterpret_cast<std::uintptr_t>(base) >> kPageShift;
@@ -351,7 +358,44 @@ void SlabPoolEngine::make_free(Span* span) {
   map_.set(span->first_page(), span);
   map_.set(span->last_page(), span);
   insert_free(span);
-  if (span->slab->dedicated && span->pages == span->slab->pages) release_slab(span);
+  if (span->slab->dedicated && span->pages == span->slab->pages) retire_dedicated(span);
+}
+
+bool SlabPoolEngine::whole_and_free(const SlabRecord& slab, Span** span_out) const {
+  Span* span = map_.get(slab.first_page);
+  const bool whole = span != nullptr && span->state.load(std::memory_order_relaxed) == SpanState::free &&
+                     span->pages == slab.pages;
+  if (whole && span_out != nullptr) *span_out = span;
+  return whole;
+}
+
+void SlabPoolEngine::retire_dedicated(Span* whole) {
+  // Keep the most recently freed ones for reuse; return the oldest beyond the limit.
+  std::size_t kept = 0;
+  for (auto it = slabs_.rbegin(); it != slabs_.rend(); ++it) {
+    Span* span = nullptr;
+    if (!(*it)->dedicated || !whole_and_free(**it, &span) || span == whole) continue;
+    ++kept;
+  }
+  if (kept < options_.retain_dedicated_slabs) return;
+  // Over the limit: this slab goes back (it is the newest, but the oldest
+  // would be no likelier to fit the next request).
+  release_slab(whole);
+}
+
+bool SlabPoolEngine::release_retained(std::size_t at_least) {
+  std::size_t released = 0;
+  std::vector<Span*> spans;
+  for (const auto& record : slabs_) {
+    Span* span = nullptr;
+    if (record->dedicated && whole_and_free(*record, &span)) spans.push_back(span);
+  }
+  for (Span* span : spans) {
+    if (released >= at_least) break;
+    released += span->pages << kPageShift;
+    release_slab(span);
+  }
+  return released > 0;
 }
 
 void SlabPoolEngine::release_slab(Span* whole) {

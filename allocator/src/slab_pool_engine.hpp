@@ -62,6 +62,9 @@ class SlabPoolEngine {
   Span* split(Span* span, std::size_t head_pages);
   void make_free(Span* span);
   void release_slab(Span* whole);
+  void retire_dedicated(Span* whole);
+  bool release_retained(std::size_t at_least);
+  bool whole_and_free(const SlabRecord& slab, Span** span) const;
   void insert_free(Span* span);
   void erase_free(Span* span);
   void push_run(Span* run);

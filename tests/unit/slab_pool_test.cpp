@@ -119,7 +119,10 @@ TEST(SlabPool, CoalescesFreeNeighboursIntoOneBlock) {
 }
 
 TEST(SlabPool, OversizedRequestGetsADedicatedSlabReturnedOnFree) {
-  auto pool = make_pool(1 * MiB);
+  SlabPool::Options options;
+  options.slab_bytes = 1 * MiB;
+  options.retain_dedicated_slabs = 0;
+  auto pool = std::make_unique<SlabPool>(ferry::make_mmap_source(false), options);
   CountingObserver observer;
   pool->add_slab_observer(observer);
   void* big = pool->allocate(3 * MiB);
@@ -130,6 +133,26 @@ TEST(SlabPool, OversizedRequestGetsADedicatedSlabReturnedOnFree) {
   EXPECT_EQ(observer.total(observer.added), 1u);
   EXPECT_EQ(observer.total(observer.removed), 1u);
   pool->remove_slab_observer(observer);
+}
+
+TEST(SlabPool, FreedOversizedSlabsAreKeptForReuseUpToALimit) {
+  auto pool = make_pool(1 * MiB);  // keeps up to 2 by default
+  void* big = pool->allocate(3 * MiB);
+  pool->deallocate(big, 3 * MiB);
+  EXPECT_EQ(pool->stats().slabs, 1u) << "the slab was returned instead of kept";
+  void* again = pool->allocate(3 * MiB);
+  EXPECT_EQ(again, big) << "the kept slab was not reused";
+  EXPECT_EQ(pool->stats().slabs_added, 1u);
+  // Three freed at once: two are kept, the third goes back.
+  void* b = pool->allocate(4 * MiB);
+  void* c = pool->allocate(5 * MiB);
+  pool->deallocate(again, 3 * MiB);
+  pool->deallocate(b, 4 * MiB);
+  pool->deallocate(c, 5 * MiB);
+  EXPECT_EQ(pool->stats().slabs, 2u);
+  EXPECT_EQ(pool->stats().slabs_removed, 1u);
+  pool->trim();
+  EXPECT_EQ(pool->stats().slabs, 0u);
 }
 
 TEST(SlabPool, ObserverHearsOfEachSlabOnceAddedAndOnceRemoved) {

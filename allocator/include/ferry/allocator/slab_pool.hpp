@@ -21,9 +21,12 @@ class SlabPoolEngine;
 class SlabPool : public MemoryResource {
  public:
   struct Options {
-    // The growth unit. A request larger than this gets a slab of its own,
-    // returned to the source as soon as that block is freed.
+    // The growth unit. A request larger than this gets a slab of its own.
     std::size_t slab_bytes = std::size_t{64} << 20;
+    // Freed oversized slabs kept for the next large request (mapping and
+    // pinning hundreds of MiB costs tens of milliseconds); more are returned
+    // at once, and trim() returns all.
+    std::size_t retain_dedicated_slabs = 2;
     // Per-thread caches for the small classes; off for managed memory, so
     // that blocks migrate only where they are used.
     bool thread_cache = true;
