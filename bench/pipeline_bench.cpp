@@ -23,6 +23,7 @@
 
 #include <ferry/ferry.hpp>
 
+#include "args.hpp"
 #include "machine.hpp"
 
 namespace {
@@ -38,27 +39,14 @@ struct Config {
   std::string op = "sqrt", link = "unknown", trace, out = "bench-pipeline.json";
 };
 
-template <typename T>
-std::vector<T> list(const std::string& s) {
-  std::vector<T> out;
-  for (std::size_t b = 0; b < s.size();) {
-    const std::size_t e = std::min(s.find(',', b), s.size());
-    out.push_back(static_cast<T>(std::stoul(s.substr(b, e - b))));
-    b = e + 1;
-  }
-  return out;
-}
-
 Config parse(int argc, char** argv) {
   Config c;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    const auto value = [&](const char* key) -> std::optional<std::string> {
-      return a.starts_with(key) ? std::optional(a.substr(std::string(key).size())) : std::nullopt;
-    };
+    const auto value = [&](const char* key) { return ferry::bench::option(a, key); };
     if (auto v = value("--mib=")) c.mib = std::stoul(*v);
-    else if (auto v = value("--chunks=")) c.chunks = list<std::size_t>(*v);
-    else if (auto v = value("--windows=")) c.windows = list<unsigned>(*v);
+    else if (auto v = value("--chunks=")) c.chunks = ferry::bench::list<std::size_t>(*v);
+    else if (auto v = value("--windows=")) c.windows = ferry::bench::list<unsigned>(*v);
     else if (auto v = value("--reps=")) c.reps = std::max(1, std::stoi(*v));
     else if (auto v = value("--op=")) c.op = *v;
     else if (auto v = value("--link=")) c.link = *v;
@@ -66,7 +54,7 @@ Config parse(int argc, char** argv) {
     else if (auto v = value("--out=")) c.out = *v;
     else throw std::invalid_argument("unknown argument " + a + " (see the top of pipeline_bench.cpp)");
   }
-  if (const char* w = std::getenv("FERRY_CHUNK_WINDOW")) c.windows = list<unsigned>(w);
+  if (const char* w = std::getenv("FERRY_CHUNK_WINDOW")) c.windows = ferry::bench::list<unsigned>(w);
   return c;
 }
 

@@ -23,6 +23,7 @@
 #include <ferry/ferry.hpp>
 #include <ferry/log.hpp>
 
+#include "args.hpp"
 #include "machine.hpp"
 
 namespace {
@@ -39,32 +40,19 @@ struct Config {
   double peer_lat_us = 0;                   // ucx_perftest ucp_am_lat one-way µs (median)
 };
 
-template <typename T>
-std::vector<T> list(const std::string& s) {
-  std::vector<T> out;
-  for (std::size_t b = 0; b < s.size();) {
-    const std::size_t e = std::min(s.find(',', b), s.size());
-    out.push_back(static_cast<T>(std::stoul(s.substr(b, e - b))));
-    b = e + 1;
-  }
-  return out;
-}
-
 Config parse(int argc, char** argv) {
   Config c;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    const auto value = [&](const char* key) -> std::optional<std::string> {
-      return a.starts_with(key) ? std::optional(a.substr(std::string(key).size())) : std::nullopt;
-    };
+    const auto value = [&](const char* key) { return ferry::bench::option(a, key); };
     if (auto v = value("--remote=")) c.remote = *v;
     else if (auto v = value("--token-file=")) c.token_file = *v;
     else if (auto v = value("--tls=")) c.tls = *v;
     else if (auto v = value("--out=")) c.out = *v;
-    else if (auto v = value("--sizes=")) c.sizes = list<std::size_t>(*v);
-    else if (auto v = value("--chunks=")) c.chunks = list<std::size_t>(*v);
-    else if (auto v = value("--sweep-mib=")) c.sweep = list<std::size_t>(*v);
-    else if (auto v = value("--windows=")) c.windows = list<unsigned>(*v);
+    else if (auto v = value("--sizes=")) c.sizes = ferry::bench::list<std::size_t>(*v);
+    else if (auto v = value("--chunks=")) c.chunks = ferry::bench::list<std::size_t>(*v);
+    else if (auto v = value("--sweep-mib=")) c.sweep = ferry::bench::list<std::size_t>(*v);
+    else if (auto v = value("--windows=")) c.windows = ferry::bench::list<unsigned>(*v);
     else if (auto v = value("--reps=")) c.reps = std::max(1, std::stoi(*v));
     else if (auto v = value("--tasks=")) c.tasks = std::max(1, std::stoi(*v));
     else if (auto v = value("--peer-lat-us=")) c.peer_lat_us = std::stod(*v);

@@ -21,16 +21,7 @@ int main(int argc, char** argv) {
   ferry::Runtime rt;
   auto a = rt.buffer<double>(n, n);
   a.set_name("A");
-  std::vector<double> original(n * n);
-  {
-    // Random symmetric plus n on the diagonal: symmetric positive definite.
-    std::mt19937_64 rng(7);
-    std::uniform_real_distribution<double> u(-1.0, 1.0);
-    auto h = a.host();
-    for (std::size_t i = 0; i < n; ++i)
-      for (std::size_t j = 0; j <= i; ++j) h(i, j) = h(j, i) = u(rng) + (i == j ? static_cast<double>(n) : 0.0);
-    std::copy(h.begin(), h.end(), original.begin());
-  }
+  const std::vector<double> original = ferry::samples::fill_spd(a, 7);
 
   const auto start = std::chrono::steady_clock::now();
   const std::size_t tasks = ferry::samples::submit_tiled_cholesky(rt, a.tiles(nb, nb));

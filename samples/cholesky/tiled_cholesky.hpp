@@ -6,7 +6,22 @@
 
 #include <ferry/ferry.hpp>
 
+#include <random>
+#include <vector>
+
 namespace ferry::samples {
+
+// Random symmetric plus n on the diagonal: symmetric positive definite.
+// Returns a copy of the matrix to check the factor against.
+inline std::vector<double> fill_spd(const Buffer<double>& a, unsigned seed) {
+  const std::size_t n = a.rows();
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> u(-1.0, 1.0);
+  auto h = a.host();
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t j = 0; j <= i; ++j) h(i, j) = h(j, i) = u(rng) + (i == j ? static_cast<double>(n) : 0.0);
+  return std::vector<double>(h.begin(), h.end());
+}
 
 template <typename T>
 std::size_t submit_tiled_cholesky(Runtime& rt, const TileGrid<T>& a) {

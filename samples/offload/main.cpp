@@ -89,15 +89,7 @@ bool cholesky(ferry::Runtime& rt) {
   const std::size_t n = 1024, nb = 256;
   std::printf("\n-- 3. tiled Cholesky N=%zu, %zux%zu tiles, placed by the scheduler\n", n, nb, nb);
   auto a = rt.buffer<double>(n, n);
-  std::vector<double> original(n * n);
-  {
-    std::mt19937_64 rng(3);
-    std::uniform_real_distribution<double> u(-1.0, 1.0);
-    auto h = a.host();
-    for (std::size_t i = 0; i < n; ++i)
-      for (std::size_t j = 0; j <= i; ++j) h(i, j) = h(j, i) = u(rng) + (i == j ? static_cast<double>(n) : 0.0);
-    std::copy(h.begin(), h.end(), original.begin());
-  }
+  const std::vector<double> original = ferry::samples::fill_spd(a, 3);
   const auto before = rt.devices();
   const auto start = Clock::now();
   ferry::samples::submit_tiled_cholesky(rt, a.tiles(nb, nb));
