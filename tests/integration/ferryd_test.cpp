@@ -1,5 +1,6 @@
 // ferryd as a client sees it: the handshake, refusals, and what a
 // misbehaving client gets (while everyone else keeps being served).
+#include <thread>
 #include <gtest/gtest.h>
 
 #include <random>
@@ -46,6 +47,18 @@ TEST(Ferryd, RunBeforeAuthIsOutOfOrder) {
   const auto error = client.next_as<proto::ErrorMessage>();
   EXPECT_EQ(error.status, Status::out_of_order) << error.message;
   EXPECT_TRUE(client.wait_closed());
+}
+
+TEST(Ferryd, SilentClientIsDroppedAfterTheHandshakeTimeout) {
+  FerrydProcess server({"--handshake-timeout", "0.5"});
+  TestClient silent(server.port(), "silent");
+  TestClient prompt(server.port());
+  prompt.authenticate(FerrydProcess::default_token);
+  EXPECT_TRUE(silent.wait_closed(std::chrono::seconds(10))) << "a client that never said hello was kept";
+  EXPECT_TRUE(server.wait_for_log("no authentication within")) << server.log();
+  std::this_thread::sleep_for(std::chrono::milliseconds(700));
+  prompt.send(proto::Ping{3});  // an authenticated client is not subject to it
+  EXPECT_EQ(prompt.next_as<proto::Pong>().request, 3u);
 }
 
 TEST(Ferryd, VersionWithNothingInCommonIsRefused) {

@@ -123,6 +123,8 @@ int serve(const Options& options, int signal_fd) {
   ServerState state{transport::Worker::create({"ferryd"}), runtime, metrics, options.token,
                     fmt::format("ferryd {}", config::version), cpu_workers,
                     Limits{options.client_quota, options.memory_limit}};
+  state.limits.handshake_timeout =
+      std::chrono::milliseconds(static_cast<std::int64_t>(options.handshake_timeout * 1000.0));
   {
     Server server(state);
     const std::uint16_t port = server.listen(options.listen_host, options.listen_port);

@@ -22,6 +22,7 @@ struct Options {
   std::uint64_t memory_limit = 0;  // every client's replicas together
   std::uint64_t client_quota = 0;
   unsigned workers = 0;            // 0: one per hardware thread
+  double handshake_timeout = 10;   // seconds a client has to authenticate
   std::filesystem::path port_file;
 };
 

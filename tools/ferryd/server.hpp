@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <thread>
 #include <unordered_map>
 
 #include "ferry/transport/listener.hpp"
@@ -28,9 +29,11 @@ class Server {
 
  private:
   void accept(std::shared_ptr<transport::Connection> connection);
+  void reap();  // progress thread: drops sessions past their handshake deadline
 
   ServerState& state_;
   std::unique_ptr<transport::Listener> listener_;
+  std::jthread reaper_;  // wakes now and then to post reap()
   std::unordered_map<const Session*, std::shared_ptr<Session>> sessions_;  // progress thread only
 };
 

@@ -2,6 +2,7 @@
 // the limits, the metrics and the memory all clients hold together.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -16,6 +17,9 @@ struct Limits {
   std::uint64_t client_quota = 0;  // one client's replicas
   std::uint64_t memory_limit = 0;  // every client's replicas together
   std::uint64_t max_payload = 64ull << 20;  // one message's payload: bounds what a single put can make us receive
+  // A connection that has not authenticated by then is closed, so idle or
+  // stalled clients cannot pile up sessions.
+  std::chrono::milliseconds handshake_timeout{10000};
 };
 
 struct ServerState {

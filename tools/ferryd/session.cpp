@@ -152,6 +152,14 @@ void Session::send(const protocol::Message& message) {
   connection_->send(protocol::encode(message));
 }
 
+void Session::enforce_handshake_deadline(std::chrono::steady_clock::time_point now) {
+  if (state_ != State::awaiting_hello && state_ != State::awaiting_auth) return;
+  if (now - accepted_ < server_.limits.handshake_timeout) return;
+  server_.metrics.auth_failure();
+  fail(Status::auth_failed, fmt::format("no authentication within {} ms",
+                                        server_.limits.handshake_timeout.count()));
+}
+
 void Session::fail(Status status, const std::string& message) {
   server_.metrics.protocol_error();
   log().warn("closing the connection from {}: {} ({})", describe(), message, protocol::to_string(status));

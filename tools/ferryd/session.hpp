@@ -4,6 +4,7 @@
 // it, so a session needs no lock.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -42,6 +43,8 @@ class Session : public std::enable_shared_from_this<Session> {
   // Answers every run still in flight with shutting_down, says bye, closes.
   void shut_down(const std::string& why);
   std::string describe() const;  // "peer (client)" for logs
+  // Closes the connection if it has not authenticated within the limit.
+  void enforce_handshake_deadline(std::chrono::steady_clock::time_point now);
 
  private:
   enum class State { awaiting_hello, awaiting_auth, ready, closed };
@@ -78,6 +81,7 @@ class Session : public std::enable_shared_from_this<Session> {
   ClosedHandler on_closed_;
   const std::string peer_;
   State state_ = State::awaiting_hello;
+  const std::chrono::steady_clock::time_point accepted_ = std::chrono::steady_clock::now();
   std::string client_;  // the name it gave in hello
   transport::Nonce nonce_{};
 
