@@ -1,7 +1,8 @@
 // A real ferryd for a test: a temporary folder with a token file, the
-// server started with --listen 127.0.0.1:0 --port-file, its output kept in
-// a log file the test can read, and the process killed if the test does
-// not stop it itself.
+// server started with --listen 127.0.0.1:PORT (0: a free one) --port-file,
+// its output kept in a log file the test can read, and the process killed if
+// the test does not stop it itself. It can be stopped and restarted on the
+// same port, as a supervisor would after a crash.
 #pragma once
 
 #include <fcntl.h>
@@ -11,7 +12,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include <chrono>
+#include <ctime>
+#include <random>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -32,6 +38,24 @@ inline std::filesystem::path make_temp_dir() {
   return pattern;
 }
 
+// A free port below Linux's ephemeral range (32768-60999): a server restarted
+// on it cannot find it taken by some outgoing connection's local end.
+inline std::uint16_t stable_port() {
+  std::mt19937 rng(static_cast<unsigned>(::getpid()) ^ static_cast<unsigned>(std::time(nullptr)));
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    const auto port = static_cast<std::uint16_t>(20000 + rng() % 12000);
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(port);
+    const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+    ::close(fd);
+    if (ok) return port;
+  }
+  throw std::runtime_error("no free port below the ephemeral range");
+}
+
 class FerrydProcess {
  public:
   static constexpr const char* default_token = "correct horse battery staple";
@@ -45,14 +69,34 @@ class FerrydProcess {
     return status;
   }
 
-  explicit FerrydProcess(std::vector<std::string> extra_args = {}, std::string token = default_token)
+  explicit FerrydProcess(std::vector<std::string> extra_args = {}, std::string token = default_token,
+                         std::uint16_t port = 0)
       : FerrydProcess(std::optional<std::string>(std::move(token))) {
-    std::vector<std::string> args{"--listen",    "127.0.0.1:0",        "--token-file", token_file().string(),
-                                  "--port-file", port_file_.string(), "--workers",    "2"};
-    args.insert(args.end(), extra_args.begin(), extra_args.end());
-    spawn(args);
-    wait_for_port();
+    extra_args_ = std::move(extra_args);
+    start(port);
   }
+
+  // Sends `signo` and waits for the exit status (as wait_exit reports it).
+  int stop(int signo) {
+    signal(signo);
+    return wait_exit(std::chrono::seconds(20));
+  }
+
+  // On the port it had, so clients find it where it was; the old socket may
+  // linger a moment, so retry as a supervisor would.
+  void restart() {
+    for (int attempt = 0;; ++attempt) {
+      try {
+        start(port_);
+        return;
+      } catch (const std::exception&) {
+        if (attempt == 40) throw;
+        std::this_thread::sleep_for(std::chrono::milliseconds(250));
+      }
+    }
+  }
+
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
 
   ~FerrydProcess() {
     if (pid_ > 0) {
@@ -113,6 +157,16 @@ class FerrydProcess {
     }
   }
 
+  void start(std::uint16_t port) {
+    std::error_code ec;
+    std::filesystem::remove(port_file_, ec);
+    std::vector<std::string> args{"--listen",    "127.0.0.1:" + std::to_string(port), "--token-file", token_file().string(),
+                                  "--port-file", port_file_.string(),                 "--workers",    "2"};
+    args.insert(args.end(), extra_args_.begin(), extra_args_.end());
+    spawn(args);
+    wait_for_port();
+  }
+
   void spawn(const std::vector<std::string>& args) {
     std::vector<std::string> argv_text{FERRYD_PATH};
     argv_text.insert(argv_text.end(), args.begin(), args.end());
@@ -151,6 +205,7 @@ class FerrydProcess {
   std::filesystem::path dir_;
   std::filesystem::path port_file_;
   std::filesystem::path log_file_;
+  std::vector<std::string> extra_args_;
   pid_t pid_ = -1;
   std::uint16_t port_ = 0;
 };

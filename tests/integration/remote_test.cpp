@@ -4,13 +4,13 @@
 #include <random>
 
 #include "ferry/ferry.hpp"
-#include "local_ferryd.hpp"
+#include "ferryd_process.hpp"
 
 namespace {
 
-using ferry::testing::LocalFerryd;
+using ferry::test::FerrydProcess;
 
-ferry::Runtime::Options remote_options(LocalFerryd& server, std::size_t chunk = std::size_t{4} << 20) {
+ferry::Runtime::Options remote_options(FerrydProcess& server, std::size_t chunk = std::size_t{4} << 20) {
   ferry::Runtime::Options o;
   o.workers = 2;
   o.persist_perf_models = false;
@@ -21,7 +21,7 @@ ferry::Runtime::Options remote_options(LocalFerryd& server, std::size_t chunk = 
   return o;
 }
 
-ferry::OnOption remote(LocalFerryd& server) { return ferry::on(ferry::remote(server.address())); }
+ferry::OnOption remote(FerrydProcess& server) { return ferry::on(ferry::remote(server.address())); }
 
 template <typename T>
 void fill_random(ferry::Buffer<T>& b, unsigned seed, double lo = -1, double hi = 1) {
@@ -39,7 +39,7 @@ std::vector<T> contents(const ferry::Buffer<T>& b) {
 }
 
 TEST(Remote, EveryBuiltinKernelMatchesTheCpu) {
-  LocalFerryd server;
+  FerrydProcess server;
   ferry::Runtime rt(remote_options(server));
   // Each kernel runs twice on identical inputs, once per device: the same
   // code on the same machine, so results match exactly.
@@ -138,7 +138,7 @@ TEST(Remote, EveryBuiltinKernelMatchesTheCpu) {
 }
 
 TEST(Remote, SecondTaskOnTheSameInputMovesNoBytes) {
-  LocalFerryd server;
+  FerrydProcess server;
   ferry::Runtime rt(remote_options(server));
   auto x = rt.buffer<float>(1 << 20);
   std::ranges::fill(x.host(), 2.0f);
@@ -153,7 +153,7 @@ TEST(Remote, SecondTaskOnTheSameInputMovesNoBytes) {
 
 TEST(Remote, ChunkBoundariesAreBitExactBothWays) {
   const std::size_t chunk = 64 << 10;
-  LocalFerryd server;
+  FerrydProcess server;
   ferry::Runtime rt(remote_options(server, chunk));
   for (std::size_t bytes : {std::size_t{1}, chunk - 1, chunk, chunk + 1, std::size_t{100} << 20}) {
     auto x = rt.buffer<std::uint8_t>(bytes);
@@ -170,7 +170,7 @@ TEST(Remote, ChunkBoundariesAreBitExactBothWays) {
 }
 
 TEST(Remote, TilesTravelPacked) {
-  LocalFerryd server;
+  FerrydProcess server;
   ferry::Runtime rt(remote_options(server));
   auto m = rt.buffer<double>(8, 8);
   std::ranges::fill(m.host(), 1.0);
@@ -183,7 +183,7 @@ TEST(Remote, TilesTravelPacked) {
 
 TEST(Remote, QuotaEvictsLeastRecentlyUsedReplicas) {
   // Room for three 1 MiB replicas: ten buffers rotate through it.
-  LocalFerryd server(0, {"--client-quota", "3MiB"});
+  FerrydProcess server({"--client-quota", "3MiB"});
   ferry::Runtime rt(remote_options(server));
   std::vector<ferry::Buffer<double>> xs;
   for (int i = 0; i < 10; ++i) {
@@ -206,7 +206,7 @@ TEST(Remote, QuotaEvictsLeastRecentlyUsedReplicas) {
 }
 
 TEST(Remote, KillNineMidRunStillFinishesCorrectly) {
-  LocalFerryd server;
+  FerrydProcess server;
   ferry::Runtime rt(remote_options(server));
   const std::size_t n = 1 << 16;
   auto x = rt.buffer<double>(n), y = rt.buffer<double>(n);
@@ -216,7 +216,7 @@ TEST(Remote, KillNineMidRunStillFinishesCorrectly) {
     tasks.push_back(rt.submit("axpy", ferry::read(x), ferry::readwrite(y), 1.0, remote(server)));
     if (i == 100) {
       tasks[50].wait();
-      server.kill(SIGKILL);
+      server.stop(SIGKILL);
     }
   }
   rt.wait();
@@ -230,12 +230,12 @@ TEST(Remote, KillNineMidRunStillFinishesCorrectly) {
 }
 
 TEST(Remote, ReconnectsAndUsesTheHostAgain) {
-  LocalFerryd server(ferry::testing::stable_port());
+  FerrydProcess server({}, FerrydProcess::default_token, ferry::test::stable_port());
   ferry::Runtime rt(remote_options(server));
   auto x = rt.buffer<double>(1024);
   std::ranges::fill(x.host(), 1.0);
   EXPECT_EQ(rt.submit("sum", ferry::read(x), remote(server)).device(), "remote:" + server.address());
-  server.kill(SIGKILL);
+  server.stop(SIGKILL);
   // While it is gone, pinned tasks still finish (on the CPU).
   EXPECT_EQ(rt.submit("sum", ferry::read(x), remote(server)).result(), 1024.0);
   server.restart();
@@ -251,7 +251,7 @@ TEST(Remote, ReconnectsAndUsesTheHostAgain) {
 }
 
 TEST(Remote, WrongTokenLeavesTheHostUnusedAndSaysWhy) {
-  LocalFerryd server(0, {}, "the-right-token");
+  FerrydProcess server({}, "the-right-token");
   auto options = remote_options(server);
   options.token_file.clear();
   options.token = "a-wrong-token";
@@ -264,7 +264,7 @@ TEST(Remote, WrongTokenLeavesTheHostUnusedAndSaysWhy) {
 }
 
 TEST(Remote, SigtermMidRunFailsOverCleanly) {
-  LocalFerryd server;
+  FerrydProcess server;
   ferry::Runtime rt(remote_options(server));
   auto a = rt.buffer<double>(300, 300), b = rt.buffer<double>(300, 300), c = rt.buffer<double>(300, 300);
   std::ranges::fill(a.host(), 1.0);
@@ -272,7 +272,7 @@ TEST(Remote, SigtermMidRunFailsOverCleanly) {
   for (int i = 0; i < 40; ++i) {
     rt.submit("gemm", ferry::read(a), ferry::read(b), ferry::readwrite(c), 1.0, 1.0, remote(server));
     if (i == 20) {
-      EXPECT_EQ(server.kill(SIGTERM), 0) << "ferryd did not exit 0 on SIGTERM\n" << server.log();
+      EXPECT_EQ(server.stop(SIGTERM), 0) << "ferryd did not exit 0 on SIGTERM\n" << server.log();
     }
   }
   rt.wait();
