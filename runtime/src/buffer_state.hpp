@@ -56,6 +56,16 @@ struct BufferRoot {
   // (recursive: recomputing lost data re-enters it).
   std::recursive_mutex transfer_mutex;
   std::vector<std::shared_ptr<RemoteCopy>> copies;
+  // Modified copies (of other roots) whose lineage read a region of this
+  // one: before that region is overwritten they come home, so a replay
+  // never reads newer data than the lost task did.
+  struct LineageReader {
+    std::weak_ptr<BufferRoot> root;
+    std::weak_ptr<RemoteCopy> copy;
+    Region read;
+  };
+  std::vector<LineageReader> lineage_readers;
+  std::atomic<bool> has_lineage_readers{false};  // lets host-only work skip the lock
   std::atomic<std::size_t> copy_count{0};  // lets host-only work skip the lock
 
   BufferRoot() = default;

@@ -114,10 +114,36 @@ RootLock lock_for(BufferRoot& root, const Region& region, std::unique_lock<std::
   return lock;
 }
 
+// Brings home the modified copies whose lineage read `region` of `root`,
+// before it is overwritten. Runs without `root`'s lock (it locks theirs).
+void settle_lineage_readers(BufferRoot& root, const Region& region) {
+  std::vector<BufferRoot::LineageReader> readers;
+  {
+    RootLock lock(root.transfer_mutex);
+    if (root.lineage_readers.empty()) return;
+    std::erase_if(root.lineage_readers, [](const auto& r) {
+      auto copy = r.copy.lock();
+      return !copy || !copy->modified || r.root.expired();
+    });
+    for (const auto& r : root.lineage_readers)
+      if (r.read.overlaps(region)) readers.push_back(r);
+  }
+  if (readers.empty()) return;
+  std::lock_guard replay_guard(replay_mutex());
+  for (const auto& r : readers) {
+    auto other = r.root.lock();
+    auto copy = r.copy.lock();
+    if (!other || !copy) continue;
+    RootLock lock(other->transfer_mutex);
+    if (copy->modified) bring_home(*other, *copy);
+  }
+}
+
 }  // namespace
 
 std::uint64_t acquire_on_node(const BufferState& view, AccessMode mode, NodeLink& link) {
   BufferRoot& root = *view.root;
+  if (writes(mode)) settle_lineage_readers(root, view.region);
   std::unique_lock replay_guard(replay_mutex(), std::defer_lock);
   RootLock lock = lock_for(root, view.region, replay_guard);
   std::shared_ptr<RemoteCopy> exact;
@@ -187,19 +213,33 @@ std::size_t evict_from_node(NodeLink& link, const std::vector<std::shared_ptr<Bu
 
 void written_on_node(const BufferState& view, NodeLink& link, std::uint64_t id, std::shared_ptr<LineageEntry> lineage) {
   BufferRoot& root = *view.root;
-  RootLock lock(root.transfer_mutex);
   std::shared_ptr<RemoteCopy> mine;
-  for (auto& copy : std::vector(root.copies)) {
-    if (copy->link == &link && copy->id == id) mine = copy;
-    else if (copy->region.overlaps(view.region)) remove_copy(root, copy, /*drop=*/true);  // stale now
+  {
+    RootLock lock(root.transfer_mutex);
+    for (auto& copy : std::vector(root.copies)) {
+      if (copy->link == &link && copy->id == id) mine = copy;
+      else if (copy->region.overlaps(view.region)) remove_copy(root, copy, /*drop=*/true);  // stale now
+    }
+    if (!mine) return;
+    mine->modified = true;
+    if (lineage) mine->lineage.push_back(lineage);
   }
-  if (!mine) return;
-  mine->modified = true;
-  if (lineage) mine->lineage.push_back(std::move(lineage));
+  if (!lineage) return;
+  // Its read-only inputs must not change under it until it is home. Each
+  // input is locked on its own, never while holding this root's lock.
+  for (std::size_t i = 0; i < lineage->buffer_args.size(); ++i) {
+    if (writes(lineage->args.items[lineage->buffer_args[i]].buffer.mode)) continue;
+    auto input = lineage->roots[i].lock();
+    if (!input || input.get() == &root) continue;
+    RootLock input_lock(input->transfer_mutex);
+    input->lineage_readers.push_back({view.root, mine, lineage->regions[i]});
+    input->has_lineage_readers.store(true, std::memory_order_release);
+  }
 }
 
 void acquire_on_host(const BufferState& view, AccessMode mode) {
   BufferRoot& root = *view.root;
+  if (writes(mode) && root.has_lineage_readers.load(std::memory_order_acquire)) settle_lineage_readers(root, view.region);
   if (root.copy_count.load(std::memory_order_acquire) == 0) return;
   std::unique_lock replay_guard(replay_mutex(), std::defer_lock);
   RootLock lock = lock_for(root, view.region, replay_guard);

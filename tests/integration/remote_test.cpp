@@ -229,6 +229,23 @@ TEST(Remote, KillNineMidRunStillFinishesCorrectly) {
   EXPECT_EQ(h[n - 1], 200.0);
 }
 
+TEST(Remote, RecomputationSeesTheInputsTheLostTaskSaw) {
+  FerrydProcess server;
+  ferry::Runtime rt(remote_options(server));
+  const std::size_t n = 4096;
+  auto x = rt.buffer<double>(n), y = rt.buffer<double>(n);
+  std::ranges::fill(x.host(), 1.0);
+  rt.submit("axpy", ferry::read(x), ferry::readwrite(y), 5.0, remote(server)).wait();  // y = 5, only remote
+  // The host overwrites x after the remote task read it...
+  rt.submit("fill", ferry::write(x), 100.0, ferry::on(ferry::cpu())).wait();
+  // ...then the remote is lost: y must come back as 5 (fetched before x
+  // changed, or recomputed from the x it read), never as 500.
+  server.stop(SIGKILL);
+  auto h = y.host();
+  EXPECT_EQ(h[0], 5.0);
+  EXPECT_EQ(h[n - 1], 5.0);
+}
+
 TEST(Remote, ReconnectsAndUsesTheHostAgain) {
   FerrydProcess server({}, FerrydProcess::default_token, ferry::test::stable_port());
   ferry::Runtime rt(remote_options(server));
