@@ -324,8 +324,17 @@ void RemoteDevice::on_message(transport::Incoming& incoming) {
 
 // ---- bulk transfers ----
 
+std::size_t RemoteDevice::chunk_for(std::size_t bytes) const noexcept {
+  // Small enough that a transfer keeps the whole window busy (a single chunk
+  // has nothing to overlap with), large enough to amortise per-chunk costs.
+  constexpr std::size_t floor = std::size_t{256} << 10;
+  const std::size_t limit = std::max<std::size_t>(1, std::min(options_.chunk_bytes, max_payload_));
+  const std::size_t spread = (bytes + options_.window - 1) / options_.window;
+  return std::min(limit, std::max(spread, std::min(floor, limit)));
+}
+
 void RemoteDevice::put_chunks(std::uint64_t id, const HostRegion& shape, const std::byte* data, std::size_t bytes) {
-  const std::size_t chunk = std::max<std::size_t>(1, std::min(options_.chunk_bytes, max_payload_));
+  const std::size_t chunk = chunk_for(bytes);
   std::deque<std::future<protocol::Message>> window;
   const auto settle = [&] {
     protocol::Message reply = await(window.front(), "put");
@@ -351,7 +360,7 @@ void RemoteDevice::put_chunks(std::uint64_t id, const HostRegion& shape, const s
 }
 
 void RemoteDevice::get_chunks(std::uint64_t id, std::byte* dest, std::size_t bytes) {
-  const std::size_t chunk = std::max<std::size_t>(1, std::min(options_.chunk_bytes, max_payload_));
+  const std::size_t chunk = chunk_for(bytes);
   std::deque<std::future<protocol::Message>> window;
   const auto settle = [&] {
     protocol::Message reply = await(window.front(), "get");

@@ -94,6 +94,7 @@ class RemoteDevice final : public Device, public NodeLink {
                                          std::size_t bytes, void* dest = nullptr);
   protocol::Message await(std::future<protocol::Message>& reply, const char* what);
   std::uint64_t next_request() noexcept { return next_request_.fetch_add(1, std::memory_order_relaxed); }
+  std::size_t chunk_for(std::size_t bytes) const noexcept;
   void put_chunks(std::uint64_t id, const HostRegion& shape, const std::byte* data, std::size_t bytes);
   template <typename Put>
   std::uint64_t with_room(std::size_t bytes, Put put);
