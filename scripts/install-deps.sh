@@ -11,6 +11,8 @@ packages=(
   libtbb-dev libopenblas-dev liblapacke-dev  # runtime: CPU workers, built-in kernels
   libcli11-dev nlohmann-json3-dev   # the ferry command-line tool
   libsodium-dev prometheus-cpp-dev  # ferryd: authentication, metrics
+  clang libclang-rt-14-dev          # the protocol fuzzer (libFuzzer)
+  iproute2 ucx-utils                # two-namespace test (ip netns); ucx_perftest, the transfer peer
 )
 
 missing=()
