@@ -81,7 +81,7 @@ void* BufferBase::acquire_host() const {
   }
   // host() hands out a writable view: copies elsewhere become stale.
   detail::acquire_on_host(*state_, AccessMode::readwrite);
-  return static_cast<char*>(state_->root->host) + state_->offset_bytes();
+  return state_->host_data();
 }
 
 namespace {

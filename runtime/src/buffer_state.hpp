@@ -19,14 +19,6 @@ namespace ferry::detail {
 class RuntimeCore;
 struct TaskRecord;
 
-// MSI per memory node (DESIGN §3).
-enum class ReplicaState : std::uint8_t { invalid, shared, modified };
-
-struct Replica {
-  void* data = nullptr;
-  ReplicaState state = ReplicaState::invalid;
-};
-
 // The last writer of a region and the readers since; each holds a task reference.
 struct AccessRecord {
   Region region;
@@ -47,9 +39,8 @@ struct BufferRoot {
   std::size_t bytes = 0;
   void* host = nullptr;
 
-  std::mutex mutex;  // guards records and replicas
+  std::mutex mutex;  // guards records
   std::vector<AccessRecord> records;
-  std::vector<Replica> replicas;  // indexed by memory node; [0] is the host
 
   // Copies of regions on other memory nodes (remote hosts), guarded by
   // transfer_mutex, which is held across the transfers that change them
@@ -84,7 +75,8 @@ struct BufferState {
   std::size_t offset_bytes() const noexcept {
     return (region.row0 * root->cols + region.col0) * size_of(root->dtype);
   }
-  void* data_on(const Replica& replica) const noexcept { return static_cast<char*>(replica.data) + offset_bytes(); }
+  // The view's first element in the host replica, every buffer's home.
+  void* host_data() const noexcept { return static_cast<char*>(root->host) + offset_bytes(); }
   bool whole() const noexcept { return region.row0 == 0 && region.col0 == 0 && region.rows == root->rows && region.cols == root->cols; }
 };
 

@@ -140,8 +140,6 @@ std::shared_ptr<BufferState> RuntimeCore::make_buffer(DType dtype, std::size_t r
   root->host = memory_->allocate(root->bytes);
   // Buffers start zeroed, so a forgotten initialisation is visible, not random.
   if (zero) std::memset(root->host, 0, root->bytes);
-  root->replicas.resize(1);
-  root->replicas[host_node] = Replica{root->host, ReplicaState::modified};
 
   auto state = std::make_shared<BufferState>();
   state->root = std::move(root);
@@ -354,7 +352,7 @@ void RuntimeCore::execute(TaskRecord* task, Device& device, int worker, int lane
           view.name, e.what())));
       return;
     }
-    arg.data = view.data_on(view.root->replicas[host_node]);
+    arg.data = view.host_data();
   }
   ExecContext context{task->args, task->name, worker, nullptr, std::nullopt};
   const KernelFn& fn = device.kind() == DeviceKind::cpu ? task->kernel->cpu : task->kernel->cuda;
