@@ -48,7 +48,7 @@ void replay(LineageEntry& entry) {
     arg.data = host_region(*root, entry.regions[i]).data;
     held.push_back(std::move(root));
   }
-  ExecContext context{args, entry.name, -1, nullptr, std::nullopt};
+  ExecContext context{args, entry.name, -1, nullptr, -1, std::nullopt};
   log().debug("recomputing task '{}' (kernel {}) on the host", entry.name, entry.kernel->name);
   entry.kernel->cpu(context);
 }

@@ -354,7 +354,7 @@ void RuntimeCore::execute(TaskRecord* task, Device& device, int worker, int lane
     }
     arg.data = view.host_data();
   }
-  ExecContext context{task->args, task->name, worker, nullptr, std::nullopt};
+  ExecContext context{task->args, task->name, worker, nullptr, -1, std::nullopt};
   const KernelFn& fn = device.kind() == DeviceKind::cpu ? task->kernel->cpu : task->kernel->cuda;
   const auto start = std::chrono::steady_clock::now();
   try {

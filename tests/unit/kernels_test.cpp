@@ -62,7 +62,7 @@ std::optional<double> run(const std::string& name, std::vector<Arg> items) {
   KernelArgs args{std::move(items)};
   ferry::check_arguments(kernel(name), args, "t");
   const std::string task = "t";
-  ferry::ExecContext ctx{.args = args, .task_name = task, .worker = 0, .stream = nullptr, .result = std::nullopt};
+  ferry::ExecContext ctx{.args = args, .task_name = task, .worker = 0, .stream = nullptr, .device = -1, .result = std::nullopt};
   kernel(name).cpu(ctx);
   return ctx.result;
 }

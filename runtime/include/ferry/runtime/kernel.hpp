@@ -86,7 +86,11 @@ struct ExecContext {
   const KernelArgs& args;
   const std::string& task_name;
   int worker = -1;          // CPU worker index, or -1
-  void* stream = nullptr;   // the cudaStream_t when it runs on a GPU
+  // On a GPU: the cudaStream_t to enqueue on and the device's ordinal (already
+  // current). A CUDA variant enqueues its work and returns; it synchronizes
+  // the stream only when it must read something back (a scalar result).
+  void* stream = nullptr;
+  int device = -1;
   std::optional<double> result;  // scalar result (dot, nrm2, sum)
 };
 
