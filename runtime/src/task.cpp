@@ -2,6 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+
 #include "core.hpp"
 #include "ferry/allocator/pinned_pool.hpp"
 #include "ferry/log.hpp"
@@ -92,6 +96,25 @@ void Task::wait() const {
   if (r.error) std::rethrow_exception(r.error);
 }
 
+bool Task::wait_for(std::chrono::nanoseconds timeout) const {
+  detail::TaskRecord& r = require(record_);
+  if (r.done.load(std::memory_order_acquire)) return true;
+  // Atomics have no timed wait: a continuation signals a condition variable.
+  struct Signal {
+    std::mutex mutex;
+    std::condition_variable cv;
+    bool fired = false;
+  };
+  auto signal = std::make_shared<Signal>();
+  then([signal](const Task&) {
+    std::lock_guard lock(signal->mutex);
+    signal->fired = true;
+    signal->cv.notify_all();
+  });
+  std::unique_lock lock(signal->mutex);
+  return signal->cv.wait_for(lock, timeout, [&] { return signal->fired; });
+}
+
 bool Task::done() const noexcept { return record_ != nullptr && record_->done.load(std::memory_order_acquire); }
 
 double Task::result() const {
@@ -100,6 +123,8 @@ double Task::result() const {
     throw UsageError(fmt::format("task '{}' (kernel {}) returns no scalar result", record_->name, record_->kernel->name));
   return record_->result.value_or(0.0);
 }
+
+bool Task::has_result() const { return require(record_).kernel->returns_scalar; }
 
 double Task::run_seconds() const noexcept {
   if (record_ == nullptr || !record_->done.load(std::memory_order_acquire)) return 0.0;

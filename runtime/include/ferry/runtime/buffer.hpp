@@ -115,6 +115,19 @@ class AnyBuffer : public BufferBase {
   explicit AnyBuffer(const Buffer<T>& typed) : BufferBase(typed.state()) {}
   // Waits for the tasks using it; the first byte of the view's host replica.
   void* host_data() const { return acquire_host(); }
+
+  std::vector<AnyBuffer> split(std::size_t parts) const {
+    std::vector<AnyBuffer> out;
+    for (auto& state : split_states(parts)) out.emplace_back(std::move(state));
+    return out;
+  }
+  // Row-major tiles; grid_rows x grid_cols of them.
+  std::vector<AnyBuffer> tiles(std::size_t tile_rows, std::size_t tile_cols, std::size_t& grid_rows,
+                               std::size_t& grid_cols) const {
+    std::vector<AnyBuffer> out;
+    for (auto& state : tile_states(tile_rows, tile_cols, grid_rows, grid_cols)) out.emplace_back(std::move(state));
+    return out;
+  }
 };
 
 // How a task uses a buffer: rt.submit("axpy", ferry::read(x), ferry::readwrite(y), 2.0).

@@ -3,6 +3,7 @@
 // or the runtime needs it.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -26,9 +27,14 @@ class Task {
   // Blocks until the task has run; throws KernelError (naming the task and
   // its kernel) when it failed or could not run because a predecessor failed.
   void wait() const;
+  // Waits at most `timeout`; true once the task has finished (then wait()
+  // returns or throws at once). Lets a caller stay interruptible.
+  bool wait_for(std::chrono::nanoseconds timeout) const;
   bool done() const noexcept;
   // The scalar a kernel such as dot, nrm2 or sum returns; waits first.
   double result() const;
+  // Whether its kernel returns a scalar (dot, nrm2, sum): whether result() may be called.
+  bool has_result() const;
   template <typename T>
   T get() const {
     return static_cast<T>(result());

@@ -1,0 +1,14 @@
+// The extension module ferry._ferry. The public API is the `ferry` package,
+// which wraps and re-exports what is bound here.
+#include "bindings.hpp"
+#include "ferry/config.hpp"
+
+NB_MODULE(_ferry, m) {
+  m.doc() = "Ferry's C++ runtime (use the `ferry` package, not this module)";
+  m.attr("version") = ferry::config::version;
+  m.attr("with_cuda") = ferry::config::with_cuda;
+  ferry::python::bind_errors(m);
+  ferry::python::bind_array(m);
+  ferry::python::bind_future(m);
+  ferry::python::bind_runtime(m);
+}

@@ -1,0 +1,100 @@
+// Kernels written in Python (@rt.task). They run on the CPU workers; the GIL
+// is taken only for the call, and arrays arrive as NumPy views of the host
+// replicas (read-only for inputs).
+#include <fmt/format.h>
+
+#include <string>
+#include <utility>
+
+#include "bindings.hpp"
+
+#if PY_VERSION_HEX >= 0x030D0000
+#define FERRY_PY_FINALIZING() Py_IsFinalizing()
+#else
+#define FERRY_PY_FINALIZING() _Py_IsFinalizing()
+#endif
+
+namespace ferry::python {
+
+namespace {
+
+// The callable outlives Python's view of it (task records keep the kernel),
+// and may be released on a worker thread: the GIL is taken to drop it.
+struct Callable {
+  nb::object fn;
+  explicit Callable(nb::object f) : fn(std::move(f)) {}
+  Callable(const Callable&) = delete;
+  Callable& operator=(const Callable&) = delete;
+  ~Callable() {
+    if (!Py_IsInitialized() || FERRY_PY_FINALIZING()) {
+      fn.release();  // the interpreter is going away: leaking beats crashing
+      return;
+    }
+    nb::gil_scoped_acquire locked;
+    fn.reset();
+  }
+};
+
+Param param_for(const std::string& name, const std::string& kind) {
+  Param p;
+  p.name = name;
+  if (kind == "read" || kind == "write" || kind == "readwrite") {
+    p.kind = ParamKind::buffer;
+    p.mode = kind == "read" ? AccessMode::read : kind == "write" ? AccessMode::write : AccessMode::readwrite;
+  } else if (kind == "real") {
+    p.kind = ParamKind::real;
+  } else if (kind == "integer") {
+    p.kind = ParamKind::integer;
+  } else if (kind == "text") {
+    p.kind = ParamKind::text;
+  } else {
+    throw UsageError(fmt::format("parameter '{}': kind '{}' is not read, write, readwrite, real, integer or text", name,
+                                 kind));
+  }
+  return p;
+}
+
+}  // namespace
+
+KernelDef make_python_kernel(std::string name, const std::vector<std::pair<std::string, std::string>>& params,
+                             nb::object fn, bool returns_scalar) {
+  if (!PyCallable_Check(fn.ptr())) throw UsageError(fmt::format("task '{}': the function is not callable", name));
+  KernelDef k;
+  k.name = std::move(name);
+  k.summary = "a Python function";
+  for (const auto& [param, kind] : params) k.params.push_back(param_for(param, kind));
+  k.returns_scalar = returns_scalar;
+  auto callable = std::make_shared<Callable>(std::move(fn));
+  k.cpu = [callable, returns_scalar](ExecContext& ctx) {
+    nb::gil_scoped_acquire locked;
+    try {
+      nb::list args;
+      for (const Arg& arg : ctx.args.items) {
+        if (arg.kind == Arg::Kind::buffer) {
+          args.append(numpy_of(arg.buffer, arg.buffer.mode == AccessMode::read));
+        } else {
+          std::visit([&](const auto& v) { args.append(nb::cast(v)); }, arg.scalar);
+        }
+      }
+      nb::object out = callable->fn(*args);
+      if (returns_scalar) {
+        try {
+          ctx.result = nb::cast<double>(out);
+        } catch (const nb::cast_error&) {
+          throw Error(fmt::format("declared result=True but returned a {}, not a number",
+                                  nb::cast<std::string>(nb::handle(Py_TYPE(out.ptr())).attr("__name__"))));
+        }
+      }
+    } catch (nb::python_error& e) {
+      // The message carries the Python exception and its traceback; the
+      // error object itself holds Python references and must die here, under the GIL.
+      std::string text = e.what();
+      e.restore();
+      PyErr_Clear();
+      throw Error(text);
+    }
+  };
+  return k;
+}
+
+}  // namespace ferry::python

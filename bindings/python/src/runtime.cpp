@@ -1,0 +1,293 @@
+// ferry._Runtime: the C++ Runtime behind the Python ferry.Runtime (which
+// subclasses it and adds the kernel methods). Waits release the GIL; close()
+// and garbage collection wait for running tasks without holding it, so
+// Python tasks on the workers can finish.
+#include <fmt/format.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <optional>
+#include <string>
+
+#include "bindings.hpp"
+#include "ferry/allocator/slab_pool.hpp"
+
+namespace ferry::python {
+
+Array array_empty(Runtime& rt, std::vector<std::size_t> shape, DType dtype, bool zero);
+Array array_from(Runtime& rt, nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu> source);
+
+namespace {
+
+struct Kernel {
+  KernelRef ref;
+};
+
+class RuntimeHandle {
+ public:
+  explicit RuntimeHandle(Runtime::Options options) {
+    nb::gil_scoped_release unlocked;  // connecting to remotes may take a while
+    rt_ = std::make_unique<Runtime>(std::move(options));
+  }
+  ~RuntimeHandle() {
+    if (rt_ == nullptr) return;
+    // The destructor waits for every task; Python tasks need the GIL to end.
+    if (PyGILState_Check() != 0) {
+      nb::gil_scoped_release unlocked;
+      rt_.reset();
+    } else {
+      rt_.reset();
+    }
+  }
+
+  Runtime& rt() {
+    if (rt_ == nullptr) throw UsageError("this ferry.Runtime is closed");
+    return *rt_;
+  }
+  bool closed() const noexcept { return rt_ == nullptr; }
+  void close() {
+    std::unique_ptr<Runtime> rt = std::move(rt_);
+    nb::gil_scoped_release unlocked;
+    rt.reset();
+  }
+
+ private:
+  std::unique_ptr<Runtime> rt_;
+};
+
+DType dtype_named(const std::string& name) {
+  if (name == "float32") return DType::f32;
+  if (name == "float64") return DType::f64;
+  if (name == "int32") return DType::i32;
+  if (name == "int64") return DType::i64;
+  if (name == "uint8") return DType::u8;
+  throw UsageError(fmt::format("element type {} is not one Ferry stores; use float32, float64, int32, int64 or uint8",
+                               name));
+}
+
+Place parse_place(const std::string& text) {
+  if (text.empty() || text == "any") return anywhere();
+  if (text == "cpu") return cpu();
+  if (text == "gpu") return gpu();
+  if (text.starts_with("gpu:")) {
+    try {
+      return gpu(std::stoi(text.substr(4)));
+    } catch (const std::exception&) {
+      throw UsageError(fmt::format("on='{}': a GPU is named gpu:N with N its ordinal", text));
+    }
+  }
+  if (text == "remote") return remote();
+  if (text.starts_with("remote:")) return remote(text.substr(7));
+  throw UsageError(fmt::format("on='{}' is not a place; use 'cpu', 'gpu', 'gpu:N', 'remote' or 'remote:host:port'",
+                               text));
+}
+
+const char* kind_name(ParamKind kind) {
+  switch (kind) {
+    case ParamKind::buffer: return "array";
+    case ParamKind::real: return "real";
+    case ParamKind::integer: return "integer";
+    case ParamKind::text: return "text";
+  }
+  return "?";
+}
+
+std::string py_type_name(nb::handle h) { return nb::cast<std::string>(nb::handle(Py_TYPE(h.ptr())).attr("__name__")); }
+
+TaskArg convert_arg(nb::handle arg, const KernelDef& kernel, std::size_t i) {
+  if (nb::isinstance<Array>(arg)) {
+    const Array& a = nb::cast<const Array&>(arg);
+    AccessMode mode = AccessMode::read;
+    if (i < kernel.params.size()) {
+      if (kernel.params[i].kind != ParamKind::buffer) {
+        throw UsageError(fmt::format("kernel {}: argument {} '{}' is a {}, but an array was given", kernel.name, i + 1,
+                                     kernel.params[i].name, kind_name(kernel.params[i].kind)));
+      }
+      mode = kernel.params[i].mode;
+    }
+    return BufferAccess{a.buffer.state(), mode};
+  }
+  if (nb::isinstance<Access>(arg)) {
+    const Access& x = nb::cast<const Access&>(arg);
+    return BufferAccess{x.array.buffer.state(), x.mode};
+  }
+  if (PyBool_Check(arg.ptr()) || PyLong_Check(arg.ptr())) return ScalarValue(nb::cast<std::int64_t>(arg));
+  if (PyFloat_Check(arg.ptr())) return ScalarValue(nb::cast<double>(arg));
+  if (PyUnicode_Check(arg.ptr())) return ScalarValue(nb::cast<std::string>(arg));
+  const bool arrayish = nb::hasattr(arg, "__array__") || nb::hasattr(arg, "__dlpack__");
+  const bool scalar_array = arrayish && nb::hasattr(arg, "ndim") && nb::cast<int>(arg.attr("ndim")) == 0;
+  const std::string param = i < kernel.params.size() ? fmt::format(" '{}'", kernel.params[i].name) : "";
+  if (arrayish && !scalar_array) {
+    throw UsageError(fmt::format("kernel {}: argument {}{} is a {}; tasks take ferry arrays: wrap it with rt.array(...)",
+                                 kernel.name, i + 1, param, py_type_name(arg)));
+  }
+  // NumPy scalars and anything else number-like.
+  if (nb::hasattr(arg, "__index__")) return ScalarValue(nb::cast<std::int64_t>(arg.attr("__index__")()));
+  if (nb::hasattr(arg, "__float__")) return ScalarValue(nb::cast<double>(arg.attr("__float__")()));
+  throw UsageError(fmt::format("kernel {}: argument {}{} is a {}; give a ferry.Array, a number or a string", kernel.name,
+                               i + 1, param, py_type_name(arg)));
+}
+
+std::shared_ptr<const KernelDef> resolve(Runtime& rt, nb::handle kernel) {
+  if (nb::isinstance<Kernel>(kernel)) return nb::cast<const Kernel&>(kernel).ref.def;
+  if (PyUnicode_Check(kernel.ptr())) return rt.find_kernel(nb::cast<std::string>(kernel)).def;
+  throw UsageError(fmt::format("a kernel is given by name or as a ferry.Kernel, not a {}", py_type_name(kernel)));
+}
+
+Future submit(RuntimeHandle& h, nb::handle kernel, nb::sequence args, const std::string& on, std::string name) {
+  Runtime& rt = h.rt();
+  auto def = resolve(rt, kernel);
+  std::vector<TaskArg> converted;
+  const std::size_t n = nb::len(args);
+  converted.reserve(n);
+  for (std::size_t i = 0; i < n; ++i) converted.push_back(convert_arg(args[i], *def, i));
+  return Future{rt.submit_args(KernelRef{std::move(def)}, std::move(converted), parse_place(on), std::move(name))};
+}
+
+nb::dict kernel_info(const KernelDef& k) {
+  nb::dict d;
+  d["name"] = k.name;
+  d["summary"] = k.summary;
+  nb::list params;
+  for (const Param& p : k.params) {
+    nb::dict e;
+    e["name"] = p.name;
+    e["kind"] = kind_name(p.kind);
+    if (p.kind == ParamKind::buffer) e["mode"] = to_string(p.mode);
+    nb::list dtypes;
+    for (DType t : p.dtypes) dtypes.append(numpy_name(t));
+    e["dtypes"] = dtypes;
+    if (p.default_value) {
+      std::visit([&](const auto& v) { e["default"] = nb::cast(v); }, *p.default_value);
+    }
+    params.append(e);
+  }
+  d["params"] = params;
+  d["cpu"] = static_cast<bool>(k.cpu);
+  d["cuda"] = static_cast<bool>(k.cuda);
+  d["returns_scalar"] = k.returns_scalar;
+  return d;
+}
+
+}  // namespace
+
+void bind_runtime(nb::module_& m) {
+  nb::class_<Kernel>(m, "Kernel", "A kernel known to a runtime; call it through Runtime.submit or as returned")
+      .def_prop_ro("name", [](const Kernel& k) { return k.ref.def->name; })
+      .def_prop_ro("info", [](const Kernel& k) { return kernel_info(*k.ref.def); })
+      .def("__repr__", [](const Kernel& k) { return fmt::format("ferry.Kernel('{}')", k.ref.def->name); });
+
+  nb::class_<RuntimeHandle>(m, "_Runtime")
+      .def("__init__",
+           [](RuntimeHandle* self, unsigned workers, std::optional<std::string> policy, bool trace,
+              std::optional<std::string> trace_path, bool explain, std::optional<std::vector<std::string>> remotes,
+              std::optional<std::string> token, std::optional<std::string> token_file,
+              std::optional<std::size_t> chunk_bytes, std::optional<unsigned> chunk_window,
+              std::optional<bool> persist_perf_models, std::optional<std::string> perf_model_dir,
+              bool read_environment) {
+             Runtime::Options o;
+             o.workers = workers;
+             if (policy) o.policy = parse_policy(*policy);
+             o.trace = trace || trace_path.has_value();
+             if (trace_path) o.trace_path = *trace_path;
+             o.explain = explain;
+             if (remotes) o.remotes = *remotes;
+             if (token) o.token = *token;
+             if (token_file) o.token_file = *token_file;
+             if (chunk_bytes) o.chunk_bytes = *chunk_bytes;
+             if (chunk_window) o.chunk_window = *chunk_window;
+             if (persist_perf_models) o.persist_perf_models = *persist_perf_models;
+             if (perf_model_dir) o.perf_model_dir = *perf_model_dir;
+             o.read_environment = read_environment;
+             new (self) RuntimeHandle(std::move(o));
+           },
+           nb::arg("workers") = 0, nb::arg("policy") = nb::none(), nb::arg("trace") = false,
+           nb::arg("trace_path") = nb::none(), nb::arg("explain") = false, nb::arg("remotes") = nb::none(),
+           nb::arg("token") = nb::none(), nb::arg("token_file") = nb::none(), nb::arg("chunk_bytes") = nb::none(),
+           nb::arg("chunk_window") = nb::none(), nb::arg("persist_perf_models") = nb::none(),
+           nb::arg("perf_model_dir") = nb::none(), nb::arg("read_environment") = true)
+      .def("close", &RuntimeHandle::close, "Waits for every task, then releases the runtime's devices and memory")
+      .def_prop_ro("closed", &RuntimeHandle::closed)
+      .def("_empty", [](RuntimeHandle& h, std::vector<std::size_t> shape, const std::string& dtype, bool zero) {
+        return array_empty(h.rt(), std::move(shape), dtype_named(dtype), zero);
+      })
+      .def("_array", [](RuntimeHandle& h, nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu> source) {
+        return array_from(h.rt(), source);
+      })
+      .def("_submit", &submit, nb::arg("kernel"), nb::arg("args"), nb::arg("on") = "", nb::arg("name") = "")
+      .def("wait", [](RuntimeHandle& h, nb::object timeout) {
+        Runtime& rt = h.rt();
+        const double t = timeout.is_none() ? -1.0 : nb::cast<double>(timeout);
+        interruptible_wait([&](std::chrono::milliseconds slice) { return rt.wait_for(slice); }, t);
+      }, nb::arg("timeout") = nb::none(),
+         "Waits for every task submitted so far (at most `timeout` seconds: TimeoutError); raises the first\n"
+         "failure since the last wait. Ctrl-C interrupts the wait, not the tasks.")
+      .def("kernel_names", [](RuntimeHandle& h) { return h.rt().kernel_names(); })
+      .def("has_kernel", [](RuntimeHandle& h, const std::string& name) { return h.rt().has_kernel(name); })
+      .def("kernel", [](RuntimeHandle& h, const std::string& name) { return Kernel{h.rt().find_kernel(name)}; },
+           nb::arg("name"), "Looks a kernel up by name (this runtime's, then built-ins and plugins)")
+      .def("_python_kernel", [](RuntimeHandle& h, std::string name,
+                                std::vector<std::pair<std::string, std::string>> params, nb::object fn,
+                                bool returns_scalar) {
+        return Kernel{h.rt().add_kernel(make_python_kernel(std::move(name), params, std::move(fn), returns_scalar))};
+      })
+      .def("load_plugin", [](RuntimeHandle& h, const std::string& path) { h.rt().load_plugin(path); },
+           nb::arg("path"), "Loads a shared library of FERRY_KERNEL kernels")
+      .def("devices", [](RuntimeHandle& h) {
+        nb::list out;
+        for (const DeviceInfo& d : h.rt().devices()) {
+          nb::dict e;
+          e["id"] = d.id;
+          e["name"] = d.name;
+          e["kind"] = to_string(d.kind);
+          e["node"] = d.node;
+          e["lanes"] = d.lanes;
+          e["tasks_run"] = d.tasks_run;
+          out.append(e);
+        }
+        return out;
+      }, "The devices tasks may run on, with how many tasks each has run")
+      .def("remote_stats", [](RuntimeHandle& h, const std::string& address) {
+        Runtime::RemoteStats s;
+        {
+          nb::gil_scoped_release unlocked;
+          s = h.rt().remote_stats(address);
+        }
+        nb::dict d;
+        d["connected"] = s.connected;
+        d["bytes_shipped"] = s.bytes_shipped;
+        d["bytes_fetched"] = s.bytes_fetched;
+        d["server_tasks"] = s.server_tasks;
+        d["server_replicas"] = s.server_replicas;
+        d["server_bytes_in"] = s.server_bytes_in;
+        d["server_bytes_out"] = s.server_bytes_out;
+        d["server_memory_in_use"] = s.server_memory_in_use;
+        return d;
+      }, nb::arg("address"))
+      .def_prop_ro("remotes", [](RuntimeHandle& h) { return h.rt().options().remotes; })
+      .def_prop_ro("policy", [](RuntimeHandle& h) { return std::string(to_string(h.rt().options().policy)); })
+      .def("host_memory", [](RuntimeHandle& h) {
+        nb::dict d;
+        auto memory = h.rt().host_memory();
+        d["describe"] = memory->describe();
+        if (auto* pool = dynamic_cast<SlabPool*>(memory.get())) {
+          const auto s = pool->stats();
+          d["reserved"] = s.slab_bytes;
+          d["peak_reserved"] = s.peak_slab_bytes;
+          d["in_use"] = s.bytes_out;
+        }
+        return d;
+      }, "The pinned host pool: bytes reserved from the system and handed out")
+      .def("trace_json", [](RuntimeHandle& h) -> std::optional<std::string> {
+        const Trace* t = h.rt().trace();
+        if (t == nullptr) return std::nullopt;
+        return t->chrome_json();
+      })
+      .def("summary", [](RuntimeHandle& h) { return h.rt().summary().to_text(); })
+      .def("write_trace", [](RuntimeHandle& h, const std::string& path) { h.rt().write_trace(path); }, nb::arg("path"))
+      .def("describe", [](RuntimeHandle& h) { return h.rt().describe(); });
+}
+
+}  // namespace ferry::python

@@ -1,0 +1,106 @@
+"""Arrays: every dtype round trip, shapes, zero-copy views, bad input."""
+
+import numpy as np
+import pytest
+
+import ferry
+
+DTYPES = [np.float32, np.float64, np.int32, np.int64, np.uint8]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(7,), (3, 5), (2, 3, 4)])
+def test_round_trip_every_dtype_and_shape(rt, dtype, shape):
+    source = (np.arange(np.prod(shape)) % 200).astype(dtype).reshape(shape)
+    a = rt.array(source)
+    assert a.shape == shape
+    assert a.dtype == np.dtype(dtype)
+    assert a.nbytes == source.nbytes
+    back = a.numpy()
+    assert back.dtype == source.dtype
+    assert back.shape == source.shape
+    np.testing.assert_array_equal(back, source)
+
+
+def test_array_is_a_copy_of_its_source(rt):
+    source = np.ones(16, np.float32)
+    a = rt.array(source)
+    source[:] = 5
+    assert a.numpy().sum() == 16
+
+
+def test_numpy_is_zero_copy(rt):
+    a = rt.zeros((64, 32), np.float64)
+    v1 = a.numpy()
+    v2 = a.numpy()
+    assert v1.__array_interface__["data"][0] == a.host_address
+    assert v2.__array_interface__["data"][0] == a.host_address
+    v1[3, 4] = 42.0
+    assert a.numpy()[3, 4] == 42.0  # the same memory, not a copy
+    assert np.asarray(a)[3, 4] == 42.0
+
+
+def test_view_keeps_memory_alive_after_the_array_handle_dies(rt):
+    a = rt.array(np.arange(10, dtype=np.int64))
+    view = a.numpy()
+    del a
+    np.testing.assert_array_equal(view, np.arange(10))
+
+
+def test_empty_and_zeros(rt):
+    z = rt.zeros((4, 4), np.int32)
+    assert z.numpy().sum() == 0
+    e = rt.empty(10, np.float64, name="scratch")
+    assert e.shape == (10,) and e.name == "scratch"
+
+
+def test_non_contiguous_input_is_copied_in_order(rt):
+    source = np.arange(20, dtype=np.float32).reshape(4, 5).T  # Fortran order
+    a = rt.array(source)
+    np.testing.assert_array_equal(a.numpy(), source)
+
+
+def test_split_and_tiles_are_views(rt):
+    a = rt.array(np.arange(12, dtype=np.float64))
+    parts = a.split(3)
+    assert [p.shape for p in parts] == [(4,), (4,), (4,)]
+    assert all(p.is_view for p in parts)
+    np.testing.assert_array_equal(parts[1].numpy(), [4, 5, 6, 7])
+    m = rt.array(np.arange(16, dtype=np.float32).reshape(4, 4))
+    grid = m.tiles(2, 2)
+    assert len(grid) == 2 and len(grid[0]) == 2
+    np.testing.assert_array_equal(grid[1][0].numpy(), [[8, 9], [12, 13]])
+
+
+def test_dlpack_export_shares_memory(rt):
+    a = rt.array(np.arange(6, dtype=np.float32))
+    assert a.__dlpack_device__() == (1, 0)
+    b = np.from_dlpack(a)
+    assert b.__array_interface__["data"][0] == a.host_address
+    c = rt.from_dlpack(np.arange(3, dtype=np.int32))
+    np.testing.assert_array_equal(c.numpy(), [0, 1, 2])
+
+
+@pytest.mark.parametrize("bad", [np.array([1 + 2j]), np.array([True, False]), np.array([1], np.float16)])
+def test_unsupported_dtypes_are_refused_by_name(rt, bad):
+    with pytest.raises(ferry.UsageError, match="float32, float64, int32, int64 or uint8"):
+        rt.array(bad)
+
+
+def test_scalar_and_bad_shapes_are_refused(rt):
+    with pytest.raises(ferry.UsageError, match="at least one dimension"):
+        rt.array(np.float32(3))
+    with pytest.raises(ferry.UsageError):
+        rt.empty((), np.float32)
+    with pytest.raises(ferry.UsageError, match="negative"):
+        rt.zeros((2, -1))
+    with pytest.raises(ferry.UsageError, match="not one Ferry stores"):
+        rt.empty(4, np.complex64)
+
+
+def test_repr_and_html(rt):
+    a = rt.zeros((2, 3), np.float32, name="w")
+    assert "shape=(2, 3)" in repr(a) and "float32" in repr(a)
+    assert "ferry.Array" in a._repr_html_() and "w" in a._repr_html_()
+    html = rt._repr_html_()
+    assert "cpu" in html and "pinned pool" in html
