@@ -11,4 +11,5 @@ NB_MODULE(_ferry, m) {
   ferry::python::bind_array(m);
   ferry::python::bind_future(m);
   ferry::python::bind_runtime(m);
+  ferry::python::bind_bench_support(m);
 }

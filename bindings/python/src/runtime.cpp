@@ -12,6 +12,7 @@
 #include <string>
 
 #include "bindings.hpp"
+#include "runtime_handle.hpp"
 #include "ferry/allocator/slab_pool.hpp"
 
 namespace ferry::python {
@@ -20,42 +21,6 @@ Array array_empty(Runtime& rt, std::vector<std::size_t> shape, DType dtype, bool
 Array array_from(Runtime& rt, nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu> source);
 
 namespace {
-
-struct Kernel {
-  KernelRef ref;
-};
-
-class RuntimeHandle {
- public:
-  explicit RuntimeHandle(Runtime::Options options) {
-    nb::gil_scoped_release unlocked;  // connecting to remotes may take a while
-    rt_ = std::make_unique<Runtime>(std::move(options));
-  }
-  ~RuntimeHandle() {
-    if (rt_ == nullptr) return;
-    // The destructor waits for every task; Python tasks need the GIL to end.
-    if (PyGILState_Check() != 0) {
-      nb::gil_scoped_release unlocked;
-      rt_.reset();
-    } else {
-      rt_.reset();
-    }
-  }
-
-  Runtime& rt() {
-    if (rt_ == nullptr) throw UsageError("this ferry.Runtime is closed");
-    return *rt_;
-  }
-  bool closed() const noexcept { return rt_ == nullptr; }
-  void close() {
-    std::unique_ptr<Runtime> rt = std::move(rt_);
-    nb::gil_scoped_release unlocked;
-    rt.reset();
-  }
-
- private:
-  std::unique_ptr<Runtime> rt_;
-};
 
 DType dtype_named(const std::string& name) {
   if (name == "float32") return DType::f32;

@@ -1,0 +1,116 @@
+"""Python-side cost of Ferry (DESIGN §13, issue: ≤ 3 µs extra per task), and
+a remote round trip against Dask distributed's client.submit on loopback.
+
+Run through bench/run_python_bench.sh (it installs Dask into the venv).
+Everything is measured in this one run, on this machine; ratios are printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+
+import ferry
+import ferry.testing
+from ferry import _ferry
+
+
+def best(fn, reps: int) -> float:
+    return min(fn() for _ in range(reps))
+
+
+def per_task_overhead(n: int, reps: int, workers: int) -> None:
+    with ferry.Runtime(workers=workers, persist_perf_models=False) as rt:
+        k = _ferry._bench_kernels(rt)
+        x = rt.zeros(1, np.float64)
+
+        def cpp(kernel, array=None):
+            return lambda: _ferry._cpp_submit_loop(rt, kernel, n, array)
+
+        def py_empty():
+            submit = rt.submit
+            e = k["empty"]
+            start = time.perf_counter()
+            for _ in range(n):
+                submit(e)
+            rt.wait()
+            return time.perf_counter() - start
+
+        def py_chain():
+            submit = rt.submit
+            t = k["touch"]
+            start = time.perf_counter()
+            for _ in range(n):
+                submit(t, x)
+            rt.wait()
+            return time.perf_counter() - start
+
+        rows = [
+            ("independent empty tasks", best(cpp(k["empty"]), reps), best(py_empty, reps)),
+            ("chained tasks (readwrite one array)", best(cpp(k["touch"], x), reps), best(py_chain, reps)),
+        ]
+    print(f"\nPer-task cost, {n} tasks, {workers} workers, best of {reps} (µs per task, first submit to wait returning)")
+    print(f"{'':38} {'C++':>8} {'Python':>8} {'extra':>8}  target ≤ 3 µs extra")
+    for what, c, p in rows:
+        extra = (p - c) / n * 1e6
+        print(f"{what:38} {c / n * 1e6:8.3f} {p / n * 1e6:8.3f} {extra:8.3f}  {'PASS' if extra <= 3 else 'MISS'}"
+              f"  (Python/C++ = {p / c:.2f}x)")
+
+
+def round_trips(samples: int) -> None:
+    from dask.distributed import Client, LocalCluster
+
+    def noop(v):
+        return v
+
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None,
+                      host="127.0.0.1") as cluster, Client(cluster) as client:
+        client.submit(noop, 0, pure=False).result()  # warm
+        dask = []
+        for i in range(samples):
+            start = time.perf_counter()
+            client.submit(noop, i, pure=False).result()
+            dask.append(time.perf_counter() - start)
+
+    with ferry.testing.local_server(workers=1) as server, \
+            ferry.Runtime(remotes=[server.address], token=server.token, workers=1, persist_perf_models=False) as rt:
+        x = rt.zeros(1, np.float64)
+        rt.scal(x, 1.0, on="remote").result()  # warm; x now lives on the remote
+        remote = []
+        for _ in range(samples):
+            start = time.perf_counter()
+            rt.scal(x, 1.0, on="remote").result()
+            remote.append(time.perf_counter() - start)
+        local = []
+        for _ in range(samples):
+            start = time.perf_counter()
+            rt.scal(x, 1.0, on="cpu").result()
+            local.append(time.perf_counter() - start)
+
+    d, r, c = statistics.median(dask), statistics.median(remote), statistics.median(local)
+    print(f"\nRound trip of one tiny task, median of {samples} (ms):")
+    print(f"  Dask distributed client.submit(f).result(), loopback worker process: {d * 1e3:8.3f}")
+    print(f"  Ferry remote task (ferryd on loopback, data resident there):         {r * 1e3:8.3f}"
+          f"   Dask/Ferry = {d / r:.1f}x")
+    print(f"  Ferry local CPU task, for reference:                                 {c * 1e3:8.3f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--tasks", type=int, default=100_000)
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--samples", type=int, default=300)
+    parser.add_argument("--skip-dask", action="store_true")
+    args = parser.parse_args()
+    print(f"ferry {ferry.__version__}, numpy {np.__version__}")
+    per_task_overhead(args.tasks, args.reps, args.workers)
+    if not args.skip_dask:
+        round_trips(args.samples)
+
+
+if __name__ == "__main__":
+    main()

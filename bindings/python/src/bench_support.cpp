@@ -1,0 +1,33 @@
+// What bench/python_overhead_bench.py needs to compare Python with C++ in
+// one run on one runtime: the same empty kernels as bench/task_overhead_bench,
+// and the same submit loop driven from C++.
+#include "bindings.hpp"
+#include "runtime_handle.hpp"
+
+namespace ferry::python {
+
+void bind_bench_support(nb::module_& m) {
+  m.def("_bench_kernels", [](RuntimeHandle& h) {
+    Runtime& rt = h.rt();
+    nb::dict out;
+    out["empty"] = Kernel{rt.has_kernel("bench_empty") ? rt.find_kernel("bench_empty") : rt.kernel("bench_empty", [] {})};
+    out["touch"] = Kernel{rt.has_kernel("bench_touch") ? rt.find_kernel("bench_touch")
+                                                        : rt.kernel("bench_touch", [](InOut<double>) {})};
+    return out;
+  });
+  // n tasks of `kernel` (on `array` readwrite when given: a chain), then a wait; seconds taken.
+  m.def("_cpp_submit_loop", [](RuntimeHandle& h, const Kernel& kernel, std::size_t n, const Array* array) {
+    Runtime& rt = h.rt();
+    nb::gil_scoped_release unlocked;
+    const auto start = std::chrono::steady_clock::now();
+    if (array != nullptr) {
+      for (std::size_t i = 0; i < n; ++i) rt.submit(kernel.ref, readwrite(array->buffer));
+    } else {
+      for (std::size_t i = 0; i < n; ++i) rt.submit(kernel.ref);
+    }
+    rt.wait();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }, nb::arg("rt"), nb::arg("kernel"), nb::arg("n"), nb::arg("array").none() = nb::none());
+}
+
+}  // namespace ferry::python
