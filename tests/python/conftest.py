@@ -32,20 +32,12 @@ def server():
         yield s
 
 
-def gpu_count() -> int:
-    try:
-        import cupy  # noqa: F401
-
-        return cupy.cuda.runtime.getDeviceCount()
-    except Exception:  # noqa: BLE001
-        pass
-    try:
-        import torch
-
-        return torch.cuda.device_count()
-    except Exception:  # noqa: BLE001
-        return 0
+def gpu_reason() -> str:
+    if os.environ.get("FERRY_GPUS") == "none":
+        return "FERRY_GPUS=none"
+    if ferry.cuda_device_count() == 0:
+        return "no CUDA GPU: " + (ferry._ferry.cuda_unavailable_reason() or "none found")
+    return ""
 
 
-requires_gpu = pytest.mark.skipif(gpu_count() == 0 or os.environ.get("FERRY_GPUS") == "none",
-                                  reason="no CUDA GPU visible to CuPy or PyTorch on this machine")
+requires_gpu = pytest.mark.skipif(bool(gpu_reason()), reason=gpu_reason() or "GPU present")

@@ -28,6 +28,11 @@ from ._trace import Trace
 __version__ = _ferry.version
 with_cuda: bool = _ferry.with_cuda
 
+
+def cuda_device_count() -> int:
+    """How many CUDA GPUs this process can use (0 without a driver or GPU)."""
+    return _ferry.cuda_device_count()
+
 __all__ = [
     "Access",
     "Array",
@@ -45,6 +50,7 @@ __all__ = [
     "Trace",
     "TransportError",
     "UsageError",
+    "cuda_device_count",
     "read",
     "readwrite",
     "with_cuda",
