@@ -13,7 +13,8 @@ void axpy(int n, float alpha, const float* x, float* y) { cblas_saxpy(n, alpha, 
 void axpy(int n, double alpha, const double* x, double* y) { cblas_daxpy(n, alpha, x, 1, y, 1); }
 void scal(int n, float alpha, float* x) { cblas_sscal(n, alpha, x, 1); }
 void scal(int n, double alpha, double* x) { cblas_dscal(n, alpha, x, 1); }
-// Float dot products accumulate in double: sums of many tiles stay accurate.
+// Float dot products go through cblas_dsdot, whose result is double; Debian's
+// OpenBLAS still adds runs of 32 products in single precision (OpenBLAS #1329).
 double dot(int n, const float* x, const float* y) { return cblas_dsdot(n, x, 1, y, 1); }
 double dot(int n, const double* x, const double* y) { return cblas_ddot(n, x, 1, y, 1); }
 double nrm2(int n, const float* x) { return cblas_snrm2(n, x, 1); }
