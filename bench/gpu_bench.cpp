@@ -1,0 +1,340 @@
+// The GPU numbers of DESIGN §14 and issue 5, each against its peer in the
+// same run (ratios printed), on GPU 0:
+//   gemm      Ferry's gemm task on resident data vs bare cublasSgemm (≥ 97 % for n ≥ 4096)
+//   h2d       Ferry's chunked host-to-device copy vs one cudaMemcpy from pinned memory (≥ 95 %)
+//   remote    gemm n=8192 through a ferryd on this machine (loopback) vs local (≤ 3 % slower)
+//   sweep     placement of a gemm size sweep after calibration vs the best fixed placement (within 5 %)
+//   cholesky  tiled Cholesky (fp64) through Ferry vs cusolverDnDpotrf on one GPU
+// Without a GPU it says why and exits 0: nothing to measure.
+//   ferry_bench_gpu [--only=gemm,h2d,remote,sweep,cholesky] [--remote=HOST:PORT --token-file=F] [--reps=5]
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <cusolverDn.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <cstdlib>
+#include <ferry/cuda_probe.hpp>
+#include <ferry/ferry.hpp>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "args.hpp"
+#include "machine.hpp"
+#include "tiled_cholesky.hpp"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+void check(cudaError_t s, const char* what) {
+  if (s != cudaSuccess) throw std::runtime_error(fmt::format("{}: {}", what, cudaGetErrorString(s)));
+}
+void check(cublasStatus_t s, const char* what) {
+  if (s != CUBLAS_STATUS_SUCCESS) throw std::runtime_error(fmt::format("{}: cuBLAS status {}", what, static_cast<int>(s)));
+}
+void check(cusolverStatus_t s, const char* what) {
+  if (s != CUSOLVER_STATUS_SUCCESS)
+    throw std::runtime_error(fmt::format("{}: cuSOLVER status {}", what, static_cast<int>(s)));
+}
+
+struct Config {
+  std::set<std::string> only;
+  std::string remote;
+  std::string token_file;
+  int reps = 5;
+  bool wants(const std::string& what) const { return only.empty() || only.contains(what); }
+};
+
+ferry::Runtime::Options options(std::vector<std::string> remotes = {}, std::string token_file = {}, bool trace = false) {
+  ferry::Runtime::Options o;
+  o.persist_perf_models = false;
+  o.read_environment = false;
+  o.remotes = std::move(remotes);
+  o.token_file = std::move(token_file);
+  o.trace = trace;
+  return o;
+}
+
+template <typename T>
+void fill_random(const ferry::Buffer<T>& b, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<T> u(-1, 1);
+  for (T& v : b.host()) v = u(rng);
+}
+
+const char* verdict(bool pass) { return pass ? "PASS" : "MISS"; }
+
+// ---- gemm: Ferry vs bare cuBLAS ----
+
+double cublas_gemm_seconds(std::size_t n, int reps) {
+  float *a = nullptr, *b = nullptr, *c = nullptr;
+  const std::size_t bytes = n * n * sizeof(float);
+  check(cudaMalloc(&a, bytes), "cudaMalloc");
+  check(cudaMalloc(&b, bytes), "cudaMalloc");
+  check(cudaMalloc(&c, bytes), "cudaMalloc");
+  check(cudaMemset(a, 0, bytes), "cudaMemset");
+  check(cudaMemset(b, 0, bytes), "cudaMemset");
+  cublasHandle_t h;
+  check(cublasCreate(&h), "cublasCreate");
+  const float one = 1, zero = 0;
+  const int ni = static_cast<int>(n);
+  auto run = [&] { check(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, ni, ni, ni, &one, a, ni, b, ni, &zero, c, ni), "cublasSgemm"); };
+  run();
+  check(cudaDeviceSynchronize(), "sync");
+  const auto start = Clock::now();
+  for (int i = 0; i < reps; ++i) run();
+  check(cudaDeviceSynchronize(), "sync");
+  const double s = since(start) / reps;
+  cublasDestroy(h);
+  cudaFree(a), cudaFree(b), cudaFree(c);
+  return s;
+}
+
+double ferry_gemm_seconds(ferry::Runtime& rt, const ferry::Place& place, std::size_t n, int reps) {
+  auto a = rt.buffer<float>(n, n), b = rt.buffer<float>(n, n), c = rt.buffer<float>(n, n);
+  fill_random(a, 1), fill_random(b, 2);
+  for (int i = 0; i < 2; ++i) rt.submit("gemm", ferry::read(a), ferry::read(b), ferry::readwrite(c), ferry::on(place));
+  rt.wait();  // warm: the inputs live there now, c is modified there
+  const auto start = Clock::now();
+  for (int i = 0; i < reps; ++i) rt.submit("gemm", ferry::read(a), ferry::read(b), ferry::readwrite(c), ferry::on(place));
+  rt.wait();
+  return since(start) / reps;
+}
+
+void bench_gemm(const Config& cfg) {
+  fmt::print("\n== gemm (f32, data resident on the GPU), {} runs each\n", cfg.reps);
+  fmt::print("{:>6} {:>14} {:>14} {:>8}\n", "n", "cuBLAS GF/s", "Ferry GF/s", "ratio");
+  ferry::Runtime rt(options());
+  for (std::size_t n : {2048u, 4096u, 8192u}) {
+    const double flops = 2.0 * n * n * n;
+    const double peer = flops / cublas_gemm_seconds(n, cfg.reps) * 1e-9;
+    const double ours = flops / ferry_gemm_seconds(rt, ferry::gpu(0), n, cfg.reps) * 1e-9;
+    fmt::print("{:>6} {:>14.0f} {:>14.0f} {:>7.1f}%{}\n", n, peer, ours, 100 * ours / peer,
+               n >= 4096 ? fmt::format("  target ≥ 97 %: {}", verdict(ours >= 0.97 * peer)) : "");
+  }
+}
+
+// ---- h2d: chunked copy vs one cudaMemcpy ----
+
+double memcpy_gbps(std::size_t bytes, int reps) {
+  void *host = nullptr, *dev = nullptr;
+  check(cudaHostAlloc(&host, bytes, cudaHostAllocDefault), "cudaHostAlloc");
+  check(cudaMalloc(&dev, bytes), "cudaMalloc");
+  std::memset(host, 1, bytes);
+  double best = 1e30;
+  for (int i = -1; i < reps; ++i) {
+    const auto start = Clock::now();
+    check(cudaMemcpy(dev, host, bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
+    if (i >= 0) best = std::min(best, since(start));
+  }
+  cudaFree(dev);
+  cudaFreeHost(host);
+  return static_cast<double>(bytes) / best * 1e-9;
+}
+
+// Bytes over the span of the host-to-device transfers the trace recorded.
+double traced_h2d_gbps(const ferry::Runtime& rt, const std::string& what) {
+  const auto json = nlohmann::json::parse(rt.trace()->chrome_json());
+  double first = 1e300, last = 0, bytes = 0;
+  for (const auto& e : json["traceEvents"]) {
+    if (e.value("cat", "") != "transfer" || e["name"].get<std::string>() != what) continue;
+    const std::string link = e["args"].value("link", "");
+    if (link.find("cuda") == std::string::npos || link.find("->cuda") == std::string::npos) continue;
+    first = std::min(first, e["ts"].get<double>());
+    last = std::max(last, e["ts"].get<double>() + e["dur"].get<double>());
+    bytes += e["args"]["bytes"].get<double>();
+  }
+  return bytes > 0 ? bytes / ((last - first) * 1e-6) * 1e-9 : 0;
+}
+
+void bench_h2d(const Config& cfg) {
+  fmt::print("\n== host-to-device (pinned host memory), best of {}\n", cfg.reps);
+  fmt::print("{:>8} {:>16} {:>16} {:>8}\n", "MiB", "cudaMemcpy GB/s", "Ferry GB/s", "ratio");
+  for (std::size_t mib : {64u, 256u, 1024u}) {
+    const std::size_t bytes = mib << 20;
+    const double peer = memcpy_gbps(bytes, cfg.reps);
+    double ours = 0;
+    for (int i = 0; i < cfg.reps; ++i) {
+      ferry::Runtime rt(options({}, {}, /*trace=*/true));
+      auto x = rt.buffer<float>(bytes / sizeof(float));
+      x.set_name("h2d");
+      std::ranges::fill(x.host(), 1.0f);
+      rt.submit("scal", ferry::readwrite(x), 1.0, ferry::on(ferry::gpu(0)));
+      rt.wait();
+      ours = std::max(ours, traced_h2d_gbps(rt, "h2d"));
+    }
+    if (ours == 0) {
+      fmt::print("{:>8} {:>16.2f} {:>16} (the trace recorded no host->cuda transfer)\n", mib, peer, "-");
+      continue;
+    }
+    fmt::print("{:>8} {:>16.2f} {:>16.2f} {:>7.1f}%  target ≥ 95 %: {}\n", mib, peer, ours, 100 * ours / peer,
+               verdict(ours >= 0.95 * peer));
+  }
+}
+
+// ---- remote (loopback ferryd) vs local ----
+
+void bench_remote(const Config& cfg) {
+  fmt::print("\n== gemm n=8192 (f32) through ferryd on this machine vs local, {} runs\n", cfg.reps);
+  if (cfg.remote.empty()) {
+    fmt::print("skipped: no --remote (bench/run_gpu_bench.sh starts a ferryd --gpus all and passes it)\n");
+    return;
+  }
+  const std::size_t n = 8192;
+  ferry::Runtime local(options());
+  const double l = ferry_gemm_seconds(local, ferry::gpu(0), n, cfg.reps);
+  ferry::Runtime remote(options({cfg.remote}, cfg.token_file));
+  const double r = ferry_gemm_seconds(remote, ferry::remote(), n, cfg.reps);
+  fmt::print("local {:.2f} ms, remote {:.2f} ms per gemm: remote is {:+.1f}%  target ≤ 3 % slower: {}\n", l * 1e3,
+             r * 1e3, 100 * (r / l - 1), verdict(r <= 1.03 * l));
+}
+
+// ---- placement sweep ----
+
+void bench_sweep(const Config& cfg) {
+  fmt::print("\n== placement of a gemm size sweep (f32, inputs start on the host; times include transfers)\n");
+  const std::vector<std::size_t> sizes = {64, 128, 256, 512, 1024, 2048, 4096};
+  ferry::Runtime rt(options());
+  auto time_one = [&](std::size_t n, const ferry::Place& place, std::string* device) {
+    auto a = rt.buffer<float>(n, n), b = rt.buffer<float>(n, n), c = rt.buffer<float>(n, n);
+    fill_random(a, 3), fill_random(b, 4);
+    const auto start = Clock::now();
+    ferry::Task t = rt.submit("gemm", ferry::read(a), ferry::read(b), ferry::readwrite(c), ferry::on(place));
+    (void)c.host();  // the result home, as a user would read it
+    const double s = since(start);
+    if (device != nullptr) *device = t.device();
+    return s;
+  };
+  fmt::print("{:>6} {:>10} {:>10} {:>12} {:>10}  {}\n", "n", "cpu ms", "gpu ms", "scheduler", "its ms", "chose");
+  double total_cpu = 0, total_gpu = 0, total_best = 0, total_sched = 0;
+  for (std::size_t n : sizes) {
+    double cpu_s = 1e30, gpu_s = 1e30;
+    for (int i = 0; i < cfg.reps; ++i) cpu_s = std::min(cpu_s, time_one(n, ferry::cpu(), nullptr));
+    for (int i = 0; i < cfg.reps; ++i) gpu_s = std::min(gpu_s, time_one(n, ferry::gpu(0), nullptr));
+    std::string device;
+    double sched = 1e30;
+    for (int i = 0; i < cfg.reps; ++i) sched = std::min(sched, time_one(n, ferry::anywhere(), &device));
+    total_cpu += cpu_s, total_gpu += gpu_s, total_best += std::min(cpu_s, gpu_s), total_sched += sched;
+    fmt::print("{:>6} {:>10.3f} {:>10.3f} {:>12} {:>10.3f}  {}\n", n, cpu_s * 1e3, gpu_s * 1e3, device, sched * 1e3,
+               cpu_s < gpu_s ? "(cpu faster)" : "(gpu faster)");
+  }
+  const double best_fixed = std::min(total_cpu, total_gpu);
+  fmt::print("sweep total: all-cpu {:.2f} ms, all-gpu {:.2f} ms, per-size best {:.2f} ms, scheduler {:.2f} ms: "
+             "{:.1f}% of the best fixed placement  target within 5 %: {}\n",
+             total_cpu * 1e3, total_gpu * 1e3, total_best * 1e3, total_sched * 1e3, 100 * total_sched / best_fixed,
+             verdict(total_sched <= 1.05 * best_fixed));
+}
+
+// ---- Cholesky vs cuSOLVER ----
+
+void bench_cholesky(const Config& cfg) {
+  const std::size_t n = 8192, nb = 1024;
+  fmt::print("\n== Cholesky fp64, n={} (Ferry tiles {}), best of {}\n", n, nb, cfg.reps);
+  ferry::Runtime rt(options());
+  auto a = rt.buffer<double>(n, n);
+  const std::vector<double> original = ferry::samples::fill_spd(a, 7);
+  const double flops = static_cast<double>(n) * n * n / 3.0;
+
+  double ours = 1e30;
+  const auto grid = a.tiles(nb, nb);
+  for (int i = 0; i < cfg.reps; ++i) {
+    std::ranges::copy(original, a.host().begin());
+    const auto start = Clock::now();
+    ferry::samples::submit_tiled_cholesky(rt, grid);
+    (void)a.host();  // the factor back on the host
+    ours = std::min(ours, since(start));
+  }
+  // Residual on a few entries of L L^T: a full check is n^3 on the host.
+  const auto l = a.host();
+  double worst = 0;
+  for (std::size_t i : {std::size_t{0}, n / 3, n - 1}) {
+    for (std::size_t j = 0; j <= i; j += std::max<std::size_t>(1, i / 7)) {
+      double s = 0;
+      for (std::size_t k = 0; k <= j; ++k) s += l(i, k) * l(j, k);
+      worst = std::max(worst, std::abs(s - original[i * n + j]) / std::abs(original[i * n + i]));
+    }
+  }
+
+  double *dev = nullptr, *work = nullptr;
+  int* info = nullptr;
+  cusolverDnHandle_t h;
+  check(cusolverDnCreate(&h), "cusolverDnCreate");
+  check(cudaMalloc(&dev, n * n * sizeof(double)), "cudaMalloc");
+  check(cudaMalloc(&info, sizeof(int)), "cudaMalloc");
+  int lwork = 0;
+  const int ni = static_cast<int>(n);
+  check(cusolverDnDpotrf_bufferSize(h, CUBLAS_FILL_MODE_UPPER, ni, dev, ni, &lwork), "potrf_bufferSize");
+  check(cudaMalloc(&work, static_cast<std::size_t>(lwork) * sizeof(double)), "cudaMalloc");
+  double peer_kernel = 1e30, peer_total = 1e30;
+  for (int i = -1; i < cfg.reps; ++i) {
+    const auto start = Clock::now();
+    check(cudaMemcpy(dev, original.data(), n * n * sizeof(double), cudaMemcpyHostToDevice), "H2D");
+    const auto kernel_start = Clock::now();
+    check(cusolverDnDpotrf(h, CUBLAS_FILL_MODE_UPPER, ni, dev, ni, work, lwork, info), "cusolverDnDpotrf");
+    check(cudaDeviceSynchronize(), "sync");
+    const double k = since(kernel_start);
+    check(cudaMemcpy(a.host().data(), dev, n * n * sizeof(double), cudaMemcpyDeviceToHost), "D2H");
+    if (i >= 0) peer_kernel = std::min(peer_kernel, k), peer_total = std::min(peer_total, since(start));
+  }
+  cudaFree(work), cudaFree(info), cudaFree(dev);
+  cusolverDnDestroy(h);
+  fmt::print("Ferry (CPU + GPU, heft, host to host) {:8.0f} GFLOP/s  (sampled residual {:.1e})\n", flops / ours * 1e-9,
+             worst);
+  fmt::print("cuSOLVER potrf, kernel only            {:8.0f} GFLOP/s  Ferry/cuSOLVER = {:.2f}\n",
+             flops / peer_kernel * 1e-9, peer_kernel / ours);
+  fmt::print("cuSOLVER potrf, with both copies       {:8.0f} GFLOP/s  Ferry/cuSOLVER = {:.2f}\n",
+             flops / peer_total * 1e-9, peer_total / ours);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Config cfg;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (auto v = ferry::bench::option(arg, "--only=")) {
+      for (std::size_t b = 0; b <= v->size();) {
+        const std::size_t e = std::min(v->find(',', b), v->size());
+        cfg.only.insert(v->substr(b, e - b));
+        b = e + 1;
+      }
+    } else if (auto r = ferry::bench::option(arg, "--remote=")) {
+      cfg.remote = *r;
+    } else if (auto t = ferry::bench::option(arg, "--token-file=")) {
+      cfg.token_file = *t;
+    } else if (auto n = ferry::bench::option(arg, "--reps=")) {
+      cfg.reps = std::max(1, std::atoi(n->c_str()));
+    } else {
+      fmt::print(stderr, "unknown argument {}\n", arg);
+      return 2;
+    }
+  }
+  fmt::print("ferry GPU benchmarks on {}\n", ferry::bench::machine());
+  if (ferry::cuda::device_count() == 0) {
+    fmt::print("no GPU to measure: {}\n", ferry::cuda::unavailable_reason());
+    return 0;
+  }
+  const auto info = ferry::cuda::device_info(0);
+  fmt::print("GPU 0: {} ({:.1f} GiB, sm_{}{})\n", info.name, info.total_bytes / double(1 << 30), info.compute_major,
+             info.compute_minor);
+  try {
+    if (cfg.wants("gemm")) bench_gemm(cfg);
+    if (cfg.wants("h2d")) bench_h2d(cfg);
+    if (cfg.wants("remote")) bench_remote(cfg);
+    if (cfg.wants("sweep")) bench_sweep(cfg);
+    if (cfg.wants("cholesky")) bench_cholesky(cfg);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "ferry_bench_gpu: {}\n", e.what());
+    return 1;
+  }
+  return 0;
+}
