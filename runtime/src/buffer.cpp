@@ -14,6 +14,8 @@ namespace detail {
 
 BufferRoot::~BufferRoot() {
   clear_history(*this);
+  // Copies elsewhere would otherwise hold GPU or remote memory until evicted.
+  drop_copies(*this);
   if (host != nullptr) memory->deallocate(host, bytes);
 }
 

@@ -38,11 +38,19 @@ struct BufferRoot {
   std::size_t cols = 0;
   std::size_t bytes = 0;
   void* host = nullptr;
+  // Unified (managed) storage: `host` is addressable on the host and every
+  // local GPU, so local GPUs use it in place (prefetch and advice instead of
+  // copies); copies exist only on remote nodes.
+  bool unified = false;
+  // The local GPU whose task last moved (part of) it there, or -1; host use
+  // moves it back first. The GPU its advice names, or -2 before any.
+  std::atomic<int> unified_device{-1};
+  std::atomic<int> unified_advised{-2};
 
   std::mutex mutex;  // guards records
   std::vector<AccessRecord> records;
 
-  // Copies of regions on other memory nodes (remote hosts), guarded by
+  // Copies of regions on other memory nodes (GPUs, remote hosts), guarded by
   // transfer_mutex, which is held across the transfers that change them
   // (recursive: recomputing lost data re-enters it).
   std::recursive_mutex transfer_mutex;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <mutex>
 
+#include "cuda_unified.hpp"
 #include "ferry/error.hpp"
 #include "ferry/log.hpp"
 
@@ -68,7 +69,8 @@ void bring_home(BufferRoot& root, RemoteCopy& copy) {
     }
   }
   if (copy.lineage.empty())
-    throw RemoteError(fmt::format("a {} x {} region held only by a lost remote has no lineage to recompute it from",
+    throw RemoteError(fmt::format("a {} x {} region held only by a lost node (a remote host, or a GPU that failed) has "
+                                  "no lineage to recompute it from",
                                   copy.region.rows, copy.region.cols));
   // The host holds the data as it was before the lineage: mark the copy home
   // first, so the replayed tasks read this region from the host.
@@ -143,6 +145,8 @@ void settle_lineage_readers(BufferRoot& root, const Region& region) {
 
 std::uint64_t acquire_on_node(const BufferState& view, AccessMode mode, NodeLink& link) {
   BufferRoot& root = *view.root;
+  // Shipped from the host: a GPU's pages of a unified root come back first.
+  unified_to_host(root, view.region);
   if (writes(mode)) settle_lineage_readers(root, view.region);
   std::unique_lock replay_guard(replay_mutex(), std::defer_lock);
   RootLock lock = lock_for(root, view.region, replay_guard);
@@ -237,7 +241,10 @@ void written_on_node(const BufferState& view, NodeLink& link, std::uint64_t id, 
   }
 }
 
-void acquire_on_host(const BufferState& view, AccessMode mode) {
+namespace {
+
+// Host use of the view's data, as far as copies on other nodes go.
+void settle_copies_for_host(const BufferState& view, AccessMode mode) {
   BufferRoot& root = *view.root;
   if (writes(mode) && root.has_lineage_readers.load(std::memory_order_acquire)) settle_lineage_readers(root, view.region);
   if (root.copy_count.load(std::memory_order_acquire) == 0) return;
@@ -250,12 +257,23 @@ void acquire_on_host(const BufferState& view, AccessMode mode) {
   }
 }
 
+}  // namespace
+
+void acquire_on_host(const BufferState& view, AccessMode mode) {
+  settle_copies_for_host(view, mode);
+  unified_to_host(*view.root, view.region);
+}
+
+void acquire_unified(const BufferState& view, AccessMode mode) { settle_copies_for_host(view, mode); }
+
 void prefetch_on_node(const BufferState& view, NodeLink& link, const std::function<bool()>& writer_pending) {
   BufferRoot& root = *view.root;
   RootLock lock(root.transfer_mutex);
   // Checked under the lock: a writer that starts later must first take it
   // (acquire_on_host), so it cannot change the data while it is shipped.
   if (writer_pending()) return;
+  // Pages a GPU may still be using stay there: the task's own run moves them.
+  if (root.unified && root.unified_device.load(std::memory_order_acquire) >= 0) return;
   for (const auto& copy : root.copies) {
     if (!copy->region.overlaps(view.region)) continue;
     if (copy->modified || lost(*copy)) return;  // the task's own run sorts these out
@@ -281,6 +299,34 @@ void forget_node(BufferRoot& root, NodeLink& link) {
     if (copy->modified) bring_home(root, *copy);
     remove_copy(root, copy, /*drop=*/false);
   }
+}
+
+void written_through_node(const BufferState& view, NodeLink& link, std::uint64_t id) {
+  BufferRoot& root = *view.root;
+  RootLock lock(root.transfer_mutex);
+  for (auto& copy : std::vector(root.copies)) {
+    if (copy->link == &link && copy->id == id) {
+      copy->modified = false;
+      copy->lineage.clear();
+    } else if (copy->region.overlaps(view.region)) {
+      remove_copy(root, copy, /*drop=*/true);
+    }
+  }
+}
+
+void discard_on_node(const BufferState& view, NodeLink& link, std::uint64_t id) {
+  BufferRoot& root = *view.root;
+  RootLock lock(root.transfer_mutex);
+  for (auto& copy : std::vector(root.copies))
+    if (copy->link == &link && copy->id == id && copy->pins == 0) remove_copy(root, copy, /*drop=*/true);
+}
+
+void drop_copies(BufferRoot& root) noexcept {
+  // No lock: nothing else can reach a root that is being destroyed.
+  for (const auto& copy : root.copies)
+    if (!lost(*copy)) copy->link->drop(copy->id);
+  root.copies.clear();
+  root.copy_count.store(0, std::memory_order_release);
 }
 
 }  // namespace ferry::detail

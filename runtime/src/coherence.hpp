@@ -1,6 +1,6 @@
 // Keeping buffers coherent across memory nodes (DESIGN §3, §11). The host
-// replica is the home of every buffer; another node (a remote host) holds
-// copies of regions. A copy is shared (same as the host) or modified (the
+// replica is the home of every buffer; another node (a local GPU, a remote
+// host) holds copies of regions. A copy is shared (same as the host) or modified (the
 // only valid data, host stale). Tasks order all of this: these functions run
 // when a task is about to run, so no other task touches the same region.
 //
@@ -33,7 +33,7 @@ struct HostRegion {
 HostRegion host_region(const BufferState& view);
 HostRegion host_region(BufferRoot& root, const Region& region);
 
-// A node that holds copies: implemented by the remote device.
+// A node that holds copies: implemented by the local GPU and remote devices.
 class NodeLink {
  public:
   virtual ~NodeLink() = default;
@@ -92,5 +92,19 @@ void acquire_on_host(const BufferState& view, AccessMode mode);
 void prefetch_on_node(const BufferState& view, NodeLink& link, const std::function<bool()>& writer_pending);
 // Forgets every copy on the node (after bringing home what only it held).
 void forget_node(BufferRoot& root, NodeLink& link);
+
+// After a task wrote the copy and its data was also brought home (a node
+// that writes through): the host and this copy are valid, copies elsewhere
+// of overlapping regions are stale and dropped.
+void written_through_node(const BufferState& view, NodeLink& link, std::uint64_t id);
+// After a task that was to write the copy failed: its contents are not to
+// be trusted, so the node drops it (the host keeps what it had).
+void discard_on_node(const BufferState& view, NodeLink& link, std::uint64_t id);
+// Before a local GPU uses a unified root in place: copies on other nodes
+// are settled as for host use (modified ones come home; a write drops them),
+// without moving the root's pages, which the GPU prefetches itself.
+void acquire_unified(const BufferState& view, AccessMode mode);
+// A root going away: every copy of it on a live node is dropped there.
+void drop_copies(BufferRoot& root) noexcept;
 
 }  // namespace ferry::detail

@@ -9,13 +9,21 @@
 
 #include "coherence.hpp"
 #include "cpu_device.hpp"
+#include "cuda_selection.hpp"
+#include "cuda_unified.hpp"
 #include "remote_device.hpp"
 #include "dependencies.hpp"
 #include "ferry/allocator/pinned_pool.hpp"
+#include "ferry/config.hpp"
+#include "ferry/cuda_probe.hpp"
 #include "ferry/error.hpp"
 #include "ferry/log.hpp"
 #include "ferry/transport/auth.hpp"
 #include "ferry/units.hpp"
+
+#if FERRY_WITH_CUDA
+#include "cuda_device.hpp"
+#endif
 
 namespace ferry::detail {
 
@@ -55,8 +63,11 @@ void RuntimeCore::start() {
   unsigned workers = options_.workers;
   if (workers == 0) workers = std::max(1u, std::thread::hardware_concurrency());
   devices_.push_back(std::make_unique<CpuDevice>(*this, 0, workers));
+  start_gpus();
   if (options_.remotes.empty()) return;
-  if (options_.remotes.size() + 1 > 64) throw UsageError("at most 63 remotes per runtime");
+  if (options_.remotes.size() + devices_.size() > 64)
+    throw UsageError(fmt::format("at most 64 devices per runtime: {} remotes do not fit beside {} local devices",
+                                 options_.remotes.size(), devices_.size()));
   std::string token = options_.token;
   if (token.empty() && !options_.token_file.empty()) token = transport::read_token_file(options_.token_file);
   if (token.empty())
@@ -73,6 +84,56 @@ void RuntimeCore::start() {
     device->start();
     devices_.push_back(std::move(device));
   }
+}
+
+void RuntimeCore::start_gpus() {
+  // "none" does not even probe: a CPU-only run never initialises CUDA.
+  if (selects_no_gpu(options_.gpus)) return;
+  // Checked on every build, so a bad setting fails the same way everywhere.
+  const std::vector<int> ordinals = select_gpus(options_.gpus, cuda::device_count());
+  if (ordinals.size() + devices_.size() > 64) throw UsageError("at most 63 GPUs per runtime");
+#if FERRY_WITH_CUDA
+  for (int ordinal : ordinals) {
+    CudaDeviceOptions gpu;
+    gpu.ordinal = ordinal;
+    gpu.memory_limit = options_.gpu_memory_limit;
+    gpu.streams = options_.gpu_streams;
+    gpu.chunk_bytes = options_.chunk_bytes;
+    gpu.slots = options_.chunk_window;
+    gpu.write_through = options_.gpu_write_through;
+    const auto id = static_cast<DeviceId>(devices_.size());
+    try {
+      devices_.push_back(std::make_unique<CudaDevice>(*this, id, static_cast<MemoryNodeId>(id), gpu));
+    } catch (const Error& e) {
+      // Asked for by number, it must work; found by "all", it may be skipped.
+      if (!selects_all_gpus(options_.gpus)) throw;
+      log().warn("GPU {} is not used: {}", ordinal, e.what());
+    }
+  }
+#endif
+}
+
+std::shared_ptr<MemoryResource> RuntimeCore::unified_memory() {
+  std::lock_guard lock(unified_mutex_);
+  if (unified_checked_) return unified_memory_;
+  unified_checked_ = true;
+#if FERRY_WITH_CUDA
+  for (const auto& device : devices_) {
+    const auto* gpu = dynamic_cast<const CudaDevice*>(device.get());
+    if (gpu == nullptr) continue;
+    try {
+      unified_memory_ = make_unified_memory(gpu->ordinal());
+      return unified_memory_;
+    } catch (const Error& e) {
+      log().warn("unified buffers: no managed memory on {} ({}); they are ordinary host buffers", gpu->name(),
+                 e.what());
+      return nullptr;
+    }
+  }
+#endif
+  log().debug("unified buffers: this runtime has no GPU ({}); they are ordinary host buffers",
+              cuda::unavailable_reason().empty() ? "none selected" : cuda::unavailable_reason());
+  return nullptr;
 }
 
 void RuntimeCore::reschedule(TaskRecord* task, Device& from) {
@@ -125,7 +186,8 @@ void RuntimeCore::shutdown() {
   }
 }
 
-std::shared_ptr<BufferState> RuntimeCore::make_buffer(DType dtype, std::size_t rows, std::size_t cols, bool zero) {
+std::shared_ptr<BufferState> RuntimeCore::make_buffer(DType dtype, std::size_t rows, std::size_t cols, bool zero,
+                                                      bool unified) {
   const std::size_t element = size_of(dtype);
   if (cols != 0 && rows > SIZE_MAX / cols / element)
     throw UsageError(fmt::format("a {} x {} buffer of {} does not fit in memory", rows, cols, to_string(dtype)));
@@ -133,11 +195,17 @@ std::shared_ptr<BufferState> RuntimeCore::make_buffer(DType dtype, std::size_t r
   root->runtime_id = id_;
   root->runtime = weak_from_this();
   root->memory = memory_;
+  if (unified) {
+    if (auto managed = unified_memory()) {
+      root->memory = std::move(managed);
+      root->unified = true;
+    }
+  }
   root->dtype = dtype;
   root->rows = rows;
   root->cols = cols;
   root->bytes = rows * cols * element;
-  root->host = memory_->allocate(root->bytes);
+  root->host = root->memory->allocate(root->bytes);
   // Buffers start zeroed, so a forgotten initialisation is visible, not random.
   if (zero) std::memset(root->host, 0, root->bytes);
 
@@ -316,6 +384,10 @@ void RuntimeCore::place(TaskRecord* task, std::uint64_t eligible) {
         if (copy->region == view.region) input.valid_on.push_back(copy->link->node());
       }
       if (host_valid) input.valid_on.push_back(host_node);
+      // Every local GPU reads a unified buffer in place: a prefetch, not a copy.
+      if (host_valid && root.unified)
+        for (const auto& device : devices_)
+          if (device->kind() == DeviceKind::cuda) input.valid_on.push_back(device->node());
       in.inputs.push_back(std::move(input));
     }
     in.models = &models_;
@@ -456,6 +528,19 @@ void RuntimeCore::wait_idle() noexcept {
     wait_cv_.wait(lock, [&] { return in_flight_.load(std::memory_order_seq_cst) == 0; });
   }
   waiters_.fetch_sub(1, std::memory_order_seq_cst);
+}
+
+bool RuntimeCore::wait_all_for(std::chrono::nanoseconds timeout) {
+  waiters_.fetch_add(1, std::memory_order_seq_cst);
+  bool idle = false;
+  {
+    std::unique_lock lock(wait_mutex_);
+    idle = wait_cv_.wait_for(lock, timeout, [&] { return in_flight_.load(std::memory_order_seq_cst) == 0; });
+  }
+  waiters_.fetch_sub(1, std::memory_order_seq_cst);
+  if (!idle) return false;
+  wait_all();
+  return true;
 }
 
 void RuntimeCore::wait_all() {

@@ -43,7 +43,10 @@ class RuntimeCore : public std::enable_shared_from_this<RuntimeCore> {
   void start();  // devices; separate from the constructor so they may use shared_from_this
   void shutdown();
 
-  std::shared_ptr<BufferState> make_buffer(DType dtype, std::size_t rows, std::size_t cols, bool zero);
+  // `unified`: managed memory a local GPU uses in place, where this runtime
+  // has a GPU; an ordinary host buffer where it has none.
+  std::shared_ptr<BufferState> make_buffer(DType dtype, std::size_t rows, std::size_t cols, bool zero,
+                                           bool unified = false);
 
   // This runtime's kernels first, then the global registry; null if unknown.
   std::shared_ptr<const KernelDef> find_kernel(std::string_view name) const;
@@ -56,6 +59,7 @@ class RuntimeCore : public std::enable_shared_from_this<RuntimeCore> {
   Task submit(PreparedTask&& prepared);       // a one-off task: its arguments move in
   void wait_all();
   void wait_idle() noexcept;
+  bool wait_all_for(std::chrono::nanoseconds timeout);  // false: still busy
 
   // Runs a ready task's kernel on `device` (called by the device).
   void execute(TaskRecord* task, Device& device, int worker, int lane);
@@ -65,6 +69,7 @@ class RuntimeCore : public std::enable_shared_from_this<RuntimeCore> {
 
   std::uint64_t id() const noexcept { return id_; }
   const Runtime::Options& options() const noexcept { return options_; }
+  const std::shared_ptr<MemoryResource>& host_memory() const noexcept { return memory_; }
   const std::vector<std::unique_ptr<Device>>& devices() const noexcept { return devices_; }
   PerfModels& models() noexcept { return models_; }
   LinkModels& links() noexcept { return links_; }
@@ -80,10 +85,16 @@ class RuntimeCore : public std::enable_shared_from_this<RuntimeCore> {
   Task launch(Prepared&& prepared);
   void place(TaskRecord* task, std::uint64_t eligible);
   void fail_skipped(TaskRecord* task);
+  void start_gpus();
+  // Managed memory for unified buffers (made on first use); null without a GPU.
+  std::shared_ptr<MemoryResource> unified_memory();
 
   std::uint64_t id_;
   Runtime::Options options_;
   std::shared_ptr<MemoryResource> memory_;
+  std::mutex unified_mutex_;
+  std::shared_ptr<MemoryResource> unified_memory_;
+  bool unified_checked_ = false;
   std::shared_ptr<transport::Worker> worker_;  // declared before devices_: outlives them
   std::vector<std::unique_ptr<Device>> devices_;
   mutable std::mutex kernels_mutex_;

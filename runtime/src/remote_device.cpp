@@ -12,6 +12,7 @@
 #include "dependencies.hpp"
 #include "ferry/error.hpp"
 #include "ferry/log.hpp"
+#include "ferry/runtime/cuda_source.hpp"
 #include "ferry/transport/auth.hpp"
 #include "ferry/transport/listener.hpp"
 #include "ferry/units.hpp"
@@ -138,6 +139,7 @@ void RemoteDevice::connect() {
   if (welcome == nullptr) throw RemoteError(fmt::format("ferryd at {} did not welcome us", options_.address));
   max_payload_ = welcome->max_payload == 0 ? options_.chunk_bytes : welcome->max_payload;
   quota_ = welcome->memory_quota;
+  gpus_.store(welcome->gpus, std::memory_order_relaxed);
   epoch_.fetch_add(1, std::memory_order_acq_rel);
   alive_.store(true, std::memory_order_release);
   measure_link();
@@ -487,31 +489,79 @@ protocol::StatsReply RemoteDevice::stats() {
 // ---- tasks ----
 
 bool RemoteDevice::can_run(const KernelDef& kernel) const {
-  // Only kernels every host knows by name: built-ins and plugins (which
-  // ferryd loads with --plugin). A runtime's own callables stay local.
+  // CUDA source travels with its first task: any host with a GPU compiles it.
+  if (kernel.cuda_source) return gpus_.load(std::memory_order_relaxed) > 0;
+  // Otherwise only kernels every host knows by name: built-ins and plugins
+  // (which ferryd loads with --plugin). A runtime's own callables stay local.
   return KernelRegistry::global().find(kernel.name) == &kernel;
+}
+
+void RemoteDevice::define_kernel(const KernelDef& kernel) {
+  const CudaSource& source = *kernel.cuda_source;
+  // Held while waiting: a second task of the same kernel must not run before its definition is there.
+  std::lock_guard lock(defined_mutex_);
+  const std::uint64_t connection = epoch();
+  if (defined_epoch_ != connection) {  // a new connection knows nothing yet
+    defined_.clear();
+    defined_epoch_ = connection;
+  }
+  if (defined_.contains(kernel.name)) return;
+  if (source.source.size() > protocol::max_source_bytes)
+    throw ProtocolError(fmt::format("the source of kernel '{}' is {}; at most {} can be sent", kernel.name,
+                                    format_bytes(source.source.size()), format_bytes(protocol::max_source_bytes)));
+  protocol::DefineKernel define;
+  define.request = next_request();
+  define.name = kernel.name;
+  define.entry = source.entry;
+  define.options = source.options;
+  for (const Param& p : kernel.params)
+    if (p.kind == ParamKind::buffer && p.mode == AccessMode::write) define.writes.push_back(p.name);
+  define.source_bytes = static_cast<std::uint32_t>(source.source.size());
+  auto future = request(define.request, define, source.source.data(), source.source.size());
+  const protocol::Message reply = await(future, "define_kernel");
+  const auto* done = std::get_if<protocol::Done>(&reply);
+  if (done == nullptr) throw RemoteError("no define_kernel reply");
+  if (done->status == protocol::Status::shutting_down)
+    throw RemoteError(fmt::format("{}: {}", protocol::to_string(done->status), done->message));
+  // Not a RemoteError: another host would refuse the same source, so the task fails.
+  if (done->status != protocol::Status::ok)
+    throw Error(fmt::format("ferryd refused kernel '{}': {}: {}", kernel.name, protocol::to_string(done->status),
+                            done->message));
+  if (epoch() == connection) defined_.insert(kernel.name);
+}
+
+bool RemoteDevice::fall_back(TaskRecord* task, const std::string& why) {
+  if (task->kernel->cpu) {
+    core_.reschedule(task, *this);
+    return true;
+  }
+  task->error = std::make_exception_ptr(KernelError(
+      fmt::format("task '{}' (kernel {}) could not run on {} ({}), and the kernel has no CPU implementation to run "
+                  "instead",
+                  task->name, task->kernel->name, name(), why)));
+  return false;
 }
 
 void RemoteDevice::enqueue(TaskRecord* task) {
   active_.fetch_add(1, std::memory_order_relaxed);
   {
     std::lock_guard lock(queue_mutex_);
-    queue_.push_back({task, false});
+    queue_.push_back({task, false, {}});
   }
   queue_cv_.notify_one();
 }
 
 void RemoteDevice::prefetch(TaskRecord* task) {
   if (!alive()) return;
-  bool any_input = false;
+  std::vector<std::shared_ptr<BufferState>> inputs;
   for (std::size_t i = 0; i < task->buffers.size(); ++i)
-    any_input = any_input || reads(task->args.items[task->buffer_args[i]].buffer.mode);
-  if (!any_input) return;
+    if (reads(task->args.items[task->buffer_args[i]].buffer.mode)) inputs.push_back(task->buffers[i]);
+  if (inputs.empty()) return;
   retain(task);
   active_.fetch_add(1, std::memory_order_relaxed);
   {
     std::lock_guard lock(queue_mutex_);
-    queue_.push_back({task, true});
+    queue_.push_back({task, true, std::move(inputs)});
   }
   queue_cv_.notify_one();
 }
@@ -528,11 +578,11 @@ void RemoteDevice::proxy_loop(unsigned slot) {
       std::unique_lock lock(queue_mutex_);
       queue_cv_.wait(lock, [&] { return stopping_.load() || !queue_.empty(); });
       if (queue_.empty()) return;
-      job = queue_.front();
+      job = std::move(queue_.front());
       queue_.pop_front();
     }
     if (job.prefetch) {
-      prefetch_inputs(job.task);
+      prefetch_inputs(job.task, job.inputs);
       release(job.task);
     } else {
       for (TaskRecord* task = job.task; task != nullptr;) task = run_here(task, slot) ? core_.finish(task, this) : nullptr;
@@ -544,12 +594,10 @@ void RemoteDevice::proxy_loop(unsigned slot) {
   }
 }
 
-void RemoteDevice::prefetch_inputs(TaskRecord* task) {
-  for (std::size_t i = 0; i < task->buffers.size() && alive(); ++i) {
+void RemoteDevice::prefetch_inputs(TaskRecord* task, const std::vector<std::shared_ptr<BufferState>>& inputs) {
+  for (std::size_t i = 0; i < inputs.size() && alive(); ++i) {
     if (task->done.load(std::memory_order_acquire)) return;  // too late to help
-    const BufferArg& arg = task->args.items[task->buffer_args[i]].buffer;
-    if (!reads(arg.mode)) continue;
-    const BufferState& view = *task->buffers[i];
+    const BufferState& view = *inputs[i];
     try {
       prefetch_on_node(view, *this, [&] {
         bool pending = false;
@@ -566,10 +614,7 @@ void RemoteDevice::prefetch_inputs(TaskRecord* task) {
 }
 
 bool RemoteDevice::run_here(TaskRecord* task, unsigned slot) {
-  if (!alive()) {
-    core_.reschedule(task, *this);
-    return false;
-  }
+  if (!alive()) return !fall_back(task, "not connected");
   const auto start = Clock::now();
   const std::int64_t start_ns = core_.trace() ? core_.trace()->now_ns() : 0;
   try {
@@ -577,6 +622,7 @@ bool RemoteDevice::run_here(TaskRecord* task, unsigned slot) {
     run.request = next_request();
     run.kernel = task->kernel->name;
     run.task = task->name;
+    if (task->kernel->cuda_source) define_kernel(*task->kernel);
     std::vector<std::uint64_t> ids(task->buffers.size());
     // Unpinned however the run ends, so the copies can be evicted again.
     struct Unpin {
@@ -639,15 +685,15 @@ bool RemoteDevice::run_here(TaskRecord* task, unsigned slot) {
       throw RemoteError(fmt::format("{}: {}", protocol::to_string(done->status), done->message));
     }
   } catch (const RemoteError& e) {
-    log().warn("task '{}' (kernel {}): {} failed ({}); running it on the CPU", task->name, task->kernel->name, name(),
-               e.what());
-    core_.reschedule(task, *this);
-    return false;
+    if (task->kernel->cpu)  // before handing it over: the CPU may finish and free it at once
+      log().warn("task '{}' (kernel {}): {} failed ({}); running it on the CPU", task->name, task->kernel->name,
+                 name(), e.what());
+    if (fall_back(task, e.what())) return false;
   } catch (const ProtocolError& e) {  // e.g. arguments too large for one message
-    log().warn("task '{}' (kernel {}) cannot be sent to {} ({}); running it on the CPU", task->name,
-               task->kernel->name, name(), e.what());
-    core_.reschedule(task, *this);
-    return false;
+    if (task->kernel->cpu)
+      log().warn("task '{}' (kernel {}) cannot be sent to {} ({}); running it on the CPU", task->name,
+                 task->kernel->name, name(), e.what());
+    if (fall_back(task, e.what())) return false;
   } catch (const std::exception& e) {
     task->error = std::make_exception_ptr(
         KernelError(fmt::format("task '{}' (kernel {}) failed on {}: {}", task->name, task->kernel->name, name(), e.what())));

@@ -21,6 +21,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -83,6 +84,9 @@ class RemoteDevice final : public Device, public NodeLink {
   struct Job {
     TaskRecord* task = nullptr;
     bool prefetch = false;  // ship the task's inputs early, do not run it
+    // For a prefetch: the views it reads, taken at assignment, because the
+    // task may finish (and drop its buffer list) while the prefetch still runs.
+    std::vector<std::shared_ptr<BufferState>> inputs;
   };
 
   void connect();
@@ -105,7 +109,12 @@ class RemoteDevice final : public Device, public NodeLink {
   void proxy_loop(unsigned slot);
   // Runs the task there; false when it was handed to another device instead.
   bool run_here(TaskRecord* task, unsigned slot);
-  void prefetch_inputs(TaskRecord* task);
+  // Sends a CUDA source kernel's definition once per connection.
+  void define_kernel(const KernelDef& kernel);
+  // Hands the task to the CPU (true), or fails it naming why (false) when
+  // it has no CPU implementation, as a CUDA source kernel has not.
+  bool fall_back(TaskRecord* task, const std::string& why);
+  void prefetch_inputs(TaskRecord* task, const std::vector<std::shared_ptr<BufferState>>& inputs);
   void on_message(transport::Incoming& incoming);
 
   RuntimeCore& core_;
@@ -123,6 +132,11 @@ class RemoteDevice final : public Device, public NodeLink {
   std::shared_ptr<transport::Connection> connection_;
   std::size_t max_payload_ = 0;
   std::uint64_t quota_ = 0;
+  std::atomic<std::uint32_t> gpus_{0};  // as the last welcome said
+
+  std::mutex defined_mutex_;
+  std::uint64_t defined_epoch_ = 0;  // the connection defined_ is about
+  std::set<std::string> defined_;    // kernels defined there
 
   std::mutex pending_mutex_;
   std::map<std::uint64_t, std::shared_ptr<Pending>> pending_;

@@ -8,8 +8,13 @@
 #include <string>
 
 #include "core.hpp"
+#include "ferry/config.hpp"
+#include "ferry/runtime/cuda_source.hpp"
 #include "ferry/units.hpp"
 #include "remote_device.hpp"
+#if FERRY_WITH_CUDA
+#include "cuda_device.hpp"
+#endif
 #include "ferry/error.hpp"
 #include "ferry/log.hpp"
 
@@ -60,6 +65,15 @@ void apply_environment(Runtime::Options& o) {
   if (const char* v = env("FERRY_TOKEN")) o.token = v;
   if (const char* v = env("FERRY_TOKEN_FILE")) o.token_file = v;
   if (const char* v = env("FERRY_CHUNK_BYTES")) o.chunk_bytes = parse_bytes(v);
+  if (const char* v = env("FERRY_GPUS")) o.gpus = v;
+  if (const char* v = env("FERRY_GPU_MEMORY")) o.gpu_memory_limit = parse_bytes(v);
+  if (const char* v = env("FERRY_GPU_STREAMS")) {
+    char* end = nullptr;
+    const long n = std::strtol(v, &end, 10);
+    if (end == v || *end != '\0' || n < 1 || n > 64)
+      throw UsageError(fmt::format("FERRY_GPU_STREAMS={} is not a stream count (1 to 64)", v));
+    o.gpu_streams = static_cast<unsigned>(n);
+  }
   if (const char* v = env("FERRY_CHUNK_WINDOW")) {
     const long n = std::strtol(v, nullptr, 10);
     if (n < 1 || n > 1024) throw UsageError(fmt::format("FERRY_CHUNK_WINDOW={} is not a window size (1 to 1024)", v));
@@ -83,8 +97,8 @@ Runtime::Runtime(Options options) : core_(make_core(std::move(options))) {}
 Runtime::~Runtime() { core_->shutdown(); }
 
 std::shared_ptr<detail::BufferState> Runtime::make_buffer(DType dtype, std::size_t rows, std::size_t cols,
-                                                         bool zero) {
-  return core_->make_buffer(dtype, rows, cols, zero);
+                                                         bool zero, bool unified) {
+  return core_->make_buffer(dtype, rows, cols, zero, unified);
 }
 
 Task Runtime::submit_named(std::string_view kernel, detail::Submission submission) {
@@ -104,8 +118,19 @@ Task Runtime::submit_def(const std::shared_ptr<const KernelDef>& kernel, detail:
 }
 
 void Runtime::wait() { core_->wait_all(); }
+bool Runtime::wait_for(std::chrono::nanoseconds timeout) { return core_->wait_all_for(timeout); }
+std::shared_ptr<MemoryResource> Runtime::host_memory() const noexcept { return core_->host_memory(); }
 
 KernelRef Runtime::add_kernel(KernelDef def) { return core_->add_kernel(std::move(def)); }
+
+KernelRef Runtime::cuda_kernel(std::string source, std::string entry, std::vector<std::string> writes,
+                               std::vector<std::string> options) {
+  return add_kernel(make_cuda_source_kernel(CudaSource{std::move(source), std::move(entry), std::move(options)},
+                                            std::move(writes)));
+}
+
+bool Runtime::has_kernel(std::string_view name) const { return core_->find_kernel(name) != nullptr; }
+std::vector<std::string> Runtime::kernel_names() const { return core_->kernel_names(); }
 
 KernelRef Runtime::find_kernel(std::string_view name) const {
   auto def = core_->find_kernel(name);
@@ -134,8 +159,20 @@ void Runtime::load_plugin(const std::filesystem::path& path) {
 
 std::vector<DeviceInfo> Runtime::devices() const {
   std::vector<DeviceInfo> out;
-  for (const auto& d : core_->devices())
-    out.push_back(DeviceInfo{d->id(), d->name(), d->kind(), d->node(), d->lanes(), d->tasks_run()});
+  for (const auto& d : core_->devices()) {
+    DeviceInfo info{d->id(), d->name(), d->kind(), d->node(), d->lanes(), d->tasks_run()};
+    if (const auto* remote = dynamic_cast<const detail::RemoteDevice*>(d.get())) {
+      info.bytes_in = remote->bytes_shipped();
+      info.bytes_out = remote->bytes_fetched();
+    }
+#if FERRY_WITH_CUDA
+    if (const auto* gpu = dynamic_cast<const detail::CudaDevice*>(d.get())) {
+      info.bytes_in = gpu->bytes_to_device();
+      info.bytes_out = gpu->bytes_from_device();
+    }
+#endif
+    out.push_back(std::move(info));
+  }
   return out;
 }
 
@@ -176,9 +213,14 @@ void Runtime::write_trace(const std::filesystem::path& path) const {
 
 std::string Runtime::describe() const {
   std::string devices;
-  for (const auto& d : core_->devices())
-    devices += fmt::format("{}{} ({} lanes, {} tasks run)", devices.empty() ? "" : ", ", d->name(), d->lanes(),
-                           d->tasks_run());
+  for (const auto& d : core_->devices()) {
+    std::string what = fmt::format("{} ({} lanes, {} tasks run)", d->name(), d->lanes(), d->tasks_run());
+#if FERRY_WITH_CUDA
+    if (const auto* gpu = dynamic_cast<const detail::CudaDevice*>(d.get()))
+      what = fmt::format("{}, {} tasks run", gpu->describe(), d->tasks_run());
+#endif
+    devices += (devices.empty() ? "" : ", ") + what;
+  }
   return fmt::format("ferry runtime: policy {}; devices: {}", to_string(core_->options().policy), devices);
 }
 

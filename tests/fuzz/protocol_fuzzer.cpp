@@ -71,6 +71,8 @@ std::vector<Message> seeds() {
       Pong{.request = 5},
       ErrorMessage{.status = Status::malformed, .message = "bad"},
       Bye{.status = Status::shutting_down, .message = std::string(max_string_bytes, 'x')},
+      DefineKernel{.request = 6, .name = "scale", .entry = "scale", .options = {"-use_fast_math", ""},
+                   .writes = {"y"}, .source_bytes = 4096},
   };
 }
 

@@ -104,3 +104,11 @@ def test_repr_and_html(rt):
     assert "ferry.Array" in a._repr_html_() and "w" in a._repr_html_()
     html = rt._repr_html_()
     assert "cpu" in html and "pinned pool" in html
+
+
+def test_unified_arrays_work_as_host_arrays_without_a_gpu(rt):
+    u = rt.unified((8, 8), np.float64, name="u")
+    assert u.shape == (8, 8) and u.numpy().sum() == 0
+    x = rt.array(np.ones((8, 8)))
+    rt.axpy(x, u, 3.0)
+    np.testing.assert_array_equal(u.numpy(), np.full((8, 8), 3.0))

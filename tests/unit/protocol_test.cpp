@@ -77,6 +77,10 @@ bool same(const ErrorMessage& a, const ErrorMessage& b) {
   return std::tie(a.status, a.message) == std::tie(b.status, b.message);
 }
 bool same(const Bye& a, const Bye& b) { return std::tie(a.status, a.message) == std::tie(b.status, b.message); }
+bool same(const DefineKernel& a, const DefineKernel& b) {
+  return std::tie(a.request, a.name, a.entry, a.options, a.writes, a.source_bytes) ==
+         std::tie(b.request, b.name, b.entry, b.options, b.writes, b.source_bytes);
+}
 
 bool same(const Message& a, const Message& b) {
   if (a.index() != b.index()) return false;
@@ -153,6 +157,12 @@ std::vector<Message> samples() {
   out.push_back(Pong{.request = 14});
   out.push_back(ErrorMessage{.status = Status::out_of_order, .message = "run before welcome"});
   out.push_back(Bye{.status = Status::shutting_down, .message = "SIGTERM"});
+  out.push_back(DefineKernel{.request = 15,
+                             .name = "scale",
+                             .entry = "scale_kernel",
+                             .options = {"-use_fast_math", with_nuls(), ""},
+                             .writes = {"y"},
+                             .source_bytes = max_source_bytes});
   return out;
 }
 
@@ -214,7 +224,7 @@ void expect_encode_refused(const Message& m, const std::string& where) {
 // ---- round trips ----
 
 TEST(Protocol, EveryMessageRoundTrips) {
-  std::vector<bool> seen(static_cast<std::size_t>(Type::bye) + 1, false);
+  std::vector<bool> seen(static_cast<std::size_t>(Type::define_kernel) + 1, false);
   for (const Message& m : samples()) {
     SCOPED_TRACE(to_string(type_of(m)));
     const Bytes bytes = encode(m);
@@ -271,17 +281,19 @@ TEST(Protocol, NamesAndTypes) {
   EXPECT_STREQ(to_string(Type::stats_reply), "stats_reply");
   EXPECT_STREQ(to_string(Type::bye), "bye");
   EXPECT_STREQ(to_string(static_cast<Type>(0)), "unknown");
-  EXPECT_STREQ(to_string(static_cast<Type>(18)), "unknown");
+  EXPECT_STREQ(to_string(Type::define_kernel), "define_kernel");
+  EXPECT_STREQ(to_string(static_cast<Type>(19)), "unknown");
   EXPECT_STREQ(to_string(Status::ok), "ok");
   EXPECT_STREQ(to_string(Status::version_mismatch), "version_mismatch");
   EXPECT_STREQ(to_string(Status::internal), "internal");
   EXPECT_STREQ(to_string(static_cast<Status>(13)), "unknown");
-  for (std::uint16_t t = 1; t <= static_cast<std::uint16_t>(Type::bye); ++t)
+  for (std::uint16_t t = 1; t <= static_cast<std::uint16_t>(Type::define_kernel); ++t)
     EXPECT_STRNE(to_string(static_cast<Type>(t)), "unknown") << t;
   for (std::uint16_t s = 0; s <= static_cast<std::uint16_t>(Status::internal); ++s)
     EXPECT_STRNE(to_string(static_cast<Status>(s)), "unknown") << s;
   EXPECT_EQ(type_of(StatsRequest{}), Type::stats);
   EXPECT_EQ(type_of(ErrorMessage{}), Type::error);
+  EXPECT_EQ(type_of(DefineKernel{}), Type::define_kernel);
 }
 
 // ---- golden vectors: a change of layout must fail here ----
@@ -374,7 +386,7 @@ TEST(ProtocolMalformed, FrameFields) {
   expect_refused(frame(14, Body().u64(1).bytes, 0), "speaks versions 1 to 1");
   expect_refused(frame(14, Body().u64(1).bytes, 99), "frame.version: 99");
   expect_refused(frame(0, Body().u64(1).bytes), "frame.type: unknown message type 0");
-  expect_refused(frame(18, Body().u64(1).bytes), "frame.type: unknown message type 18");
+  expect_refused(frame(19, Body().u64(1).bytes), "frame.type: unknown message type 19");
   expect_refused(frame(0xffff, Body().u64(1).bytes), "frame.type");
 
   Bytes longer = ping;  // body_length says one byte more than follows
@@ -472,6 +484,64 @@ TEST(ProtocolEncode, RefusesWhatDecodeWould) {
   odd.kind = static_cast<RunArg::Kind>(7);
   RunMessage bad_kind{.request = 1, .kernel = "k", .task = "t", .args = {odd}};
   expect_encode_refused(bad_kind, "run.args[0].kind");
+}
+
+// ---- define_kernel: CUDA source for the connection ----
+
+TEST(Protocol, GoldenDefineKernel) {
+  const DefineKernel define{
+      .request = 2, .name = "k", .entry = "e", .options = {"-O3"}, .writes = {}, .source_bytes = 0x0102};
+  const Bytes expected = hex_bytes({
+      0x46, 0x52, 0x52, 0x59, 0x01, 0x00, 0x12, 0x00,  // magic, version 1, type define_kernel (18)
+      0x25, 0x00, 0x00, 0x00,                          // body_length 37
+      0x02, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // request
+      0x01, 0x00, 0x00, 0x00, 'k',                     // name
+      0x01, 0x00, 0x00, 0x00, 'e',                     // entry
+      0x01, 0x00, 0x00, 0x00,                          // 1 option
+      0x03, 0x00, 0x00, 0x00, '-', 'O', '3',           //   "-O3"
+      0x00, 0x00, 0x00, 0x00,                          // no writes
+      0x02, 0x01, 0x00, 0x00,                          // source_bytes 258 (u32)
+  });
+  EXPECT_EQ(encode(define), expected);
+  EXPECT_TRUE(same(decode(expected), Message{define}));
+}
+
+TEST(ProtocolMalformed, DefineKernel) {
+  const auto body = [](std::uint64_t options, std::uint64_t source_bytes) {
+    Body b;
+    b.u64(1).str("k").str("e").u32(options);
+    for (std::uint64_t i = 0; i < options; ++i) b.str("-O3");
+    b.u32(0).u32(source_bytes);
+    return b;
+  };
+  ASSERT_NO_THROW(decode(frame(Type::define_kernel, body(max_args, max_source_bytes))));
+  expect_refused(frame(Type::define_kernel, body(0, max_source_bytes + 1)),
+                 "define_kernel.source_bytes: " + std::to_string(max_source_bytes + 1) + " bytes (at most " +
+                     std::to_string(max_source_bytes) + ")");
+  expect_refused(frame(Type::define_kernel, body(max_args + 1, 10)), "define_kernel.options: 65 items (at most 64)");
+  const std::string too_long(max_string_bytes + 1, 'o');
+  expect_refused(frame(Type::define_kernel, Body().u64(1).str("k").str("e").u32(2).str("ok").str(too_long).u32(0).u32(1)),
+                 "define_kernel.options[1]: " + std::to_string(max_string_bytes + 1) + " bytes");
+  expect_refused(frame(Type::define_kernel, Body().u64(1).str("k").str("e").u32(0).u32(3).str("y")),
+                 "define_kernel.writes[1]: truncated");
+  expect_refused(frame(Type::define_kernel, Body().u64(1).str("k").str("e").u32(0).u32(0xffffffff)),
+                 "define_kernel.writes: 4294967295 items");
+  expect_refused(frame(Type::define_kernel, Body().u64(1).str("k").str("e").u32(0).u32(0).u16(1)),
+                 "define_kernel.source_bytes: truncated");
+}
+
+TEST(ProtocolEncode, RefusesWhatDecodeWouldForDefineKernel) {
+  DefineKernel define{.request = 1, .name = "k", .entry = "k", .options = {}, .writes = {}, .source_bytes = 10};
+  define.source_bytes = max_source_bytes + 1;
+  expect_encode_refused(define, "define_kernel.source_bytes");
+  define.source_bytes = 1;
+  define.writes.assign(max_args + 1, "y");
+  expect_encode_refused(define, "define_kernel.writes: 65 items");
+  define.writes.clear();
+  define.options = {"a", std::string(max_string_bytes + 1, 'x')};
+  expect_encode_refused(define, "define_kernel.options[1]");
+  define.options.assign(max_args, std::string(max_string_bytes, 'x'));
+  expect_encode_refused(define, "define_kernel.header");
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // ferryd: serves Ferry runtimes on CPU-only machines with this host's
-// workers (DESIGN §10). Options are in options.cpp, the protocol per client
-// in session*.cpp; this file starts and stops the pieces.
+// workers and GPUs (DESIGN §10). Options are in options.cpp, the protocol
+// per client in session*.cpp; this file starts and stops the pieces.
 #include <fmt/format.h>
 #include <signal.h>
 #include <fcntl.h>
@@ -75,13 +75,14 @@ void write_port_file(const std::filesystem::path& path, std::uint16_t port) {
   std::filesystem::rename(partial, path);
 }
 
-// GPUs the command line asked for; ferryd serves on CPU workers either way
-// for now, but a GPU it was promised and cannot see is a configuration error.
+// GPUs the command line asked for: a GPU it was promised and cannot see is
+// a configuration error (exit 2), found before anything starts.
 void check_gpus(const Options& options) {
   if (options.gpus.empty()) return;
   const int count = cuda::device_count();
   if (options.gpus.front() < 0) {
-    if (count == 0) log().info("--gpus all: this host has none; tasks run on the CPU workers");
+    if (count == 0) log().info("--gpus all: this host has none ({}); tasks run on the CPU workers",
+                               cuda::unavailable_reason());
     return;
   }
   for (int ordinal : options.gpus) {
@@ -95,11 +96,23 @@ void check_gpus(const Options& options) {
 
 constexpr int usage_exit = 2;
 
+// --gpus as Runtime::Options::gpus spells it.
+std::string gpu_spec(const std::vector<int>& gpus) {
+  if (gpus.empty()) return "none";
+  if (gpus.front() < 0) return "all";
+  return fmt::format("{}", fmt::join(gpus, ","));
+}
+
 int serve(const Options& options, int signal_fd) {
   Runtime::Options runtime_options;
   runtime_options.workers = options.workers;
   runtime_options.persist_perf_models = false;
   runtime_options.read_environment = false;
+  runtime_options.gpus = gpu_spec(options.gpus);
+  runtime_options.gpu_memory_limit = options.gpu_memory;
+  // Sessions send replicas from their host memory without asking the
+  // runtime: what a GPU task wrote must be there as soon as it is done.
+  runtime_options.gpu_write_through = true;
   Runtime runtime(runtime_options);
   for (const auto& plugin : options.plugins) {
     try {
@@ -117,14 +130,18 @@ int serve(const Options& options, int signal_fd) {
   }
 
   unsigned cpu_workers = 0;
-  for (const auto& device : runtime.devices())
+  std::vector<std::string> gpu_names;
+  for (const auto& device : runtime.devices()) {
     if (device.kind == DeviceKind::cpu) cpu_workers += device.lanes;
+    if (device.kind == DeviceKind::cuda) gpu_names.push_back(device.name);
+  }
 
   ServerState state{transport::Worker::create({"ferryd"}), runtime, metrics, options.token,
                     fmt::format("ferryd {}", config::version), cpu_workers,
                     Limits{options.client_quota, options.memory_limit}};
   state.limits.handshake_timeout =
       std::chrono::milliseconds(static_cast<std::int64_t>(options.handshake_timeout * 1000.0));
+  state.gpus = static_cast<std::uint32_t>(gpu_names.size());
   {
     Server server(state);
     const std::uint16_t port = server.listen(options.listen_host, options.listen_port);
@@ -133,6 +150,7 @@ int serve(const Options& options, int signal_fd) {
     log().info("{} CPU workers; client quota {}, memory limit {}, payloads up to {}", cpu_workers,
                format_bytes(options.client_quota), format_bytes(options.memory_limit),
                format_bytes(state.limits.max_payload));
+    log().info("{} GPUs{}{}", gpu_names.size(), gpu_names.empty() ? "" : ": ", fmt::join(gpu_names, ", "));
 
     const int signo = wait_for_stop_signal(signal_fd);
     log().info("ferryd: {} received, shutting down", strsignal(signo));

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <charconv>
 #include <cstdio>
 
@@ -31,6 +32,8 @@ std::vector<int> parse_gpus(const std::string& text) {
     const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), ordinal);
     if (item.empty() || ec != std::errc{} || end != item.data() + item.size() || ordinal < 0)
       throw UsageError(fmt::format("--gpus '{}': expected all, none or a list of GPU ordinals like 0,1", text));
+    if (std::find(out.begin(), out.end(), ordinal) != out.end())
+      throw UsageError(fmt::format("--gpus '{}': GPU {} is listed twice", text, ordinal));
     out.push_back(ordinal);
     start = comma + 1;
   }
@@ -62,12 +65,14 @@ Parsed parse_options(int argc, char** argv) {
   CLI::App app{"ferryd: serves Ferry runtimes on CPU-only machines with this host's CPUs and GPUs"};
   app.set_version_flag("--version", config::version);
 
-  std::string listen, gpus = "all", metrics, memory_limit, client_quota;
+  std::string listen, gpus = "all", metrics, memory_limit, client_quota, gpu_memory;
   Options o;
   app.add_option("--listen", listen, "address to accept clients on, HOST:PORT (port 0: any free port)")->required();
   app.add_option("--token-file", o.token_file, "file holding the pre-shared token clients authenticate with")
       ->required();
   app.add_option("--gpus", gpus, "GPUs to serve with: all, none or ordinals like 0,1")->capture_default_str();
+  app.add_option("--gpu-memory", gpu_memory,
+                 "bytes of each GPU for replicas (default: its free memory less a margin)");
   app.add_option("--plugin", o.plugins, "shared library of kernels to load (repeatable)");
   app.add_option("--metrics", metrics, "serve Prometheus metrics on HOST:PORT (or :PORT)");
   app.add_option("--memory-limit", memory_limit, "bytes all clients' replicas may take together (default: half the RAM)");
@@ -103,6 +108,8 @@ Parsed parse_options(int argc, char** argv) {
       o.metrics_host = host;
     }
     o.memory_limit = memory_limit.empty() ? default_memory_limit() : parse_bytes(memory_limit);
+    o.gpu_memory = gpu_memory.empty() ? 0 : parse_bytes(gpu_memory);
+    if (!gpu_memory.empty() && o.gpu_memory == 0) throw UsageError("--gpu-memory must be more than 0 bytes");
     o.client_quota = client_quota.empty() ? o.memory_limit : parse_bytes(client_quota);
     if (o.memory_limit == 0 || o.client_quota == 0)
       throw UsageError("--memory-limit and --client-quota must be more than 0 bytes");

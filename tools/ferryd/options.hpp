@@ -16,6 +16,7 @@ struct Options {
   std::string token;  // read from token_file while parsing, so a bad file is a bad command line
   // Empty: none asked for; {-1}: all there are; otherwise ordinals.
   std::vector<int> gpus{-1};
+  std::uint64_t gpu_memory = 0;    // per GPU, for replicas; 0: its free memory less a margin
   std::vector<std::filesystem::path> plugins;
   std::optional<std::string> metrics_host;
   std::uint16_t metrics_port = 0;

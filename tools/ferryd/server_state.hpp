@@ -30,6 +30,12 @@ struct ServerState {
   std::string name;  // "ferryd <version>", sent in welcome
   std::uint32_t cpu_workers = 0;
   Limits limits;
+  std::uint32_t gpus = 0;  // the runtime's CUDA devices, reported in welcome
+
+  // Where a client's task runs: a client sends a task here to have it on a
+  // GPU, so one with a CUDA variant goes to this host's GPUs when there are
+  // any; everything else runs on the CPU workers.
+  Place place_for(const KernelDef& kernel) const { return gpus > 0 && kernel.cuda ? gpu() : cpu(); }
 
   // Progress thread only.
   std::uint64_t memory_in_use = 0;

@@ -53,7 +53,7 @@ void Session::on_message(transport::Incoming& incoming) {
     return fail(Status::malformed, e.what());
   }
   const Type type = protocol::type_of(message);
-  if (incoming.payload_bytes() > 0 && type != Type::put)
+  if (incoming.payload_bytes() > 0 && type != Type::put && type != Type::define_kernel)
     return fail(Status::malformed, fmt::format("a {} message carries no payload, but {} bytes came with it",
                                                protocol::to_string(type), incoming.payload_bytes()));
   dispatch(message, incoming);
@@ -73,7 +73,8 @@ void Session::dispatch(protocol::Message& message, transport::Incoming& incoming
   const bool allowed = (state_ == State::awaiting_hello && type == Type::hello) ||
                        (state_ == State::awaiting_auth && type == Type::auth) ||
                        (state_ == State::ready && (type == Type::put || type == Type::get || type == Type::run ||
-                                                   type == Type::free || type == Type::stats || type == Type::ping));
+                                                   type == Type::free || type == Type::stats || type == Type::ping ||
+                                                   type == Type::define_kernel));
   if (!allowed) {
     const char* expected = state_ == State::awaiting_hello ? "hello"
                            : state_ == State::awaiting_auth ? "auth"
@@ -94,6 +95,7 @@ void Session::dispatch(protocol::Message& message, transport::Incoming& incoming
         else if constexpr (std::is_same_v<M, protocol::Free>) on_free(m);
         else if constexpr (std::is_same_v<M, protocol::StatsRequest>) on_stats(m);
         else if constexpr (std::is_same_v<M, protocol::Ping>) send(protocol::Pong{m.request});
+        else if constexpr (std::is_same_v<M, protocol::DefineKernel>) on_define_kernel(m, incoming);
       },
       message);
 }
@@ -107,7 +109,7 @@ void Session::refuse_while_shutting_down(const protocol::Message& message) {
           send(protocol::PutAck{m.request, m.buffer, Status::shutting_down, why});
         else if constexpr (std::is_same_v<M, protocol::Get>)
           send(protocol::Data{m.request, m.buffer, m.offset, Status::shutting_down, why});
-        else if constexpr (std::is_same_v<M, protocol::Run>)
+        else if constexpr (std::is_same_v<M, protocol::Run> || std::is_same_v<M, protocol::DefineKernel>)
           send(protocol::Done{m.request, Status::shutting_down, 0.0, std::nullopt, why});
         else if constexpr (std::is_same_v<M, protocol::StatsRequest>) on_stats(m);
         else if constexpr (std::is_same_v<M, protocol::Ping>) send(protocol::Pong{m.request});
@@ -143,7 +145,7 @@ void Session::on_auth(const protocol::Auth& auth) {
   state_ = State::ready;
   server_.metrics.client_connected();
   log().info("client {} authenticated", describe());
-  send(protocol::Welcome{server_.name, server_.limits.client_quota, server_.cpu_workers, 0,
+  send(protocol::Welcome{server_.name, server_.limits.client_quota, server_.cpu_workers, server_.gpus,
                          server_.limits.max_payload});
 }
 

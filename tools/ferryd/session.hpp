@@ -13,6 +13,7 @@
 #include <unordered_map>
 
 #include "ferry/runtime/buffer.hpp"
+#include "ferry/runtime/user_kernel.hpp"
 #include "ferry/transport/auth.hpp"
 #include "ferry/transport/connection.hpp"
 #include "ferry/transport/protocol.hpp"
@@ -65,6 +66,8 @@ class Session : public std::enable_shared_from_this<Session> {
   void on_put(const protocol::Put& put, transport::Incoming& incoming);
   void on_get(const protocol::Get& get);
   void on_run(const protocol::Run& run);
+  void on_define_kernel(const protocol::DefineKernel& define, transport::Incoming& incoming);
+  void kernel_defined(const protocol::DefineKernel& define, std::string source, const std::string& error);
   void on_free(const protocol::Free& free);
   void on_stats(const protocol::StatsRequest& request);
   void put_stored(const protocol::Put& put, std::uint64_t bytes, const std::string& error);
@@ -89,6 +92,9 @@ class Session : public std::enable_shared_from_this<Session> {
   std::uint64_t memory_in_use_ = 0;
   std::unordered_map<std::uint64_t, Run> runs_;  // in flight, by a sequence number of ours (request ids may repeat)
   std::uint64_t next_run_ = 0;
+  // Kernels this client defined from CUDA source, by the name its runs use;
+  // found before the runtime's, and gone with the connection.
+  std::unordered_map<std::string, KernelRef> kernels_;
   Counters counters_;
 };
 

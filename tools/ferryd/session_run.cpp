@@ -1,9 +1,11 @@
 // Runs: a client's kernel call turned into a runtime task, answered from
-// the task's continuation by way of the progress thread.
+// the task's continuation by way of the progress thread. And the kernels a
+// client defines from CUDA source for its connection.
 #include <fmt/format.h>
 
 #include "ferry/error.hpp"
 #include "ferry/log.hpp"
+#include "ferry/runtime/cuda_source.hpp"
 #include "ferry/runtime/runtime.hpp"
 #include "session.hpp"
 
@@ -11,15 +13,95 @@ namespace ferry::ferryd {
 
 using protocol::Status;
 
+namespace {
+
+// Each definition holds up to max_source_bytes: bound what one client can pin.
+constexpr std::size_t max_session_kernels = 256;
+
+// A reply's message is a protocol string: a long error (an NVRTC log) would
+// make the reply unencodable, and the client would wait for it in vain.
+std::string clip(std::string text) {
+  constexpr std::string_view cut = "\n... (cut)";
+  if (text.size() > protocol::max_string_bytes) {
+    text.resize(protocol::max_string_bytes - cut.size());
+    text += cut;
+  }
+  return text;
+}
+
+bool same_definition(const KernelDef& a, const KernelDef& b) {
+  if (!a.cuda_source || !b.cuda_source || !(*a.cuda_source == *b.cuda_source) || a.params.size() != b.params.size())
+    return false;
+  for (std::size_t i = 0; i < a.params.size(); ++i)
+    if (a.params[i].mode != b.params[i].mode) return false;  // the same source with other `writes`
+  return true;
+}
+
+}  // namespace
+
+void Session::on_define_kernel(const protocol::DefineKernel& define, transport::Incoming& incoming) {
+  const std::uint64_t payload = incoming.payload_bytes();
+  // decode() bounded source_bytes; the payload must be exactly that long.
+  if (payload != define.source_bytes)
+    return fail(Status::malformed, fmt::format("define_kernel '{}' announces {} bytes of source, but {} came with it",
+                                               define.name, define.source_bytes, payload));
+  auto source = std::make_shared<std::string>(payload, '\0');
+  if (payload == 0) return kernel_defined(define, {}, {});
+  std::weak_ptr<Session> weak = weak_from_this();
+  incoming.into(source->data(), [weak, define, source](const std::string& error) {
+    if (auto self = weak.lock()) self->kernel_defined(define, std::move(*source), error);
+  });
+}
+
+void Session::kernel_defined(const protocol::DefineKernel& define, std::string source, const std::string& error) {
+  if (state_ == State::closed) return;
+  const auto reply = [&](Status status, std::string message) {
+    send(protocol::Done{define.request, status, 0.0, std::nullopt, clip(std::move(message))});
+  };
+  if (!error.empty()) return reply(Status::internal, "receiving the kernel's source failed: " + error);
+  counters_.bytes_in += source.size();
+  server_.metrics.bytes_in(source.size());
+  if (define.name.empty()) return reply(Status::bad_arguments, "define_kernel: the kernel needs a name");
+
+  KernelDef def;
+  try {
+    // Parsed now, so a bad signature is reported here; NVRTC compiles at the first run on a GPU.
+    def = make_cuda_source_kernel(CudaSource{std::move(source), define.entry, define.options}, define.writes);
+  } catch (const UsageError& e) {
+    log().info("client {}: kernel '{}' refused: {}", describe(), define.name, e.what());
+    return reply(Status::bad_arguments, e.what());
+  }
+  def.name = define.name;
+  if (auto it = kernels_.find(define.name); it != kernels_.end()) {
+    if (same_definition(*it->second.def, def)) return reply(Status::ok, {});
+    return reply(Status::bad_arguments,
+                 fmt::format("kernel '{}' is already defined on this connection with another source, entry, options "
+                             "or writes; give the new one another name",
+                             define.name));
+  }
+  if (kernels_.size() >= max_session_kernels)
+    return reply(Status::bad_arguments, fmt::format("kernel '{}': this connection already defined {} kernels, the most "
+                                                    "ferryd keeps for one client",
+                                                    define.name, max_session_kernels));
+  log().info("client {}: defined kernel '{}' (CUDA entry {}, {} bytes of source)", describe(), define.name,
+             define.entry, def.cuda_source->source.size());
+  kernels_.emplace(define.name, KernelRef{std::make_shared<const KernelDef>(std::move(def))});
+  reply(Status::ok, {});
+}
+
 void Session::on_run(const protocol::Run& run) {
   auto refuse = [&](Status status, std::string message) {
-    send(protocol::Done{run.request, status, 0.0, std::nullopt, std::move(message)});
+    send(protocol::Done{run.request, status, 0.0, std::nullopt, clip(std::move(message))});
   };
   KernelRef kernel;
-  try {
-    kernel = server_.runtime.find_kernel(run.kernel);
-  } catch (const UsageError& e) {
-    return refuse(Status::unknown_kernel, e.what());
+  if (auto it = kernels_.find(run.kernel); it != kernels_.end()) {
+    kernel = it->second;
+  } else {
+    try {
+      kernel = server_.runtime.find_kernel(run.kernel);
+    } catch (const UsageError& e) {
+      return refuse(Status::unknown_kernel, e.what());
+    }
   }
 
   std::vector<TaskArg> args;
@@ -49,7 +131,8 @@ void Session::on_run(const protocol::Run& run) {
   std::string name = run.task.empty() ? fmt::format("{}#{}", run.kernel, run.request) : run.task;
   Task task;
   try {
-    task = server_.runtime.submit_args(run.kernel, std::move(args), cpu(), std::move(name));
+    // By definition: a kernel this client defined is not in the runtime's registry.
+    task = server_.runtime.submit_args(kernel, std::move(args), server_.place_for(*kernel.def), std::move(name));
   } catch (const UsageError& e) {
     return refuse(Status::bad_arguments, e.what());
   } catch (const OutOfMemory& e) {
@@ -72,7 +155,7 @@ void Session::on_run(const protocol::Run& run) {
       if (scalar) done.result = t.result();
     } catch (const std::exception& e) {
       done.status = Status::kernel_failed;
-      done.message = e.what();
+      done.message = clip(e.what());
     }
     if (auto w = worker.lock())
       w->post([session, seq, done = std::move(done)]() mutable {

@@ -16,7 +16,7 @@ namespace ferry::protocol {
 namespace {
 
 constexpr std::size_t frame_bytes = 4 + 2 + 2 + 4;  // magic, version, type, body_length
-constexpr std::uint16_t last_type = static_cast<std::uint16_t>(Type::bye);
+constexpr std::uint16_t last_type = static_cast<std::uint16_t>(Type::define_kernel);
 
 template <class E>
 constexpr E last_value() noexcept;
@@ -50,15 +50,20 @@ std::uint64_t element_bytes(DType dtype) noexcept {
 class Location {
  public:
   explicit Location(Type type) : type_(type) {}
-  void enter_arg(std::size_t index) noexcept { arg_ = index; }
+  void enter_arg(std::size_t index, const char* list = "args") noexcept {
+    arg_ = index;
+    list_ = list;
+  }
   void leave_arg() noexcept { arg_ = no_arg; }
 
   [[noreturn]] void fail(const char* field, const std::string& what) const {
     std::string text = prefix_;
     text += to_string(type_);
-    if (arg_ != no_arg) text += ".args[" + std::to_string(arg_) + "]";
-    text += '.';
-    text += field;
+    if (arg_ != no_arg) text += std::string(".") + list_ + "[" + std::to_string(arg_) + "]";
+    if (*field != '\0') {
+      text += '.';
+      text += field;
+    }
     text += ": ";
     text += what;
     throw ProtocolError(text);
@@ -71,6 +76,7 @@ class Location {
   static constexpr std::size_t no_arg = std::numeric_limits<std::size_t>::max();
   Type type_;
   const char* prefix_ = "";
+  const char* list_ = "args";
   std::size_t arg_ = no_arg;
 };
 
@@ -106,6 +112,11 @@ void check(const Get& m, const Location& at) {
     at.fail("offset+length", std::to_string(m.offset) + " + " + std::to_string(m.length) + " overflows");
   if (m.length > max_buffer_bytes)
     at.fail("length", std::to_string(m.length) + " bytes (at most " + std::to_string(max_buffer_bytes) + ")");
+}
+
+void check(const DefineKernel& m, const Location& at) {
+  if (m.source_bytes > max_source_bytes)
+    at.fail("source_bytes", std::to_string(m.source_bytes) + " bytes (at most " + std::to_string(max_source_bytes) + ")");
 }
 
 // ---- the field lists ----
@@ -232,6 +243,15 @@ void fields(IO& io, M& m) {
   io("status", m.status);
   io("message", m.message);
 }
+template <class IO, Is<DefineKernel> M>
+void fields(IO& io, M& m) {
+  io("request", m.request);
+  io("name", m.name);
+  io("entry", m.entry);
+  io("options", m.options);
+  io("writes", m.writes);
+  io("source_bytes", m.source_bytes);
+}
 
 // ---- encoding ----
 
@@ -293,6 +313,17 @@ class Writer : public Location {
     for (std::size_t i = 0; i < args.size(); ++i) {
       enter_arg(i);
       fields(*this, args[i]);
+    }
+    leave_arg();
+  }
+
+  void operator()(const char* field, const std::vector<std::string>& items) {
+    if (items.size() > max_args)
+      fail(field, std::to_string(items.size()) + " items (at most " + std::to_string(max_args) + ")");
+    append_le(out_, static_cast<std::uint32_t>(items.size()));
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      enter_arg(i, field);
+      (*this)("", items[i]);
     }
     leave_arg();
   }
@@ -364,6 +395,17 @@ class Reader : public Location {
     for (std::size_t i = 0; i < count; ++i) {
       enter_arg(i);
       fields(*this, args[i]);
+    }
+    leave_arg();
+  }
+
+  void operator()(const char* field, std::vector<std::string>& items) {
+    const auto count = uint<std::uint32_t>(field);
+    if (count > max_args) fail(field, std::to_string(count) + " items (at most " + std::to_string(max_args) + ")");
+    items.assign(count, std::string{});
+    for (std::size_t i = 0; i < count; ++i) {
+      enter_arg(i, field);
+      (*this)("", items[i]);
     }
     leave_arg();
   }
@@ -474,6 +516,7 @@ Message decode(std::span<const std::byte> header) {
     case Type::pong: return read<Pong>(type, body);
     case Type::error: return read<ErrorMessage>(type, body);
     case Type::bye: return read<Bye>(type, body);
+    case Type::define_kernel: return read<DefineKernel>(type, body);
   }
   frame_error("type: unknown message type " + std::to_string(raw_type));  // unreachable: checked above
 }

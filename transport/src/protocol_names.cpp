@@ -28,6 +28,7 @@ const char* to_string(Type type) noexcept {
     case Type::pong: return "pong";
     case Type::error: return "error";
     case Type::bye: return "bye";
+    case Type::define_kernel: return "define_kernel";
   }
   return "unknown";
 }
@@ -71,9 +72,10 @@ constexpr Type type_for() noexcept {
   else if constexpr (std::is_same_v<T, Ping>) return Type::ping;
   else if constexpr (std::is_same_v<T, Pong>) return Type::pong;
   else if constexpr (std::is_same_v<T, ErrorMessage>) return Type::error;
+  else if constexpr (std::is_same_v<T, Bye>) return Type::bye;
   else {
-    static_assert(std::is_same_v<T, Bye>, "a Message alternative without a Type");
-    return Type::bye;
+    static_assert(std::is_same_v<T, DefineKernel>, "a Message alternative without a Type");
+    return Type::define_kernel;
   }
 }
 

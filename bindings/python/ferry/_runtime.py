@@ -54,6 +54,8 @@ class Runtime(_ferry._Runtime):
     policy: "heft" (default), "eager", "cpu", "gpu" or "random".
     trace: record what ran where (see trace()); a string is also a file the
            trace is written to when the runtime closes.
+    gpus: the local GPUs to use: "all" (default), "none" or "0,1" (FERRY_GPUS).
+    gpu_memory_limit: bytes of device memory per GPU (FERRY_GPU_MEMORY).
     Use it as a context manager, or call close().
     """
 
@@ -72,6 +74,8 @@ class Runtime(_ferry._Runtime):
         persist_perf_models: bool | None = None,
         perf_model_dir: str | None = None,
         read_environment: bool = True,
+        gpus: str | None = None,
+        gpu_memory_limit: int | None = None,
     ) -> None:
         if isinstance(remotes, str):
             remotes = [remotes]
@@ -82,7 +86,7 @@ class Runtime(_ferry._Runtime):
             token_file=str(token_file) if token_file is not None else None, chunk_bytes=chunk_bytes,
             chunk_window=chunk_window, persist_perf_models=persist_perf_models,
             perf_model_dir=str(perf_model_dir) if perf_model_dir is not None else None,
-            read_environment=read_environment)
+            read_environment=read_environment, gpus=gpus, gpu_memory_limit=gpu_memory_limit)
         _live.add(self)
 
     def __enter__(self) -> "Runtime":
@@ -120,6 +124,16 @@ class Runtime(_ferry._Runtime):
     def zeros(self, shape: int | Iterable[int], dtype: Any = np.float32, *, name: str | None = None) -> Array:
         """An array of zeros."""
         a = self._empty(_shape(shape), _dtype_name(dtype), True)
+        if name is not None:
+            a.name = name
+        return a
+
+    def unified(self, shape: int | Iterable[int], dtype: Any = np.float32, *, zero: bool = True,
+                name: str | None = None) -> Array:
+        """An array in CUDA unified (managed) memory: before a GPU task the
+        runtime prefetches it to the GPU instead of copying. Without a GPU it
+        is an ordinary host array."""
+        a = self._unified(_shape(shape), _dtype_name(dtype), zero)
         if name is not None:
             a.name = name
         return a

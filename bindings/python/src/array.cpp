@@ -125,6 +125,13 @@ Array array_empty(Runtime& rt, std::vector<std::size_t> shape, DType dtype, bool
   return make_array(rt, dtype, std::move(shape), zero ? Runtime::Fill::zeros : Runtime::Fill::none);
 }
 
+Array array_unified(Runtime& rt, std::vector<std::size_t> shape, DType dtype, bool zero) {
+  if (shape.empty()) throw UsageError("a Ferry array needs at least one dimension (a 0-d scalar is a Python number)");
+  const std::size_t cols = shape.back();
+  const std::size_t rows = std::accumulate(shape.begin(), shape.end() - 1, std::size_t{1}, std::multiplies<>());
+  return Array{rt.unified(dtype, rows, cols, zero ? Runtime::Fill::zeros : Runtime::Fill::none), std::move(shape)};
+}
+
 Array array_from(Runtime& rt, nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu> source) {
   const DType dtype = from_dlpack(source.dtype());
   std::vector<std::size_t> shape(source.ndim());

@@ -19,6 +19,7 @@ namespace ferry::python {
 
 Array array_empty(Runtime& rt, std::vector<std::size_t> shape, DType dtype, bool zero);
 Array array_from(Runtime& rt, nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu> source);
+Array array_unified(Runtime& rt, std::vector<std::size_t> shape, DType dtype, bool zero);
 
 namespace {
 
@@ -151,7 +152,7 @@ void bind_runtime(nb::module_& m) {
               std::optional<std::string> token, std::optional<std::string> token_file,
               std::optional<std::size_t> chunk_bytes, std::optional<unsigned> chunk_window,
               std::optional<bool> persist_perf_models, std::optional<std::string> perf_model_dir,
-              bool read_environment) {
+              bool read_environment, std::optional<std::string> gpus, std::optional<std::size_t> gpu_memory_limit) {
              Runtime::Options o;
              o.workers = workers;
              if (policy) o.policy = parse_policy(*policy);
@@ -166,17 +167,23 @@ void bind_runtime(nb::module_& m) {
              if (persist_perf_models) o.persist_perf_models = *persist_perf_models;
              if (perf_model_dir) o.perf_model_dir = *perf_model_dir;
              o.read_environment = read_environment;
+             if (gpus) o.gpus = *gpus;
+             if (gpu_memory_limit) o.gpu_memory_limit = *gpu_memory_limit;
              new (self) RuntimeHandle(std::move(o));
            },
            nb::arg("workers") = 0, nb::arg("policy") = nb::none(), nb::arg("trace") = false,
            nb::arg("trace_path") = nb::none(), nb::arg("explain") = false, nb::arg("remotes") = nb::none(),
            nb::arg("token") = nb::none(), nb::arg("token_file") = nb::none(), nb::arg("chunk_bytes") = nb::none(),
            nb::arg("chunk_window") = nb::none(), nb::arg("persist_perf_models") = nb::none(),
-           nb::arg("perf_model_dir") = nb::none(), nb::arg("read_environment") = true)
+           nb::arg("perf_model_dir") = nb::none(), nb::arg("read_environment") = true, nb::arg("gpus") = nb::none(),
+           nb::arg("gpu_memory_limit") = nb::none())
       .def("close", &RuntimeHandle::close, "Waits for every task, then releases the runtime's devices and memory")
       .def_prop_ro("closed", &RuntimeHandle::closed)
       .def("_empty", [](RuntimeHandle& h, std::vector<std::size_t> shape, const std::string& dtype, bool zero) {
         return array_empty(h.rt(), std::move(shape), dtype_named(dtype), zero);
+      })
+      .def("_unified", [](RuntimeHandle& h, std::vector<std::size_t> shape, const std::string& dtype, bool zero) {
+        return array_unified(h.rt(), std::move(shape), dtype_named(dtype), zero);
       })
       .def("_array", [](RuntimeHandle& h, nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu> source) {
         return array_from(h.rt(), source);

@@ -6,6 +6,7 @@
 #include <source_location>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace ferry {
 
@@ -19,6 +20,17 @@ class Error : public std::runtime_error {
 class UsageError : public Error {
  public:
   using Error::Error;
+};
+
+// Runtime-compiled CUDA source did not compile: what() names the kernel and
+// holds the compiler's log, which log() gives alone.
+class CompileError : public UsageError {
+ public:
+  CompileError(const std::string& what, std::string log) : UsageError(what), log_(std::move(log)) {}
+  const std::string& log() const noexcept { return log_; }
+
+ private:
+  std::string log_;
 };
 
 // A memory request could not be met. The message names the request and the

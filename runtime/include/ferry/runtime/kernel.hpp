@@ -18,6 +18,8 @@
 
 namespace ferry {
 
+struct CudaSource;  // ferry/runtime/cuda_source.hpp
+
 // One buffer argument as a kernel sees it: a row-major matrix of `rows` x
 // `cols` elements, `ld` elements between row starts. At submission (shape
 // checks, cost hints) `data` is null; while the kernel runs it points at the
@@ -109,6 +111,7 @@ struct KernelDef {
   bool returns_scalar = false;
   // Elementwise or row-wise: the runtime may split it over sub-ranges.
   bool chunkable = false;
+  std::shared_ptr<const CudaSource> cuda_source;  // set for NVRTC kernels: remote hosts compile it
 };
 
 // Checks arguments against a kernel's parameters (count, kinds, access modes,

@@ -9,6 +9,7 @@
 //   rt.wait();
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <filesystem>
 #include <memory>
@@ -39,6 +40,8 @@ struct DeviceInfo {
   MemoryNodeId node = host_node;
   unsigned lanes = 0;         // CPU workers, or GPU streams
   std::size_t tasks_run = 0;
+  // Bytes copied into and out of its memory node (GPUs and remotes; 0 for the CPU).
+  std::size_t bytes_in = 0, bytes_out = 0;
 };
 
 class Runtime {
@@ -68,6 +71,18 @@ class Runtime {
     // Transfers above this are split and pipelined, this many chunks in flight.  FERRY_CHUNK_BYTES, FERRY_CHUNK_WINDOW
     std::size_t chunk_bytes = std::size_t{4} << 20;
     unsigned chunk_window = 4;
+    // Local GPUs: "all", "none" or ordinals like "0,1". An ordinal this host
+    // lacks is a UsageError; without a driver, "all" means none.   FERRY_GPUS
+    std::string gpus = "all";
+    // Bytes of each GPU that replicas may take; 0: its free memory at start
+    // less a safety margin.                                       FERRY_GPU_MEMORY
+    std::size_t gpu_memory_limit = 0;
+    // Compute streams per GPU: tasks that may run on it side by side.  FERRY_GPU_STREAMS
+    unsigned gpu_streams = 2;
+    // Copy what a GPU task wrote back to the host replica at once (the GPU
+    // copy stays valid): for programs that read host replicas without
+    // host() (ferryd); others bring data home only when it is needed.
+    bool gpu_write_through = false;
     // FERRY_* variables override the fields above unless this is false.
     bool read_environment = true;
   };
@@ -92,6 +107,21 @@ class Runtime {
   enum class Fill { zeros, none };
   AnyBuffer buffer(DType dtype, std::size_t rows, std::size_t cols, Fill fill = Fill::zeros) {
     return AnyBuffer(make_buffer(dtype, rows, cols, fill == Fill::zeros));
+  }
+  // Unified buffers: CUDA managed memory that a local GPU uses in place
+  // (pages are prefetched to the GPU a task runs on instead of copied; host
+  // use brings them back). Capped below the GPU's free memory. Without a
+  // local GPU they are ordinary host buffers (a debug log line says so).
+  template <typename T>
+  Buffer<T> unified(std::size_t n) {
+    return Buffer<T>(make_buffer(dtype_of<T>(), 1, n, true, true));
+  }
+  template <typename T>
+  Buffer<T> unified(std::size_t rows, std::size_t cols) {
+    return Buffer<T>(make_buffer(dtype_of<T>(), rows, cols, true, true));
+  }
+  AnyBuffer unified(DType dtype, std::size_t rows, std::size_t cols, Fill fill = Fill::zeros) {
+    return AnyBuffer(make_buffer(dtype, rows, cols, fill == Fill::zeros, true));
   }
   // A 1-D buffer holding a copy of `values`.
   template <typename T>
@@ -118,10 +148,17 @@ class Runtime {
     detail::Submission s{std::move(args), std::move(place), std::move(name)};
     return submit_named(kernel, std::move(s));
   }
+  Task submit_args(const KernelRef& kernel, std::vector<TaskArg> args, Place place = {}, std::string name = {}) {
+    detail::Submission s{std::move(args), std::move(place), std::move(name)};
+    return submit_def(kernel.def, std::move(s));
+  }
 
   // Waits for every task submitted so far. Rethrows (as KernelError) the
   // first failure since the last wait().
   void wait();
+  // The same, giving up after `timeout`: false if tasks are still running
+  // (nothing is rethrown then). Lets bindings stay interruptible.
+  bool wait_for(std::chrono::nanoseconds timeout);
 
   // Registers a kernel with this runtime (found before the global registry).
   KernelRef add_kernel(KernelDef def);
@@ -129,8 +166,17 @@ class Runtime {
   KernelRef kernel(std::string name, F callable, std::function<Cost(const KernelArgs&)> cost = {}) {
     return add_kernel(make_kernel(std::move(name), std::move(callable), std::move(cost)));
   }
+  // Registers a kernel written as CUDA C++ source (ferry/runtime/cuda_source.hpp),
+  // named after `entry`. Throws UsageError naming what cannot be parsed. NVRTC
+  // compiles it on the GPU that first runs it; a build without CUDA can still
+  // run it on a remote GPU host.
+  KernelRef cuda_kernel(std::string source, std::string entry, std::vector<std::string> writes = {},
+                        std::vector<std::string> options = {});
   // Looks a kernel up by name: this runtime's first, then the global registry.
   KernelRef find_kernel(std::string_view name) const;
+  bool has_kernel(std::string_view name) const;
+  // Every kernel this runtime can run: its own, built-ins and plugins.
+  std::vector<std::string> kernel_names() const;
   // Loads a shared library whose FERRY_KERNEL registrations add kernels to
   // the global registry. Throws Error naming the file and dlerror's reason.
   void load_plugin(const std::filesystem::path& path);
@@ -147,6 +193,8 @@ class Runtime {
   };
   RemoteStats remote_stats(const std::string& address) const;
   const Options& options() const noexcept;
+  // Where host replicas live (the runtime's pinned pool unless Options chose).
+  std::shared_ptr<MemoryResource> host_memory() const noexcept;
   PerfModels& perf_models();
   // The trace so far; null unless tracing.
   const Trace* trace() const noexcept;
@@ -158,7 +206,8 @@ class Runtime {
   detail::RuntimeCore& core() const noexcept { return *core_; }
 
  private:
-  std::shared_ptr<detail::BufferState> make_buffer(DType dtype, std::size_t rows, std::size_t cols, bool zero = true);
+  std::shared_ptr<detail::BufferState> make_buffer(DType dtype, std::size_t rows, std::size_t cols, bool zero = true,
+                                                   bool unified = false);
   Task submit_named(std::string_view kernel, detail::Submission submission);
   Task submit_def(const std::shared_ptr<const KernelDef>& kernel, detail::Submission submission);
 

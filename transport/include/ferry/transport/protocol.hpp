@@ -30,6 +30,7 @@ inline constexpr std::size_t max_args = 64;
 inline constexpr std::uint64_t max_buffer_bytes = std::uint64_t{1} << 40;  // 1 TiB
 inline constexpr std::size_t nonce_bytes = 32;
 inline constexpr std::size_t mac_bytes = 32;  // HMAC-SHA-256 (libsodium crypto_auth_hmacsha256)
+inline constexpr std::uint32_t max_source_bytes = 1u << 20;  // a define_kernel's CUDA source (its payload)
 
 enum class Type : std::uint16_t {
   hello = 1,   // client -> server: first message
@@ -49,6 +50,7 @@ enum class Type : std::uint16_t {
   pong,
   error,       // server -> client: a fatal error; the server closes the connection
   bye,         // either way: orderly close (a server going down says why)
+  define_kernel,  // client -> server: a kernel from CUDA source (payload) for this connection; answered by done
 };
 const char* to_string(Type type) noexcept;
 
@@ -191,8 +193,20 @@ struct Bye {
   std::string message;
 };
 
+// Defines a kernel from CUDA C++ source for the rest of this connection;
+// runs then name it. The payload is the source, exactly source_bytes long.
+// Answered by a done with the same request: ok, or bad_arguments with why.
+struct DefineKernel {
+  std::uint64_t request = 0;
+  std::string name;                  // what runs call it
+  std::string entry;                 // the __global__ function in the source
+  std::vector<std::string> options;  // NVRTC options; at most max_args
+  std::vector<std::string> writes;   // pointer parameters the kernel only writes; at most max_args
+  std::uint32_t source_bytes = 0;    // at most max_source_bytes
+};
+
 using Message = std::variant<Hello, Challenge, Auth, Welcome, Put, PutAck, Get, Data, Run, Done, Free, StatsRequest,
-                             StatsReply, Ping, Pong, ErrorMessage, Bye>;
+                             StatsReply, Ping, Pong, ErrorMessage, Bye, DefineKernel>;
 
 Type type_of(const Message& message) noexcept;
 

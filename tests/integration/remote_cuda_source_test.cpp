@@ -1,0 +1,104 @@
+// A CUDA source kernel defined on a client without GPUs runs on ferryd's
+// GPU: the client ships the source once per connection (define_kernel),
+// ferryd compiles it with NVRTC at the first run. Needs a GPU on this host
+// (ctest label gpu); skips visibly without.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "ferry/cuda_probe.hpp"
+#include "ferry/ferry.hpp"
+#include "ferryd_process.hpp"
+
+namespace {
+
+using ferry::test::FerrydProcess;
+
+const char* const saxpy = R"(
+extern "C" __global__ void saxpy(int n, float a, const float* __restrict__ x, float* __restrict__ y) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = a * x[i] + y[i];
+}
+)";
+
+ferry::Runtime::Options client_options(FerrydProcess& server) {
+  ferry::Runtime::Options o;
+  o.workers = 2;
+  o.persist_perf_models = false;
+  o.read_environment = false;
+  o.gpus = "none";  // the CPU-only client of the story
+  o.remotes = {server.address()};
+  o.token_file = server.token_file();
+  return o;
+}
+
+class RemoteCudaSource : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (ferry::cuda::device_count() == 0) GTEST_SKIP() << ferry::cuda::unavailable_reason();
+  }
+};
+
+TEST_F(RemoteCudaSource, SaxpyRunsOnTheRemoteGpu) {
+  FerrydProcess server({"--gpus", "all"});
+  ASSERT_TRUE(server.wait_for_log("GPUs: cuda:0")) << server.log();
+  ferry::Runtime rt(client_options(server));
+  ASSERT_TRUE(rt.remote_stats(server.address()).connected) << server.log();
+  const auto k = rt.cuda_kernel(saxpy, "saxpy");
+
+  const int n = 50001;
+  auto x = rt.buffer<float>(n);
+  auto y = rt.buffer<float>(n);
+  {
+    auto hx = x.host();
+    auto hy = y.host();
+    for (int i = 0; i < n; ++i) {
+      hx[i] = static_cast<float>(i);
+      hy[i] = 1.0f;
+    }
+  }
+  auto first = rt.submit(k, n, 2.0f, ferry::read(x), ferry::readwrite(y), ferry::on(ferry::remote(server.address())));
+  first.wait();
+  EXPECT_EQ(first.device(), "remote:" + server.address());
+  rt.submit(k, n, 0.5f, ferry::read(x), ferry::readwrite(y), ferry::on(ferry::remote(server.address())));
+  auto hy = y.host();
+  for (int i = 0; i < n; i += 991) ASSERT_FLOAT_EQ(hy[i], 2.5f * static_cast<float>(i) + 1.0f) << "at " << i;
+  EXPECT_EQ(rt.remote_stats(server.address()).server_tasks, 2u);
+  EXPECT_TRUE(server.wait_for_log("defined kernel 'saxpy'")) << server.log();
+  EXPECT_EQ(server.log().find("defined kernel 'saxpy'"), server.log().rfind("defined kernel 'saxpy'"))
+      << "defined more than once on one connection:\n"
+      << server.log();
+}
+
+TEST_F(RemoteCudaSource, CompileErrorOnTheRemoteFailsTheTaskWithTheLog) {
+  FerrydProcess server({"--gpus", "all"});
+  ASSERT_TRUE(server.wait_for_log("GPUs: cuda:0")) << server.log();
+  ferry::Runtime rt(client_options(server));
+  const auto k = rt.cuda_kernel("extern \"C\" __global__ void broken(float* y) { y[0] = not_declared_anywhere; }",
+                                "broken");
+  auto y = rt.buffer<float>(4);
+  rt.submit(k, ferry::readwrite(y), ferry::on(ferry::remote(server.address())));
+  try {
+    rt.wait();
+    ADD_FAILURE() << "a kernel that does not compile ran";
+  } catch (const ferry::KernelError& e) {
+    EXPECT_NE(std::string(e.what()).find("not_declared_anywhere"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(RemoteCudaSource, RemoteWithoutGpusCannotRunIt) {
+  FerrydProcess server({"--gpus", "none"});
+  ASSERT_TRUE(server.wait_for_log("0 GPUs")) << server.log();
+  ferry::Runtime rt(client_options(server));
+  const auto k = rt.cuda_kernel(saxpy, "saxpy");
+  auto x = rt.buffer<float>(8);
+  auto y = rt.buffer<float>(8);
+  try {
+    rt.submit(k, 8, 1.0f, ferry::read(x), ferry::readwrite(y));
+    ADD_FAILURE() << "submitted CUDA source where no device can run it";
+  } catch (const ferry::UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("no device of this runtime can run it"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
