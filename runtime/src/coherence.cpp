@@ -49,6 +49,12 @@ void replay(LineageEntry& entry) {
     arg.data = host_region(*root, entry.regions[i]).data;
     held.push_back(std::move(root));
   }
+  // A GPU-only kernel (CUDA source, or a plugin without a CPU variant) cannot
+  // be replayed here: the data is lost, and the error says which task made it.
+  if (!entry.kernel->cpu)
+    throw RemoteError(fmt::format("task '{}' (kernel {}) wrote data held only by a lost node, and its kernel has no CPU "
+                                  "variant to recompute it on the host",
+                                  entry.name, entry.kernel->name));
   ExecContext context{args, entry.name, -1, nullptr, -1, std::nullopt};
   log().debug("recomputing task '{}' (kernel {}) on the host", entry.name, entry.kernel->name);
   entry.kernel->cpu(context);

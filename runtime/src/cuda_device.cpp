@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "core.hpp"
+#include "cuda/handles.hpp"  // kernels/cuda: the built-ins' library handles
 #include "cuda_unified.hpp"
 #include "dependencies.hpp"
 #include "ferry/cuda_probe.hpp"
@@ -154,7 +155,12 @@ CudaDevice::~CudaDevice() {
     const CurrentDevice current(options_.ordinal);
     for (auto& [id, block] : blocks) pool_->deallocate(block.ptr, block.bytes, StreamRef{copier_->h2d()});
     cudaStreamSynchronize(copier_->h2d());
-    // Streams, events and the pool go while this GPU is current.
+    // Streams, events and the pool go while this GPU is current; first the
+    // cuBLAS/cuSOLVER handles made for each compute stream (they hold workspace).
+    for (auto& lane : lanes_) {
+      cudaStreamSynchronize(lane->stream.get());
+      kernels::cuda::release_handles(options_.ordinal, lane->stream.get());
+    }
     lanes_.clear();
     copier_.reset();
     pool_.reset();

@@ -239,8 +239,6 @@ class Runtime(_ferry._Runtime):
         (const T* is read, T* is read and written, or only written if named in
         `writes`); scalar parameters take numbers. Call the result like a
         function: k(x, y, 2.0, grid=(g,), block=(256,))."""
-        if not hasattr(self, "_cuda_kernel"):
-            raise UsageError("this build of ferry has no CUDA kernel support")
         return CudaKernel(self, self._cuda_kernel(source, name, list(writes), list(options)))
 
     # ---- looking at it ----

@@ -30,6 +30,8 @@ void bind_errors(nb::module_&) {
   nb::register_exception_translator([](const std::exception_ptr& error, void*) {
     try {
       std::rethrow_exception(error);
+    } catch (const CompileError& e) {
+      raise("CompileError", e.what());
     } catch (const UsageError& e) {
       raise("UsageError", e.what());
     } catch (const OutOfMemory& e) {

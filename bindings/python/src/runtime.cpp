@@ -205,6 +205,10 @@ void bind_runtime(nb::module_& m) {
                                 bool returns_scalar) {
         return Kernel{h.rt().add_kernel(make_python_kernel(std::move(name), params, std::move(fn), returns_scalar))};
       })
+      .def("_cuda_kernel", [](RuntimeHandle& h, std::string source, std::string entry, std::vector<std::string> writes,
+                              std::vector<std::string> options) {
+        return Kernel{h.rt().cuda_kernel(std::move(source), std::move(entry), std::move(writes), std::move(options))};
+      })
       .def("load_plugin", [](RuntimeHandle& h, const std::string& path) { h.rt().load_plugin(path); },
            nb::arg("path"), "Loads a shared library of FERRY_KERNEL kernels")
       .def("devices", [](RuntimeHandle& h) {
