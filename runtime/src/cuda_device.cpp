@@ -204,6 +204,20 @@ std::pair<std::uint64_t, void*> CudaDevice::allocate_block(std::size_t bytes) {
   }
 }
 
+void CudaDevice::adopt(const BufferState& view, const void* source) {
+  const CurrentDevice current(options_.ordinal);
+  const std::uint64_t id = acquire_on_node(view, AccessMode::write, *this);
+  try {
+    const HostRegion shape = host_region(view);
+    check_cuda(cudaMemcpy(pointer(id), source, shape.bytes(), cudaMemcpyDeviceToDevice), "cudaMemcpy (adopt)");
+    written_on_node(view, *this, id, nullptr);
+  } catch (...) {
+    release_on_node(view, *this, id);
+    throw;
+  }
+  release_on_node(view, *this, id);
+}
+
 void* CudaDevice::pointer(std::uint64_t id) const {
   std::lock_guard lock(blocks_mutex_);
   const auto it = blocks_.find(id);

@@ -79,6 +79,10 @@ class CudaDevice final : public Device, public NodeLink {
   void drop(std::uint64_t id) noexcept override;
 
   int ordinal() const noexcept { return options_.ordinal; }
+  // Makes `bytes()` bytes of device memory at `source` (on this GPU, e.g. a
+  // CuPy or PyTorch array) the view's modified replica here, copied device to
+  // device: the data never crosses the host until someone reads it there.
+  void adopt(const BufferState& view, const void* source);
   std::size_t bytes_to_device() const noexcept { return bytes_in_.load(std::memory_order_relaxed); }
   std::size_t bytes_from_device() const noexcept { return bytes_out_.load(std::memory_order_relaxed); }
   // One line: model, memory bound and use, streams.

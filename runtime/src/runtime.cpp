@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core.hpp"
+#include "dependencies.hpp"
 #include "ferry/config.hpp"
 #include "ferry/runtime/cuda_source.hpp"
 #include "ferry/units.hpp"
@@ -174,6 +175,27 @@ std::vector<DeviceInfo> Runtime::devices() const {
     out.push_back(std::move(info));
   }
   return out;
+}
+
+void Runtime::import_device_data(const BufferBase& buffer, int gpu, const void* device_ptr) {
+  if (!buffer.valid()) throw UsageError("import_device_data: the buffer is empty");
+  const auto& state = *buffer.state();
+  if (!state.whole())
+    throw UsageError(fmt::format("import_device_data: '{}' is a view; import into a whole buffer", state.name));
+  const auto users = detail::users_of(state);
+  for (const detail::Use& use : users) detail::release(use.task);
+  if (!users.empty())
+    throw UsageError(fmt::format("import_device_data: tasks already use '{}'; import into a fresh buffer", state.name));
+#if FERRY_WITH_CUDA
+  if (auto* device = dynamic_cast<detail::CudaDevice*>(core_->find_device(fmt::format("cuda:{}", gpu)))) {
+    device->adopt(state, device_ptr);
+    return;
+  }
+#else
+  (void)device_ptr;
+#endif
+  throw UsageError(fmt::format("import_device_data: this runtime has no GPU {} ({})", gpu,
+                               config::with_cuda ? "see FERRY_GPUS and ferry info" : "built without CUDA"));
 }
 
 Runtime::RemoteStats Runtime::remote_stats(const std::string& address) const {

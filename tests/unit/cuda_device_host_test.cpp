@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <chrono>
 #include <string>
+#include <thread>
 
 #include "ferry/cuda_probe.hpp"
 #include "ferry/ferry.hpp"
@@ -217,6 +219,35 @@ TEST_F(GpuDecisions, UncalibratedGpuIsExploredFromTheDevicePeak) {
   EXPECT_EQ(d.device, 1u) << explain(d);
   EXPECT_EQ(d.candidates[1].exec.source, Estimate::Source::hint);
   EXPECT_NE(d.reason.find("calibrating cuda:0"), std::string::npos) << d.reason;
+}
+
+}  // namespace
+}  // namespace ferry
+
+namespace ferry {
+namespace {
+
+TEST(CudaDeviceHost, ImportDeviceDataNeedsAGpuAWholeBufferAndNoUsers) {
+  Runtime rt(options("none"));
+  auto x = rt.buffer<float>(16);
+  try {
+    rt.import_device_data(x, 0, nullptr);
+    FAIL() << "no UsageError";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("no GPU 0"), std::string::npos) << e.what();
+  }
+  auto parts = x.split(2);
+  EXPECT_THROW(rt.import_device_data(parts[0], 0, nullptr), UsageError);
+  auto slow = rt.kernel("slow", [](InOut<float>) { std::this_thread::sleep_for(std::chrono::milliseconds(100)); });
+  auto busy = rt.buffer<float>(4);
+  rt.submit(slow, readwrite(busy));
+  try {
+    rt.import_device_data(busy, 0, nullptr);
+    FAIL() << "no UsageError";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("tasks already use"), std::string::npos) << e.what();
+  }
+  rt.wait();
 }
 
 }  // namespace

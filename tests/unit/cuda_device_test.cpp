@@ -403,3 +403,30 @@ TEST(CudaDevice, MixedCpuGpuTiledCholesky) {
 }
 
 }  // namespace
+
+namespace ferry {
+namespace {
+
+#if FERRY_WITH_CUDA
+TEST(CudaDevice, ImportedDeviceDataStaysOnTheGpuUntilReadOnTheHost) {
+  REQUIRE_GPU();
+  Runtime rt(gpu_options());
+  std::vector<float> values(1000);
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i);
+  float* device = nullptr;
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&device), values.size() * sizeof(float)), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(device, values.data(), values.size() * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+  auto x = rt.buffer<float>(values.size());
+  rt.import_device_data(x, 0, device);
+  const auto in_before = gpu_info(rt.devices()).bytes_in;
+  // A GPU task uses the imported replica: nothing is shipped for it.
+  rt.submit("scal", readwrite(x), 2.0, on(gpu(0))).wait();
+  EXPECT_EQ(gpu_info(rt.devices()).bytes_in, in_before);
+  auto h = x.host();  // now it crosses, once
+  for (std::size_t i = 0; i < values.size(); ++i) ASSERT_EQ(h[i], 2.0f * values[i]) << i;
+  cudaFree(device);
+}
+#endif
+
+}  // namespace
+}  // namespace ferry

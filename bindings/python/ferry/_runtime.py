@@ -140,10 +140,16 @@ class Runtime(_ferry._Runtime):
 
     def from_dlpack(self, data: Any, *, name: str | None = None) -> Array:
         """An array holding a copy of any DLPack-capable array (NumPy, CuPy,
-        PyTorch). Host arrays take one copy into pinned memory."""
-        device = data.__dlpack_device__()[0] if hasattr(data, "__dlpack_device__") else 1
+        PyTorch). Host arrays take one copy into pinned memory; a CUDA array on
+        a GPU this runtime uses is copied device to device and stays there (no
+        host trip until someone reads it on the host)."""
+        device, ordinal = data.__dlpack_device__() if hasattr(data, "__dlpack_device__") else (1, 0)
         if device in (1, 3):  # kDLCPU, kDLCUDAHost
             return self.array(np.from_dlpack(data), name=name)
+        if device == 2 and any(d["name"] == f"cuda:{ordinal}" for d in self.devices()):
+            a = self.empty(tuple(data.shape), np.dtype(str(data.dtype).replace("torch.", "")), name=name)
+            self._import_cuda(a, data)
+            return a
         if device in (2, 13) and hasattr(data, "get"):  # kDLCUDA / managed with a CuPy-style .get()
             return self.array(data.get(), name=name)
         if device in (2, 13) and hasattr(data, "cpu"):  # PyTorch

@@ -185,6 +185,16 @@ void bind_runtime(nb::module_& m) {
       .def("_unified", [](RuntimeHandle& h, std::vector<std::size_t> shape, const std::string& dtype, bool zero) {
         return array_unified(h.rt(), std::move(shape), dtype_named(dtype), zero);
       })
+      .def("_import_cuda", [](RuntimeHandle& h, const Array& a,
+                              nb::ndarray<nb::ro, nb::c_contig, nb::device::cuda> source) {
+        if (from_dlpack(source.dtype()) != a.buffer.dtype() || source.size() != a.buffer.size())
+          throw UsageError("from_dlpack: the device array does not match the array made for it");
+        Runtime& rt = h.rt();
+        const int gpu = source.device_id();
+        const void* data = source.data();
+        nb::gil_scoped_release unlocked;
+        rt.import_device_data(a.buffer, gpu, data);
+      })
       .def("_array", [](RuntimeHandle& h, nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu> source) {
         return array_from(h.rt(), source);
       })

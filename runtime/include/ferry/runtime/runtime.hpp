@@ -153,6 +153,13 @@ class Runtime {
     return submit_def(kernel.def, std::move(s));
   }
 
+  // Makes a fresh whole buffer hold `buffer.bytes()` bytes that live at
+  // `device_ptr` on local GPU `gpu` (contiguous, the buffer's element type and
+  // layout): copied device to device into the buffer's replica on that GPU,
+  // with no host trip. Throws UsageError without such a GPU, for a view, or
+  // for a buffer tasks already use.
+  void import_device_data(const BufferBase& buffer, int gpu, const void* device_ptr);
+
   // Waits for every task submitted so far. Rethrows (as KernelError) the
   // first failure since the last wait().
   void wait();
