@@ -266,7 +266,7 @@ std::uint64_t CudaDevice::ship(const HostRegion& source) {
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   if (source.bytes() >= (std::size_t{64} << 10)) core_.links().record(host_node, node(), source.bytes(), seconds);
   bytes_in_.fetch_add(source.bytes(), std::memory_order_relaxed);
-  trace_transfer(true, source.bytes(), start_ns);
+  Device::trace_transfer(core_.trace(), true, trace_in_, source.bytes(), start_ns);
   return id;
 }
 
@@ -294,7 +294,7 @@ void CudaDevice::fetch(std::uint64_t id, const HostRegion& dest) {
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   if (dest.bytes() >= (std::size_t{64} << 10)) core_.links().record(node(), host_node, dest.bytes(), seconds);
   bytes_out_.fetch_add(dest.bytes(), std::memory_order_relaxed);
-  trace_transfer(false, dest.bytes(), start_ns);
+  Device::trace_transfer(core_.trace(), false, trace_out_, dest.bytes(), start_ns);
 }
 
 void CudaDevice::drop(std::uint64_t id) noexcept {
@@ -312,19 +312,6 @@ void CudaDevice::drop(std::uint64_t id) noexcept {
   } catch (const std::exception& e) {
     log().error("{}: freeing a replica of {} failed: {}", name(), format_bytes(block.bytes), e.what());
   }
-}
-
-void CudaDevice::trace_transfer(bool in, std::size_t bytes, std::int64_t start_ns) {
-  Trace* trace = core_.trace();
-  if (trace == nullptr) return;
-  TransferSpan span;
-  span.what = in ? "ship" : "fetch";
-  span.link = in ? "host->" + name() : name() + "->host";
-  span.lane = in ? trace_in_ : trace_out_;
-  span.start_ns = start_ns;
-  span.end_ns = trace->now_ns();
-  span.bytes = bytes;
-  trace->record(std::move(span));
 }
 
 void CudaDevice::measure_link() {

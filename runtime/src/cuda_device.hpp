@@ -137,7 +137,6 @@ class CudaDevice final : public Device, public NodeLink {
   void* pointer(std::uint64_t id) const;
   std::size_t evict(std::size_t bytes);
   std::vector<std::shared_ptr<BufferRoot>> held_roots();
-  void trace_transfer(bool in, std::size_t bytes, std::int64_t start_ns);
   void measure_link();
 
   RuntimeCore& core_;

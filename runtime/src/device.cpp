@@ -16,6 +16,18 @@ bool Device::matches(const Place& place) const noexcept {
   return false;
 }
 
+void Device::trace_transfer(Trace* trace, bool to_device, int lane, std::size_t bytes, std::int64_t start_ns) const {
+  if (trace == nullptr) return;
+  TransferSpan span;
+  span.what = to_device ? "ship" : "fetch";
+  span.link = to_device ? "host->" + name_ : name_ + "->host";
+  span.lane = lane;
+  span.start_ns = start_ns;
+  span.end_ns = trace->now_ns();
+  span.bytes = bytes;
+  trace->record(std::move(span));
+}
+
 DeviceSnapshot Device::snapshot() const {
   DeviceSnapshot s;
   s.id = id_;

@@ -11,6 +11,7 @@
 #include "ferry/runtime/perf_model.hpp"
 #include "ferry/runtime/place.hpp"
 #include "ferry/runtime/scheduler.hpp"
+#include "ferry/runtime/trace.hpp"
 
 namespace ferry::detail {
 
@@ -61,6 +62,9 @@ class Device {
     backlog_ns_.fetch_sub(estimate_ns, std::memory_order_relaxed);
   }
   DeviceSnapshot snapshot() const;
+  // Records a copy between the host and this device's memory node in the
+  // trace (if tracing) on `lane`, from `start_ns` until now.
+  void trace_transfer(Trace* trace, bool to_device, int lane, std::size_t bytes, std::int64_t start_ns) const;
   std::size_t tasks_run() const noexcept { return tasks_run_.load(std::memory_order_relaxed); }
 
  private:

@@ -381,19 +381,6 @@ void RemoteDevice::get_chunks(std::uint64_t id, std::byte* dest, std::size_t byt
   while (!window.empty()) settle();
 }
 
-void RemoteDevice::trace_transfer(bool out, std::size_t bytes, std::int64_t start_ns) {
-  Trace* trace = core_.trace();
-  if (trace == nullptr) return;
-  TransferSpan span;
-  span.what = out ? "ship" : "fetch";
-  span.link = out ? "host->" + name() : name() + "->host";
-  span.lane = out ? lane_out_ : lane_in_;
-  span.start_ns = start_ns;
-  span.end_ns = trace->now_ns();
-  span.bytes = bytes;
-  trace->record(std::move(span));
-}
-
 template <typename Put>
 std::uint64_t RemoteDevice::with_room(std::size_t bytes, Put put) {
   try {
@@ -432,7 +419,7 @@ std::uint64_t RemoteDevice::ship_now(const HostRegion& source) {
   }
   if (source.bytes() >= (std::size_t{64} << 10)) core_.links().record(host_node, node(), source.bytes(), seconds_since(start));
   bytes_shipped_.fetch_add(source.bytes(), std::memory_order_relaxed);
-  trace_transfer(true, source.bytes(), start_ns);
+  Device::trace_transfer(core_.trace(), true, lane_out_, source.bytes(), start_ns);
   return id;
 }
 
@@ -458,7 +445,7 @@ void RemoteDevice::fetch(std::uint64_t id, const HostRegion& dest) {
   }
   if (dest.bytes() >= (std::size_t{64} << 10)) core_.links().record(node(), host_node, dest.bytes(), seconds_since(start));
   bytes_fetched_.fetch_add(dest.bytes(), std::memory_order_relaxed);
-  trace_transfer(false, dest.bytes(), start_ns);
+  Device::trace_transfer(core_.trace(), false, lane_in_, dest.bytes(), start_ns);
 }
 
 void RemoteDevice::drop(std::uint64_t id) noexcept {

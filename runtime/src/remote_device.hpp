@@ -104,7 +104,6 @@ class RemoteDevice final : public Device, public NodeLink {
   std::uint64_t with_room(std::size_t bytes, Put put);
   std::uint64_t ship_now(const HostRegion& source);
   void get_chunks(std::uint64_t id, std::byte* dest, std::size_t bytes);
-  void trace_transfer(bool out, std::size_t bytes, std::int64_t start_ns);
 
   void proxy_loop(unsigned slot);
   // Runs the task there; false when it was handed to another device instead.

@@ -7,11 +7,10 @@
 #include <string_view>
 
 #include "cpu/support.hpp"
+#include "map_op.hpp"
 
 namespace ferry::kernels {
 namespace {
-
-enum class MapOp { copy, neg, abs, sqrt, exp, log, square, relu, sigmoid, scale };
 
 constexpr std::array<std::pair<std::string_view, MapOp>, 10> map_ops{{{"copy", MapOp::copy},
                                                                      {"neg", MapOp::neg},
@@ -23,15 +22,6 @@ constexpr std::array<std::pair<std::string_view, MapOp>, 10> map_ops{{{"copy", M
                                                                      {"relu", MapOp::relu},
                                                                      {"sigmoid", MapOp::sigmoid},
                                                                      {"scale", MapOp::scale}}};
-
-MapOp parse_op(const std::string& name) {
-  for (const auto& [text, op] : map_ops) {
-    if (text == name) return op;
-  }
-  std::string valid;
-  for (const auto& entry : map_ops) valid += (valid.empty() ? "" : ", ") + std::string(entry.first);
-  throw UsageError(fmt::format("op '{}' is unknown; map knows {}", name, valid));
-}
 
 template <typename T, typename F>
 void transform(const BufferArg& x, const BufferArg& y, F f) {
@@ -128,7 +118,7 @@ KernelDef make_map() {
   k.validate = [](const KernelArgs& args) {
     require_one_dtype(args, {"x", "y"});
     require_same_shape(args.buffer(0), "x", args.buffer(1), "y");
-    parse_op(args.text(2));
+    parse_map_op(args.text(2));
   };
   k.cost = [](const KernelArgs& args) {
     return Cost{static_cast<double>(args.buffer(0).elements()), total_bytes(args, 2)};
@@ -136,7 +126,7 @@ KernelDef make_map() {
   k.cpu = [](ExecContext& ctx) {
     const BufferArg& x = ctx.args.buffer(0);
     const BufferArg& y = ctx.args.buffer(1);
-    const MapOp op = parse_op(ctx.args.text(2));
+    const MapOp op = parse_map_op(ctx.args.text(2));
     const double alpha = ctx.args.real(3);
     dispatch_floating(x.dtype, "map",
                       [&]<typename T>(std::type_identity<T>) { apply<T>(op, static_cast<T>(alpha), x, y); });
@@ -170,6 +160,16 @@ KernelDef make_sum() {
 }
 
 }  // namespace
+
+MapOp parse_map_op(const std::string& name) {
+  for (const auto& [text, op] : map_ops) {
+    if (text == name) return op;
+  }
+  std::string valid;
+  for (const auto& entry : map_ops) valid += (valid.empty() ? "" : ", ") + std::string(entry.first);
+  throw UsageError(fmt::format("op '{}' is unknown; map knows {}", name, valid));
+}
+
 
 void register_elementwise_kernels(KernelRegistry& registry) {
   registry.add(make_fill());

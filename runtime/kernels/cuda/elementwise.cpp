@@ -13,32 +13,6 @@
 #include "ferry/detail/cuda_check.hpp"
 
 namespace ferry::kernels::cuda {
-namespace {
-
-// The CPU map's table (cpu/elementwise.cpp) and error, so both variants
-// accept and refuse the same names; kernels_cuda_registry_test compares the
-// two lists.
-constexpr std::array<std::pair<std::string_view, MapOp>, 10> map_ops{{{"copy", MapOp::copy},
-                                                                     {"neg", MapOp::neg},
-                                                                     {"abs", MapOp::abs},
-                                                                     {"sqrt", MapOp::sqrt},
-                                                                     {"exp", MapOp::exp},
-                                                                     {"log", MapOp::log},
-                                                                     {"square", MapOp::square},
-                                                                     {"relu", MapOp::relu},
-                                                                     {"sigmoid", MapOp::sigmoid},
-                                                                     {"scale", MapOp::scale}}};
-
-MapOp parse_op(const std::string& name) {
-  for (const auto& [text, op] : map_ops) {
-    if (text == name) return op;
-  }
-  std::string valid;
-  for (const auto& entry : map_ops) valid += (valid.empty() ? "" : ", ") + std::string(entry.first);
-  throw UsageError(fmt::format("op '{}' is unknown; map knows {}", name, valid));
-}
-
-}  // namespace
 
 void fill(ExecContext& ctx) {
   const BufferArg& x = ctx.args.buffer(0);
@@ -69,7 +43,7 @@ void map(ExecContext& ctx) {
   const BufferArg& x = ctx.args.buffer(0);
   const BufferArg& y = ctx.args.buffer(1);
   // Parsed before anything else, so a bad name fails the same way with or without a device.
-  const MapOp op = parse_op(ctx.args.text(2));
+  const MapOp op = parse_map_op(ctx.args.text(2));
   const double alpha = ctx.args.real(3);
   if (x.elements() == 0) return;
   const bool one_row = all_contiguous({&x, &y});

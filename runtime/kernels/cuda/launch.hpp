@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cstddef>
 
+#include "../map_op.hpp"
+
 namespace ferry::kernels::cuda {
 
 // rows x cols elements, ld elements between row starts. A call whose buffers
@@ -20,8 +22,7 @@ struct View {
   std::size_t ld = 0;
 };
 
-// The ops the CPU map knows, in its order (elementwise.cpp parses the names).
-enum class MapOp { copy, neg, abs, sqrt, exp, log, square, relu, sigmoid, scale };
+using ferry::kernels::MapOp;  // map_op.hpp: the names are parsed on the host
 
 inline constexpr unsigned block_threads = 256;
 
