@@ -445,14 +445,7 @@ void CudaDevice::prefetch_inputs(const Prefetch& job) {
     const auto stats = pool_->stats();
     if (stats.bytes_in_use + host_region(view).bytes() > stats.bound_bytes) continue;
     try {
-      prefetch_on_node(view, *this, [&] {
-        bool pending = false;
-        for (const Use& use : users_of(view)) {
-          pending = pending || (use.writes && use.task != task && !use.task->done.load(std::memory_order_acquire));
-          release(use.task);
-        }
-        return pending || task->done.load(std::memory_order_acquire);
-      });
+      prefetch_on_node(view, *this, [&] { return prefetch_too_early(view, task); });
     } catch (const std::exception& e) {
       log().debug("{}: prefetch skipped: {}", name(), e.what());
     }

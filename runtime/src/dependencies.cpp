@@ -104,4 +104,13 @@ void clear_history(BufferRoot& root) {
   root.records.clear();
 }
 
+bool prefetch_too_early(const BufferState& view, const TaskRecord* task) {
+  bool pending = false;
+  for (const Use& use : users_of(view)) {
+    pending = pending || (use.writes && use.task != task && !use.task->done.load(std::memory_order_acquire));
+    release(use.task);
+  }
+  return pending || task->done.load(std::memory_order_acquire);
+}
+
 }  // namespace ferry::detail

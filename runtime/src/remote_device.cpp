@@ -586,14 +586,7 @@ void RemoteDevice::prefetch_inputs(TaskRecord* task, const std::vector<std::shar
     if (task->done.load(std::memory_order_acquire)) return;  // too late to help
     const BufferState& view = *inputs[i];
     try {
-      prefetch_on_node(view, *this, [&] {
-        bool pending = false;
-        for (const Use& use : users_of(view)) {
-          pending = pending || (use.writes && use.task != task && !use.task->done.load(std::memory_order_acquire));
-          release(use.task);
-        }
-        return pending || task->done.load(std::memory_order_acquire);
-      });
+      prefetch_on_node(view, *this, [&] { return prefetch_too_early(view, task); });
     } catch (const std::exception& e) {
       log().debug("remote {}: prefetch skipped: {}", options_.address, e.what());
     }
