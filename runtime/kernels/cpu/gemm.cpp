@@ -6,8 +6,8 @@
 namespace ferry::kernels {
 namespace {
 
-constexpr std::size_t a_index = 0, b_index = 1, c_index = 2, alpha_index = 3, beta_index = 4, trans_a_index = 5,
-                      trans_b_index = 6;
+constexpr std::size_t a_index = gemm_param::a, b_index = gemm_param::b, c_index = gemm_param::c,
+                      trans_a_index = gemm_param::trans_a, trans_b_index = gemm_param::trans_b;
 
 // op(X) as the product sees it: rows x cols after the optional transpose.
 struct Operand {
@@ -59,18 +59,12 @@ void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, double al
 }
 
 void run_cpu(ExecContext& ctx) {
-  const KernelArgs& args = ctx.args;
-  const BufferArg& a = args.buffer(a_index);
-  const BufferArg& b = args.buffer(b_index);
-  const BufferArg& c = args.buffer(c_index);
-  const bool trans_a = args.integer(trans_a_index) == 1;
-  const bool trans_b = args.integer(trans_b_index) == 1;
-  if (c.elements() == 0) return;
-  const std::size_t k = trans_a ? a.rows : a.cols;
-  dispatch_floating(c.dtype, "gemm", [&]<typename T>(std::type_identity<T>) {
-    gemm(trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, blas_int(c.rows),
-         blas_int(c.cols), blas_int(k), static_cast<T>(args.real(alpha_index)), a.as<T>(), leading_dim(a), b.as<T>(),
-         leading_dim(b), static_cast<T>(args.real(beta_index)), c.as<T>(), leading_dim(c));
+  const GemmCall g = gemm_call(ctx.args);
+  if (g.c.elements() == 0) return;
+  dispatch_floating(g.c.dtype, "gemm", [&]<typename T>(std::type_identity<T>) {
+    gemm(g.trans_a ? CblasTrans : CblasNoTrans, g.trans_b ? CblasTrans : CblasNoTrans, blas_int(g.c.rows),
+         blas_int(g.c.cols), blas_int(g.k), static_cast<T>(g.alpha), g.a.as<T>(), leading_dim(g.a), g.b.as<T>(),
+         leading_dim(g.b), static_cast<T>(g.beta), g.c.as<T>(), leading_dim(g.c));
   });
 }
 

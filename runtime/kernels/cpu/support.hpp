@@ -128,6 +128,26 @@ T* row(const BufferArg& b, std::size_t r) {
   return b.as<T>() + r * b.ld;
 }
 
+// gemm's parameters (cpu/gemm.cpp declares them) as both its variants read them.
+namespace gemm_param {
+inline constexpr std::size_t a = 0, b = 1, c = 2, alpha = 3, beta = 4, trans_a = 5, trans_b = 6;
+}
+struct GemmCall {
+  const BufferArg& a;
+  const BufferArg& b;
+  const BufferArg& c;
+  double alpha, beta;
+  bool trans_a, trans_b;
+  std::size_t k;  // the inner dimension of op(a) * op(b)
+};
+inline GemmCall gemm_call(const KernelArgs& args) {
+  const BufferArg& a = args.buffer(gemm_param::a);
+  const bool trans_a = args.integer(gemm_param::trans_a) == 1;
+  return GemmCall{a, args.buffer(gemm_param::b), args.buffer(gemm_param::c), args.real(gemm_param::alpha),
+                  args.real(gemm_param::beta), trans_a, args.integer(gemm_param::trans_b) == 1,
+                  trans_a ? a.rows : a.cols};
+}
+
 void register_blas1_kernels(KernelRegistry& registry);
 void register_gemm_kernels(KernelRegistry& registry);
 void register_cholesky_kernels(KernelRegistry& registry);

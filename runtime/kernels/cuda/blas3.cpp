@@ -55,20 +55,12 @@ cublasOperation_t op(bool transposed) { return transposed ? CUBLAS_OP_T : CUBLAS
 // C = alpha op(A) op(B) + beta C row-major is C^T = alpha op(B)^T op(A)^T +
 // beta C^T: the same call column-major with the operands swapped.
 void gemm(ExecContext& ctx) {
-  constexpr std::size_t a_index = 0, b_index = 1, c_index = 2, alpha_index = 3, beta_index = 4, trans_a_index = 5,
-                        trans_b_index = 6;
-  const KernelArgs& args = ctx.args;
-  const BufferArg& a = args.buffer(a_index);
-  const BufferArg& b = args.buffer(b_index);
-  const BufferArg& c = args.buffer(c_index);
-  const bool trans_a = args.integer(trans_a_index) == 1;
-  const bool trans_b = args.integer(trans_b_index) == 1;
-  if (c.elements() == 0) return;
-  const std::size_t k = trans_a ? a.rows : a.cols;
-  dispatch_floating(c.dtype, "gemm", [&]<typename T>(std::type_identity<T>) {
-    blas_gemm(cublas_handle(ctx), op(trans_b), op(trans_a), blas_int(c.cols), blas_int(c.rows), blas_int(k),
-              static_cast<T>(args.real(alpha_index)), b.as<T>(), leading_dim(b), a.as<T>(), leading_dim(a),
-              static_cast<T>(args.real(beta_index)), c.as<T>(), leading_dim(c));
+  const GemmCall g = gemm_call(ctx.args);
+  if (g.c.elements() == 0) return;
+  dispatch_floating(g.c.dtype, "gemm", [&]<typename T>(std::type_identity<T>) {
+    blas_gemm(cublas_handle(ctx), op(g.trans_b), op(g.trans_a), blas_int(g.c.cols), blas_int(g.c.rows), blas_int(g.k),
+              static_cast<T>(g.alpha), g.b.as<T>(), leading_dim(g.b), g.a.as<T>(),
+              leading_dim(g.a), static_cast<T>(g.beta), g.c.as<T>(), leading_dim(g.c));
   });
 }
 
