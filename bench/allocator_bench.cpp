@@ -2,7 +2,7 @@
 // peers it replaces (malloc, mmap, and cudaHostAlloc where a GPU exists).
 // Nothing touches the memory: the point is the allocator's own cost.
 // Writes JSON (bench-allocator.json unless --benchmark_out says otherwise),
-// then a summary with ratios and the verdict against DESIGN §14.
+// then a summary with ratios and the verdict against its target.
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 #include <sys/mman.h>
@@ -35,7 +35,7 @@ namespace {
 
 constexpr std::int64_t min_bytes = 64;
 constexpr std::int64_t max_bytes = std::int64_t{64} << 20;
-constexpr std::size_t target_max_bytes = std::size_t{64} << 10;  // DESIGN §14: ≤ 64 KiB
+constexpr std::size_t target_max_bytes = std::size_t{64} << 10;  // ≤ 64 KiB
 constexpr double target_ns = 50.0;
 
 // Shared by all threads of a run, as the runtime's one pinned pool would be.

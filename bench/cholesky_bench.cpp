@@ -1,4 +1,4 @@
-// Tiled Cholesky, N=4096 fp64 on 2 cores (DESIGN §14: ≥ 1.1× StarPU and
+// Tiled Cholesky, N=4096 fp64 on 2 cores (≥ 1.1× StarPU and
 // ≥ LAPACK dpotrf, same cores and BLAS). Every system factors the same SPD
 // matrix in the same memory layout (row-major, lower) with the same
 // OpenBLAS/LAPACKE calls:

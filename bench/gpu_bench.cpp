@@ -1,4 +1,4 @@
-// The GPU numbers of DESIGN §14 and issue 5, each against its peer in the
+// The GPU numbers of the CUDA issue, each against its peer in the
 // same run (ratios printed), on GPU 0:
 //   gemm      Ferry's gemm task on resident data vs bare cublasSgemm (≥ 97 % for n ≥ 4096)
 //   h2d       Ferry's chunked host-to-device copy vs one cudaMemcpy from pinned memory (≥ 95 %)

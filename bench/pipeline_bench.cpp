@@ -1,4 +1,4 @@
-// DESIGN §14: a chunked pipeline over a shaped link reaches >= 90 % of the
+// a chunked pipeline over a shaped link reaches >= 90 % of the
 // max(stage) bound. A streaming transform: each chunk of x is mapped (sqrt) on
 // the remote into y, and a CPU task sums each chunk of y as it is done, so
 // results come home while later chunks are still going out. Runs where

@@ -1,4 +1,4 @@
-"""Python-side cost of Ferry (DESIGN §13, issue: ≤ 3 µs extra per task), and
+"""Python-side cost of Ferry(≤ 3 µs extra per task), and
 a remote round trip against Dask distributed's client.submit on loopback.
 
 Run through bench/run_python_bench.sh (it installs Dask into the venv).

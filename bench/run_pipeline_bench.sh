@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# DESIGN §14 "chunked pipeline over a shaped link": runs ferry_bench_pipeline in
+# "chunked pipeline over a shaped link": runs ferry_bench_pipeline in
 # one network namespace against ferryd in another, over a veth link shaped to
 # ~1 GB/s and 0.5 ms each way (samples/two_hosts/two_hosts.sh sets it up).
 #   run_pipeline_bench.sh BUILD_DIR [ferry_bench_pipeline args...]

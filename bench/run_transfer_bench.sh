@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# DESIGN §14 "bulk transfer" and "remote empty task round trip" against
+# "bulk transfer" and "remote empty task round trip" against
 # ucx_perftest on the same transport: for each UCX_TLS row, a local ferryd and
 # ucx_perftest (ucp_am_bw per size, ucp_am_lat for latency) run under that
 # UCX_TLS, then ferry_bench_transfer compares against them.

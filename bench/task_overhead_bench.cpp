@@ -1,4 +1,4 @@
-// Empty-task overhead (DESIGN §14): how long a task costs when its kernel does
+// Empty-task overhead: how long a task costs when its kernel does
 // nothing, from the first submit to the wait returning, for Ferry and its
 // peers in the same run and on the same cores.
 //   independent: N tasks with no buffers, so nothing orders them;
@@ -212,7 +212,7 @@ nlohmann::json series_json(const std::optional<Series>& s) {
   return {{"best_us_per_task", s->best()}, {"median_us_per_task", s->median()}, {"runs_us_per_task", s->runs}};
 }
 
-// The fastest StarPU scheduler: the peer the ratios in DESIGN §14 are against.
+// The fastest StarPU scheduler: the peer the ratios are against.
 const Series* best_starpu(const std::vector<Row>& rows, std::optional<Series> Row::*which) {
   const Series* best = nullptr;
   for (const auto& r : rows)

@@ -1,4 +1,4 @@
-// DESIGN §14: bulk transfer to a remote reaches >= 95 % of ucx_perftest's
+// bulk transfer to a remote reaches >= 95 % of ucx_perftest's
 // bandwidth (>= 4 MiB, same transport), and an empty remote task's round trip
 // is <= 2x UCX's ping-pong round trip. Needs a ferryd; the peer's numbers come
 // from ucx_perftest run by bench/run_transfer_bench.sh under the same UCX_TLS.

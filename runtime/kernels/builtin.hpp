@@ -1,4 +1,4 @@
-// The built-in kernel library (DESIGN §4): blas1, gemm, the Cholesky set,
+// The built-in kernel library: blas1, gemm, the Cholesky set,
 // elementwise map/reduce, fill and copy.
 #pragma once
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "cuda_signature.hpp"
+#include "cuda_source/cuda_signature.hpp"
 #include "ferry/config.hpp"
 #include "ferry/cuda_probe.hpp"
 #include "ferry/error.hpp"

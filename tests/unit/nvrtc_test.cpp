@@ -8,7 +8,7 @@
 #include <random>
 #include <string>
 
-#include "cuda/nvrtc_compiler.hpp"
+#include "cuda_source/nvrtc_compiler.hpp"
 #include "ferry/error.hpp"
 
 namespace ferry::detail {

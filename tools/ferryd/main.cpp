@@ -1,5 +1,5 @@
 // ferryd: serves Ferry runtimes on CPU-only machines with this host's
-// workers and GPUs (DESIGN §10). Options are in options.cpp, the protocol
+// workers and GPUs. Options are in options.cpp, the protocol
 // per client in session*.cpp; this file starts and stops the pieces.
 #include <fmt/format.h>
 #include <signal.h>

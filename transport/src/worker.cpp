@@ -73,7 +73,7 @@ std::shared_ptr<Worker> Worker::create(Options options) {
   check(ucp_config_read(nullptr, nullptr, &config), "ucp_config_read");
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED | UCP_PARAM_FIELD_NAME;
-  // RMA costs nothing until memory is registered and lets bulk data use rkeys later (DESIGN §9).
+  // RMA costs nothing until memory is registered and lets bulk data use rkeys later.
   params.features = UCP_FEATURE_AM | UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
   params.mt_workers_shared = 0;
   params.name = impl->name.c_str();

@@ -1,5 +1,5 @@
 // Stream-ordered GPU memory for one device, from a cudaMemPool of its own
-// (DESIGN §8). The pool grows lazily and keeps freed memory for reuse, but the
+//. The pool grows lazily and keeps freed memory for reuse, but the
 // GPU is shared with other processes, so bytes in use are bounded by a
 // fraction of the device; at the bound the runtime is asked to evict replicas
 // before the request fails.

@@ -1,5 +1,5 @@
 // Pooled CUDA managed (unified) memory, addressable from host and device and
-// migrated on demand (DESIGN §8). The managed bytes are capped below the
+// migrated on demand. The managed bytes are capped below the
 // device's free memory, so that oversubscription never starts by accident.
 //
 // Declared on every build so user code compiles the same everywhere; without

@@ -1,5 +1,5 @@
 // Buffers: logical arrays with a replica on each memory node where they have
-// been used (DESIGN §3). The host replica lives in the runtime's pinned pool.
+// been used. The host replica lives in the runtime's pinned pool.
 // Views made by split() and tiles() are buffers themselves; tasks on
 // overlapping views are ordered, on disjoint ones they run in parallel.
 #pragma once

@@ -1,4 +1,4 @@
-// How long a kernel takes on a device, learned from measured runs (DESIGN §5).
+// How long a kernel takes on a device, learned from measured runs.
 // One model per (kernel, device key); within it, a history per size bucket
 // (powers of two of the bytes a call touches). Estimates are robust to
 // outliers (medians of recent runs), carry their confidence, fall back to a

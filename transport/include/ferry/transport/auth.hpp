@@ -1,5 +1,5 @@
 // Authentication between a runtime and ferryd: a pre-shared token and an
-// HMAC challenge-response (DESIGN §10). The token itself never crosses the
+// HMAC challenge-response. The token itself never crosses the
 // wire: the server sends a fresh nonce, the client answers with
 // HMAC-SHA-256 keyed by SHA-256(token) over nonce || client name, so a
 // recorded answer is useless against the next nonce.

@@ -1,0 +1,556 @@
+#include "core/core.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <thread>
+
+#include "data/coherence.hpp"
+#include "devices/cpu/cpu_device.hpp"
+#include "devices/cuda/cuda_selection.hpp"
+#include "data/cuda_unified.hpp"
+#include "devices/remote/remote_device.hpp"
+#include "data/dependencies.hpp"
+#include "ferry/allocator/pinned_pool.hpp"
+#include "ferry/config.hpp"
+#include "ferry/cuda_probe.hpp"
+#include "ferry/error.hpp"
+#include "ferry/log.hpp"
+#include "ferry/transport/auth.hpp"
+#include "ferry/units.hpp"
+
+#if FERRY_WITH_CUDA
+#include "devices/cuda/cuda_device.hpp"
+#endif
+
+namespace ferry::detail {
+
+namespace {
+
+std::atomic<std::uint64_t> next_runtime_id{1};
+
+std::string what_of(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "unknown exception";
+  }
+}
+
+std::string param_name(const KernelDef& kernel, std::size_t index) {
+  return index < kernel.params.size() ? kernel.params[index].name : fmt::format("#{}", index + 1);
+}
+
+}  // namespace
+
+RuntimeCore::RuntimeCore(Runtime::Options options)
+    : id_(next_runtime_id.fetch_add(1)), options_(std::move(options)), rng_(options_.seed) {
+  memory_ = options_.host_memory ? options_.host_memory : std::make_shared<PinnedPool>();
+  if (options_.trace || !options_.trace_path.empty()) trace_ = std::make_unique<Trace>();
+  if (options_.persist_perf_models) {
+    if (options_.perf_model_dir.empty()) options_.perf_model_dir = PerfModels::default_dir();
+    models_.load(options_.perf_model_dir);
+  }
+}
+
+RuntimeCore::~RuntimeCore() { shutdown(); }
+
+void RuntimeCore::start() {
+  unsigned workers = options_.workers;
+  if (workers == 0) workers = std::max(1u, std::thread::hardware_concurrency());
+  devices_.push_back(std::make_unique<CpuDevice>(*this, 0, workers));
+  start_gpus();
+  if (options_.remotes.empty()) return;
+  if (options_.remotes.size() + devices_.size() > 64)
+    throw UsageError(fmt::format("at most 64 devices per runtime: {} remotes do not fit beside {} local devices",
+                                 options_.remotes.size(), devices_.size()));
+  std::string token = options_.token;
+  if (token.empty() && !options_.token_file.empty()) token = transport::read_token_file(options_.token_file);
+  if (token.empty())
+    throw UsageError("remotes need a token: set Options::token_file (FERRY_TOKEN_FILE) or Options::token (FERRY_TOKEN)");
+  worker_ = transport::Worker::create(transport::Worker::Options{"ferry-client"});
+  for (const std::string& address : options_.remotes) {
+    RemoteOptions remote;
+    remote.address = address.starts_with("ucx://") ? address.substr(6) : address;
+    remote.token = token;
+    remote.chunk_bytes = options_.chunk_bytes;
+    remote.window = options_.chunk_window;
+    const auto id = static_cast<DeviceId>(devices_.size());
+    auto device = std::make_unique<RemoteDevice>(*this, id, static_cast<MemoryNodeId>(id), remote, worker_);
+    device->start();
+    devices_.push_back(std::move(device));
+  }
+}
+
+void RuntimeCore::start_gpus() {
+  // "none" does not even probe: a CPU-only run never initialises CUDA.
+  if (selects_no_gpu(options_.gpus)) return;
+  // Checked on every build, so a bad setting fails the same way everywhere.
+  const std::vector<int> ordinals = select_gpus(options_.gpus, cuda::device_count());
+  if (ordinals.size() + devices_.size() > 64) throw UsageError("at most 63 GPUs per runtime");
+#if FERRY_WITH_CUDA
+  for (int ordinal : ordinals) {
+    CudaDeviceOptions gpu;
+    gpu.ordinal = ordinal;
+    gpu.memory_limit = options_.gpu_memory_limit;
+    gpu.streams = options_.gpu_streams;
+    gpu.chunk_bytes = options_.chunk_bytes;
+    gpu.slots = options_.chunk_window;
+    gpu.write_through = options_.gpu_write_through;
+    const auto id = static_cast<DeviceId>(devices_.size());
+    try {
+      devices_.push_back(std::make_unique<CudaDevice>(*this, id, static_cast<MemoryNodeId>(id), gpu));
+    } catch (const Error& e) {
+      // Asked for by number, it must work; found by "all", it may be skipped.
+      if (!selects_all_gpus(options_.gpus)) throw;
+      log().warn("GPU {} is not used: {}", ordinal, e.what());
+    }
+  }
+#endif
+}
+
+std::shared_ptr<MemoryResource> RuntimeCore::unified_memory() {
+  std::lock_guard lock(unified_mutex_);
+  if (unified_checked_) return unified_memory_;
+  unified_checked_ = true;
+#if FERRY_WITH_CUDA
+  for (const auto& device : devices_) {
+    const auto* gpu = dynamic_cast<const CudaDevice*>(device.get());
+    if (gpu == nullptr) continue;
+    try {
+      unified_memory_ = make_unified_memory(gpu->ordinal());
+      return unified_memory_;
+    } catch (const Error& e) {
+      log().warn("unified buffers: no managed memory on {} ({}); they are ordinary host buffers", gpu->name(),
+                 e.what());
+      return nullptr;
+    }
+  }
+#endif
+  log().debug("unified buffers: this runtime has no GPU ({}); they are ordinary host buffers",
+              cuda::unavailable_reason().empty() ? "none selected" : cuda::unavailable_reason());
+  return nullptr;
+}
+
+void RuntimeCore::reschedule(TaskRecord* task, Device& from) {
+  from.unassigned(task->estimate_ns);
+  Device& cpu = *devices_.front();
+  task->estimate_ns = 0;
+  task->device = &cpu;
+  task->device_name = cpu.name();
+  cpu.assigned(0);
+  cpu.enqueue(task);
+}
+
+Device* RuntimeCore::find_device(std::string_view name) const noexcept {
+  for (const auto& d : devices_)
+    if (d->name() == name) return d.get();
+  return nullptr;
+}
+
+void RuntimeCore::shutdown() {
+  if (shut_down_) return;
+  shut_down_ = true;
+  wait_idle();
+  {
+    std::lock_guard lock(error_mutex_);
+    if (first_error_) log().warn("a task failed and no wait() reported it: {}", what_of(first_error_));
+    first_error_ = nullptr;
+  }
+  for (auto& device : devices_) device->drain();
+  // Remotes first: they bring home data only they hold, which may need the CPU.
+  while (devices_.size() > 1) devices_.pop_back();
+  devices_.clear();
+  worker_.reset();
+  if (options_.persist_perf_models) {
+    try {
+      models_.save(options_.perf_model_dir);
+    } catch (const std::exception& e) {
+      log().warn("could not save performance models to {}: {}", options_.perf_model_dir.string(), e.what());
+    }
+  }
+  if (trace_) {
+    if (!options_.trace_path.empty()) {
+      try {
+        trace_->write_chrome_json(options_.trace_path);
+        log().info("trace written to {}", options_.trace_path.string());
+      } catch (const std::exception& e) {
+        log().error("{}", e.what());
+      }
+    }
+    log().info("{}", trace_->summary().to_text());
+  }
+}
+
+std::shared_ptr<BufferState> RuntimeCore::make_buffer(DType dtype, std::size_t rows, std::size_t cols, bool zero,
+                                                      bool unified) {
+  const std::size_t element = size_of(dtype);
+  if (cols != 0 && rows > SIZE_MAX / cols / element)
+    throw UsageError(fmt::format("a {} x {} buffer of {} does not fit in memory", rows, cols, to_string(dtype)));
+  auto root = std::make_shared<BufferRoot>();
+  root->runtime_id = id_;
+  root->runtime = weak_from_this();
+  root->memory = memory_;
+  if (unified) {
+    if (auto managed = unified_memory()) {
+      root->memory = std::move(managed);
+      root->unified = true;
+    }
+  }
+  root->dtype = dtype;
+  root->rows = rows;
+  root->cols = cols;
+  root->bytes = rows * cols * element;
+  root->host = root->memory->allocate(root->bytes);
+  // Buffers start zeroed, so a forgotten initialisation is visible, not random.
+  if (zero) std::memset(root->host, 0, root->bytes);
+
+  auto state = std::make_shared<BufferState>();
+  state->root = std::move(root);
+  state->region = Region{0, 0, rows, cols};
+  state->id = next_buffer_id_.fetch_add(1, std::memory_order_relaxed);
+  state->name = fmt::format("buffer{}", state->id);
+  return state;
+}
+
+// ---- kernels ----
+
+std::shared_ptr<const KernelDef> RuntimeCore::find_kernel(std::string_view name) const {
+  {
+    std::lock_guard lock(kernels_mutex_);
+    if (auto it = kernels_.find(name); it != kernels_.end()) return it->second;
+  }
+  if (const KernelDef* def = KernelRegistry::global().find(name))
+    return std::shared_ptr<const KernelDef>(std::shared_ptr<const KernelDef>{}, def);  // the registry outlives us
+  return nullptr;
+}
+
+std::vector<std::string> RuntimeCore::kernel_names() const {
+  std::vector<std::string> names = KernelRegistry::global().names();
+  std::lock_guard lock(kernels_mutex_);
+  for (const auto& [name, def] : kernels_) names.push_back(name);
+  std::sort(names.begin(), names.end());
+  names.erase(std::unique(names.begin(), names.end()), names.end());
+  return names;
+}
+
+KernelRef RuntimeCore::add_kernel(KernelDef def) {
+  if (def.name.empty()) throw UsageError("add_kernel: a kernel needs a name");
+  if (!def.cpu && !def.cuda) throw UsageError(fmt::format("add_kernel '{}': no implementation (cpu or cuda)", def.name));
+  auto shared = std::make_shared<const KernelDef>(std::move(def));
+  std::lock_guard lock(kernels_mutex_);
+  if (!kernels_.emplace(shared->name, shared).second)
+    throw UsageError(fmt::format("add_kernel: this runtime already has a kernel named '{}'", shared->name));
+  return KernelRef{shared};
+}
+
+// ---- submission ----
+
+PreparedTask RuntimeCore::prepare(std::shared_ptr<const KernelDef> kernel, Submission submission) const {
+  PreparedTask p;
+  p.name = submission.name.empty() ? kernel->name : std::move(submission.name);
+  p.place = std::move(submission.place);
+  p.args.items.reserve(submission.args.size());
+  for (std::size_t i = 0; i < submission.args.size(); ++i) {
+    auto& arg = submission.args[i];
+    if (auto* access = std::get_if<BufferAccess>(&arg)) {
+      const auto where = [&] {
+        return fmt::format("task '{}' (kernel {}): argument {} '{}'", p.name, kernel->name, i + 1, param_name(*kernel, i));
+      };
+      if (!access->state) throw UsageError(fmt::format("{}: the buffer is empty (default-constructed)", where()));
+      const BufferRoot& root = *access->state->root;
+      if (root.runtime_id != id_)
+        throw UsageError(fmt::format("{}: buffer '{}' belongs to another runtime{}", where(), access->state->name,
+                                     root.runtime.expired() ? ", which no longer exists" : ""));
+      Arg a;
+      a.kind = Arg::Kind::buffer;
+      a.buffer = BufferArg{nullptr, root.dtype, access->state->region.rows, access->state->region.cols, root.cols,
+                           access->mode};
+      p.bytes += a.buffer.bytes();
+      p.buffers.push_back(std::move(access->state));
+      p.buffer_args.push_back(static_cast<std::uint32_t>(i));
+      p.args.items.push_back(std::move(a));
+    } else {
+      Arg a;
+      a.kind = Arg::Kind::scalar;
+      a.scalar = std::move(std::get<ScalarValue>(arg));
+      p.args.items.push_back(std::move(a));
+    }
+  }
+  check_arguments(*kernel, p.args, p.name);
+
+  // Two views of one buffer, one of them written, would alias inside a kernel.
+  for (std::size_t a = 0; a < p.buffers.size(); ++a) {
+    for (std::size_t b = a + 1; b < p.buffers.size(); ++b) {
+      const auto& x = *p.buffers[a];
+      const auto& y = *p.buffers[b];
+      const AccessMode mx = p.args.items[p.buffer_args[a]].buffer.mode;
+      const AccessMode my = p.args.items[p.buffer_args[b]].buffer.mode;
+      if (x.root == y.root && x.region.overlaps(y.region) && (writes(mx) || writes(my)))
+        throw UsageError(fmt::format(
+            "task '{}' (kernel {}): arguments {} '{}' and {} '{}' are the same memory ('{}' and '{}') and one is "
+            "written; pass a copy",
+            p.name, kernel->name, p.buffer_args[a] + 1, param_name(*kernel, p.buffer_args[a]), p.buffer_args[b] + 1,
+            param_name(*kernel, p.buffer_args[b]), x.name, y.name));
+    }
+  }
+
+  std::string why_not;
+  bool pinned_to_a_down_device = false;
+  for (std::size_t i = 0; i < devices_.size(); ++i) {
+    const Device& device = *devices_[i];
+    const bool runs = device.can_run(*kernel);
+    const bool fits = device.matches(p.place);
+    const bool up = device.available();
+    if (runs && fits && up) p.eligible |= std::uint64_t{1} << i;
+    else if (runs && fits) pinned_to_a_down_device = true;
+    else why_not += fmt::format("; {}: {}", device.name(), !runs ? "no implementation for it" : "excluded by placement");
+  }
+  // A host that is down must not stop the program: what was pinned to it
+  // runs wherever else it can until the host is back.
+  if (p.eligible == 0 && pinned_to_a_down_device) {
+    for (std::size_t i = 0; i < devices_.size(); ++i)
+      if (devices_[i]->can_run(*kernel) && devices_[i]->available()) p.eligible |= std::uint64_t{1} << i;
+    log().debug("task '{}' (kernel {}): {} is down; placing it elsewhere", p.name, kernel->name, p.place.describe());
+  }
+  if (p.eligible == 0)
+    throw UsageError(fmt::format("task '{}' (kernel {}) placed {}: no device of this runtime can run it{}", p.name,
+                                 kernel->name, p.place.describe(), why_not));
+  p.kernel = std::move(kernel);
+  return p;
+}
+
+Task RuntimeCore::submit(const PreparedTask& prepared) { return launch(prepared); }
+Task RuntimeCore::submit(PreparedTask&& prepared) { return launch(std::move(prepared)); }
+
+template <typename Prepared>
+Task RuntimeCore::launch(Prepared&& prepared) {
+  if (shut_down_) throw UsageError(fmt::format("task '{}': the runtime is shutting down", prepared.name));
+  auto* task = new TaskRecord;
+  task->id = next_task_id_.fetch_add(1, std::memory_order_relaxed);
+  task->core = this;
+  task->name = std::forward<Prepared>(prepared).name;
+  task->kernel = std::forward<Prepared>(prepared).kernel;
+  task->args = std::forward<Prepared>(prepared).args;
+  task->buffers = std::forward<Prepared>(prepared).buffers;
+  task->buffer_args = std::forward<Prepared>(prepared).buffer_args;
+  task->bytes = prepared.bytes;
+  in_flight_.fetch_add(1, std::memory_order_seq_cst);
+
+  for (std::size_t i = 0; i < task->buffers.size(); ++i)
+    register_access(task, *task->buffers[i], task->args.items[task->buffer_args[i]].buffer.mode);
+  place(task, prepared.eligible);
+  task->device->prefetch(task);
+
+  Task handle(task);
+  if (task->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    TaskRecord* bypass = nullptr;
+    std::vector<TaskRecord*> skipped;
+    ready(task, nullptr, bypass, skipped);
+    for (TaskRecord* t : skipped) finish(t, nullptr);
+  }
+  return handle;
+}
+
+void RuntimeCore::place(TaskRecord* task, std::uint64_t eligible) {
+  Device* chosen = devices_[static_cast<std::size_t>(std::countr_zero(eligible))].get();
+  if (std::popcount(eligible) > 1) {
+    DecisionInput in;
+    in.policy = options_.policy;
+    in.kernel = task->kernel->name;
+    in.bytes = task->bytes;
+    if (task->kernel->cost) in.hint = task->kernel->cost(task->args);
+    for (std::size_t i = 0; i < devices_.size(); ++i) {
+      DeviceSnapshot s = devices_[i]->snapshot();
+      s.can_run = (eligible >> i) & 1;
+      in.devices.push_back(std::move(s));
+    }
+    for (std::size_t i = 0; i < task->buffers.size(); ++i) {
+      const BufferArg& b = task->args.items[task->buffer_args[i]].buffer;
+      if (!reads(b.mode)) continue;
+      InputSnapshot input;
+      input.bytes = b.bytes();
+      const BufferState& view = *task->buffers[i];
+      BufferRoot& root = *view.root;
+      std::lock_guard lock(root.transfer_mutex);
+      bool host_valid = true;
+      for (const auto& copy : root.copies) {
+        if (!copy->region.overlaps(view.region)) continue;
+        host_valid = host_valid && !copy->modified;
+        if (copy->region == view.region) input.valid_on.push_back(copy->link->node());
+      }
+      if (host_valid) input.valid_on.push_back(host_node);
+      // Every local GPU reads a unified buffer in place: a prefetch, not a copy.
+      if (host_valid && root.unified)
+        for (const auto& device : devices_)
+          if (device->kind() == DeviceKind::cuda) input.valid_on.push_back(device->node());
+      in.inputs.push_back(std::move(input));
+    }
+    in.models = &models_;
+    in.links = &links_;
+    std::lock_guard lock(rng_mutex_);
+    in.rng = &rng_;
+    const Decision decision = decide(in);
+    for (const auto& device : devices_)
+      if (device->id() == decision.device) chosen = device.get();
+    for (const Candidate& c : decision.candidates)
+      if (c.device == decision.device) task->estimate_ns = static_cast<std::int64_t>(c.exec.seconds * 1e9);
+    task->explanation = explain(decision);
+    if (options_.explain) log().info("task '{}' (kernel {}):\n{}", task->name, task->kernel->name, task->explanation);
+  } else if (options_.explain) {
+    log().info("task '{}' (kernel {}) -> {}: the only eligible device", task->name, task->kernel->name, chosen->name());
+  }
+  task->device = chosen;
+  task->device_name = chosen->name();
+  chosen->assigned(task->estimate_ns);
+}
+
+// ---- execution ----
+
+void RuntimeCore::execute(TaskRecord* task, Device& device, int worker, int lane) {
+  for (std::size_t i = 0; i < task->buffers.size(); ++i) {
+    const BufferState& view = *task->buffers[i];
+    BufferArg& arg = task->args.items[task->buffer_args[i]].buffer;
+    // Data another node modified comes home first; a write makes copies elsewhere stale.
+    try {
+      acquire_on_host(view, arg.mode);
+    } catch (const std::exception& e) {
+      task->error = std::make_exception_ptr(KernelError(fmt::format(
+          "task '{}' (kernel {}): input '{}' could not be brought to the host: {}", task->name, task->kernel->name,
+          view.name, e.what())));
+      return;
+    }
+    arg.data = view.host_data();
+  }
+  ExecContext context{task->args, task->name, worker, nullptr, -1, std::nullopt};
+  const KernelFn& fn = device.kind() == DeviceKind::cpu ? task->kernel->cpu : task->kernel->cuda;
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    fn(context);
+    task->result = context.result;
+  } catch (const std::exception& e) {
+    task->error = std::make_exception_ptr(
+        KernelError(fmt::format("task '{}' (kernel {}) failed on {}: {}", task->name, task->kernel->name, device.name(),
+                                e.what())));
+  } catch (...) {
+    task->error = std::make_exception_ptr(KernelError(
+        fmt::format("task '{}' (kernel {}) failed on {}: unknown exception", task->name, task->kernel->name, device.name())));
+  }
+  const auto end = std::chrono::steady_clock::now();
+  task->start_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(start.time_since_epoch()).count();
+  task->end_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(end.time_since_epoch()).count();
+  if (!task->error)
+    models_.record(task->kernel->name, device.perf_key(), task->bytes, std::chrono::duration<double>(end - start).count());
+  if (trace_) {
+    TaskSpan span;
+    span.task_id = task->id;
+    span.name = task->name;
+    span.kernel = task->kernel->name;
+    span.device = device.name();
+    span.lane = lane;
+    span.end_ns = trace_->now_ns();
+    span.start_ns = span.end_ns - std::chrono::duration_cast<std::chrono::nanoseconds>(end - start).count();
+    span.predecessors = std::move(task->predecessors);
+    span.failed = task->error != nullptr;
+    trace_->record(std::move(span));
+  }
+}
+
+void RuntimeCore::ready(TaskRecord* task, Device* current, TaskRecord*& bypass, std::vector<TaskRecord*>& skipped) {
+  if (task->failed_input.load(std::memory_order_acquire) != nullptr) {
+    skipped.push_back(task);
+  } else if (task->device == current && bypass == nullptr) {
+    bypass = task;
+  } else {
+    task->device->enqueue(task);
+  }
+}
+
+void RuntimeCore::fail_skipped(TaskRecord* task) {
+  const TaskRecord* cause = task->failed_input.load(std::memory_order_acquire);
+  task->error = std::make_exception_ptr(KernelError(
+      fmt::format("task '{}' (kernel {}) did not run: its input comes from task '{}' (kernel {}), which failed: {}",
+                  task->name, task->kernel->name, cause->name, cause->kernel->name, what_of(cause->error))));
+}
+
+TaskRecord* RuntimeCore::finish(TaskRecord* task, Device* current) {
+  TaskRecord* bypass = nullptr;
+  std::vector<TaskRecord*> skipped;
+  for (;;) {
+    if (task->failed_input.load(std::memory_order_acquire) != nullptr && !task->error) fail_skipped(task);
+    std::vector<TaskRecord::Edge> successors;
+    std::vector<std::function<void()>> continuations;
+    {
+      std::lock_guard lock(task->mutex);
+      task->closed = true;
+      successors.swap(task->successors);
+      continuations.swap(task->continuations);
+    }
+    task->buffers.clear();  // the data is released; only the dependency history remains
+    task->device->completed(task->estimate_ns);
+    if (task->error) {
+      std::lock_guard lock(error_mutex_);
+      if (!first_error_) first_error_ = task->error;
+    }
+    task->done.store(true, std::memory_order_release);
+    task->done.notify_all();
+    for (auto& fn : continuations) {
+      try {
+        fn();
+      } catch (const std::exception& e) {
+        log().error("a continuation of task '{}' threw: {}", task->name, e.what());
+      }
+    }
+    for (const auto& edge : successors) {
+      if (edge.data && task->error) mark_failed_input(edge.task, task);
+      if (edge.task->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) ready(edge.task, current, bypass, skipped);
+      release(edge.task);
+    }
+    if (in_flight_.fetch_sub(1, std::memory_order_seq_cst) == 1 && waiters_.load(std::memory_order_seq_cst) > 0) {
+      std::lock_guard lock(wait_mutex_);
+      wait_cv_.notify_all();
+    }
+    release(task);  // the runtime's own reference, held since submit
+    if (skipped.empty()) return bypass;
+    task = skipped.back();
+    skipped.pop_back();
+  }
+}
+
+void RuntimeCore::wait_idle() noexcept {
+  waiters_.fetch_add(1, std::memory_order_seq_cst);
+  {
+    std::unique_lock lock(wait_mutex_);
+    wait_cv_.wait(lock, [&] { return in_flight_.load(std::memory_order_seq_cst) == 0; });
+  }
+  waiters_.fetch_sub(1, std::memory_order_seq_cst);
+}
+
+bool RuntimeCore::wait_all_for(std::chrono::nanoseconds timeout) {
+  waiters_.fetch_add(1, std::memory_order_seq_cst);
+  bool idle = false;
+  {
+    std::unique_lock lock(wait_mutex_);
+    idle = wait_cv_.wait_for(lock, timeout, [&] { return in_flight_.load(std::memory_order_seq_cst) == 0; });
+  }
+  waiters_.fetch_sub(1, std::memory_order_seq_cst);
+  if (!idle) return false;
+  wait_all();
+  return true;
+}
+
+void RuntimeCore::wait_all() {
+  wait_idle();
+  std::exception_ptr error;
+  {
+    std::lock_guard lock(error_mutex_);
+    error = std::exchange(first_error_, nullptr);
+  }
+  if (error) std::rethrow_exception(error);
+}
+
+}  // namespace ferry::detail

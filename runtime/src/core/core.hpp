@@ -1,0 +1,119 @@
+// The shared state behind a Runtime: devices, kernels, models, the trace,
+// and the submit → run → finish path every task takes.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <exception>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "devices/device.hpp"
+#include "ferry/transport/worker.hpp"
+#include "ferry/runtime/kernel.hpp"
+#include "ferry/runtime/link_model.hpp"
+#include "ferry/runtime/perf_model.hpp"
+#include "ferry/runtime/runtime.hpp"
+#include "ferry/runtime/trace.hpp"
+#include "core/task_record.hpp"
+
+namespace ferry::detail {
+
+// A task checked once, ready to be submitted any number of times (Graph).
+struct PreparedTask {
+  std::shared_ptr<const KernelDef> kernel;
+  std::string name;
+  KernelArgs args;  // checked, defaults filled, buffer data null
+  std::vector<std::shared_ptr<BufferState>> buffers;
+  std::vector<std::uint32_t> buffer_args;
+  std::size_t bytes = 0;
+  Place place;
+  std::uint64_t eligible = 0;  // bit i: devices()[i] may run it
+};
+
+class RuntimeCore : public std::enable_shared_from_this<RuntimeCore> {
+ public:
+  explicit RuntimeCore(Runtime::Options options);
+  ~RuntimeCore();
+
+  void start();  // devices; separate from the constructor so they may use shared_from_this
+  void shutdown();
+
+  // `unified`: managed memory a local GPU uses in place, where this runtime
+  // has a GPU; an ordinary host buffer where it has none.
+  std::shared_ptr<BufferState> make_buffer(DType dtype, std::size_t rows, std::size_t cols, bool zero,
+                                           bool unified = false);
+
+  // This runtime's kernels first, then the global registry; null if unknown.
+  std::shared_ptr<const KernelDef> find_kernel(std::string_view name) const;
+  std::vector<std::string> kernel_names() const;
+  KernelRef add_kernel(KernelDef def);
+
+  // Checks everything about a call; throws UsageError naming task, kernel and argument.
+  PreparedTask prepare(std::shared_ptr<const KernelDef> kernel, Submission submission) const;
+  Task submit(const PreparedTask& prepared);  // a Graph's task, submitted again
+  Task submit(PreparedTask&& prepared);       // a one-off task: its arguments move in
+  void wait_all();
+  void wait_idle() noexcept;
+  bool wait_all_for(std::chrono::nanoseconds timeout);  // false: still busy
+
+  // Runs a ready task's kernel on `device` (called by the device).
+  void execute(TaskRecord* task, Device& device, int worker, int lane);
+  // Records a finished (or failed, or skipped) task, releases its successors,
+  // and returns one of them to run next on `current`, if any is ready there.
+  TaskRecord* finish(TaskRecord* task, Device* current);
+
+  std::uint64_t id() const noexcept { return id_; }
+  const Runtime::Options& options() const noexcept { return options_; }
+  const std::shared_ptr<MemoryResource>& host_memory() const noexcept { return memory_; }
+  const std::vector<std::unique_ptr<Device>>& devices() const noexcept { return devices_; }
+  PerfModels& models() noexcept { return models_; }
+  LinkModels& links() noexcept { return links_; }
+  // Hands a task its device could not run (a lost remote) to the CPU.
+  void reschedule(TaskRecord* task, Device& from);
+  Device* find_device(std::string_view name) const noexcept;
+  Trace* trace() const noexcept { return trace_.get(); }
+  void release_task(TaskRecord* task) noexcept;
+
+ private:
+  void ready(TaskRecord* task, Device* current, TaskRecord*& bypass, std::vector<TaskRecord*>& skipped);
+  template <typename Prepared>
+  Task launch(Prepared&& prepared);
+  void place(TaskRecord* task, std::uint64_t eligible);
+  void fail_skipped(TaskRecord* task);
+  void start_gpus();
+  // Managed memory for unified buffers (made on first use); null without a GPU.
+  std::shared_ptr<MemoryResource> unified_memory();
+
+  std::uint64_t id_;
+  Runtime::Options options_;
+  std::shared_ptr<MemoryResource> memory_;
+  std::mutex unified_mutex_;
+  std::shared_ptr<MemoryResource> unified_memory_;
+  bool unified_checked_ = false;
+  std::shared_ptr<transport::Worker> worker_;  // declared before devices_: outlives them
+  std::vector<std::unique_ptr<Device>> devices_;
+  mutable std::mutex kernels_mutex_;
+  std::map<std::string, std::shared_ptr<const KernelDef>, std::less<>> kernels_;  // this runtime's own
+  PerfModels models_;
+  LinkModels links_;
+  std::unique_ptr<Trace> trace_;
+  std::mutex rng_mutex_;
+  std::mt19937_64 rng_;
+
+  std::atomic<std::uint64_t> next_task_id_{1};
+  std::atomic<std::uint64_t> next_buffer_id_{1};
+  std::atomic<std::size_t> in_flight_{0};
+  std::atomic<int> waiters_{0};
+  std::mutex wait_mutex_;
+  std::condition_variable wait_cv_;
+  std::mutex error_mutex_;
+  std::exception_ptr first_error_;
+  bool shut_down_ = false;
+};
+
+}  // namespace ferry::detail

@@ -1,0 +1,249 @@
+#include "ferry/runtime/runtime.hpp"
+
+#include <dlfcn.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+
+#include "core/core.hpp"
+#include "data/dependencies.hpp"
+#include "ferry/config.hpp"
+#include "ferry/runtime/cuda_source.hpp"
+#include "ferry/units.hpp"
+#include "devices/remote/remote_device.hpp"
+#if FERRY_WITH_CUDA
+#include "devices/cuda/cuda_device.hpp"
+#endif
+#include "ferry/error.hpp"
+#include "ferry/log.hpp"
+
+namespace ferry {
+
+namespace {
+
+const char* env(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr && *value != '\0' ? value : nullptr;
+}
+
+bool truthy(const char* name, const char* value) {
+  std::string v(value);
+  std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (v == "1" || v == "true" || v == "yes" || v == "on") return true;
+  if (v == "0" || v == "false" || v == "no" || v == "off") return false;
+  throw UsageError(fmt::format("{}={} is not a yes/no value (use 1/0, true/false, on/off)", name, value));
+}
+
+// FERRY_* variables override what the program set, so a run can be changed
+// without recompiling (as StarPU's STARPU_* variables do).
+void apply_environment(Runtime::Options& o) {
+  if (const char* v = env("FERRY_WORKERS")) {
+    char* end = nullptr;
+    const long n = std::strtol(v, &end, 10);
+    if (end == v || *end != '\0' || n < 1 || n > 4096)
+      throw UsageError(fmt::format("FERRY_WORKERS={} is not a worker count (1 to 4096)", v));
+    o.workers = static_cast<unsigned>(n);
+  }
+  if (const char* v = env("FERRY_POLICY")) o.policy = parse_policy(v);
+  if (const char* v = env("FERRY_TRACE")) {
+    o.trace = true;
+    o.trace_path = v;
+  }
+  if (const char* v = env("FERRY_EXPLAIN")) o.explain = truthy("FERRY_EXPLAIN", v);
+  if (const char* v = env("FERRY_PERFMODEL_DIR")) o.perf_model_dir = v;
+  if (const char* v = env("FERRY_PERFMODELS")) o.persist_perf_models = truthy("FERRY_PERFMODELS", v);
+  if (const char* v = env("FERRY_REMOTES")) {
+    o.remotes.clear();
+    std::string list(v);
+    for (std::size_t begin = 0; begin <= list.size();) {
+      const std::size_t end = std::min(list.find(',', begin), list.size());
+      if (end > begin) o.remotes.push_back(list.substr(begin, end - begin));
+      begin = end + 1;
+    }
+  }
+  if (const char* v = env("FERRY_TOKEN")) o.token = v;
+  if (const char* v = env("FERRY_TOKEN_FILE")) o.token_file = v;
+  if (const char* v = env("FERRY_CHUNK_BYTES")) o.chunk_bytes = parse_bytes(v);
+  if (const char* v = env("FERRY_GPUS")) o.gpus = v;
+  if (const char* v = env("FERRY_GPU_MEMORY")) o.gpu_memory_limit = parse_bytes(v);
+  if (const char* v = env("FERRY_GPU_STREAMS")) {
+    char* end = nullptr;
+    const long n = std::strtol(v, &end, 10);
+    if (end == v || *end != '\0' || n < 1 || n > 64)
+      throw UsageError(fmt::format("FERRY_GPU_STREAMS={} is not a stream count (1 to 64)", v));
+    o.gpu_streams = static_cast<unsigned>(n);
+  }
+  if (const char* v = env("FERRY_CHUNK_WINDOW")) {
+    const long n = std::strtol(v, nullptr, 10);
+    if (n < 1 || n > 1024) throw UsageError(fmt::format("FERRY_CHUNK_WINDOW={} is not a window size (1 to 1024)", v));
+    o.chunk_window = static_cast<unsigned>(n);
+  }
+}
+
+std::shared_ptr<detail::RuntimeCore> make_core(Runtime::Options options) {
+  if (options.read_environment) apply_environment(options);
+  auto core = std::make_shared<detail::RuntimeCore>(std::move(options));
+  core->start();
+  return core;
+}
+
+}  // namespace
+
+Runtime::Runtime() : Runtime(Options{}) {}
+
+Runtime::Runtime(Options options) : core_(make_core(std::move(options))) {}
+
+Runtime::~Runtime() { core_->shutdown(); }
+
+std::shared_ptr<detail::BufferState> Runtime::make_buffer(DType dtype, std::size_t rows, std::size_t cols,
+                                                         bool zero, bool unified) {
+  return core_->make_buffer(dtype, rows, cols, zero, unified);
+}
+
+Task Runtime::submit_named(std::string_view kernel, detail::Submission submission) {
+  auto def = core_->find_kernel(kernel);
+  if (!def) {
+    std::string known;
+    for (const auto& name : core_->kernel_names()) known += (known.empty() ? "" : ", ") + name;
+    throw UsageError(fmt::format("task '{}': unknown kernel '{}' (known: {})",
+                                 submission.name.empty() ? std::string(kernel) : submission.name, kernel, known));
+  }
+  return core_->submit(core_->prepare(std::move(def), std::move(submission)));
+}
+
+Task Runtime::submit_def(const std::shared_ptr<const KernelDef>& kernel, detail::Submission submission) {
+  if (!kernel) throw UsageError("submit: the KernelRef is empty");
+  return core_->submit(core_->prepare(kernel, std::move(submission)));
+}
+
+void Runtime::wait() { core_->wait_all(); }
+bool Runtime::wait_for(std::chrono::nanoseconds timeout) { return core_->wait_all_for(timeout); }
+std::shared_ptr<MemoryResource> Runtime::host_memory() const noexcept { return core_->host_memory(); }
+
+KernelRef Runtime::add_kernel(KernelDef def) { return core_->add_kernel(std::move(def)); }
+
+KernelRef Runtime::cuda_kernel(std::string source, std::string entry, std::vector<std::string> writes,
+                               std::vector<std::string> options) {
+  return add_kernel(make_cuda_source_kernel(CudaSource{std::move(source), std::move(entry), std::move(options)},
+                                            std::move(writes)));
+}
+
+bool Runtime::has_kernel(std::string_view name) const { return core_->find_kernel(name) != nullptr; }
+std::vector<std::string> Runtime::kernel_names() const { return core_->kernel_names(); }
+
+KernelRef Runtime::find_kernel(std::string_view name) const {
+  auto def = core_->find_kernel(name);
+  if (!def) throw UsageError(fmt::format("unknown kernel '{}'", name));
+  return KernelRef{std::move(def)};
+}
+
+void Runtime::load_plugin(const std::filesystem::path& path) {
+  const auto before = KernelRegistry::global().names();
+  detail::take_registration_errors();  // only this plugin's problems are reported below
+  // RTLD_NOW: a plugin with a missing symbol fails here, not in a task.
+  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) throw Error(fmt::format("cannot load plugin {}: {}", path.string(), dlerror()));
+  // Never closed: its kernels' code must stay mapped for the life of the process.
+  const auto errors = detail::take_registration_errors();
+  if (!errors.empty()) {
+    std::string all;
+    for (const auto& e : errors) all += "\n  " + e;
+    throw Error(fmt::format("plugin {} registered kernels with errors:{}", path.string(), all));
+  }
+  const auto after = KernelRegistry::global().names();
+  std::vector<std::string> added;
+  std::set_difference(after.begin(), after.end(), before.begin(), before.end(), std::back_inserter(added));
+  log().info("plugin {} added kernels: {}", path.string(), fmt::join(added, ", "));
+}
+
+std::vector<DeviceInfo> Runtime::devices() const {
+  std::vector<DeviceInfo> out;
+  for (const auto& d : core_->devices()) {
+    DeviceInfo info{d->id(), d->name(), d->kind(), d->node(), d->lanes(), d->tasks_run()};
+    if (const auto* remote = dynamic_cast<const detail::RemoteDevice*>(d.get())) {
+      info.bytes_in = remote->bytes_shipped();
+      info.bytes_out = remote->bytes_fetched();
+    }
+#if FERRY_WITH_CUDA
+    if (const auto* gpu = dynamic_cast<const detail::CudaDevice*>(d.get())) {
+      info.bytes_in = gpu->bytes_to_device();
+      info.bytes_out = gpu->bytes_from_device();
+    }
+#endif
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
+void Runtime::import_device_data(const BufferBase& buffer, int gpu, const void* device_ptr) {
+  if (!buffer.valid()) throw UsageError("import_device_data: the buffer is empty");
+  const auto& state = *buffer.state();
+  if (!state.whole())
+    throw UsageError(fmt::format("import_device_data: '{}' is a view; import into a whole buffer", state.name));
+  const auto users = detail::users_of(state);
+  for (const detail::Use& use : users) detail::release(use.task);
+  if (!users.empty())
+    throw UsageError(fmt::format("import_device_data: tasks already use '{}'; import into a fresh buffer", state.name));
+#if FERRY_WITH_CUDA
+  if (auto* device = dynamic_cast<detail::CudaDevice*>(core_->find_device(fmt::format("cuda:{}", gpu)))) {
+    device->adopt(state, device_ptr);
+    return;
+  }
+#else
+  (void)device_ptr;
+#endif
+  throw UsageError(fmt::format("import_device_data: this runtime has no GPU {} ({})", gpu,
+                               config::with_cuda ? "see FERRY_GPUS and ferry info" : "built without CUDA"));
+}
+
+Runtime::RemoteStats Runtime::remote_stats(const std::string& address) const {
+  const std::string bare = address.starts_with("ucx://") ? address.substr(6) : address;
+  auto* remote = dynamic_cast<detail::RemoteDevice*>(core_->find_device("remote:" + bare));
+  if (remote == nullptr) throw UsageError(fmt::format("no remote '{}' in this runtime", address));
+  RemoteStats out;
+  out.bytes_shipped = remote->bytes_shipped();
+  out.bytes_fetched = remote->bytes_fetched();
+  out.connected = remote->alive();
+  if (out.connected) {
+    const auto s = remote->stats();
+    out.server_bytes_in = s.bytes_in;
+    out.server_bytes_out = s.bytes_out;
+    out.server_tasks = s.tasks;
+    out.server_replicas = s.replicas;
+    out.server_memory_in_use = s.memory_in_use;
+  }
+  return out;
+}
+
+const Runtime::Options& Runtime::options() const noexcept { return core_->options(); }
+PerfModels& Runtime::perf_models() { return core_->models(); }
+const Trace* Runtime::trace() const noexcept { return core_->trace(); }
+
+TraceSummary Runtime::summary() const {
+  if (core_->trace() == nullptr)
+    throw UsageError("this runtime records no trace: set Options::trace (or FERRY_TRACE=path)");
+  return core_->trace()->summary();
+}
+
+void Runtime::write_trace(const std::filesystem::path& path) const {
+  if (core_->trace() == nullptr)
+    throw UsageError("this runtime records no trace: set Options::trace (or FERRY_TRACE=path)");
+  core_->trace()->write_chrome_json(path);
+}
+
+std::string Runtime::describe() const {
+  std::string devices;
+  for (const auto& d : core_->devices()) {
+    std::string what = fmt::format("{} ({} lanes, {} tasks run)", d->name(), d->lanes(), d->tasks_run());
+#if FERRY_WITH_CUDA
+    if (const auto* gpu = dynamic_cast<const detail::CudaDevice*>(d.get()))
+      what = fmt::format("{}, {} tasks run", gpu->describe(), d->tasks_run());
+#endif
+    devices += (devices.empty() ? "" : ", ") + what;
+  }
+  return fmt::format("ferry runtime: policy {}; devices: {}", to_string(core_->options().policy), devices);
+}
+
+}  // namespace ferry

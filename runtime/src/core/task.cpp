@@ -1,0 +1,158 @@
+#include "ferry/runtime/task.hpp"
+
+#include <fmt/format.h>
+
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+
+#include "core/core.hpp"
+#include "ferry/allocator/pinned_pool.hpp"
+#include "ferry/log.hpp"
+#include "devices/device.hpp"
+#include "ferry/error.hpp"
+#include "core/task_record.hpp"
+
+namespace ferry {
+
+namespace detail {
+
+namespace {
+SlabPool& record_pool() {
+  // Never destroyed: handles may outlive every runtime, even into static destruction.
+  static SlabPool* pool = [] {
+    SlabPool::Options options;
+    options.slab_bytes = std::size_t{4} << 20;
+    options.on_invalid_free = OnInvalidFree::throw_error;
+    return new SlabPool(make_mmap_source(/*lock=*/false), options);
+  }();
+  return *pool;
+}
+}  // namespace
+
+void* TaskRecord::operator new(std::size_t bytes) { return record_pool().allocate(bytes, alignof(TaskRecord)); }
+void TaskRecord::operator delete(void* ptr, std::size_t bytes) noexcept {
+  try {
+    record_pool().deallocate(ptr, bytes);
+  } catch (const std::exception& e) {
+    log().error("freeing a task record: {}", e.what());
+  }
+}
+
+void release(TaskRecord* task) noexcept {
+  if (task->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  if (TaskRecord* failed = task->failed_input.load(std::memory_order_relaxed)) release(failed);
+  for (auto& edge : task->successors) release(edge.task);
+  delete task;
+}
+
+void mark_failed_input(TaskRecord* succ, TaskRecord* pred) noexcept {
+  TaskRecord* expected = nullptr;
+  retain(pred);
+  if (!succ->failed_input.compare_exchange_strong(expected, pred, std::memory_order_acq_rel)) release(pred);
+}
+
+bool add_edge(TaskRecord* pred, TaskRecord* succ, bool data) {
+  // The trace wants the dependency even when pred is already done: it is
+  // still a link of the critical path.
+  if (succ->core != nullptr && succ->core->trace() != nullptr) succ->predecessors.push_back(pred->id);
+  std::lock_guard lock(pred->mutex);
+  if (pred->closed) {
+    if (data && pred->failed()) mark_failed_input(succ, pred);
+    return false;
+  }
+  // Count first: pred cannot finish (and decrement) while we hold its lock.
+  succ->pending.fetch_add(1, std::memory_order_relaxed);
+  retain(succ);
+  pred->successors.push_back({succ, data});
+  return true;
+}
+
+}  // namespace detail
+
+Task::Task(detail::TaskRecord* record) noexcept : record_(record) {
+  if (record_ != nullptr) detail::retain(record_);
+}
+Task::Task(const Task& other) noexcept : Task(other.record_) {}
+Task::Task(Task&& other) noexcept : record_(std::exchange(other.record_, nullptr)) {}
+Task& Task::operator=(Task other) noexcept {
+  std::swap(record_, other.record_);
+  return *this;
+}
+Task::~Task() {
+  if (record_ != nullptr) detail::release(record_);
+}
+
+namespace {
+detail::TaskRecord& require(detail::TaskRecord* record) {
+  if (record == nullptr) throw UsageError("this Task is empty (default-constructed or moved from)");
+  return *record;
+}
+}  // namespace
+
+void Task::wait() const {
+  detail::TaskRecord& r = require(record_);
+  r.done.wait(false, std::memory_order_acquire);
+  if (r.error) std::rethrow_exception(r.error);
+}
+
+bool Task::wait_for(std::chrono::nanoseconds timeout) const {
+  detail::TaskRecord& r = require(record_);
+  if (r.done.load(std::memory_order_acquire)) return true;
+  // Atomics have no timed wait: a continuation signals a condition variable.
+  struct Signal {
+    std::mutex mutex;
+    std::condition_variable cv;
+    bool fired = false;
+  };
+  auto signal = std::make_shared<Signal>();
+  then([signal](const Task&) {
+    std::lock_guard lock(signal->mutex);
+    signal->fired = true;
+    signal->cv.notify_all();
+  });
+  std::unique_lock lock(signal->mutex);
+  return signal->cv.wait_for(lock, timeout, [&] { return signal->fired; });
+}
+
+bool Task::done() const noexcept { return record_ != nullptr && record_->done.load(std::memory_order_acquire); }
+
+double Task::result() const {
+  wait();
+  if (!record_->kernel->returns_scalar)
+    throw UsageError(fmt::format("task '{}' (kernel {}) returns no scalar result", record_->name, record_->kernel->name));
+  return record_->result.value_or(0.0);
+}
+
+bool Task::has_result() const { return require(record_).kernel->returns_scalar; }
+
+double Task::run_seconds() const noexcept {
+  if (record_ == nullptr || !record_->done.load(std::memory_order_acquire)) return 0.0;
+  return static_cast<double>(record_->end_ns - record_->start_ns) * 1e-9;
+}
+
+std::uint64_t Task::id() const noexcept { return record_ != nullptr ? record_->id : 0; }
+const std::string& Task::name() const { return require(record_).name; }
+const std::string& Task::kernel() const { return require(record_).kernel->name; }
+std::string Task::device() const { return require(record_).device_name; }
+void Task::then(std::function<void(const Task&)> fn) const {
+  detail::TaskRecord& r = require(record_);
+  {
+    std::lock_guard lock(r.mutex);
+    if (!r.closed) {
+      r.continuations.push_back([fn = std::move(fn), self = *this] { fn(self); });
+      return;
+    }
+  }
+  r.done.wait(false, std::memory_order_acquire);
+  fn(*this);
+}
+
+std::string Task::explain() const {
+  const detail::TaskRecord& r = require(record_);
+  if (!r.explanation.empty()) return r.explanation;
+  return fmt::format("{}: the only device of this runtime that can run kernel '{}' where the task allows", r.device_name,
+                     r.kernel->name);
+}
+
+}  // namespace ferry

@@ -1,0 +1,78 @@
+// A submitted task's state, shared by its handles, its predecessors (which
+// hold it in their successor lists) and the device running it.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "data/buffer_state.hpp"
+#include "ferry/runtime/kernel.hpp"
+
+namespace ferry::detail {
+
+class RuntimeCore;
+class Device;
+
+struct TaskRecord {
+  // Records are made on the submitting thread and freed on workers, the
+  // pattern a general-purpose malloc handles worst; a SlabPool's thread
+  // caches absorb it.
+  static void* operator new(std::size_t bytes);
+  static void operator delete(void* ptr, std::size_t bytes) noexcept;
+
+  std::atomic<int> refs{1};
+  std::uint64_t id = 0;
+  RuntimeCore* core = nullptr;
+  std::string name;
+  std::shared_ptr<const KernelDef> kernel;
+  KernelArgs args;
+  // The buffers among args, in order, with their argument positions.
+  std::vector<std::shared_ptr<BufferState>> buffers;
+  std::vector<std::uint32_t> buffer_args;
+  std::size_t bytes = 0;  // what the call touches: the perf-model size
+
+  Device* device = nullptr;
+  std::string device_name;  // outlives the device, for handles kept past the runtime
+  std::int64_t estimate_ns = 0;  // counted in the device's expected backlog until done
+  std::string explanation;
+
+  // Unfinished predecessors, plus one held by submit until all edges exist.
+  std::atomic<int> pending{1};
+  std::mutex mutex;
+  bool closed = false;  // finished: no more successors may attach
+  struct Edge {
+    TaskRecord* task;
+    bool data;  // the successor reads what this task writes: a failure here spoils it
+  };
+  std::vector<Edge> successors;
+  std::atomic<TaskRecord*> failed_input{nullptr};  // a predecessor that failed (referenced)
+
+  std::atomic<bool> done{false};
+  std::exception_ptr error;
+  std::optional<double> result;
+
+  std::vector<std::function<void()>> continuations;  // Task::then, under mutex until closed
+  std::vector<std::uint64_t> predecessors;  // kept only when tracing
+  std::int64_t start_ns = 0, end_ns = 0;
+
+  bool failed() const noexcept { return error != nullptr; }
+};
+
+inline void retain(TaskRecord* task) noexcept { task->refs.fetch_add(1, std::memory_order_relaxed); }
+void release(TaskRecord* task) noexcept;
+
+// Makes `succ` wait for `pred` unless pred is already finished; returns
+// whether an edge was added. For a data edge (succ reads what pred writes) a
+// failed pred marks succ as unable to run.
+bool add_edge(TaskRecord* pred, TaskRecord* succ, bool data);
+// Records that `pred` failed before `succ` could use its output.
+void mark_failed_input(TaskRecord* succ, TaskRecord* pred) noexcept;
+
+}  // namespace ferry::detail

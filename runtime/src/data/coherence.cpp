@@ -1,0 +1,338 @@
+#include "data/coherence.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <mutex>
+
+#include "data/cuda_unified.hpp"
+#include "ferry/error.hpp"
+#include "ferry/log.hpp"
+
+namespace ferry::detail {
+
+namespace {
+
+// Replays are rare (a host was lost) and may touch many buffers: one at a time.
+std::recursive_mutex& replay_mutex() {
+  static std::recursive_mutex mutex;
+  return mutex;
+}
+
+std::atomic<std::uint64_t> use_clock{1};
+
+// Its node went away (or reconnected since): the copy no longer exists there.
+bool lost(const RemoteCopy& copy) noexcept { return !copy.link->alive() || copy.epoch != copy.link->epoch(); }
+
+void remove_copy(BufferRoot& root, const std::shared_ptr<RemoteCopy>& copy, bool drop) {
+  if (drop && !lost(*copy)) copy->link->drop(copy->id);
+  std::erase(root.copies, copy);
+  root.copy_count.store(root.copies.size(), std::memory_order_release);
+}
+
+void replay(LineageEntry& entry) {
+  std::lock_guard lock(replay_mutex());
+  // Claimed before it runs: the same task reached again through another of
+  // its outputs while its inputs are being gathered must not run twice.
+  if (entry.replayed.exchange(true, std::memory_order_acq_rel)) return;
+  // Inputs may themselves have been lost: acquiring them replays their lineage first.
+  KernelArgs args = entry.args;
+  std::vector<std::shared_ptr<BufferRoot>> held;
+  for (std::size_t i = 0; i < entry.buffer_args.size(); ++i) {
+    auto root = entry.roots[i].lock();
+    if (!root) continue;  // the buffer is gone: nobody can read the result
+    BufferState view;
+    view.root = root;
+    view.region = entry.regions[i];
+    BufferArg& arg = args.items[entry.buffer_args[i]].buffer;
+    acquire_on_host(view, reads(arg.mode) ? AccessMode::read : AccessMode::write);
+    arg.data = host_region(*root, entry.regions[i]).data;
+    held.push_back(std::move(root));
+  }
+  // A GPU-only kernel (CUDA source, or a plugin without a CPU variant) cannot
+  // be replayed here: the data is lost, and the error says which task made it.
+  if (!entry.kernel->cpu)
+    throw RemoteError(fmt::format("task '{}' (kernel {}) wrote data held only by a lost node, and its kernel has no CPU "
+                                  "variant to recompute it on the host",
+                                  entry.name, entry.kernel->name));
+  ExecContext context{args, entry.name, -1, nullptr, -1, std::nullopt};
+  log().debug("recomputing task '{}' (kernel {}) on the host", entry.name, entry.kernel->name);
+  entry.kernel->cpu(context);
+}
+
+// Makes the host hold the copy's data: fetched from a live node, or
+// recomputed from lineage when its node is gone.
+void bring_home(BufferRoot& root, RemoteCopy& copy) {
+  const HostRegion dest = host_region(root, copy.region);
+  if (!lost(copy)) {
+    try {
+      copy.link->fetch(copy.id, dest);
+      copy.modified = false;
+      copy.lineage.clear();
+      return;
+    } catch (const RemoteError& e) {
+      log().warn("fetching a buffer back failed ({}); recomputing it", e.what());
+    }
+  }
+  if (copy.lineage.empty())
+    throw RemoteError(fmt::format("a {} x {} region held only by a lost node (a remote host, or a GPU that failed) has "
+                                  "no lineage to recompute it from",
+                                  copy.region.rows, copy.region.cols));
+  // The host holds the data as it was before the lineage: mark the copy home
+  // first, so the replayed tasks read this region from the host.
+  const auto lineage = std::move(copy.lineage);
+  copy.lineage.clear();
+  copy.modified = false;
+  log().warn("recomputing a {} x {} region on the host from its lineage ({} tasks, from '{}'): its only copy was on "
+             "a lost remote",
+             copy.region.rows, copy.region.cols, lineage.size(), lineage.front()->name);
+  for (const auto& entry : lineage) replay(*entry);
+}
+
+}  // namespace
+
+HostRegion host_region(BufferRoot& root, const Region& region) {
+  HostRegion r;
+  r.dtype = root.dtype;
+  r.rows = region.rows;
+  r.cols = region.cols;
+  r.ld = root.cols;
+  r.data = static_cast<char*>(root.host) + (region.row0 * root.cols + region.col0) * size_of(root.dtype);
+  return r;
+}
+
+HostRegion host_region(const BufferState& view) { return host_region(*view.root, view.region); }
+
+namespace {
+
+using RootLock = std::unique_lock<std::recursive_mutex>;
+
+// Locks the root; when data it needs sits only on a lost node, takes the
+// replay lock first, so every replay takes locks in one order.
+RootLock lock_for(BufferRoot& root, const Region& region, std::unique_lock<std::recursive_mutex>& replay_guard) {
+  RootLock lock(root.transfer_mutex);
+  const bool needs_replay = std::any_of(root.copies.begin(), root.copies.end(), [&](const auto& c) {
+    return c->modified && lost(*c) && c->region.overlaps(region);
+  });
+  if (needs_replay && !replay_guard.owns_lock()) {
+    lock.unlock();
+    replay_guard.lock();
+    lock.lock();
+  }
+  return lock;
+}
+
+// Brings home the modified copies whose lineage read `region` of `root`,
+// before it is overwritten. Runs without `root`'s lock (it locks theirs).
+void settle_lineage_readers(BufferRoot& root, const Region& region) {
+  std::vector<BufferRoot::LineageReader> readers;
+  {
+    RootLock lock(root.transfer_mutex);
+    if (root.lineage_readers.empty()) return;
+    std::erase_if(root.lineage_readers, [](const auto& r) {
+      auto copy = r.copy.lock();
+      return !copy || !copy->modified || r.root.expired();
+    });
+    for (const auto& r : root.lineage_readers)
+      if (r.read.overlaps(region)) readers.push_back(r);
+  }
+  if (readers.empty()) return;
+  std::lock_guard replay_guard(replay_mutex());
+  for (const auto& r : readers) {
+    auto other = r.root.lock();
+    auto copy = r.copy.lock();
+    if (!other || !copy) continue;
+    RootLock lock(other->transfer_mutex);
+    if (copy->modified) bring_home(*other, *copy);
+  }
+}
+
+}  // namespace
+
+std::uint64_t acquire_on_node(const BufferState& view, AccessMode mode, NodeLink& link) {
+  BufferRoot& root = *view.root;
+  // Shipped from the host: a GPU's pages of a unified root come back first.
+  unified_to_host(root, view.region);
+  if (writes(mode)) settle_lineage_readers(root, view.region);
+  std::unique_lock replay_guard(replay_mutex(), std::defer_lock);
+  RootLock lock = lock_for(root, view.region, replay_guard);
+  std::shared_ptr<RemoteCopy> exact;
+  // Modified data elsewhere (another node, or another region of this one)
+  // comes home first: the host is where copies are made from.
+  for (auto& copy : std::vector(root.copies)) {
+    if (!copy->region.overlaps(view.region)) continue;
+    if (copy->link == &link && copy->region == view.region && !lost(*copy)) {
+      exact = copy;
+      continue;
+    }
+    if (copy->modified) bring_home(root, *copy);
+    if (lost(*copy)) remove_copy(root, copy, /*drop=*/false);
+  }
+  if (exact) {
+    exact->last_use = use_clock.fetch_add(1);
+    ++exact->pins;
+    return exact->id;
+  }
+  auto copy = std::make_shared<RemoteCopy>();
+  copy->link = &link;
+  copy->epoch = link.epoch();
+  copy->region = view.region;
+  copy->bytes = host_region(view).bytes();
+  link.hold(view.root);
+  copy->id = reads(mode) ? link.ship(host_region(view)) : link.allocate(host_region(view));
+  copy->last_use = use_clock.fetch_add(1);
+  copy->pins = 1;
+  root.copies.push_back(copy);
+  root.copy_count.store(root.copies.size(), std::memory_order_release);
+  return copy->id;
+}
+
+void release_on_node(const BufferState& view, NodeLink& link, std::uint64_t id) {
+  BufferRoot& root = *view.root;
+  RootLock lock(root.transfer_mutex);
+  for (auto& copy : root.copies)
+    if (copy->link == &link && copy->id == id && copy->pins > 0) --copy->pins;
+}
+
+std::size_t evict_from_node(NodeLink& link, const std::vector<std::shared_ptr<BufferRoot>>& roots, std::size_t bytes) {
+  struct Candidate {
+    std::uint64_t last_use;
+    BufferRoot* root;
+    std::shared_ptr<RemoteCopy> copy;
+  };
+  std::vector<Candidate> candidates;
+  for (const auto& root : roots) {
+    RootLock lock(root->transfer_mutex, std::try_to_lock);
+    if (!lock.owns_lock()) continue;
+    for (const auto& copy : root->copies)
+      if (copy->link == &link && copy->pins == 0 && !lost(*copy)) candidates.push_back({copy->last_use, root.get(), copy});
+  }
+  std::sort(candidates.begin(), candidates.end(), [](const auto& a, const auto& b) { return a.last_use < b.last_use; });
+  std::size_t freed = 0;
+  for (const auto& c : candidates) {
+    if (freed >= bytes) break;
+    RootLock lock(c.root->transfer_mutex, std::try_to_lock);
+    if (!lock.owns_lock() || c.copy->pins != 0) continue;
+    if (std::find(c.root->copies.begin(), c.root->copies.end(), c.copy) == c.root->copies.end()) continue;
+    if (c.copy->modified) bring_home(*c.root, *c.copy);
+    remove_copy(*c.root, c.copy, /*drop=*/true);
+    freed += c.copy->bytes;
+  }
+  return freed;
+}
+
+void written_on_node(const BufferState& view, NodeLink& link, std::uint64_t id, std::shared_ptr<LineageEntry> lineage) {
+  BufferRoot& root = *view.root;
+  std::shared_ptr<RemoteCopy> mine;
+  {
+    RootLock lock(root.transfer_mutex);
+    for (auto& copy : std::vector(root.copies)) {
+      if (copy->link == &link && copy->id == id) mine = copy;
+      else if (copy->region.overlaps(view.region)) remove_copy(root, copy, /*drop=*/true);  // stale now
+    }
+    if (!mine) return;
+    mine->modified = true;
+    if (lineage) mine->lineage.push_back(lineage);
+  }
+  if (!lineage) return;
+  // Its read-only inputs must not change under it until it is home. Each
+  // input is locked on its own, never while holding this root's lock.
+  for (std::size_t i = 0; i < lineage->buffer_args.size(); ++i) {
+    if (writes(lineage->args.items[lineage->buffer_args[i]].buffer.mode)) continue;
+    auto input = lineage->roots[i].lock();
+    if (!input || input.get() == &root) continue;
+    RootLock input_lock(input->transfer_mutex);
+    input->lineage_readers.push_back({view.root, mine, lineage->regions[i]});
+    input->has_lineage_readers.store(true, std::memory_order_release);
+  }
+}
+
+namespace {
+
+// Host use of the view's data, as far as copies on other nodes go.
+void settle_copies_for_host(const BufferState& view, AccessMode mode) {
+  BufferRoot& root = *view.root;
+  if (writes(mode) && root.has_lineage_readers.load(std::memory_order_acquire)) settle_lineage_readers(root, view.region);
+  if (root.copy_count.load(std::memory_order_acquire) == 0) return;
+  std::unique_lock replay_guard(replay_mutex(), std::defer_lock);
+  RootLock lock = lock_for(root, view.region, replay_guard);
+  for (auto& copy : std::vector(root.copies)) {
+    if (!copy->region.overlaps(view.region)) continue;
+    if (copy->modified) bring_home(root, *copy);
+    if (writes(mode) || lost(*copy)) remove_copy(root, copy, /*drop=*/true);
+  }
+}
+
+}  // namespace
+
+void acquire_on_host(const BufferState& view, AccessMode mode) {
+  settle_copies_for_host(view, mode);
+  unified_to_host(*view.root, view.region);
+}
+
+void acquire_unified(const BufferState& view, AccessMode mode) { settle_copies_for_host(view, mode); }
+
+void prefetch_on_node(const BufferState& view, NodeLink& link, const std::function<bool()>& writer_pending) {
+  BufferRoot& root = *view.root;
+  RootLock lock(root.transfer_mutex);
+  // Checked under the lock: a writer that starts later must first take it
+  // (acquire_on_host), so it cannot change the data while it is shipped.
+  if (writer_pending()) return;
+  // Pages a GPU may still be using stay there: the task's own run moves them.
+  if (root.unified && root.unified_device.load(std::memory_order_acquire) >= 0) return;
+  for (const auto& copy : root.copies) {
+    if (!copy->region.overlaps(view.region)) continue;
+    if (copy->modified || lost(*copy)) return;  // the task's own run sorts these out
+    if (copy->link == &link && copy->region == view.region) return;  // already there
+  }
+  auto copy = std::make_shared<RemoteCopy>();
+  copy->link = &link;
+  copy->epoch = link.epoch();
+  copy->region = view.region;
+  copy->bytes = host_region(view).bytes();
+  copy->id = link.ship(host_region(view));
+  copy->last_use = use_clock.fetch_add(1);
+  link.hold(view.root);
+  root.copies.push_back(copy);
+  root.copy_count.store(root.copies.size(), std::memory_order_release);
+}
+
+void forget_node(BufferRoot& root, NodeLink& link) {
+  std::lock_guard replay_guard(replay_mutex());
+  RootLock lock(root.transfer_mutex);
+  for (auto& copy : std::vector(root.copies)) {
+    if (copy->link != &link) continue;
+    if (copy->modified) bring_home(root, *copy);
+    remove_copy(root, copy, /*drop=*/false);
+  }
+}
+
+void written_through_node(const BufferState& view, NodeLink& link, std::uint64_t id) {
+  BufferRoot& root = *view.root;
+  RootLock lock(root.transfer_mutex);
+  for (auto& copy : std::vector(root.copies)) {
+    if (copy->link == &link && copy->id == id) {
+      copy->modified = false;
+      copy->lineage.clear();
+    } else if (copy->region.overlaps(view.region)) {
+      remove_copy(root, copy, /*drop=*/true);
+    }
+  }
+}
+
+void discard_on_node(const BufferState& view, NodeLink& link, std::uint64_t id) {
+  BufferRoot& root = *view.root;
+  RootLock lock(root.transfer_mutex);
+  for (auto& copy : std::vector(root.copies))
+    if (copy->link == &link && copy->id == id && copy->pins == 0) remove_copy(root, copy, /*drop=*/true);
+}
+
+void drop_copies(BufferRoot& root) noexcept {
+  // No lock: nothing else can reach a root that is being destroyed.
+  for (const auto& copy : root.copies)
+    if (!lost(*copy)) copy->link->drop(copy->id);
+  root.copies.clear();
+  root.copy_count.store(0, std::memory_order_release);
+}
+
+}  // namespace ferry::detail

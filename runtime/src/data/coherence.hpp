@@ -1,0 +1,110 @@
+// Keeping buffers coherent across memory nodes. The host
+// replica is the home of every buffer; another node (a local GPU, a remote
+// host) holds copies of regions. A copy is shared (same as the host) or modified (the
+// only valid data, host stale). Tasks order all of this: these functions run
+// when a task is about to run, so no other task touches the same region.
+//
+// A modified copy remembers the tasks that wrote it since the host last had
+// the data (its lineage). When its node is lost, those tasks are replayed on
+// the host, in submission order, so the data is recomputed instead of lost.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "data/buffer_state.hpp"
+#include "ferry/runtime/access.hpp"
+#include "ferry/runtime/kernel.hpp"
+#include "ferry/runtime/place.hpp"
+
+namespace ferry::detail {
+
+// A region of a host replica in kernel terms.
+struct HostRegion {
+  void* data = nullptr;
+  DType dtype = DType::f32;
+  std::size_t rows = 0, cols = 0, ld = 0;
+  std::size_t bytes() const noexcept { return rows * cols * size_of(dtype); }
+};
+HostRegion host_region(const BufferState& view);
+HostRegion host_region(BufferRoot& root, const Region& region);
+
+// A node that holds copies: implemented by the local GPU and remote devices.
+class NodeLink {
+ public:
+  virtual ~NodeLink() = default;
+  virtual MemoryNodeId node() const noexcept = 0;
+  virtual bool alive() const noexcept = 0;
+  // Changes whenever the node's session is lost: copies of an older epoch are gone.
+  virtual std::uint64_t epoch() const noexcept = 0;
+  // Remembers a root that has copies here, so they can be brought home at shutdown.
+  virtual void hold(const std::shared_ptr<BufferRoot>& root) = 0;
+  // Blocking; throw RemoteError when the node fails.
+  virtual std::uint64_t ship(const HostRegion& source) = 0;   // a new copy holding the region's data
+  virtual std::uint64_t allocate(const HostRegion& shape) = 0;  // a new copy, contents undefined
+  virtual void fetch(std::uint64_t id, const HostRegion& dest) = 0;
+  virtual void drop(std::uint64_t id) noexcept = 0;  // fire and forget
+};
+
+// A task that wrote a copy; replayed on the host if the copy is lost.
+struct LineageEntry {
+  std::uint64_t task_id = 0;
+  std::string name;
+  std::shared_ptr<const KernelDef> kernel;
+  KernelArgs args;  // buffer data null; filled at replay
+  std::vector<std::uint32_t> buffer_args;
+  std::vector<std::weak_ptr<BufferRoot>> roots;  // parallel to buffer_args
+  std::vector<Region> regions;
+  std::atomic<bool> replayed{false};
+};
+
+struct RemoteCopy {
+  NodeLink* link = nullptr;
+  std::uint64_t epoch = 0;
+  Region region;
+  std::uint64_t id = 0;
+  std::size_t bytes = 0;
+  bool modified = false;
+  std::uint64_t last_use = 0;  // for LRU eviction
+  int pins = 0;                // tasks running with it: not evictable
+  std::vector<std::shared_ptr<LineageEntry>> lineage;
+};
+
+// Before a task runs on `link`'s node: the view's data there, as a copy id,
+// pinned until release_on_node.
+std::uint64_t acquire_on_node(const BufferState& view, AccessMode mode, NodeLink& link);
+void release_on_node(const BufferState& view, NodeLink& link, std::uint64_t id);
+// Frees at least `bytes` on the node by dropping its least recently used
+// unpinned copies (bringing modified ones home first); returns what it freed.
+// Roots busy in another thread are skipped rather than waited for.
+std::size_t evict_from_node(NodeLink& link, const std::vector<std::shared_ptr<BufferRoot>>& roots, std::size_t bytes);
+// After it succeeded: what it wrote is now valid only there.
+void written_on_node(const BufferState& view, NodeLink& link, std::uint64_t id, std::shared_ptr<LineageEntry> lineage);
+// Before host use (a CPU task, host()): modified copies overlapping the view
+// come back (or are recomputed if their node is gone); a write drops copies.
+void acquire_on_host(const BufferState& view, AccessMode mode);
+// Before a task is ready: ships the view to the node if nothing unfinished
+// will still write it (`writer_pending` says); skipped otherwise.
+void prefetch_on_node(const BufferState& view, NodeLink& link, const std::function<bool()>& writer_pending);
+// Forgets every copy on the node (after bringing home what only it held).
+void forget_node(BufferRoot& root, NodeLink& link);
+
+// After a task wrote the copy and its data was also brought home (a node
+// that writes through): the host and this copy are valid, copies elsewhere
+// of overlapping regions are stale and dropped.
+void written_through_node(const BufferState& view, NodeLink& link, std::uint64_t id);
+// After a task that was to write the copy failed: its contents are not to
+// be trusted, so the node drops it (the host keeps what it had).
+void discard_on_node(const BufferState& view, NodeLink& link, std::uint64_t id);
+// Before a local GPU uses a unified root in place: copies on other nodes
+// are settled as for host use (modified ones come home; a write drops them),
+// without moving the root's pages, which the GPU prefetches itself.
+void acquire_unified(const BufferState& view, AccessMode mode);
+// A root going away: every copy of it on a live node is dropped there.
+void drop_copies(BufferRoot& root) noexcept;
+
+}  // namespace ferry::detail

@@ -1,0 +1,116 @@
+#include "data/dependencies.hpp"
+
+#include <algorithm>
+
+namespace ferry::detail {
+
+namespace {
+
+bool finished(const TaskRecord* task) noexcept { return task->done.load(std::memory_order_acquire); }
+
+// Histories only need unfinished tasks: a finished one orders nothing. Pruned
+// when they grow, so a long run of reads of one buffer stays cheap.
+void prune(BufferRoot& root) {
+  for (AccessRecord& record : root.records) {
+    // A failed writer stays: host() must still see that the data is bad.
+    if (record.writer != nullptr && finished(record.writer) && !record.writer->failed()) {
+      release(record.writer);
+      record.writer = nullptr;
+    }
+    std::erase_if(record.readers, [](TaskRecord* reader) {
+      if (!finished(reader)) return false;
+      release(reader);
+      return true;
+    });
+  }
+  std::erase_if(root.records, [](const AccessRecord& r) { return r.writer == nullptr && r.readers.empty(); });
+}
+
+constexpr std::size_t kPruneAt = 32;
+
+}  // namespace
+
+void register_access(TaskRecord* task, const BufferState& view, AccessMode mode) {
+  BufferRoot& root = *view.root;
+  const Region& region = view.region;
+  std::lock_guard lock(root.mutex);
+  if (root.records.size() > kPruneAt) prune(root);
+
+  for (AccessRecord& record : root.records) {
+    if (!record.region.overlaps(region)) continue;
+    // Read-after-write and write-after-write: wait for the last writer.
+    if (record.writer != nullptr && record.writer != task) add_edge(record.writer, task, reads(mode));
+    // Write-after-read: a writer waits for every reader since.
+    if (writes(mode)) {
+      for (TaskRecord* reader : record.readers)
+        if (reader != task) add_edge(reader, task, /*data=*/false);
+    } else if (record.readers.size() > kPruneAt) {
+      std::erase_if(record.readers, [](TaskRecord* reader) {
+        if (!finished(reader)) return false;
+        release(reader);
+        return true;
+      });
+    }
+  }
+
+  if (writes(mode)) {
+    // Records this write covers completely are superseded: anything later
+    // that overlaps them now waits for this task, which waited for them.
+    std::erase_if(root.records, [&](AccessRecord& record) {
+      if (!region.contains(record.region)) return false;
+      if (record.writer != nullptr) release(record.writer);
+      for (TaskRecord* reader : record.readers) release(reader);
+      return true;
+    });
+    retain(task);
+    root.records.push_back(AccessRecord{region, task, {}});
+    return;
+  }
+
+  // A read is listed under exactly its own region (joining that record, or
+  // starting one): a later writer of any overlapping region finds it there,
+  // and a writer of a disjoint part of a larger record does not wait for it.
+  for (AccessRecord& record : root.records) {
+    if (record.region == region) {
+      retain(task);
+      record.readers.push_back(task);
+      return;
+    }
+  }
+  retain(task);
+  root.records.push_back(AccessRecord{region, nullptr, {task}});
+}
+
+std::vector<Use> users_of(const BufferState& view) {
+  std::vector<Use> out;
+  BufferRoot& root = *view.root;
+  std::lock_guard lock(root.mutex);
+  for (const AccessRecord& record : root.records) {
+    if (!record.region.overlaps(view.region)) continue;
+    if (record.writer != nullptr) out.push_back({record.writer, true});
+    for (TaskRecord* reader : record.readers)
+      if (!finished(reader)) out.push_back({reader, false});
+  }
+  for (const Use& use : out) retain(use.task);
+  return out;
+}
+
+void clear_history(BufferRoot& root) {
+  std::lock_guard lock(root.mutex);
+  for (AccessRecord& record : root.records) {
+    if (record.writer != nullptr) release(record.writer);
+    for (TaskRecord* reader : record.readers) release(reader);
+  }
+  root.records.clear();
+}
+
+bool prefetch_too_early(const BufferState& view, const TaskRecord* task) {
+  bool pending = false;
+  for (const Use& use : users_of(view)) {
+    pending = pending || (use.writes && use.task != task && !use.task->done.load(std::memory_order_acquire));
+    release(use.task);
+  }
+  return pending || task->done.load(std::memory_order_acquire);
+}
+
+}  // namespace ferry::detail

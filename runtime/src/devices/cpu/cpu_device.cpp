@@ -1,0 +1,75 @@
+#include "devices/cpu/cpu_device.hpp"
+
+#include <cblas.h>
+#include <fmt/format.h>
+
+#include <thread>
+
+#include "core/core.hpp"
+#include "core/task_record.hpp"
+#include "core/tsan.hpp"
+
+namespace ferry::detail {
+
+namespace {
+
+DevicePeak cpu_peak() {
+  // A seed only: real figures come from the performance models after a few runs.
+  DevicePeak peak;
+  peak.flops_per_second = 8e9;
+  peak.bytes_per_second = 8e9;
+  peak.launch_seconds = 1e-6;
+  return peak;
+}
+
+}  // namespace
+
+CpuDevice::CpuDevice(RuntimeCore& core, DeviceId id, unsigned workers)
+    : Device(id, "cpu", DeviceKind::cpu, host_node, "cpu", cpu_peak()),
+      core_(core),
+      workers_(workers),
+      // TBB keeps hardware_concurrency - 1 workers unless told otherwise; a
+      // runtime asking for N workers must get N even while the submitting
+      // thread is busy elsewhere.
+      parallelism_(std::make_unique<tbb::global_control>(
+          tbb::global_control::max_allowed_parallelism,
+          std::max<std::size_t>(workers + 1, std::thread::hardware_concurrency()))),
+      arena_(static_cast<int>(workers), /*reserved_for_masters=*/0) {
+  // Tasks are the parallelism; a multi-threaded BLAS inside each would fight
+  // the workers for the same cores.
+  openblas_set_num_threads(1);
+  if (Trace* trace = core_.trace()) {
+    for (unsigned w = 0; w < workers_; ++w)
+      lanes_.push_back(trace->lane(fmt::format("cpu worker {}", w), name()));
+  }
+}
+
+CpuDevice::~CpuDevice() { drain(); }
+
+void CpuDevice::enqueue(TaskRecord* task) {
+  active_.fetch_add(1, std::memory_order_relaxed);
+  tsan_release(task);
+  arena_.enqueue([this, task] {
+    tsan_acquire(task);
+    run_chain(task);
+  });
+}
+
+void CpuDevice::run_chain(TaskRecord* task) {
+  const int slot = tbb::this_task_arena::current_thread_index();
+  const int lane = lanes_.empty() || slot < 0 ? slot : lanes_[static_cast<std::size_t>(slot) % lanes_.size()];
+  // Run a released successor right here instead of queueing it: a chain of
+  // dependent tasks then costs no hand-off between threads.
+  while (task != nullptr) {
+    core_.execute(task, *this, slot, lane);
+    task = core_.finish(task, this);
+  }
+  if (active_.fetch_sub(1, std::memory_order_acq_rel) == 1) active_.notify_all();
+}
+
+void CpuDevice::drain() {
+  for (std::size_t n = active_.load(std::memory_order_acquire); n != 0; n = active_.load(std::memory_order_acquire))
+    active_.wait(n, std::memory_order_acquire);
+}
+
+}  // namespace ferry::detail

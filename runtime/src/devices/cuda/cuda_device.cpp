@@ -1,0 +1,669 @@
+#include "devices/cuda/cuda_device.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
+#include "core/core.hpp"
+#include "cuda/handles.hpp"  // kernels/cuda: the built-ins' library handles
+#include "data/cuda_unified.hpp"
+#include "data/dependencies.hpp"
+#include "ferry/cuda_probe.hpp"
+#include "ferry/error.hpp"
+#include "ferry/log.hpp"
+#include "ferry/units.hpp"
+#include "core/task_record.hpp"
+
+namespace ferry::detail {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+}
+
+int attribute(cudaDeviceAttr what, int device) {
+  int value = 0;
+  if (cudaDeviceGetAttribute(&value, what, device) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return value;
+}
+
+// FP32 lanes per multiprocessor by architecture; a seed for the
+// performance models only, which measured runs replace.
+int fp32_lanes_per_sm(int major, int minor) {
+  if (major == 6) return minor == 0 ? 64 : 128;
+  if (major == 7) return 64;
+  if (major == 8) return minor == 0 ? 64 : 128;
+  return 128;
+}
+
+DevicePeak peak_of(int ordinal) {
+  DevicePeak peak;
+  const double sms = attribute(cudaDevAttrMultiProcessorCount, ordinal);
+  const double clock_hz = attribute(cudaDevAttrClockRate, ordinal) * 1e3;
+  const double memory_hz = attribute(cudaDevAttrMemoryClockRate, ordinal) * 1e3;
+  const double bus_bytes = attribute(cudaDevAttrGlobalMemoryBusWidth, ordinal) / 8.0;
+  const int lanes = fp32_lanes_per_sm(attribute(cudaDevAttrComputeCapabilityMajor, ordinal),
+                                      attribute(cudaDevAttrComputeCapabilityMinor, ordinal));
+  peak.flops_per_second = sms * clock_hz > 0 ? 2.0 * lanes * sms * clock_hz : 10e12;
+  peak.bytes_per_second = memory_hz * bus_bytes > 0 ? 2.0 * memory_hz * bus_bytes : 500e9;  // double data rate
+  peak.launch_seconds = 5e-6;
+  return peak;
+}
+
+// Per GPU model: two GPUs of one model share what was learned about it.
+std::string perf_key_of(int ordinal) {
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, ordinal) != cudaSuccess) {
+    cudaGetLastError();
+    return fmt::format("cuda:{}", ordinal);
+  }
+  return fmt::format("cuda:{}", prop.name);
+}
+
+// What replicas may take when not told: the memory free now, less a margin
+// for other processes, CUDA libraries' workspaces and the unified pool.
+std::size_t default_limit(const cuda::DeviceInfo& info) {
+  const std::size_t margin = std::max<std::size_t>(std::size_t{512} << 20, info.total_bytes / 10);
+  return info.free_bytes > 2 * margin ? info.free_bytes - margin : info.free_bytes / 2;
+}
+
+// Errors after which the context is unusable: every later call fails too.
+bool sticky(cudaError_t status) {
+  cudaGetLastError();  // clears a non-sticky one
+  return cudaDeviceSynchronize() != cudaSuccess && status != cudaSuccess;
+}
+
+std::string cuda_text(cudaError_t status) {
+  return fmt::format("{} ({})", cudaGetErrorString(status), cudaGetErrorName(status));
+}
+
+}  // namespace
+
+CudaDevice::CudaDevice(RuntimeCore& core, DeviceId id, MemoryNodeId node, CudaDeviceOptions options)
+    : Device(id, fmt::format("cuda:{}", options.ordinal), DeviceKind::cuda, node, perf_key_of(options.ordinal),
+             peak_of(options.ordinal)),
+      core_(core),
+      options_(options) {
+  const CurrentDevice current(options_.ordinal);
+  const cuda::DeviceInfo info = cuda::device_info(options_.ordinal);
+  model_ = info.name;
+  DevicePool::Options pool;
+  pool.device = options_.ordinal;
+  pool.max_fraction = 1.0;
+  pool.max_bytes = options_.memory_limit != 0 ? options_.memory_limit : default_limit(info);
+  pool_ = std::make_unique<DevicePool>(pool);
+  // Called by the pool when an allocation would pass its bound, or the GPU
+  // itself is out of memory: least recently used copies make room.
+  pool_->set_reclaim_handler([this](std::size_t needed) { return evict(needed); });
+  copier_ = std::make_unique<CudaCopier>(options_.ordinal, options_.chunk_bytes, options_.slots);
+  for (unsigned i = 0; i < std::max(1u, options_.streams); ++i) lanes_.push_back(std::make_unique<Lane>());
+  if (Trace* trace = core_.trace()) {
+    for (std::size_t i = 0; i < lanes_.size(); ++i)
+      lanes_[i]->trace_lane = trace->lane(fmt::format("{} stream {}", name(), i), name());
+    trace_in_ = trace->lane(fmt::format("link host -> {}", name()), "link");
+    trace_out_ = trace->lane(fmt::format("link {} -> host", name()), "link");
+  }
+  measure_link();
+  executor_ = std::thread([this] { executor_loop(); });
+  prefetcher_ = std::thread([this] { prefetch_loop(); });
+  for (auto& lane : lanes_) lane->completer = std::thread([this, l = lane.get()] { completer_loop(*l); });
+  log().info("{}: {} ({}), {} for replicas, {} compute streams", name(), model_, format_bytes(info.total_bytes),
+             format_bytes(pool_->stats().bound_bytes), lanes_.size());
+}
+
+CudaDevice::~CudaDevice() {
+  drain();
+  // Bring home what only this GPU holds: buffers may outlive the runtime.
+  for (auto& root : held_roots()) {
+    try {
+      forget_node(*root, *this);
+    } catch (const std::exception& e) {
+      log().error("{}: could not bring a buffer home at shutdown: {}", name(), e.what());
+    }
+  }
+  {
+    std::lock_guard lock(queue_mutex_);
+    stopping_.store(true);
+  }
+  queue_cv_.notify_all();
+  prefetch_cv_.notify_all();
+  for (auto& lane : lanes_) {
+    {
+      std::lock_guard lock(lane->mutex);
+    }
+    lane->cv.notify_all();
+  }
+  if (executor_.joinable()) executor_.join();
+  if (prefetcher_.joinable()) prefetcher_.join();
+  for (auto& lane : lanes_)
+    if (lane->completer.joinable()) lane->completer.join();
+  // Copies forget_node let go of without dropping (it only forgets them).
+  std::unordered_map<std::uint64_t, Block> blocks;
+  {
+    std::lock_guard lock(blocks_mutex_);
+    blocks.swap(blocks_);
+  }
+  try {
+    const CurrentDevice current(options_.ordinal);
+    for (auto& [id, block] : blocks) pool_->deallocate(block.ptr, block.bytes, StreamRef{copier_->h2d()});
+    cudaStreamSynchronize(copier_->h2d());
+    // Streams, events and the pool go while this GPU is current; first the
+    // cuBLAS/cuSOLVER handles made for each compute stream (they hold workspace).
+    for (auto& lane : lanes_) {
+      cudaStreamSynchronize(lane->stream.get());
+      kernels::cuda::release_handles(options_.ordinal, lane->stream.get());
+    }
+    lanes_.clear();
+    copier_.reset();
+    pool_.reset();
+  } catch (const std::exception& e) {
+    log().error("{}: freeing replicas at shutdown failed: {}", name(), e.what());
+  }
+}
+
+std::string CudaDevice::describe() const {
+  const auto s = pool_->stats();
+  return fmt::format("{} ({}, {} streams, {} of {} for replicas in use{})", name(), model_, lanes_.size(),
+                     format_bytes(s.bytes_in_use), format_bytes(s.bound_bytes), alive() ? "" : ", failed");
+}
+
+// ---- memory node ----
+
+std::pair<std::uint64_t, void*> CudaDevice::allocate_block(std::size_t bytes) {
+  if (bytes > pool_->stats().bound_bytes)
+    throw OutOfMemory(fmt::format("{}: {} is more than all the memory replicas may take here ({})", name(),
+                                  format_bytes(bytes), pool_->describe()),
+                      bytes);
+  for (int attempt = 0;; ++attempt) {
+    try {
+      // Stream-ordered on the host-to-device stream, where the copy into it
+      // follows; frees go there too, so freed memory is reused at once.
+      void* ptr = pool_->allocate(bytes, default_alignment, StreamRef{copier_->h2d()});
+      const std::uint64_t id = next_block_.fetch_add(1, std::memory_order_relaxed);
+      try {
+        std::lock_guard lock(blocks_mutex_);
+        blocks_.emplace(id, Block{ptr, bytes});
+      } catch (...) {
+        pool_->deallocate(ptr, bytes, StreamRef{copier_->h2d()});
+        throw;
+      }
+      return {id, ptr};
+    } catch (const OutOfMemory&) {
+      // The pool's reclaim hook skipped copies busy in other threads at
+      // that moment; a second look may find them free.
+      if (attempt == 2 || evict(bytes) == 0) throw;
+    }
+  }
+}
+
+void CudaDevice::adopt(const BufferState& view, const void* source) {
+  const CurrentDevice current(options_.ordinal);
+  const std::uint64_t id = acquire_on_node(view, AccessMode::write, *this);
+  try {
+    const HostRegion shape = host_region(view);
+    check_cuda(cudaMemcpy(pointer(id), source, shape.bytes(), cudaMemcpyDeviceToDevice), "cudaMemcpy (adopt)");
+    written_on_node(view, *this, id, nullptr);
+  } catch (...) {
+    release_on_node(view, *this, id);
+    throw;
+  }
+  release_on_node(view, *this, id);
+}
+
+void* CudaDevice::pointer(std::uint64_t id) const {
+  std::lock_guard lock(blocks_mutex_);
+  const auto it = blocks_.find(id);
+  if (it == blocks_.end()) throw Error(fmt::format("{}: no copy {} on this GPU (already dropped)", name(), id));
+  return it->second.ptr;
+}
+
+std::vector<std::shared_ptr<BufferRoot>> CudaDevice::held_roots() {
+  std::vector<std::shared_ptr<BufferRoot>> roots;
+  std::lock_guard lock(held_mutex_);
+  for (auto it = held_.begin(); it != held_.end();) {
+    if (auto root = it->second.lock()) {
+      roots.push_back(std::move(root));
+      ++it;
+    } else {
+      it = held_.erase(it);
+    }
+  }
+  return roots;
+}
+
+std::size_t CudaDevice::evict(std::size_t bytes) {
+  const std::size_t freed = evict_from_node(*this, held_roots(), bytes);
+  log().debug("{}: evicted {} to make room for {}", name(), format_bytes(freed), format_bytes(bytes));
+  return freed;
+}
+
+void CudaDevice::hold(const std::shared_ptr<BufferRoot>& root) {
+  std::lock_guard lock(held_mutex_);
+  // A root that died left its address behind: a new one there replaces it.
+  const auto [it, added] = held_.try_emplace(root.get(), root);
+  if (!added && it->second.expired()) it->second = root;
+}
+
+std::uint64_t CudaDevice::ship(const HostRegion& source) {
+  const CurrentDevice current(options_.ordinal);
+  const auto start = Clock::now();
+  const std::int64_t start_ns = core_.trace() ? core_.trace()->now_ns() : 0;
+  const auto [id, ptr] = allocate_block(source.bytes());
+  try {
+    copier_->to_device(ptr, source);
+  } catch (...) {
+    drop(id);
+    throw;
+  }
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  if (source.bytes() >= (std::size_t{64} << 10)) core_.links().record(host_node, node(), source.bytes(), seconds);
+  bytes_in_.fetch_add(source.bytes(), std::memory_order_relaxed);
+  Device::trace_transfer(core_.trace(), true, trace_in_, source.bytes(), start_ns);
+  return id;
+}
+
+std::uint64_t CudaDevice::allocate(const HostRegion& shape) {
+  const CurrentDevice current(options_.ordinal);
+  const auto block = allocate_block(shape.bytes());
+  // The allocation is ordered on the copy stream; a kernel on a compute
+  // stream may use the memory only once it has happened.
+  try {
+    Event allocated;
+    allocated.record(copier_->h2d());
+    allocated.wait();
+  } catch (...) {
+    drop(block.first);
+    throw;
+  }
+  return block.first;
+}
+
+void CudaDevice::fetch(std::uint64_t id, const HostRegion& dest) {
+  const CurrentDevice current(options_.ordinal);
+  const auto start = Clock::now();
+  const std::int64_t start_ns = core_.trace() ? core_.trace()->now_ns() : 0;
+  copier_->to_host(dest, pointer(id));
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  if (dest.bytes() >= (std::size_t{64} << 10)) core_.links().record(node(), host_node, dest.bytes(), seconds);
+  bytes_out_.fetch_add(dest.bytes(), std::memory_order_relaxed);
+  Device::trace_transfer(core_.trace(), false, trace_out_, dest.bytes(), start_ns);
+}
+
+void CudaDevice::drop(std::uint64_t id) noexcept {
+  Block block;
+  {
+    std::lock_guard lock(blocks_mutex_);
+    const auto it = blocks_.find(id);
+    if (it == blocks_.end()) return;
+    block = it->second;
+    blocks_.erase(it);
+  }
+  try {
+    const CurrentDevice current(options_.ordinal);
+    pool_->deallocate(block.ptr, block.bytes, StreamRef{copier_->h2d()});
+  } catch (const std::exception& e) {
+    log().error("{}: freeing a replica of {} failed: {}", name(), format_bytes(block.bytes), e.what());
+  }
+}
+
+void CudaDevice::measure_link() {
+  // One chunk each way (the first pays for mapping): where a transfer of
+  // real data would take it. Real transfers refine the figures.
+  const std::size_t bytes = std::min<std::size_t>(options_.chunk_bytes, std::size_t{4} << 20);
+  Link to{10e-6, 20e9}, from{10e-6, 20e9};
+  void* host = nullptr;
+  try {
+    check_cuda(cudaHostAlloc(&host, bytes, cudaHostAllocPortable), "cudaHostAlloc (link probe)");
+    const auto [id, ptr] = allocate_block(bytes);
+    HostRegion region{host, DType::u8, 1, bytes, bytes};
+    const auto time = [&](auto&& copy) {
+      double best = 1e9;
+      for (int round = 0; round < 3; ++round) {
+        const auto start = Clock::now();
+        copy();
+        best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count());
+      }
+      return best;
+    };
+    HostRegion tiny{host, DType::u8, 1, 8, 8};
+    const double latency = time([&] { copier_->to_device(ptr, tiny); });
+    to = Link{latency, static_cast<double>(bytes) / std::max(time([&] { copier_->to_device(ptr, region); }) - latency, 1e-9)};
+    from = Link{latency, static_cast<double>(bytes) / std::max(time([&] { copier_->to_host(region, ptr); }) - latency, 1e-9)};
+    drop(id);
+  } catch (const std::exception& e) {
+    log().debug("{}: link probe failed ({}); assuming 20 GB/s until transfers tell", name(), e.what());
+    cudaGetLastError();
+  }
+  if (host != nullptr) cudaFreeHost(host);
+  core_.links().set(host_node, node(), to);
+  core_.links().set(node(), host_node, from);
+}
+
+// ---- tasks ----
+
+void CudaDevice::enqueue(TaskRecord* task) {
+  active_.fetch_add(1, std::memory_order_relaxed);
+  {
+    std::lock_guard lock(queue_mutex_);
+    ready_.push_back(task);
+  }
+  queue_cv_.notify_one();
+}
+
+void CudaDevice::prefetch(TaskRecord* task) {
+  if (!alive()) return;
+  Prefetch job;
+  for (std::size_t i = 0; i < task->buffers.size(); ++i)
+    if (reads(task->args.items[task->buffer_args[i]].buffer.mode) && !task->buffers[i]->root->unified)
+      job.inputs.push_back(task->buffers[i]);
+  if (job.inputs.empty()) return;
+  retain(task);
+  job.task = task;
+  active_.fetch_add(1, std::memory_order_relaxed);
+  {
+    std::lock_guard lock(queue_mutex_);
+    prefetches_.push_back(std::move(job));
+  }
+  prefetch_cv_.notify_one();
+}
+
+void CudaDevice::drain() {
+  std::unique_lock lock(queue_mutex_);
+  idle_cv_.wait(lock, [&] { return active_.load(std::memory_order_acquire) == 0; });
+}
+
+void CudaDevice::one_done() {
+  if (active_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    std::lock_guard lock(queue_mutex_);
+    idle_cv_.notify_all();
+  }
+}
+
+void CudaDevice::lost(const std::string& reason) {
+  if (alive_.exchange(false, std::memory_order_acq_rel))
+    log().error("{} is unusable after a CUDA error ({}); its tasks run on the CPU from now on, and data only it held "
+                "is lost",
+                name(), reason);
+}
+
+void CudaDevice::executor_loop() {
+  try {
+    check_cuda(cudaSetDevice(options_.ordinal), "cudaSetDevice");
+  } catch (const std::exception& e) {
+    lost(e.what());
+  }
+  for (;;) {
+    TaskRecord* task = nullptr;
+    {
+      std::unique_lock lock(queue_mutex_);
+      queue_cv_.wait(lock, [&] { return stopping_.load() || !ready_.empty(); });
+      if (ready_.empty()) return;
+      task = ready_.front();
+      ready_.pop_front();
+    }
+    launch(task);
+  }
+}
+
+void CudaDevice::prefetch_loop() {
+  try {
+    check_cuda(cudaSetDevice(options_.ordinal), "cudaSetDevice");
+  } catch (const std::exception& e) {
+    lost(e.what());
+  }
+  for (;;) {
+    Prefetch job;
+    {
+      std::unique_lock lock(queue_mutex_);
+      prefetch_cv_.wait(lock, [&] { return stopping_.load() || !prefetches_.empty(); });
+      if (prefetches_.empty()) return;
+      job = std::move(prefetches_.front());
+      prefetches_.pop_front();
+    }
+    if (alive()) prefetch_inputs(job);
+    TaskRecord* task = std::exchange(job.task, nullptr);
+    job.inputs.clear();  // before one_done(): a drained device holds nothing of the job
+    release(task);
+    one_done();
+  }
+}
+
+void CudaDevice::prefetch_inputs(const Prefetch& job) {
+  TaskRecord* task = job.task;
+  for (const auto& input : job.inputs) {
+    if (!alive() || task->done.load(std::memory_order_acquire)) return;  // too late to help
+    const BufferState& view = *input;
+    // A guess about the future does not evict what is here now.
+    const auto stats = pool_->stats();
+    if (stats.bytes_in_use + host_region(view).bytes() > stats.bound_bytes) continue;
+    try {
+      prefetch_on_node(view, *this, [&] { return prefetch_too_early(view, task); });
+    } catch (const std::exception& e) {
+      log().debug("{}: prefetch skipped: {}", name(), e.what());
+    }
+  }
+}
+
+void CudaDevice::restore_host_args(TaskRecord* task) {
+  for (std::size_t i = 0; i < task->buffers.size(); ++i) {
+    BufferArg& arg = task->args.items[task->buffer_args[i]].buffer;
+    arg.data = nullptr;
+    arg.ld = task->buffers[i]->ld();
+  }
+}
+
+void CudaDevice::unpin(TaskRecord* task, const std::vector<std::uint64_t>& ids) {
+  for (std::size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] != 0) release_on_node(*task->buffers[i], *this, ids[i]);
+}
+
+void CudaDevice::finish_unlaunched(TaskRecord* task, const std::vector<std::uint64_t>& ids) {
+  unpin(task, ids);
+  const std::int64_t now = now_ns();
+  task->start_ns = task->end_ns = now;
+  core_.finish(task, nullptr);
+  one_done();
+}
+
+bool CudaDevice::stage_buffers(TaskRecord* task, InFlight& flight, Lane& lane) {
+  std::size_t i = 0;
+  try {
+    for (; i < task->buffers.size(); ++i) {
+      const BufferState& view = *task->buffers[i];
+      BufferArg& arg = task->args.items[task->buffer_args[i]].buffer;
+      if (view.root->unified) {
+        // In place: remote copies settle as for host use, then the pages
+        // move here on this task's stream, ahead of its kernel.
+        acquire_unified(view, arg.mode);
+        unified_to_device(*view.root, view.region, options_.ordinal, lane.stream.get());
+        arg.data = view.host_data();
+        arg.ld = view.ld();
+      } else {
+        flight.ids[i] = acquire_on_node(view, arg.mode, *this);
+        arg.data = pointer(flight.ids[i]);
+        arg.ld = arg.cols;  // copies here are packed
+      }
+    }
+    return true;
+  } catch (const OutOfMemory& e) {
+    unpin(task, flight.ids);
+    restore_host_args(task);
+    if (task->kernel->cpu) {
+      log().warn("task '{}' (kernel {}): its data does not fit on {} ({}); running it on the CPU", task->name,
+                 task->kernel->name, name(), e.what());
+      core_.reschedule(task, *this);
+      one_done();
+      return false;
+    }
+    task->error = std::make_exception_ptr(KernelError(fmt::format(
+        "task '{}' (kernel {}): its data does not fit on {}, and the kernel has no CPU implementation: {}", task->name,
+        task->kernel->name, name(), e.what())));
+  } catch (const std::exception& e) {
+    unpin(task, flight.ids);
+    restore_host_args(task);
+    task->error = std::make_exception_ptr(KernelError(
+        fmt::format("task '{}' (kernel {}): buffer '{}' could not be moved to {}: {}", task->name, task->kernel->name,
+                    task->buffers[i]->name, name(), e.what())));
+  }
+  finish_unlaunched(task, {});
+  return false;
+}
+
+void CudaDevice::launch(TaskRecord* task) {
+  if (!alive()) {
+    if (task->kernel->cpu) {
+      core_.reschedule(task, *this);
+      one_done();
+    } else {
+      task->error = std::make_exception_ptr(KernelError(fmt::format(
+          "task '{}' (kernel {}) cannot run: {} failed earlier and the kernel has no CPU implementation", task->name,
+          task->kernel->name, name())));
+      finish_unlaunched(task, {});
+    }
+    return;
+  }
+  Lane& lane = *lanes_[next_lane_++ % lanes_.size()];
+  InFlight flight;
+  flight.task = task;
+  flight.ids.assign(task->buffers.size(), 0);
+  try {
+    flight.start = std::make_unique<Event>(/*timing=*/true);
+    flight.end = std::make_unique<Event>(/*timing=*/true);
+  } catch (const std::exception& e) {
+    task->error = std::make_exception_ptr(KernelError(
+        fmt::format("task '{}' (kernel {}) could not start on {}: {}", task->name, task->kernel->name, name(), e.what())));
+    finish_unlaunched(task, {});
+    return;
+  }
+  if (!stage_buffers(task, flight, lane)) return;
+
+  const auto failed = [&](const std::string& what) {
+    task->error = std::make_exception_ptr(
+        KernelError(fmt::format("task '{}' (kernel {}) failed on {}: {}", task->name, task->kernel->name, name(), what)));
+  };
+  ExecContext context{task->args, task->name, -1, lane.stream.get(), options_.ordinal, std::nullopt};
+  flight.launched_ns = now_ns();
+  try {
+    flight.start->record(lane.stream.get());
+    task->kernel->cuda(context);
+    // A variant that forgot to check a launch must not leave its error for
+    // an unrelated call to trip on.
+    const cudaError_t launched = cudaGetLastError();
+    if (launched != cudaSuccess) throw CudaError("a kernel launch failed: " + cuda_text(launched), launched);
+    task->result = context.result;
+  } catch (const std::exception& e) {
+    failed(e.what());
+  } catch (...) {
+    failed("unknown exception");
+  }
+  // Recorded after a failure too: whatever the variant did enqueue must be
+  // done before the task's memory is unpinned and perhaps reused.
+  const cudaError_t recorded = cudaEventRecord(flight.end->get(), lane.stream.get());
+  if (recorded != cudaSuccess) {
+    if (!task->error) failed("cudaEventRecord: " + cuda_text(recorded));
+    const cudaError_t synced = cudaStreamSynchronize(lane.stream.get());
+    if (sticky(synced)) lost(cuda_text(synced));
+    flight.end.reset();
+  }
+  {
+    std::lock_guard lock(lane.mutex);
+    lane.waiting.push_back(std::move(flight));
+  }
+  lane.cv.notify_one();
+}
+
+void CudaDevice::completer_loop(Lane& lane) {
+  try {
+    check_cuda(cudaSetDevice(options_.ordinal), "cudaSetDevice");
+  } catch (const std::exception& e) {
+    lost(e.what());
+  }
+  for (;;) {
+    InFlight flight;
+    {
+      std::unique_lock lock(lane.mutex);
+      lane.cv.wait(lock, [&] { return stopping_.load() || !lane.waiting.empty(); });
+      if (lane.waiting.empty()) return;
+      flight = std::move(lane.waiting.front());
+      lane.waiting.pop_front();
+    }
+    // The stream runs its tasks in order: waiting for this one's event
+    // never holds up one that finished before it.
+    const cudaError_t status = flight.end ? cudaEventSynchronize(flight.end->get()) : cudaSuccess;
+    complete(flight, lane, status);
+  }
+}
+
+void CudaDevice::settle_outputs(TaskRecord* task, const std::vector<std::uint64_t>& ids) {
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] == 0 || !writes(task->args.items[task->buffer_args[i]].buffer.mode)) continue;
+    const BufferState& view = *task->buffers[i];
+    if (options_.write_through) {
+      fetch(ids[i], host_region(view));
+      written_through_node(view, *this, ids[i]);
+    } else {
+      // No lineage: a local GPU is not lost the way a remote host is; after
+      // a fatal CUDA error its data is gone, and the error says so.
+      written_on_node(view, *this, ids[i], nullptr);
+    }
+  }
+}
+
+void CudaDevice::complete(InFlight& flight, Lane& lane, cudaError_t status) {
+  TaskRecord* task = flight.task;
+  double seconds = 0;
+  if (status != cudaSuccess) {
+    if (!task->error)
+      task->error = std::make_exception_ptr(KernelError(fmt::format(
+          "task '{}' (kernel {}) failed on {}: {}", task->name, task->kernel->name, name(), cuda_text(status))));
+    if (sticky(status)) lost(cuda_text(status));
+  } else if (flight.end) {
+    float ms = 0;
+    if (cudaEventElapsedTime(&ms, flight.start->get(), flight.end->get()) == cudaSuccess) seconds = ms * 1e-3;
+    else cudaGetLastError();
+  }
+  if (!task->error) {
+    try {
+      settle_outputs(task, flight.ids);
+    } catch (const std::exception& e) {
+      task->error = std::make_exception_ptr(KernelError(fmt::format(
+          "task '{}' (kernel {}) ran on {}, but its outputs could not be kept: {}", task->name, task->kernel->name,
+          name(), e.what())));
+    }
+  }
+  unpin(task, flight.ids);
+  if (task->error) {
+    // A half-written copy must not pass for the host's data later.
+    for (std::size_t i = 0; i < flight.ids.size(); ++i)
+      if (flight.ids[i] != 0 && writes(task->args.items[task->buffer_args[i]].buffer.mode))
+        discard_on_node(*task->buffers[i], *this, flight.ids[i]);
+  }
+  task->end_ns = now_ns();
+  task->start_ns = seconds > 0 ? task->end_ns - static_cast<std::int64_t>(seconds * 1e9) : flight.launched_ns;
+  if (!task->error && seconds > 0) core_.models().record(task->kernel->name, perf_key(), task->bytes, seconds);
+  if (Trace* trace = core_.trace()) {
+    TaskSpan span;
+    span.task_id = task->id;
+    span.name = task->name;
+    span.kernel = task->kernel->name;
+    span.device = name();
+    span.lane = lane.trace_lane;
+    span.end_ns = trace->now_ns();
+    span.start_ns = span.end_ns - (task->end_ns - task->start_ns);
+    span.predecessors = std::move(task->predecessors);
+    span.failed = task->error != nullptr;
+    trace->record(std::move(span));
+  }
+  core_.finish(task, nullptr);
+  one_done();
+}
+
+}  // namespace ferry::detail

@@ -1,0 +1,173 @@
+// A local GPU as a device of the runtime and as a memory node
+// the coherence layer keeps copies on (NodeLink): ship is a host-to-device
+// copy into DevicePool memory, allocate a DevicePool block, fetch a
+// device-to-host copy, drop a free. Shared and modified replicas, LRU
+// eviction under memory pressure (a modified replica is written back
+// first) and the rules for tiles are the coherence layer's, exactly as for
+// a remote host.
+//
+// Threads, all blocking when idle:
+//   - one executor: moves a ready task's inputs in (copy stream), enqueues
+//     its kernel on one of `lanes()` compute streams and records an event
+//     after it, then takes the next task; kernels run while it works;
+//   - one completer per compute stream: waits for that stream's events in
+//     order (blocking-sync events: it sleeps, it does not spin), then does
+//     the bookkeeping and releases the task's successors;
+//   - one prefetcher: ships the inputs of tasks assigned here while their
+//     predecessors still run.
+// Unified buffers are not copied: the executor prefetches their pages to
+// the GPU on the task's compute stream and the kernel gets the managed pointer.
+//
+// Only for translation units built with FERRY_WITH_CUDA.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "data/coherence.hpp"
+#include "devices/cuda/cuda_copy.hpp"
+#include "devices/cuda/cuda_handles.hpp"
+#include "devices/device.hpp"
+#include "ferry/allocator/device_pool.hpp"
+
+namespace ferry::detail {
+
+class RuntimeCore;
+
+struct CudaDeviceOptions {
+  int ordinal = 0;
+  // Bytes of the GPU that replicas may take; 0: its free memory at start
+  // less a safety margin (other processes and libraries share the GPU).
+  std::size_t memory_limit = 0;
+  unsigned streams = 2;  // compute streams: tasks that may run side by side
+  std::size_t chunk_bytes = std::size_t{4} << 20;
+  unsigned slots = 4;  // staging buffers for pageable host memory
+  // Outputs are copied home as soon as a task wrote them, the GPU copy
+  // staying valid: for a process that reads host replicas directly (ferryd).
+  bool write_through = false;
+};
+
+class CudaDevice final : public Device, public NodeLink {
+ public:
+  CudaDevice(RuntimeCore& core, DeviceId id, MemoryNodeId node, CudaDeviceOptions options);
+  ~CudaDevice() override;
+
+  bool can_run(const KernelDef& kernel) const override { return static_cast<bool>(kernel.cuda); }
+  bool available() const noexcept override { return alive(); }
+  unsigned lanes() const override { return static_cast<unsigned>(lanes_.size()); }
+  void enqueue(TaskRecord* task) override;
+  void prefetch(TaskRecord* task) override;
+  void drain() override;
+
+  // NodeLink
+  MemoryNodeId node() const noexcept override { return Device::node(); }
+  // False after a CUDA error that leaves the GPU unusable (a sticky error).
+  bool alive() const noexcept override { return alive_.load(std::memory_order_acquire); }
+  std::uint64_t epoch() const noexcept override { return 1; }
+  void hold(const std::shared_ptr<BufferRoot>& root) override;
+  std::uint64_t ship(const HostRegion& source) override;
+  std::uint64_t allocate(const HostRegion& shape) override;
+  void fetch(std::uint64_t id, const HostRegion& dest) override;
+  void drop(std::uint64_t id) noexcept override;
+
+  int ordinal() const noexcept { return options_.ordinal; }
+  // Makes `bytes()` bytes of device memory at `source` (on this GPU, e.g. a
+  // CuPy or PyTorch array) the view's modified replica here, copied device to
+  // device: the data never crosses the host until someone reads it there.
+  void adopt(const BufferState& view, const void* source);
+  std::size_t bytes_to_device() const noexcept { return bytes_in_.load(std::memory_order_relaxed); }
+  std::size_t bytes_from_device() const noexcept { return bytes_out_.load(std::memory_order_relaxed); }
+  // One line: model, memory bound and use, streams.
+  std::string describe() const;
+
+ private:
+  struct Block {
+    void* ptr = nullptr;
+    std::size_t bytes = 0;
+  };
+  // A task whose kernel is enqueued, waiting for its event.
+  struct InFlight {
+    TaskRecord* task = nullptr;
+    std::vector<std::uint64_t> ids;  // per buffer: its copy here, 0 for unified roots
+    std::unique_ptr<Event> start, end;
+    std::int64_t launched_ns = 0;
+  };
+  // A task's inputs to ship early, taken when it is assigned: by the time
+  // the prefetcher gets to them the task may be running or finished, and
+  // finishing releases the task's own list.
+  struct Prefetch {
+    TaskRecord* task = nullptr;  // referenced
+    std::vector<std::shared_ptr<BufferState>> inputs;
+  };
+  struct Lane {
+    Stream stream;
+    int trace_lane = 0;
+    std::mutex mutex;
+    std::condition_variable cv;
+    std::deque<InFlight> waiting;
+    std::thread completer;
+  };
+
+  void executor_loop();
+  void completer_loop(Lane& lane);
+  void prefetch_loop();
+  void launch(TaskRecord* task);
+  // Moves the task's buffers here; false when it cannot (the task has then
+  // been handed to the CPU, or finished as failed).
+  bool stage_buffers(TaskRecord* task, InFlight& flight, Lane& lane);
+  void complete(InFlight& flight, Lane& lane, cudaError_t status);
+  // Finishes a task that never reached a stream.
+  void finish_unlaunched(TaskRecord* task, const std::vector<std::uint64_t>& ids);
+  void restore_host_args(TaskRecord* task);
+  void unpin(TaskRecord* task, const std::vector<std::uint64_t>& ids);
+  void settle_outputs(TaskRecord* task, const std::vector<std::uint64_t>& ids);
+  void prefetch_inputs(const Prefetch& job);
+  void one_done();
+  void lost(const std::string& reason);
+
+  std::pair<std::uint64_t, void*> allocate_block(std::size_t bytes);
+  void* pointer(std::uint64_t id) const;
+  std::size_t evict(std::size_t bytes);
+  std::vector<std::shared_ptr<BufferRoot>> held_roots();
+  void measure_link();
+
+  RuntimeCore& core_;
+  CudaDeviceOptions options_;
+  std::string model_;
+  std::atomic<bool> alive_{true};
+  std::atomic<bool> stopping_{false};
+  std::atomic<std::size_t> bytes_in_{0}, bytes_out_{0};
+
+  std::unique_ptr<DevicePool> pool_;
+  std::unique_ptr<CudaCopier> copier_;
+  mutable std::mutex blocks_mutex_;
+  std::unordered_map<std::uint64_t, Block> blocks_;
+  std::atomic<std::uint64_t> next_block_{1};
+
+  std::mutex held_mutex_;
+  std::unordered_map<const BufferRoot*, std::weak_ptr<BufferRoot>> held_;
+
+  std::mutex queue_mutex_;
+  std::condition_variable queue_cv_;     // the executor's
+  std::condition_variable prefetch_cv_;  // the prefetcher's
+  std::deque<TaskRecord*> ready_;
+  std::deque<Prefetch> prefetches_;
+  std::atomic<std::size_t> active_{0};  // tasks and prefetches handed to this device, not yet done with
+  std::condition_variable idle_cv_;
+
+  std::vector<std::unique_ptr<Lane>> lanes_;
+  unsigned next_lane_ = 0;  // executor only
+  int trace_in_ = 0, trace_out_ = 0;
+  std::thread executor_;
+  std::thread prefetcher_;
+};
+
+}  // namespace ferry::detail

@@ -1,0 +1,45 @@
+#include "devices/device.hpp"
+
+#include <fmt/format.h>
+
+namespace ferry::detail {
+
+bool Device::matches(const Place& place) const noexcept {
+  switch (place.kind) {
+    case Place::Kind::any: return true;
+    case Place::Kind::cpu: return kind_ == DeviceKind::cpu;
+    case Place::Kind::gpu:
+      return kind_ == DeviceKind::cuda && (place.index < 0 || name_ == fmt::format("cuda:{}", place.index));
+    case Place::Kind::remote:
+      return kind_ == DeviceKind::remote && (place.endpoint.empty() || name_.find(place.endpoint) != std::string::npos);
+  }
+  return false;
+}
+
+void Device::trace_transfer(Trace* trace, bool to_device, int lane, std::size_t bytes, std::int64_t start_ns) const {
+  if (trace == nullptr) return;
+  TransferSpan span;
+  span.what = to_device ? "ship" : "fetch";
+  span.link = to_device ? "host->" + name_ : name_ + "->host";
+  span.lane = lane;
+  span.start_ns = start_ns;
+  span.end_ns = trace->now_ns();
+  span.bytes = bytes;
+  trace->record(std::move(span));
+}
+
+DeviceSnapshot Device::snapshot() const {
+  DeviceSnapshot s;
+  s.id = id_;
+  s.name = name_;
+  s.kind = kind_;
+  s.node = node_;
+  s.perf_key = perf_key_;
+  s.peak = peak_;
+  s.queued = queued_.load(std::memory_order_relaxed);
+  const auto backlog = backlog_ns_.load(std::memory_order_relaxed);
+  s.busy_until = backlog > 0 ? static_cast<double>(backlog) * 1e-9 / std::max(1u, lanes()) : 0.0;
+  return s;
+}
+
+}  // namespace ferry::detail

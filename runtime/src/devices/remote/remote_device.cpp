@@ -1,0 +1,700 @@
+#include "devices/remote/remote_device.hpp"
+
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "core/core.hpp"
+#include "data/dependencies.hpp"
+#include "ferry/error.hpp"
+#include "ferry/log.hpp"
+#include "ferry/runtime/cuda_source.hpp"
+#include "ferry/transport/auth.hpp"
+#include "ferry/transport/listener.hpp"
+#include "ferry/units.hpp"
+#include "core/task_record.hpp"
+
+namespace ferry::detail {
+
+namespace {
+
+// The remote refused data for lack of room (quota or memory): eviction may help.
+struct NoRoom : RemoteError {
+  using RemoteError::RemoteError;
+};
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+std::string client_name() {
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  return fmt::format("{}:{}", host, ::getpid());
+}
+
+DevicePeak remote_peak() {
+  DevicePeak peak;  // a seed; measured runs replace it
+  peak.flops_per_second = 8e9;
+  peak.bytes_per_second = 8e9;
+  peak.launch_seconds = 50e-6;
+  return peak;
+}
+
+protocol::DType wire(DType t) { return static_cast<protocol::DType>(static_cast<std::uint8_t>(t)); }
+protocol::Mode wire(AccessMode m) { return static_cast<protocol::Mode>(static_cast<std::uint8_t>(m)); }
+
+bool contiguous(const HostRegion& r) { return r.rows <= 1 || r.ld == r.cols; }
+
+}  // namespace
+
+RemoteDevice::RemoteDevice(RuntimeCore& core, DeviceId id, MemoryNodeId node, RemoteOptions options,
+                           std::shared_ptr<transport::Worker> worker)
+    : Device(id, "remote:" + options.address, DeviceKind::remote, node, "remote:" + options.address, remote_peak()),
+      core_(core),
+      options_(std::move(options)),
+      worker_(std::move(worker)) {
+  std::tie(host_, port_) = transport::parse_address(options_.address);
+  if (options_.chunk_bytes == 0) throw UsageError("remote chunk size must be positive");
+  options_.window = std::max(1u, options_.window);
+  options_.proxies = std::max(1u, options_.proxies);
+  if (Trace* trace = core_.trace()) {
+    for (unsigned slot = 0; slot < options_.proxies; ++slot)
+      lanes_.push_back(trace->lane(fmt::format("{} slot {}", name(), slot), name()));
+    lane_out_ = trace->lane(fmt::format("link host -> {}", name()), "link");
+    lane_in_ = trace->lane(fmt::format("link {} -> host", name()), "link");
+  }
+}
+
+void RemoteDevice::start() {
+  try {
+    connect();
+  } catch (const std::exception& e) {
+    log().warn("remote {}: {}; will keep trying", options_.address, e.what());
+  }
+  for (unsigned slot = 0; slot < options_.proxies; ++slot) proxies_.emplace_back([this, slot] { proxy_loop(slot); });
+  reconnector_ = std::thread([this] { reconnect_loop(); });
+}
+
+RemoteDevice::~RemoteDevice() {
+  drain();
+  // Bring home what only this host holds: buffers may outlive the runtime.
+  std::vector<std::shared_ptr<BufferRoot>> roots;
+  {
+    std::lock_guard lock(held_mutex_);
+    for (auto& weak : held_)
+      if (auto root = weak.lock()) roots.push_back(std::move(root));
+  }
+  for (auto& root : roots) {
+    try {
+      forget_node(*root, *this);
+    } catch (const std::exception& e) {
+      log().error("remote {}: could not bring a buffer home at shutdown: {}", options_.address, e.what());
+    }
+  }
+  stopping_.store(true);
+  queue_cv_.notify_all();
+  reconnect_cv_.notify_all();
+  for (auto& thread : proxies_) thread.join();
+  if (reconnector_.joinable()) reconnector_.join();
+  std::shared_ptr<transport::Connection> connection;
+  {
+    std::lock_guard lock(connection_mutex_);
+    connection = std::move(connection_);
+  }
+  alive_.store(false);
+  if (connection) {
+    connection->send(protocol::encode(protocol::Bye{protocol::Status::ok, "client shutting down"}));
+    connection->close();
+  }
+}
+
+// ---- connection ----
+
+void RemoteDevice::connect() {
+  auto connection = transport::Connection::connect(
+      worker_, host_, port_, [this](transport::Connection&, transport::Incoming& in) { on_message(in); },
+      [this](transport::Connection&, const std::string& reason) { lost(reason); });
+  {
+    std::lock_guard lock(connection_mutex_);
+    connection_ = connection;
+  }
+  const std::string client = client_name();
+  auto hello = request(0, protocol::Hello{protocol::oldest_version, protocol::version, client}, nullptr, 0);
+  protocol::Message reply = await(hello, "hello");
+  if (auto* error = std::get_if<protocol::ErrorMessage>(&reply))
+    throw RemoteError(fmt::format("ferryd at {} refused: {}: {}", options_.address, protocol::to_string(error->status),
+                                  error->message));
+  const auto* challenge = std::get_if<protocol::Challenge>(&reply);
+  if (challenge == nullptr) throw RemoteError(fmt::format("ferryd at {} did not send a challenge", options_.address));
+  auto auth = request(0, protocol::Auth{transport::auth_mac(options_.token, challenge->nonce, client)}, nullptr, 0);
+  reply = await(auth, "auth");
+  if (auto* error = std::get_if<protocol::ErrorMessage>(&reply))
+    throw RemoteError(fmt::format("ferryd at {} refused this client: {}: {}", options_.address,
+                                  protocol::to_string(error->status), error->message));
+  const auto* welcome = std::get_if<protocol::Welcome>(&reply);
+  if (welcome == nullptr) throw RemoteError(fmt::format("ferryd at {} did not welcome us", options_.address));
+  max_payload_ = welcome->max_payload == 0 ? options_.chunk_bytes : welcome->max_payload;
+  quota_ = welcome->memory_quota;
+  gpus_.store(welcome->gpus, std::memory_order_relaxed);
+  epoch_.fetch_add(1, std::memory_order_acq_rel);
+  alive_.store(true, std::memory_order_release);
+  measure_link();
+  log().info("remote {}: connected to {} ({} CPU workers, {} GPUs, quota {}); link {:.0f} µs, {}/s", options_.address,
+             welcome->server, welcome->cpu_workers, welcome->gpus, format_bytes(quota_),
+             core_.links().get(host_node, node()).latency_seconds * 1e6,
+             format_bytes(static_cast<std::size_t>(core_.links().get(host_node, node()).bytes_per_second)));
+}
+
+void RemoteDevice::measure_link() {
+  std::vector<double> rtts;
+  for (int i = 0; i < 5; ++i) {
+    const auto start = Clock::now();
+    const std::uint64_t id = next_request();
+    auto pong = request(id, protocol::Ping{id}, nullptr, 0);
+    await(pong, "ping");
+    rtts.push_back(seconds_since(start));
+  }
+  std::sort(rtts.begin(), rtts.end());
+  const double latency = rtts[rtts.size() / 2] / 2;
+  // One bulk transfer the size of a chunk gives the bandwidth to start from;
+  // real transfers refine it (LinkModels::record).
+  // Small enough to fit any sensible quota; a refusal only costs the estimate.
+  std::vector<std::byte> probe(std::min({options_.chunk_bytes, std::size_t{4} << 20,
+                                         quota_ > 0 ? static_cast<std::size_t>(quota_ / 4) : std::size_t{4} << 20}));
+  HostRegion shape{probe.data(), DType::u8, 1, probe.size(), probe.size()};
+  double seconds = 0;
+  try {
+    for (int round = 0; round < 2; ++round) {  // the first pays for setting up the rendezvous path
+      const auto start = Clock::now();
+      const std::uint64_t id = next_copy_.fetch_add(1);
+      put_chunks(id, shape, probe.data(), probe.size());
+      seconds = std::max(seconds_since(start) - latency, 1e-9);
+      drop(id);
+    }
+  } catch (const RemoteError& e) {
+    if (!alive()) throw;
+    log().debug("remote {}: bandwidth probe refused ({}); assuming 1 GB/s until transfers tell", options_.address,
+                e.what());
+    seconds = static_cast<double>(probe.size()) / 1e9;
+  }
+  const Link link{latency, static_cast<double>(probe.size()) / seconds};
+  core_.links().set(host_node, node(), link);
+  core_.links().set(node(), host_node, link);
+}
+
+void RemoteDevice::lost(const std::string& reason) {
+  if (alive_.exchange(false, std::memory_order_acq_rel))
+    log().warn("remote {} lost: {}; its tasks run elsewhere until it is back", options_.address, reason);
+  std::map<std::uint64_t, std::shared_ptr<Pending>> pending;
+  {
+    std::lock_guard lock(pending_mutex_);
+    pending.swap(pending_);
+  }
+  for (auto& [id, p] : pending)
+    p->reply.set_exception(std::make_exception_ptr(RemoteError(fmt::format("remote {}: {}", options_.address, reason))));
+  std::shared_ptr<transport::Connection> connection;
+  {
+    std::lock_guard lock(connection_mutex_);
+    connection = std::move(connection_);
+  }
+  if (connection) connection->close();
+  reconnect_cv_.notify_all();
+}
+
+void RemoteDevice::reconnect_loop() {
+  auto backoff = std::chrono::milliseconds(250);
+  std::unique_lock lock(reconnect_mutex_);
+  while (!stopping_.load()) {
+    reconnect_cv_.wait(lock, [&] { return stopping_.load() || !alive(); });
+    if (stopping_.load()) return;
+    lock.unlock();
+    bool ok = false;
+    try {
+      connect();
+      ok = true;
+      backoff = std::chrono::milliseconds(250);
+      log().info("remote {}: back in service", options_.address);
+    } catch (const std::exception& e) {
+      log().debug("remote {}: reconnect failed: {}", options_.address, e.what());
+    }
+    lock.lock();
+    if (!ok) {
+      reconnect_cv_.wait_for(lock, backoff, [&] { return stopping_.load(); });
+      backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
+    }
+  }
+}
+
+// ---- requests ----
+
+std::future<protocol::Message> RemoteDevice::request(std::uint64_t id, protocol::Message message, const void* payload,
+                                                     std::size_t bytes, void* dest) {
+  auto pending = std::make_shared<Pending>();
+  pending->dest = dest;
+  auto future = pending->reply.get_future();
+  std::shared_ptr<transport::Connection> connection;
+  {
+    std::lock_guard lock(connection_mutex_);
+    connection = connection_;
+  }
+  if (!connection) {
+    pending->reply.set_exception(
+        std::make_exception_ptr(RemoteError(fmt::format("remote {}: not connected", options_.address))));
+    return future;
+  }
+  {
+    std::lock_guard lock(pending_mutex_);
+    pending_[id] = pending;
+  }
+  connection->send(protocol::encode(message), payload, bytes, [this, id](const std::string& error) {
+    if (error.empty()) return;
+    std::shared_ptr<Pending> p;
+    {
+      std::lock_guard lock(pending_mutex_);
+      if (auto it = pending_.find(id); it != pending_.end()) {
+        p = it->second;
+        pending_.erase(it);
+      }
+    }
+    if (p) p->reply.set_exception(std::make_exception_ptr(RemoteError(fmt::format("send failed: {}", error))));
+  });
+  return future;
+}
+
+protocol::Message RemoteDevice::await(std::future<protocol::Message>& reply, const char* what) {
+  if (reply.wait_for(std::chrono::seconds(120)) != std::future_status::ready)
+    throw RemoteError(fmt::format("remote {}: no reply to {} in 120 s", options_.address, what));
+  return reply.get();
+}
+
+void RemoteDevice::on_message(transport::Incoming& incoming) {
+  protocol::Message message;
+  try {
+    message = protocol::decode(incoming.header());
+  } catch (const std::exception& e) {
+    lost(fmt::format("undecodable message from ferryd: {}", e.what()));
+    return;
+  }
+  const auto complete = [&](std::uint64_t id, std::shared_ptr<Pending>* out = nullptr) {
+    std::shared_ptr<Pending> p;
+    {
+      std::lock_guard lock(pending_mutex_);
+      if (auto it = pending_.find(id); it != pending_.end()) {
+        p = it->second;
+        pending_.erase(it);
+      }
+    }
+    if (out != nullptr) *out = p;
+    else if (p) p->reply.set_value(message);
+    return p != nullptr;
+  };
+  std::visit(
+      [&](auto& m) {
+        using M = std::decay_t<decltype(m)>;
+        if constexpr (std::is_same_v<M, protocol::Data>) {
+          std::shared_ptr<Pending> p;
+          complete(m.request, &p);
+          if (!p) return;
+          if (incoming.payload_bytes() == 0 || p->dest == nullptr) {
+            p->reply.set_value(message);
+            return;
+          }
+          incoming.into(p->dest, [p, message](const std::string& error) {
+            if (error.empty()) p->reply.set_value(message);
+            else p->reply.set_exception(std::make_exception_ptr(RemoteError("receiving data: " + error)));
+          });
+        } else if constexpr (std::is_same_v<M, protocol::PutAck> || std::is_same_v<M, protocol::Done> ||
+                             std::is_same_v<M, protocol::Pong> || std::is_same_v<M, protocol::StatsReply>) {
+          complete(m.request);
+        } else if constexpr (std::is_same_v<M, protocol::Challenge> || std::is_same_v<M, protocol::Welcome>) {
+          complete(0);
+        } else if constexpr (std::is_same_v<M, protocol::ErrorMessage>) {
+          if (!complete(0)) lost(fmt::format("ferryd error {}: {}", protocol::to_string(m.status), m.message));
+        } else if constexpr (std::is_same_v<M, protocol::Bye>) {
+          lost(fmt::format("ferryd closed the session: {}", m.message));
+        } else {
+          log().warn("remote {}: unexpected {} message ignored", options_.address,
+                     protocol::to_string(protocol::type_of(message)));
+        }
+      },
+      message);
+}
+
+// ---- bulk transfers ----
+
+std::size_t RemoteDevice::chunk_for(std::size_t bytes) const noexcept {
+  // Small enough that a transfer keeps the whole window busy (a single chunk
+  // has nothing to overlap with), large enough to amortise per-chunk costs.
+  constexpr std::size_t floor = std::size_t{256} << 10;
+  const std::size_t limit = std::max<std::size_t>(1, std::min(options_.chunk_bytes, max_payload_));
+  const std::size_t spread = (bytes + options_.window - 1) / options_.window;
+  return std::min(limit, std::max(spread, std::min(floor, limit)));
+}
+
+void RemoteDevice::put_chunks(std::uint64_t id, const HostRegion& shape, const std::byte* data, std::size_t bytes) {
+  const std::size_t chunk = chunk_for(bytes);
+  std::deque<std::future<protocol::Message>> window;
+  const auto settle = [&] {
+    protocol::Message reply = await(window.front(), "put");
+    window.pop_front();
+    const auto* ack = std::get_if<protocol::PutAck>(&reply);
+    if (ack != nullptr && (ack->status == protocol::Status::quota_exceeded || ack->status == protocol::Status::out_of_memory))
+      throw NoRoom(fmt::format("remote {} has no room: {}", options_.address, ack->message));
+    if (ack == nullptr || ack->status != protocol::Status::ok)
+      throw RemoteError(fmt::format("remote {} refused data: {}: {}", options_.address,
+                                    ack ? protocol::to_string(ack->status) : "no acknowledgement",
+                                    ack ? ack->message : ""));
+  };
+  std::size_t offset = 0;
+  do {
+    const std::size_t len = std::min(chunk, bytes - offset);
+    if (window.size() >= options_.window) settle();
+    const std::uint64_t req = next_request();
+    protocol::Put put{req, id, wire(shape.dtype), shape.rows, shape.cols, offset};
+    window.push_back(request(req, put, data + offset, len));
+    offset += len;
+  } while (offset < bytes);
+  while (!window.empty()) settle();
+}
+
+void RemoteDevice::get_chunks(std::uint64_t id, std::byte* dest, std::size_t bytes) {
+  const std::size_t chunk = chunk_for(bytes);
+  std::deque<std::future<protocol::Message>> window;
+  const auto settle = [&] {
+    protocol::Message reply = await(window.front(), "get");
+    window.pop_front();
+    const auto* data = std::get_if<protocol::Data>(&reply);
+    if (data == nullptr || data->status != protocol::Status::ok)
+      throw RemoteError(fmt::format("remote {} could not send data back: {}: {}", options_.address,
+                                    data ? protocol::to_string(data->status) : "no data", data ? data->message : ""));
+  };
+  for (std::size_t offset = 0; offset < bytes; offset += chunk) {
+    const std::size_t len = std::min(chunk, bytes - offset);
+    if (window.size() >= options_.window) settle();
+    const std::uint64_t req = next_request();
+    window.push_back(request(req, protocol::Get{req, id, offset, len}, nullptr, 0, dest + offset));
+  }
+  while (!window.empty()) settle();
+}
+
+template <typename Put>
+std::uint64_t RemoteDevice::with_room(std::size_t bytes, Put put) {
+  try {
+    return put();
+  } catch (const NoRoom&) {
+    // Make room the LRU way, then try once more; still no room is a failure.
+    std::vector<std::shared_ptr<BufferRoot>> roots;
+    {
+      std::lock_guard lock(held_mutex_);
+      for (auto& weak : held_)
+        if (auto root = weak.lock()) roots.push_back(std::move(root));
+    }
+    const std::size_t freed = evict_from_node(*this, roots, bytes);
+    log().debug("remote {}: evicted {} to make room for {}", options_.address, format_bytes(freed), format_bytes(bytes));
+    return put();
+  }
+}
+
+std::uint64_t RemoteDevice::ship(const HostRegion& source) {
+  return with_room(source.bytes(), [&] { return ship_now(source); });
+}
+
+std::uint64_t RemoteDevice::ship_now(const HostRegion& source) {
+  const std::uint64_t id = next_copy_.fetch_add(1);
+  const auto start = Clock::now();
+  const std::int64_t start_ns = core_.trace() ? core_.trace()->now_ns() : 0;
+  if (contiguous(source)) {
+    put_chunks(id, source, static_cast<const std::byte*>(source.data), source.bytes());
+  } else {
+    // A tile of a larger matrix travels packed, row after row.
+    const std::size_t row = source.cols * size_of(source.dtype);
+    std::vector<std::byte> packed(source.bytes());
+    for (std::size_t r = 0; r < source.rows; ++r)
+      std::memcpy(packed.data() + r * row, static_cast<const std::byte*>(source.data) + r * source.ld * size_of(source.dtype), row);
+    put_chunks(id, source, packed.data(), packed.size());
+  }
+  if (source.bytes() >= (std::size_t{64} << 10)) core_.links().record(host_node, node(), source.bytes(), seconds_since(start));
+  bytes_shipped_.fetch_add(source.bytes(), std::memory_order_relaxed);
+  Device::trace_transfer(core_.trace(), true, lane_out_, source.bytes(), start_ns);
+  return id;
+}
+
+std::uint64_t RemoteDevice::allocate(const HostRegion& shape) {
+  return with_room(shape.bytes(), [&] {
+    const std::uint64_t id = next_copy_.fetch_add(1);
+    put_chunks(id, shape, nullptr, 0);
+    return id;
+  });
+}
+
+void RemoteDevice::fetch(std::uint64_t id, const HostRegion& dest) {
+  const auto start = Clock::now();
+  const std::int64_t start_ns = core_.trace() ? core_.trace()->now_ns() : 0;
+  if (contiguous(dest)) {
+    get_chunks(id, static_cast<std::byte*>(dest.data), dest.bytes());
+  } else {
+    const std::size_t row = dest.cols * size_of(dest.dtype);
+    std::vector<std::byte> packed(dest.bytes());
+    get_chunks(id, packed.data(), packed.size());
+    for (std::size_t r = 0; r < dest.rows; ++r)
+      std::memcpy(static_cast<std::byte*>(dest.data) + r * dest.ld * size_of(dest.dtype), packed.data() + r * row, row);
+  }
+  if (dest.bytes() >= (std::size_t{64} << 10)) core_.links().record(node(), host_node, dest.bytes(), seconds_since(start));
+  bytes_fetched_.fetch_add(dest.bytes(), std::memory_order_relaxed);
+  Device::trace_transfer(core_.trace(), false, lane_in_, dest.bytes(), start_ns);
+}
+
+void RemoteDevice::drop(std::uint64_t id) noexcept {
+  std::shared_ptr<transport::Connection> connection;
+  {
+    std::lock_guard lock(connection_mutex_);
+    connection = connection_;
+  }
+  if (connection) connection->send(protocol::encode(protocol::Free{id}));
+}
+
+void RemoteDevice::hold(const std::shared_ptr<BufferRoot>& root) {
+  std::lock_guard lock(held_mutex_);
+  std::erase_if(held_, [](const auto& weak) { return weak.expired(); });
+  for (const auto& weak : held_)
+    if (weak.lock() == root) return;
+  held_.push_back(root);
+}
+
+protocol::StatsReply RemoteDevice::stats() {
+  const std::uint64_t id = next_request();
+  auto reply = request(id, protocol::StatsRequest{id}, nullptr, 0);
+  protocol::Message m = await(reply, "stats");
+  if (auto* s = std::get_if<protocol::StatsReply>(&m)) return *s;
+  throw RemoteError(fmt::format("remote {}: no stats reply", options_.address));
+}
+
+// ---- tasks ----
+
+bool RemoteDevice::can_run(const KernelDef& kernel) const {
+  // CUDA source travels with its first task: any host with a GPU compiles it.
+  if (kernel.cuda_source) return gpus_.load(std::memory_order_relaxed) > 0;
+  // Otherwise only kernels every host knows by name: built-ins and plugins
+  // (which ferryd loads with --plugin). A runtime's own callables stay local.
+  return KernelRegistry::global().find(kernel.name) == &kernel;
+}
+
+void RemoteDevice::define_kernel(const KernelDef& kernel) {
+  const CudaSource& source = *kernel.cuda_source;
+  // Held while waiting: a second task of the same kernel must not run before its definition is there.
+  std::lock_guard lock(defined_mutex_);
+  const std::uint64_t connection = epoch();
+  if (defined_epoch_ != connection) {  // a new connection knows nothing yet
+    defined_.clear();
+    defined_epoch_ = connection;
+  }
+  if (defined_.contains(kernel.name)) return;
+  if (source.source.size() > protocol::max_source_bytes)
+    throw ProtocolError(fmt::format("the source of kernel '{}' is {}; at most {} can be sent", kernel.name,
+                                    format_bytes(source.source.size()), format_bytes(protocol::max_source_bytes)));
+  protocol::DefineKernel define;
+  define.request = next_request();
+  define.name = kernel.name;
+  define.entry = source.entry;
+  define.options = source.options;
+  for (const Param& p : kernel.params)
+    if (p.kind == ParamKind::buffer && p.mode == AccessMode::write) define.writes.push_back(p.name);
+  define.source_bytes = static_cast<std::uint32_t>(source.source.size());
+  auto future = request(define.request, define, source.source.data(), source.source.size());
+  const protocol::Message reply = await(future, "define_kernel");
+  const auto* done = std::get_if<protocol::Done>(&reply);
+  if (done == nullptr) throw RemoteError("no define_kernel reply");
+  if (done->status == protocol::Status::shutting_down)
+    throw RemoteError(fmt::format("{}: {}", protocol::to_string(done->status), done->message));
+  // Not a RemoteError: another host would refuse the same source, so the task fails.
+  if (done->status != protocol::Status::ok)
+    throw Error(fmt::format("ferryd refused kernel '{}': {}: {}", kernel.name, protocol::to_string(done->status),
+                            done->message));
+  if (epoch() == connection) defined_.insert(kernel.name);
+}
+
+bool RemoteDevice::fall_back(TaskRecord* task, const std::string& why) {
+  if (task->kernel->cpu) {
+    core_.reschedule(task, *this);
+    return true;
+  }
+  task->error = std::make_exception_ptr(KernelError(
+      fmt::format("task '{}' (kernel {}) could not run on {} ({}), and the kernel has no CPU implementation to run "
+                  "instead",
+                  task->name, task->kernel->name, name(), why)));
+  return false;
+}
+
+void RemoteDevice::enqueue(TaskRecord* task) {
+  active_.fetch_add(1, std::memory_order_relaxed);
+  {
+    std::lock_guard lock(queue_mutex_);
+    queue_.push_back({task, false, {}});
+  }
+  queue_cv_.notify_one();
+}
+
+void RemoteDevice::prefetch(TaskRecord* task) {
+  if (!alive()) return;
+  std::vector<std::shared_ptr<BufferState>> inputs;
+  for (std::size_t i = 0; i < task->buffers.size(); ++i)
+    if (reads(task->args.items[task->buffer_args[i]].buffer.mode)) inputs.push_back(task->buffers[i]);
+  if (inputs.empty()) return;
+  retain(task);
+  active_.fetch_add(1, std::memory_order_relaxed);
+  {
+    std::lock_guard lock(queue_mutex_);
+    queue_.push_back({task, true, std::move(inputs)});
+  }
+  queue_cv_.notify_one();
+}
+
+void RemoteDevice::drain() {
+  std::unique_lock lock(queue_mutex_);
+  queue_cv_.wait(lock, [&] { return active_.load() == 0; });
+}
+
+void RemoteDevice::proxy_loop(unsigned slot) {
+  for (;;) {
+    Job job;
+    {
+      std::unique_lock lock(queue_mutex_);
+      queue_cv_.wait(lock, [&] { return stopping_.load() || !queue_.empty(); });
+      if (queue_.empty()) return;
+      job = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    if (job.prefetch) {
+      prefetch_inputs(job.task, job.inputs);
+      release(job.task);
+    } else {
+      for (TaskRecord* task = job.task; task != nullptr;) task = run_here(task, slot) ? core_.finish(task, this) : nullptr;
+    }
+    if (active_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      std::lock_guard lock(queue_mutex_);
+      queue_cv_.notify_all();
+    }
+  }
+}
+
+void RemoteDevice::prefetch_inputs(TaskRecord* task, const std::vector<std::shared_ptr<BufferState>>& inputs) {
+  for (std::size_t i = 0; i < inputs.size() && alive(); ++i) {
+    if (task->done.load(std::memory_order_acquire)) return;  // too late to help
+    const BufferState& view = *inputs[i];
+    try {
+      prefetch_on_node(view, *this, [&] { return prefetch_too_early(view, task); });
+    } catch (const std::exception& e) {
+      log().debug("remote {}: prefetch skipped: {}", options_.address, e.what());
+    }
+  }
+}
+
+bool RemoteDevice::run_here(TaskRecord* task, unsigned slot) {
+  if (!alive()) return !fall_back(task, "not connected");
+  const auto start = Clock::now();
+  const std::int64_t start_ns = core_.trace() ? core_.trace()->now_ns() : 0;
+  try {
+    protocol::Run run;
+    run.request = next_request();
+    run.kernel = task->kernel->name;
+    run.task = task->name;
+    if (task->kernel->cuda_source) define_kernel(*task->kernel);
+    std::vector<std::uint64_t> ids(task->buffers.size());
+    // Unpinned however the run ends, so the copies can be evicted again.
+    struct Unpin {
+      RemoteDevice& self;
+      TaskRecord* task;
+      std::vector<std::uint64_t>& ids;
+      ~Unpin() {
+        for (std::size_t i = 0; i < ids.size(); ++i)
+          if (ids[i] != 0) release_on_node(*task->buffers[i], self, ids[i]);
+      }
+    } unpin{*this, task, ids};
+    std::size_t b = 0;
+    for (std::size_t i = 0; i < task->args.items.size(); ++i) {
+      const Arg& arg = task->args.items[i];
+      protocol::RunArg out;
+      if (arg.kind == Arg::Kind::buffer) {
+        ids[b] = acquire_on_node(*task->buffers[b], arg.buffer.mode, *this);
+        out.kind = protocol::RunArg::Kind::buffer;
+        out.buffer = ids[b];
+        out.mode = wire(arg.buffer.mode);
+        ++b;
+      } else if (const auto* d = std::get_if<double>(&arg.scalar)) {
+        out.kind = protocol::RunArg::Kind::real;
+        out.real = *d;
+      } else if (const auto* n = std::get_if<std::int64_t>(&arg.scalar)) {
+        out.kind = protocol::RunArg::Kind::integer;
+        out.integer = *n;
+      } else {
+        out.kind = protocol::RunArg::Kind::text;
+        out.text = std::get<std::string>(arg.scalar);
+      }
+      run.args.push_back(std::move(out));
+    }
+    const auto sent = Clock::now();
+    auto future = request(run.request, run, nullptr, 0);
+    protocol::Message reply = await(future, "run");
+    const double round_trip = seconds_since(sent);
+    const auto* done = std::get_if<protocol::Done>(&reply);
+    if (done == nullptr) throw RemoteError("no run reply");
+    if (done->status == protocol::Status::ok) {
+      auto lineage = std::make_shared<LineageEntry>();
+      lineage->task_id = task->id;
+      lineage->name = task->name;
+      lineage->kernel = task->kernel;
+      lineage->args = task->args;
+      lineage->buffer_args = task->buffer_args;
+      for (const auto& view : task->buffers) {
+        lineage->roots.push_back(view->root);
+        lineage->regions.push_back(view->region);
+      }
+      for (std::size_t i = 0; i < task->buffers.size(); ++i)
+        if (writes(task->args.items[task->buffer_args[i]].buffer.mode))
+          written_on_node(*task->buffers[i], *this, ids[i], lineage);
+      task->result = done->result;
+      core_.models().record(task->kernel->name, perf_key(), task->bytes, round_trip);
+    } else if (done->status == protocol::Status::kernel_failed) {
+      task->error = std::make_exception_ptr(KernelError(fmt::format(
+          "task '{}' (kernel {}) failed on {}: {}", task->name, task->kernel->name, name(), done->message)));
+    } else {
+      throw RemoteError(fmt::format("{}: {}", protocol::to_string(done->status), done->message));
+    }
+  } catch (const RemoteError& e) {
+    if (task->kernel->cpu)  // before handing it over: the CPU may finish and free it at once
+      log().warn("task '{}' (kernel {}): {} failed ({}); running it on the CPU", task->name, task->kernel->name,
+                 name(), e.what());
+    if (fall_back(task, e.what())) return false;
+  } catch (const ProtocolError& e) {  // e.g. arguments too large for one message
+    if (task->kernel->cpu)
+      log().warn("task '{}' (kernel {}) cannot be sent to {} ({}); running it on the CPU", task->name,
+                 task->kernel->name, name(), e.what());
+    if (fall_back(task, e.what())) return false;
+  } catch (const std::exception& e) {
+    task->error = std::make_exception_ptr(
+        KernelError(fmt::format("task '{}' (kernel {}) failed on {}: {}", task->name, task->kernel->name, name(), e.what())));
+  }
+  const auto end = Clock::now();
+  task->start_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(start.time_since_epoch()).count();
+  task->end_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(end.time_since_epoch()).count();
+  if (Trace* trace = core_.trace()) {
+    TaskSpan span;
+    span.task_id = task->id;
+    span.name = task->name;
+    span.kernel = task->kernel->name;
+    span.device = name();
+    span.lane = lanes_.empty() ? 0 : lanes_[slot % lanes_.size()];
+    span.start_ns = start_ns;
+    span.end_ns = trace->now_ns();
+    span.predecessors = std::move(task->predecessors);
+    span.failed = task->error != nullptr;
+    trace->record(std::move(span));
+  }
+  return true;
+}
+
+}  // namespace ferry::detail

@@ -1,0 +1,161 @@
+// A GPU host running ferryd, as a device of this runtime.
+// Tasks placed here run there: their inputs are shipped when missing (on
+// assignment when they already exist: prefetch), outputs stay there until
+// something on the host needs them. Transfers above the chunk size are split
+// and pipelined with a window of chunks in flight.
+//
+// Proxy threads (not fibers) drive the tasks: each blocks on its task's
+// transfers and run reply while the UCX progress thread completes them; a
+// few threads give enough tasks in flight to overlap transfers with compute
+// (docs/architecture.md says why).
+//
+// If the host goes away, tasks in flight here run on the CPU instead, data
+// only it held is recomputed from lineage, and a background thread
+// reconnects with backoff; the scheduler uses the host again once it is back.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <future>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "data/coherence.hpp"
+#include "devices/device.hpp"
+#include "ferry/transport/connection.hpp"
+#include "ferry/transport/protocol.hpp"
+#include "ferry/transport/worker.hpp"
+
+namespace ferry::detail {
+
+class RuntimeCore;
+
+struct RemoteOptions {
+  std::string address;  // host:port
+  std::string token;
+  std::size_t chunk_bytes = std::size_t{4} << 20;
+  unsigned window = 4;   // chunks in flight per transfer
+  unsigned proxies = 4;  // tasks in flight
+};
+
+class RemoteDevice final : public Device, public NodeLink {
+ public:
+  RemoteDevice(RuntimeCore& core, DeviceId id, MemoryNodeId node, RemoteOptions options,
+               std::shared_ptr<transport::Worker> worker);
+  ~RemoteDevice() override;
+
+  // Connects now; on failure logs why and keeps reconnecting in the background.
+  void start();
+
+  bool can_run(const KernelDef& kernel) const override;
+  bool available() const noexcept override { return alive(); }
+  unsigned lanes() const override { return options_.proxies; }
+  void enqueue(TaskRecord* task) override;
+  void prefetch(TaskRecord* task) override;
+  void drain() override;
+
+  // NodeLink
+  MemoryNodeId node() const noexcept override { return Device::node(); }
+  bool alive() const noexcept override { return alive_.load(std::memory_order_acquire); }
+  std::uint64_t epoch() const noexcept override { return epoch_.load(std::memory_order_acquire); }
+  void hold(const std::shared_ptr<BufferRoot>& root) override;
+  std::uint64_t ship(const HostRegion& source) override;
+  std::uint64_t allocate(const HostRegion& shape) override;
+  void fetch(std::uint64_t id, const HostRegion& dest) override;
+  void drop(std::uint64_t id) noexcept override;
+
+  // The server's counters for this client (tests and the demo).
+  protocol::StatsReply stats();
+  const std::string& address() const noexcept { return options_.address; }
+  std::size_t bytes_shipped() const noexcept { return bytes_shipped_.load(std::memory_order_relaxed); }
+  std::size_t bytes_fetched() const noexcept { return bytes_fetched_.load(std::memory_order_relaxed); }
+
+ private:
+  struct Pending {
+    std::promise<protocol::Message> reply;
+    void* dest = nullptr;  // where a data reply's payload goes
+  };
+  struct Job {
+    TaskRecord* task = nullptr;
+    bool prefetch = false;  // ship the task's inputs early, do not run it
+    // For a prefetch: the views it reads, taken at assignment, because the
+    // task may finish (and drop its buffer list) while the prefetch still runs.
+    std::vector<std::shared_ptr<BufferState>> inputs;
+  };
+
+  void connect();
+  void measure_link();
+  void reconnect_loop();
+  void lost(const std::string& reason);
+
+  std::future<protocol::Message> request(std::uint64_t id, protocol::Message message, const void* payload,
+                                         std::size_t bytes, void* dest = nullptr);
+  protocol::Message await(std::future<protocol::Message>& reply, const char* what);
+  std::uint64_t next_request() noexcept { return next_request_.fetch_add(1, std::memory_order_relaxed); }
+  std::size_t chunk_for(std::size_t bytes) const noexcept;
+  void put_chunks(std::uint64_t id, const HostRegion& shape, const std::byte* data, std::size_t bytes);
+  template <typename Put>
+  std::uint64_t with_room(std::size_t bytes, Put put);
+  std::uint64_t ship_now(const HostRegion& source);
+  void get_chunks(std::uint64_t id, std::byte* dest, std::size_t bytes);
+
+  void proxy_loop(unsigned slot);
+  // Runs the task there; false when it was handed to another device instead.
+  bool run_here(TaskRecord* task, unsigned slot);
+  // Sends a CUDA source kernel's definition once per connection.
+  void define_kernel(const KernelDef& kernel);
+  // Hands the task to the CPU (true), or fails it naming why (false) when
+  // it has no CPU implementation, as a CUDA source kernel has not.
+  bool fall_back(TaskRecord* task, const std::string& why);
+  void prefetch_inputs(TaskRecord* task, const std::vector<std::shared_ptr<BufferState>>& inputs);
+  void on_message(transport::Incoming& incoming);
+
+  RuntimeCore& core_;
+  RemoteOptions options_;
+  std::shared_ptr<transport::Worker> worker_;
+  std::string host_;
+  std::uint16_t port_ = 0;
+
+  std::atomic<bool> alive_{false};
+  std::atomic<std::uint64_t> epoch_{0};
+  std::atomic<std::size_t> bytes_shipped_{0};
+  std::atomic<std::size_t> bytes_fetched_{0};
+  std::atomic<bool> stopping_{false};
+  std::mutex connection_mutex_;
+  std::shared_ptr<transport::Connection> connection_;
+  std::size_t max_payload_ = 0;
+  std::uint64_t quota_ = 0;
+  std::atomic<std::uint32_t> gpus_{0};  // as the last welcome said
+
+  std::mutex defined_mutex_;
+  std::uint64_t defined_epoch_ = 0;  // the connection defined_ is about
+  std::set<std::string> defined_;    // kernels defined there
+
+  std::mutex pending_mutex_;
+  std::map<std::uint64_t, std::shared_ptr<Pending>> pending_;
+  std::atomic<std::uint64_t> next_request_{1};
+  std::atomic<std::uint64_t> next_copy_{1};
+
+  std::mutex queue_mutex_;
+  std::condition_variable queue_cv_;
+  std::deque<Job> queue_;
+  std::atomic<std::size_t> active_{0};
+  std::vector<std::thread> proxies_;
+  std::vector<int> lanes_;
+  int lane_out_ = 0, lane_in_ = 0;  // trace lanes of the link's two directions
+
+  std::mutex held_mutex_;
+  std::vector<std::weak_ptr<BufferRoot>> held_;
+
+  std::mutex reconnect_mutex_;
+  std::condition_variable reconnect_cv_;
+  std::thread reconnector_;
+};
+
+}  // namespace ferry::detail
