@@ -1,0 +1,106 @@
+"""Every metric the Grafana dashboards in deploy/grafana query exists in a
+real scrape of a real ferryd's /metrics.
+
+Usage: dashboard_metrics.py FERRYD DASHBOARD.json...
+"""
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+# Prometheus' own series and PromQL words that appear in queries but are no metrics of ours.
+NOT_METRICS = {"up", "rate", "irate", "increase", "sum", "count", "avg", "max", "min", "by", "without",
+               "histogram_quantile", "label_values", "le", "job", "instance", "on", "ignoring"}
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def exprs(node):
+    """Every PromQL string in a dashboard: targets' expr and templating queries."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key in ("expr", "query") and isinstance(value, str):
+                yield value
+            else:
+                yield from exprs(value)
+    elif isinstance(node, list):
+        for item in node:
+            yield from exprs(item)
+
+
+def metric_names(expr):
+    expr = re.sub(r'\{[^}]*\}', '', expr)      # label matchers
+    expr = re.sub(r'\[[^\]]*\]', '', expr)     # range selectors
+    expr = re.sub(r'"[^"]*"', '', expr)        # strings
+    names = set(re.findall(r'[a-zA-Z_:][a-zA-Z0-9_:]*', expr))
+    return {n for n in names if n not in NOT_METRICS and not n.startswith("$")}
+
+
+def scrape(ferryd):
+    port = free_port()
+    with tempfile.TemporaryDirectory() as tmp:
+        token = os.path.join(tmp, "token")
+        with open(token, "w") as f:
+            f.write("dashboard-test-token-0123456789abcdef")
+        os.chmod(token, 0o600)
+        server = subprocess.Popen([ferryd, "--listen", "127.0.0.1:0", "--token-file", token,
+                                   "--metrics", f"127.0.0.1:{port}", "--gpus", "none", "--workers", "1"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + 20
+            while True:
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
+                        return r.read().decode()
+                except OSError:
+                    if server.poll() is not None or time.monotonic() > deadline:
+                        out = server.stdout.read().decode(errors="replace") if server.poll() is not None else ""
+                        raise SystemExit(f"ferryd's metrics never answered on port {port}\n{out}")
+                    time.sleep(0.1)
+        finally:
+            server.terminate()
+            server.wait(timeout=20)
+
+
+def main():
+    ferryd, dashboards = sys.argv[1], sys.argv[2:]
+    text = scrape(ferryd)
+    exposed = set()
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name = re.match(r'[a-zA-Z_:][a-zA-Z0-9_:]*', line).group(0)
+            exposed.add(name)
+            # A histogram's or summary's series also answer to the family's name.
+            exposed.add(re.sub(r'_(bucket|sum|count)$', '', name))
+    missing = {}
+    checked = 0
+    for path in dashboards:
+        with open(path) as f:
+            dashboard = json.load(f)
+        for expr in exprs(dashboard):
+            for name in metric_names(expr):
+                checked += 1
+                if name not in exposed:
+                    missing.setdefault(path, set()).add(name)
+    if checked == 0:
+        raise SystemExit("no metric names found in the dashboards: the test would prove nothing")
+    if missing:
+        for path, names in missing.items():
+            print(f"{path}: queries metrics ferryd does not expose: {', '.join(sorted(names))}")
+        print("ferryd exposes:", ", ".join(sorted(n for n in exposed if n.startswith("ferry"))))
+        return 1
+    print(f"{checked} metric references in {len(dashboards)} dashboard(s), all exposed by ferryd")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
