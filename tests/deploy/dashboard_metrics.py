@@ -27,6 +27,8 @@ def free_port():
 def exprs(node):
     """Every PromQL string in a dashboard: targets' expr and templating queries."""
     if isinstance(node, dict):
+        if node.get("type") == "datasource":  # its query names a data source type, not PromQL
+            return
         for key, value in node.items():
             if key in ("expr", "query") and isinstance(value, str):
                 yield value
