@@ -11,9 +11,10 @@ from ferry import _dlpack
 class RecordingProducer:
     """A DLPack producer over a NumPy array that records each __dlpack__ call."""
 
-    def __init__(self, array, device=None):
+    def __init__(self, array, device=None, legacy=False):
         self._array = array
         self._device = device
+        self.legacy = legacy  # a producer from before DLPack 1.0: no max_version
         self.calls = []
 
     def __dlpack_device__(self):
@@ -21,6 +22,8 @@ class RecordingProducer:
 
     def __dlpack__(self, **kwargs):
         self.calls.append(kwargs)
+        if self.legacy and "max_version" in kwargs:
+            raise TypeError("__dlpack__() got an unexpected keyword argument 'max_version'")
         if self._device is not None:  # stands for device memory: no real capsule
             return "capsule"
         return self._array.__dlpack__(**kwargs)
@@ -30,15 +33,29 @@ def test_host_data_is_asked_for_with_stream_none(rt):
     values = np.arange(12, dtype=np.float64).reshape(3, 4)
     producer = RecordingProducer(values)
     a = rt.from_dlpack(producer)
-    assert producer.calls == [{"stream": None}]
+    assert [c["stream"] for c in producer.calls] == [None]
     np.testing.assert_array_equal(a.numpy(), values)
+
+
+def test_a_producer_before_dlpack_1_is_asked_again_without_max_version(rt):
+    values = np.arange(5, dtype=np.float32)
+    producer = RecordingProducer(values, legacy=True)
+    a = rt.from_dlpack(producer)
+    assert producer.calls == [{"stream": None, "max_version": (1, 0)}, {"stream": None}]
+    np.testing.assert_array_equal(a.numpy(), values)
+
+
+def test_a_read_only_host_array_is_accepted(rt):
+    values = np.arange(4, dtype=np.float64)
+    values.flags.writeable = False
+    np.testing.assert_array_equal(rt.from_dlpack(values).numpy(), values)
 
 
 def test_a_strided_host_array_still_arrives_whole(rt):
     values = np.arange(20, dtype=np.float32).reshape(4, 5)[:, 1:4]
     producer = RecordingProducer(values)
     a = rt.from_dlpack(producer)
-    assert producer.calls == [{"stream": None}]
+    assert [c["stream"] for c in producer.calls] == [None]
     np.testing.assert_array_equal(a.numpy(), values)
 
 
@@ -46,7 +63,7 @@ def test_a_host_view_is_the_producers_memory_asked_for_with_stream_none():
     values = np.arange(6, dtype=np.int32)
     producer = RecordingProducer(values)
     view = _dlpack.host_view(producer)
-    assert producer.calls == [{"stream": None}]
+    assert producer.calls == [{"stream": None, "max_version": (1, 0)}]
     assert np.shares_memory(view, values)
     np.testing.assert_array_equal(view, values)
 

@@ -65,8 +65,16 @@ class _Exported:
 
 
 def host_view(data: Any) -> np.ndarray:
-    """A NumPy view of host-readable DLPack data, asked for with stream=None."""
+    """A NumPy view of host-readable DLPack data, asked for with stream=None.
+    A DLPack 1.0 capsule where the producer offers one (it can say
+    read-only, which the older capsule cannot: NumPy refuses to export a
+    read-only array without it)."""
     device = device_of(data)
     if not hasattr(data, "__dlpack__"):
         return np.asarray(data)
-    return np.from_dlpack(_Exported(export(data, device[0]), device))
+    stream = consumer_stream(device[0])
+    try:
+        capsule = data.__dlpack__(stream=stream, max_version=(1, 0))
+    except TypeError:  # a producer older than DLPack 1.0
+        capsule = data.__dlpack__(stream=stream)
+    return np.from_dlpack(_Exported(capsule, device))
