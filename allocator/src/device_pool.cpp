@@ -80,6 +80,13 @@ void trim_pool(void* pool) {
   detail::check_cuda(cudaMemPoolTrimTo(static_cast<cudaMemPool_t>(pool), 0), "cudaMemPoolTrimTo");
 }
 
+std::size_t pool_reserved(void* pool) {
+  std::uint64_t bytes = 0;
+  detail::check_cuda(cudaMemPoolGetAttribute(static_cast<cudaMemPool_t>(pool), cudaMemPoolAttrReservedMemCurrent, &bytes),
+                     "cudaMemPoolGetAttribute");
+  return static_cast<std::size_t>(bytes);
+}
+
 void synchronize_device(int device) {
   int previous = 0;
   detail::check_cuda(cudaGetDevice(&previous), "cudaGetDevice");
@@ -97,6 +104,7 @@ void destroy_pool(void*) noexcept {}
 void* pool_allocate(void*, std::size_t, StreamRef) { no_cuda(); }
 void pool_free(void*, StreamRef) { no_cuda(); }
 void trim_pool(void*) { no_cuda(); }
+std::size_t pool_reserved(void*) { no_cuda(); }
 void synchronize_device(int) { no_cuda(); }
 
 #endif
@@ -117,10 +125,12 @@ struct DevicePool::Impl {
 
   Options options;
   std::size_t bound = 0;
+  std::size_t release_threshold = 0;
   void* pool = nullptr;  // cudaMemPool_t
   std::atomic<std::size_t> in_use{0};
   std::atomic<std::size_t> peak{0};
   std::atomic<std::size_t> reclaim_calls{0};
+  std::atomic<std::size_t> trims{0};
 
   mutable std::mutex mutex;
   std::unordered_map<void*, Block> blocks;
@@ -189,9 +199,12 @@ DevicePool::DevicePool(Options options) : impl_(std::make_unique<Impl>()) {
   const cuda::DeviceInfo info = cuda::device_info(options.device);
   impl_->options = options;
   impl_->bound = compute_bound(options, info.total_bytes);
-  impl_->pool = create_pool(options.device, std::min(options.release_threshold, impl_->bound));
-  log().debug("DevicePool: device {} ({}), bound {} of {}", options.device, info.name, format_bytes(impl_->bound),
-              format_bytes(info.total_bytes));
+  impl_->release_threshold = options.release_threshold == automatic_release_threshold
+                                 ? release_threshold_for(impl_->bound)
+                                 : std::min(options.release_threshold, impl_->bound);
+  impl_->pool = create_pool(options.device, impl_->release_threshold);
+  log().debug("DevicePool: device {} ({}), bound {} of {}, keeps up to {} of freed memory", options.device, info.name,
+              format_bytes(impl_->bound), format_bytes(info.total_bytes), format_bytes(impl_->release_threshold));
 }
 
 DevicePool::~DevicePool() {
@@ -209,14 +222,26 @@ void DevicePool::set_reclaim_handler(ReclaimHandler handler) {
 
 void DevicePool::synchronize() { synchronize_device(impl_->options.device); }
 
-void DevicePool::trim() { trim_pool(impl_->pool); }
+void DevicePool::trim() {
+  trim_pool(impl_->pool);
+  impl_->trims.fetch_add(1, std::memory_order_relaxed);
+}
+
+std::size_t DevicePool::reserved_bytes() const { return pool_reserved(impl_->pool); }
+
+std::size_t DevicePool::release_threshold_for(std::size_t bound) noexcept {
+  constexpr std::size_t floor = std::size_t{64} << 20, ceiling = std::size_t{1} << 30;
+  return std::min(bound, std::clamp(bound / 16, floor, ceiling));
+}
 
 DevicePool::Stats DevicePool::stats() const {
   Stats s;
   s.bytes_in_use = impl_->in_use.load(std::memory_order_relaxed);
   s.peak_bytes = impl_->peak.load(std::memory_order_relaxed);
   s.bound_bytes = impl_->bound;
+  s.release_threshold = impl_->release_threshold;
   s.reclaim_calls = impl_->reclaim_calls.load(std::memory_order_relaxed);
+  s.trims = impl_->trims.load(std::memory_order_relaxed);
   const std::lock_guard lock(impl_->mutex);
   s.blocks_in_use = impl_->blocks.size();
   s.invalid_frees = impl_->invalid_frees;

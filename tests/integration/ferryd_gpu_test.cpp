@@ -7,16 +7,12 @@
 
 #include "ferry/cuda_probe.hpp"
 #include "ferry/ferry.hpp"
+#include "builtin_comparison.hpp"
 #include "ferryd_process.hpp"
 
 namespace {
 
 using ferry::test::FerrydProcess;
-
-bool has_cuda_variant(const char* kernel) {
-  const ferry::KernelDef* def = ferry::KernelRegistry::global().find(kernel);
-  return def != nullptr && static_cast<bool>(def->cuda);
-}
 
 ferry::Runtime::Options client_options(FerrydProcess& server) {
   ferry::Runtime::Options o;
@@ -32,7 +28,6 @@ ferry::Runtime::Options client_options(FerrydProcess& server) {
 
 TEST(FerrydGpu, GemmPlacedRemoteRunsOnItsGpu) {
   if (ferry::cuda::device_count() == 0) GTEST_SKIP() << ferry::cuda::unavailable_reason();
-  if (!has_cuda_variant("gemm")) GTEST_SKIP() << "gemm has no CUDA variant yet";
   FerrydProcess server({"--gpus", "all"});
   ASSERT_TRUE(server.wait_for_log("GPUs: cuda:0")) << server.log();
   ferry::Runtime rt(client_options(server));
@@ -64,6 +59,17 @@ TEST(FerrydGpu, GemmPlacedRemoteRunsOnItsGpu) {
   const auto stats = rt.remote_stats(server.address());
   EXPECT_EQ(stats.server_tasks, 2u);
   EXPECT_EQ(stats.bytes_shipped, 3 * n * n * sizeof(double)) << "a replica travelled twice";
+}
+
+// ferryd runs each built-in on its GPU: cuBLAS, cuSOLVER and the device math
+// library round differently from the client's OpenBLAS and glibc, so the
+// results agree to a relative 1e-10, not bit for bit.
+TEST(FerrydGpu, EveryBuiltinKernelMatchesTheCpuWithinRounding) {
+  if (ferry::cuda::device_count() == 0) GTEST_SKIP() << ferry::cuda::unavailable_reason();
+  FerrydProcess server({"--gpus", "all"});
+  ASSERT_TRUE(server.wait_for_log("GPUs: cuda:0")) << server.log();
+  ferry::Runtime rt(client_options(server));
+  ferry::test::expect_every_builtin_matches_the_cpu(rt, server.address(), 1e-10);
 }
 
 TEST(FerrydGpu, GpusNoneServesOnTheCpu) {

@@ -3,6 +3,10 @@
 // its output kept in a log file the test can read, and the process killed if
 // the test does not stop it itself. It can be stopped and restarted on the
 // same port, as a supervisor would after a crash.
+//
+// The server computes on its CPUs (--gpus none) unless the test's own
+// arguments name GPUs: tests compare remote results with the client's CPU
+// bit for bit and count the server's devices, which a GPU host would change.
 #pragma once
 
 #include <fcntl.h>
@@ -15,6 +19,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <chrono>
 #include <ctime>
 #include <random>
@@ -74,6 +79,21 @@ class FerrydProcess {
       : FerrydProcess(std::optional<std::string>(std::move(token))) {
     extra_args_ = std::move(extra_args);
     start(port);
+  }
+
+  // What start() runs ferryd with: the test's `extra` after the fixed
+  // arguments, and `--gpus none` unless `extra` says --gpus itself.
+  static std::vector<std::string> server_args(std::uint16_t port, const std::filesystem::path& token_file,
+                                              const std::filesystem::path& port_file,
+                                              const std::vector<std::string>& extra) {
+    std::vector<std::string> args{"--listen",    "127.0.0.1:" + std::to_string(port), "--token-file", token_file.string(),
+                                  "--port-file", port_file.string(),                  "--workers",    "2"};
+    const bool names_gpus = std::any_of(extra.begin(), extra.end(), [](const std::string& a) {
+      return a == "--gpus" || a.starts_with("--gpus=");
+    });
+    if (!names_gpus) args.insert(args.end(), {"--gpus", "none"});
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
   }
 
   // Sends `signo` and waits for the exit status (as wait_exit reports it).
@@ -160,10 +180,7 @@ class FerrydProcess {
   void start(std::uint16_t port) {
     std::error_code ec;
     std::filesystem::remove(port_file_, ec);
-    std::vector<std::string> args{"--listen",    "127.0.0.1:" + std::to_string(port), "--token-file", token_file().string(),
-                                  "--port-file", port_file_.string(),                 "--workers",    "2"};
-    args.insert(args.end(), extra_args_.begin(), extra_args_.end());
-    spawn(args);
+    spawn(server_args(port, token_file(), port_file_, extra_args_));
     wait_for_port();
   }
 

@@ -26,6 +26,31 @@ TEST(Ferryd, GoodTokenIsWelcomed) {
   EXPECT_EQ(client.next_as<proto::Pong>().request, 7u);
 }
 
+// The helper every integration test starts ferryd with: CPU only unless the
+// test names GPUs, so a GPU host gives the same answers as this one.
+TEST(FerrydProcessHelper, ServesOnTheCpuUnlessTheTestNamesGpus) {
+  const auto gpus_of = [](const std::vector<std::string>& args) {
+    std::vector<std::string> values;
+    for (std::size_t i = 0; i + 1 < args.size(); ++i)
+      if (args[i] == "--gpus") values.push_back(args[i + 1]);
+    return values;
+  };
+  const auto plain = FerrydProcess::server_args(0, "/t/token", "/t/port", {});
+  EXPECT_EQ(gpus_of(plain), std::vector<std::string>{"none"});
+  const auto quota = FerrydProcess::server_args(0, "/t/token", "/t/port", {"--client-quota", "1MiB"});
+  EXPECT_EQ(gpus_of(quota), std::vector<std::string>{"none"});
+  EXPECT_EQ(quota.back(), "1MiB") << "the test's own arguments come last";
+  const auto all = FerrydProcess::server_args(0, "/t/token", "/t/port", {"--gpus", "all"});
+  EXPECT_EQ(gpus_of(all), std::vector<std::string>{"all"});
+  const auto joined = FerrydProcess::server_args(0, "/t/token", "/t/port", {"--gpus=0"});
+  EXPECT_TRUE(gpus_of(joined).empty());
+  EXPECT_EQ(std::count(joined.begin(), joined.end(), "--gpus=0"), 1);
+
+  // And the server it starts says so itself.
+  FerrydProcess server;
+  EXPECT_TRUE(server.wait_for_log("0 GPUs")) << server.log();
+}
+
 TEST(Ferryd, BadTokenIsRefusedAndLogged) {
   FerrydProcess server;
   TestClient client(server.port(), "intruder");

@@ -4,11 +4,14 @@
 #include <random>
 
 #include "ferry/ferry.hpp"
+#include "builtin_comparison.hpp"
 #include "ferryd_process.hpp"
 
 namespace {
 
+using ferry::test::contents;
 using ferry::test::FerrydProcess;
+using ferry::test::fill_random;
 
 ferry::Runtime::Options remote_options(FerrydProcess& server, std::size_t chunk = std::size_t{4} << 20) {
   ferry::Runtime::Options o;
@@ -23,118 +26,10 @@ ferry::Runtime::Options remote_options(FerrydProcess& server, std::size_t chunk 
 
 ferry::OnOption remote(FerrydProcess& server) { return ferry::on(ferry::remote(server.address())); }
 
-template <typename T>
-void fill_random(ferry::Buffer<T>& b, unsigned seed, double lo = -1, double hi = 1) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<double> u(lo, hi);
-  auto h = b.host();
-  for (std::size_t i = 0; i < h.rows(); ++i)
-    for (std::size_t j = 0; j < h.cols(); ++j) h(i, j) = static_cast<T>(u(rng));
-}
-
-template <typename T>
-std::vector<T> contents(const ferry::Buffer<T>& b) {
-  auto h = b.host();
-  return {h.begin(), h.end()};
-}
-
 TEST(Remote, EveryBuiltinKernelMatchesTheCpu) {
-  FerrydProcess server;
+  FerrydProcess server;  // on its CPUs: the same code on the same machine, so results match exactly
   ferry::Runtime rt(remote_options(server));
-  // Each kernel runs twice on identical inputs, once per device: the same
-  // code on the same machine, so results match exactly.
-  const std::size_t n = 64;
-  auto run_both = [&](auto&& submit) {
-    auto here = submit(ferry::on(ferry::cpu()));
-    auto there = submit(remote(server));
-    EXPECT_EQ(here.first, there.first);
-    EXPECT_EQ(here.second, there.second);
-  };
-  auto vec = [&](unsigned seed) {
-    auto b = rt.buffer<double>(n);
-    fill_random(b, seed);
-    return b;
-  };
-  auto spd = [&](std::size_t m) {
-    auto a = rt.buffer<double>(m, m);
-    fill_random(a, 9);
-    auto h = a.host();
-    for (std::size_t i = 0; i < m; ++i)
-      for (std::size_t j = 0; j < i; ++j) h(j, i) = h(i, j);
-    for (std::size_t i = 0; i < m; ++i) h(i, i) += static_cast<double>(m);
-    return a;
-  };
-  using Out = std::pair<std::vector<double>, double>;
-  run_both([&](ferry::OnOption where) -> Out {
-    auto x = vec(1), y = vec(2);
-    auto t = rt.submit("axpy", ferry::read(x), ferry::readwrite(y), 2.5, where);
-    t.wait();
-    EXPECT_EQ(t.device(), where.place.kind == ferry::Place::Kind::cpu ? "cpu" : "remote:" + server.address());
-    return {contents(y), 0.0};
-  });
-  run_both([&](ferry::OnOption where) -> Out {
-    auto x = vec(3);
-    rt.submit("scal", ferry::readwrite(x), -0.5, where);
-    return {contents(x), 0.0};
-  });
-  run_both([&](ferry::OnOption where) -> Out {
-    auto x = vec(4), y = vec(5);
-    return {{}, rt.submit("dot", ferry::read(x), ferry::read(y), where).result()};
-  });
-  run_both([&](ferry::OnOption where) -> Out {
-    auto x = vec(6);
-    return {{}, rt.submit("nrm2", ferry::read(x), where).result()};
-  });
-  run_both([&](ferry::OnOption where) -> Out {
-    auto a = rt.buffer<double>(16, 24), b = rt.buffer<double>(24, 8), c = rt.buffer<double>(16, 8);
-    fill_random(a, 7);
-    fill_random(b, 8);
-    rt.submit("gemm", ferry::read(a), ferry::read(b), ferry::readwrite(c), 1.5, 0.0, 0, 0, where);
-    return {contents(c), 0.0};
-  });
-  run_both([&](ferry::OnOption where) -> Out {
-    auto a = spd(32);
-    rt.submit("potrf", ferry::readwrite(a), where);
-    return {contents(a), 0.0};
-  });
-  run_both([&](ferry::OnOption where) -> Out {
-    auto l = spd(16), b = rt.buffer<double>(8, 16);
-    fill_random(b, 10);
-    rt.submit("potrf", ferry::readwrite(l), ferry::on(ferry::cpu()));
-    rt.submit("trsm", ferry::read(l), ferry::readwrite(b), where);
-    return {contents(b), 0.0};
-  });
-  run_both([&](ferry::OnOption where) -> Out {
-    auto a = rt.buffer<double>(16, 8), c = spd(16);
-    fill_random(a, 11);
-    rt.submit("syrk", ferry::read(a), ferry::readwrite(c), where);
-    return {contents(c), 0.0};
-  });
-  run_both([&](ferry::OnOption where) -> Out {
-    auto x = rt.buffer<double>(n);
-    rt.submit("fill", ferry::write(x), 3.25, where);
-    return {contents(x), 0.0};
-  });
-  run_both([&](ferry::OnOption where) -> Out {
-    auto x = vec(12), y = rt.buffer<double>(n);
-    rt.submit("copy", ferry::read(x), ferry::write(y), where);
-    return {contents(y), 0.0};
-  });
-  run_both([&](ferry::OnOption where) -> Out {
-    auto x = vec(13), y = rt.buffer<double>(n);
-    rt.submit("map", ferry::read(x), ferry::write(y), "sigmoid", where);
-    return {contents(y), 0.0};
-  });
-  run_both([&](ferry::OnOption where) -> Out {
-    auto x = vec(14);
-    return {{}, rt.submit("sum", ferry::read(x), where).result()};
-  });
-  // A kernel failure on the remote reaches the waiter like a local one.
-  auto bad = spd(8);
-  bad.host()(0, 0) = -1.0;
-  EXPECT_THROW(rt.submit("potrf", ferry::readwrite(bad), remote(server)).wait(), ferry::KernelError);
-  EXPECT_THROW(rt.wait(), ferry::KernelError);  // wait() reports the failure too, once
-  EXPECT_NO_THROW(rt.wait());
+  ferry::test::expect_every_builtin_matches_the_cpu(rt, server.address(), 0.0);
 }
 
 TEST(Remote, SecondTaskOnTheSameInputMovesNoBytes) {

@@ -108,6 +108,39 @@ TEST_F(DevicePoolGpu, IsOrderedOnTheCallersStream) {
   pool.synchronize();
   pool.trim();
 }
+
+// After a peak, freed memory above the release threshold goes back to the
+// device at the next synchronisation; trim() gives back the rest of the
+// reserve. Blocks in use are never touched.
+TEST_F(DevicePoolGpu, KeepsOnlyTheThresholdAfterAPeakAndTrimGivesTheRestBack) {
+  DevicePool::Options options;
+  options.release_threshold = 4 * MiB;
+  DevicePool pool(options);
+  EXPECT_EQ(pool.stats().release_threshold, 4 * MiB);
+  void* kept = pool.allocate(MiB);
+  std::vector<void*> peak;
+  for (int i = 0; i < 8; ++i) peak.push_back(pool.allocate(16 * MiB));
+  EXPECT_GE(pool.reserved_bytes(), 129 * MiB);
+  for (void* p : peak) pool.deallocate(p, 16 * MiB);
+  pool.synchronize();
+  // The CUDA pool maps in chunks of a few MiB: some slack above the threshold.
+  EXPECT_LE(pool.reserved_bytes(), 4 * MiB + 64 * MiB) << "the peak stayed reserved";
+  pool.trim();
+  EXPECT_GE(pool.reserved_bytes(), MiB) << "the block in use went too";
+  EXPECT_EQ(pool.stats().trims, 1u);
+  ASSERT_EQ(cudaMemset(kept, 0x11, MiB), cudaSuccess);  // still usable
+  pool.deallocate(kept, MiB);
+  pool.synchronize();
+  pool.trim();
+  EXPECT_EQ(pool.reserved_bytes(), 0u);
+}
+
+TEST_F(DevicePoolGpu, DefaultThresholdIsTheModestOne) {
+  DevicePool pool;
+  const auto stats = pool.stats();
+  EXPECT_EQ(stats.release_threshold, DevicePool::release_threshold_for(stats.bound_bytes));
+  EXPECT_LT(stats.release_threshold, stats.bound_bytes);
+}
 #endif  // FERRY_WITH_CUDA
 
 TEST_F(DevicePoolGpu, AlignsTo256AndMore) {

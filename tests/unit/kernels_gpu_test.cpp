@@ -20,7 +20,9 @@ TEST(KernelsGpu, NeedsACudaBuild) { GTEST_SKIP() << ferry::cuda::unavailable_rea
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <iostream>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <random>
 #include <stdexcept>
@@ -29,6 +31,7 @@ TEST(KernelsGpu, NeedsACudaBuild) { GTEST_SKIP() << ferry::cuda::unavailable_rea
 #include <utility>
 #include <vector>
 
+#include "ferry/allocator/device_pool.hpp"
 #include "ferry/detail/cuda_check.hpp"
 #include "ferry/error.hpp"
 #include "ferry/runtime/kernel.hpp"
@@ -224,8 +227,11 @@ class KernelsGpu : public ::testing::Test {
     if (ferry::cuda::device_count() == 0) GTEST_SKIP() << ferry::cuda::unavailable_reason();
     check_cuda(cudaSetDevice(0), "cudaSetDevice");
     check_cuda(cudaStreamCreate(&stream_), "cudaStreamCreate");
+    scratch_ = std::make_unique<ferry::DevicePool>();
   }
   void TearDown() override {
+    if (stream_ != nullptr) (void)cudaStreamSynchronize(stream_);
+    scratch_.reset();
     if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
   }
 
@@ -243,7 +249,7 @@ class KernelsGpu : public ::testing::Test {
     KernelArgs args{std::move(items)};
     ferry::check_arguments(kernel(name), args, name);
     ferry::ExecContext ctx{.args = args, .task_name = name, .worker = -1, .stream = stream_, .device = 0,
-                           .result = std::nullopt};
+                           .result = std::nullopt, .scratch = scratch_.get()};
     kernel(name).cuda(ctx);
     check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
     return ctx.result;
@@ -257,6 +263,7 @@ class KernelsGpu : public ::testing::Test {
   }
 
   cudaStream_t stream_ = nullptr;
+  std::unique_ptr<ferry::DevicePool> scratch_;  // where the variants take their temporary memory
 };
 
 template <typename T>
@@ -349,6 +356,54 @@ TEST_F(KernelsGpu, DotOfFloatsAccumulatesInDouble) {
     ASSERT_TRUE(r.cpu && r.gpu);
     EXPECT_EQ(*r.gpu, exact_sum);
   }
+}
+
+// Scratch (here the reduction's partials and nrm2's packed copy) comes from
+// the DevicePool in ExecContext::scratch and is all returned afterwards; a
+// caller without a pool gets a UsageError, not memory from elsewhere.
+TEST_F(KernelsGpu, ScratchComesFromTheDevicePool) {
+  Twin<double> x(Shape{40, 30, true});
+  x.randomize(21);
+  x.upload();
+  const Results r = run("sum", Call().buffer(x, in));
+  ASSERT_TRUE(r.cpu && r.gpu);
+  EXPECT_NEAR(*r.gpu, *r.cpu, 1e-12 * 1200);
+  const Results norm = run("nrm2", Call().buffer(x, in));
+  EXPECT_NEAR(*norm.gpu, *norm.cpu, 1e-12 * *norm.cpu);
+  const auto stats = scratch_->stats();
+  EXPECT_GE(stats.peak_bytes, 40 * 30 * sizeof(double)) << "nrm2 packs the tile in the pool";
+  EXPECT_EQ(stats.bytes_in_use, 0u);
+  EXPECT_EQ(stats.blocks_in_use, 0u);
+
+  KernelArgs args{Call().buffer(x, in).gpu};
+  ferry::check_arguments(kernel("sum"), args, "sum");
+  ferry::ExecContext ctx{.args = args, .task_name = "sum", .worker = -1, .stream = stream_, .device = 0,
+                         .result = std::nullopt, .scratch = nullptr};
+  EXPECT_THROW(kernel("sum").cuda(ctx), ferry::UsageError);
+}
+
+// cuBLAS handles are cached per stream. CUDA hands a destroyed stream's
+// address to the next stream it creates more often than not: each new
+// stream must still get a handle bound to itself (a stale one would enqueue
+// on a destroyed stream), which the right dot product shows.
+TEST_F(KernelsGpu, ANewStreamAtADestroyedStreamsAddressGetsItsOwnHandle) {
+  Twin<double> x(Shape{1, 1000, false}), y(Shape{1, 1000, false});
+  x.randomize(31);
+  y.randomize(32);
+  x.upload();
+  y.upload();
+  int reused = 0;
+  for (int round = 0; round < 6; ++round) {
+    const cudaStream_t old = stream_;
+    check_cuda(cudaStreamDestroy(stream_), "cudaStreamDestroy");
+    stream_ = nullptr;
+    check_cuda(cudaStreamCreate(&stream_), "cudaStreamCreate");
+    reused += stream_ == old;
+    const Results r = run("dot", Call().buffer(x, in).buffer(y, in));  // cublasDdot on the new stream
+    ASSERT_TRUE(r.cpu && r.gpu);
+    EXPECT_NEAR(*r.gpu, *r.cpu, 1e-12 * 1000) << "round " << round;
+  }
+  std::cout << "[          ] a new stream took the destroyed one's address " << reused << " of 6 times\n";
 }
 
 TYPED_TEST(KernelsGpuFloating, Nrm2Agrees) {

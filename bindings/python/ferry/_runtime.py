@@ -11,7 +11,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from . import _ferry
+from . import _dlpack, _ferry
 from ._errors import UsageError
 from ._ferry import Array, Future, Kernel
 from ._trace import Trace
@@ -143,16 +143,19 @@ class Runtime(_ferry._Runtime):
         PyTorch). Host arrays take one copy into pinned memory; a CUDA array on
         a GPU this runtime uses is copied device to device and stays there (no
         host trip until someone reads it on the host)."""
-        device, ordinal = data.__dlpack_device__() if hasattr(data, "__dlpack_device__") else (1, 0)
-        if device in (1, 3):  # kDLCPU, kDLCUDAHost
-            return self.array(np.from_dlpack(data), name=name)
-        if device == 2 and any(d["name"] == f"cuda:{ordinal}" for d in self.devices()):
+        device, ordinal = _dlpack.device_of(data)
+        if device in _dlpack.HOST_READABLE:
+            return self.array(_dlpack.host_view(data), name=name)
+        if device == _dlpack.KDL_CUDA and any(d["name"] == f"cuda:{ordinal}" for d in self.devices()):
             a = self.empty(tuple(data.shape), np.dtype(str(data.dtype).replace("torch.", "")), name=name)
-            self._import_cuda(a, data)
+            # Asked with Ferry's stream (_dlpack.consumer_stream), so the
+            # producer's pending writes are done before the copy reads.
+            self._import_cuda(a, _dlpack.export(data, device))
             return a
-        if device in (2, 13) and hasattr(data, "get"):  # kDLCUDA / managed with a CuPy-style .get()
+        cuda_like = (_dlpack.KDL_CUDA, _dlpack.KDL_CUDA_MANAGED)
+        if device in cuda_like and hasattr(data, "get"):  # CuPy-style .get()
             return self.array(data.get(), name=name)
-        if device in (2, 13) and hasattr(data, "cpu"):  # PyTorch
+        if device in cuda_like and hasattr(data, "cpu"):  # PyTorch
             return self.array(data.cpu().numpy(), name=name)
         raise UsageError(f"rt.from_dlpack(): DLPack device type {device} is not one Ferry can read")
 

@@ -95,7 +95,7 @@ void dot(ExecContext& ctx) {
     const View<const T> xv = view<const T>(x, one_row);
     const View<const T> yv = view<const T>(y, one_row);
     const ReduceGrid grid = reduce_grid(xv.rows, xv.cols);
-    return reduce_on_device(stream_of(ctx), grid, "dot kernel launch", [&](double* partials) {
+    return reduce_on_device(ctx, grid, "dot kernel launch", [&](double* partials) {
       return launch_dot<T>(xv, yv, grid, partials, stream_of(ctx));
     });
   });
@@ -114,7 +114,7 @@ void nrm2(ExecContext& ctx) {
     const int n = blas_int(x.elements());
     if (x.contiguous()) return blas_nrm2(cublas_handle(ctx), n, x.as<T>());
     const cudaStream_t stream = stream_of(ctx);
-    StreamScratch packed(x.bytes(), stream, "nrm2");
+    StreamScratch packed(ctx, x.bytes(), "nrm2");
     detail::check_cuda(cudaMemcpy2DAsync(packed.as<T>(), x.cols * sizeof(T), x.as<T>(), x.ld * sizeof(T),
                                          x.cols * sizeof(T), x.rows, cudaMemcpyDeviceToDevice, stream),
                        "cudaMemcpy2DAsync");

@@ -63,7 +63,7 @@ void sum(ExecContext& ctx) {
   ctx.result = dispatch_numeric(x.dtype, "sum", [&]<typename T>(std::type_identity<T>) {
     const View<const T> xv = view<const T>(x, x.contiguous());
     const ReduceGrid grid = reduce_grid(xv.rows, xv.cols);
-    return reduce_on_device(stream_of(ctx), grid, "sum kernel launch",
+    return reduce_on_device(ctx, grid, "sum kernel launch",
                             [&](double* partials) { return launch_sum<T>(xv, grid, partials, stream_of(ctx)); });
   });
 }

@@ -3,6 +3,7 @@
 #include <cstdint>
 
 #include "launch.hpp"
+#include "launch_kernel.cuh"
 
 namespace ferry::kernels::cuda {
 namespace {
@@ -27,8 +28,7 @@ __global__ void for_each_element(std::size_t rows, std::size_t cols, F f) {
 template <typename F>
 cudaError_t launch_elementwise(std::size_t rows, std::size_t cols, F f, cudaStream_t stream) {
   if (rows == 0 || cols == 0) return cudaSuccess;
-  for_each_element<<<elementwise_grid(rows, cols), block_threads, 0, stream>>>(rows, cols, f);
-  return cudaGetLastError();
+  return launch_kernel(for_each_element<F>, elementwise_grid(rows, cols), dim3(block_threads), stream, rows, cols, f);
 }
 
 template <typename T>

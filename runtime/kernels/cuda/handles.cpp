@@ -2,49 +2,14 @@
 
 #include <fmt/format.h>
 
-#include <compare>
-#include <map>
-#include <mutex>
+#include <cstdint>
 
+#include "cuda/handle_cache.hpp"
+#include "ferry/detail/cuda_check.hpp"
 #include "ferry/error.hpp"
 
 namespace ferry::kernels::cuda {
 namespace {
-
-struct Key {
-  int device;
-  void* stream;
-  friend auto operator<=>(const Key&, const Key&) = default;
-};
-
-// Creation happens under the lock: it is rare (once per stream) and two
-// threads must not both create a handle for one stream.
-template <typename Handle>
-class HandleCache {
- public:
-  template <typename Create>
-  Handle get(Key key, Create create) {
-    std::lock_guard lock(mutex_);
-    auto it = handles_.find(key);
-    if (it != handles_.end()) return it->second;
-    const Handle handle = create();
-    handles_.emplace(key, handle);
-    return handle;
-  }
-
-  template <typename Destroy>
-  void release(Key key, Destroy destroy) {
-    std::lock_guard lock(mutex_);
-    auto it = handles_.find(key);
-    if (it == handles_.end()) return;
-    destroy(it->second);
-    handles_.erase(it);
-  }
-
- private:
-  std::mutex mutex_;
-  std::map<Key, Handle> handles_;
-};
 
 // Never destroyed as a whole: at exit the CUDA runtime may already be torn down, and
 // destroying a handle then can crash; the driver reclaims everything anyway.
@@ -76,6 +41,17 @@ const char* cusolver_status_name(cusolverStatus_t status) {
   }
 }
 
+// CUDA's id for the stream: what tells a new stream from a destroyed one
+// that had the same address.
+std::uint64_t stream_id(const ExecContext& ctx) {
+  unsigned long long id = 0;
+  detail::check_cuda(cudaStreamGetId(stream_of(ctx), &id), "cudaStreamGetId");
+  return id;
+}
+
+void destroy_cublas(cublasHandle_t h) { (void)cublasDestroy(h); }
+void destroy_cusolver(cusolverDnHandle_t h) { (void)cusolverDnDestroy(h); }
+
 }  // namespace
 
 void check_cublas(cublasStatus_t status, const char* call, std::source_location where) {
@@ -95,7 +71,7 @@ void check_cusolver(cusolverStatus_t status, const char* call, std::source_locat
 }
 
 cublasHandle_t cublas_handle(const ExecContext& ctx) {
-  return cublas_cache().get(Key{ctx.device, ctx.stream}, [&] {
+  return cublas_cache().get(StreamKey{ctx.device, ctx.stream}, stream_id(ctx), [&] {
     cublasHandle_t handle = nullptr;
     check_cublas(cublasCreate(&handle), "cublasCreate");
     // The default math mode stays: no TF32 for float gemm, so results match the CPU's.
@@ -105,11 +81,11 @@ cublasHandle_t cublas_handle(const ExecContext& ctx) {
       check_cublas(status, "cublasSetStream");
     }
     return handle;
-  });
+  }, destroy_cublas);
 }
 
 cusolverDnHandle_t cusolver_handle(const ExecContext& ctx) {
-  return cusolver_cache().get(Key{ctx.device, ctx.stream}, [&] {
+  return cusolver_cache().get(StreamKey{ctx.device, ctx.stream}, stream_id(ctx), [&] {
     cusolverDnHandle_t handle = nullptr;
     check_cusolver(cusolverDnCreate(&handle), "cusolverDnCreate");
     const cusolverStatus_t status = cusolverDnSetStream(handle, stream_of(ctx));
@@ -118,13 +94,13 @@ cusolverDnHandle_t cusolver_handle(const ExecContext& ctx) {
       check_cusolver(status, "cusolverDnSetStream");
     }
     return handle;
-  });
+  }, destroy_cusolver);
 }
 
 // Teardown: a failure to destroy leaves nothing to recover, so it is not reported.
 void release_handles(int device, void* stream) {
-  cublas_cache().release(Key{device, stream}, [](cublasHandle_t h) { (void)cublasDestroy(h); });
-  cusolver_cache().release(Key{device, stream}, [](cusolverDnHandle_t h) { (void)cusolverDnDestroy(h); });
+  cublas_cache().release(StreamKey{device, stream}, destroy_cublas);
+  cusolver_cache().release(StreamKey{device, stream}, destroy_cusolver);
 }
 
 }  // namespace ferry::kernels::cuda

@@ -17,7 +17,8 @@ inline cudaStream_t stream_of(const ExecContext& ctx) { return static_cast<cudaS
 
 // Created on first use on ctx.device (which the executor made current) and
 // bound to ctx.stream once; never reconfigured afterwards, so tasks on other
-// threads may share it. Kept for the life of the process.
+// threads may share it. Kept while that stream lives (handle_cache.hpp: a
+// new stream at a destroyed one's address gets a handle of its own).
 cublasHandle_t cublas_handle(const ExecContext& ctx);
 cusolverDnHandle_t cusolver_handle(const ExecContext& ctx);
 

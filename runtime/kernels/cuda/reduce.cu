@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "launch.hpp"
+#include "launch_kernel.cuh"
 
 namespace ferry::kernels::cuda {
 namespace {
@@ -57,8 +58,7 @@ template <typename Term>
 cudaError_t launch_reduce(std::size_t rows, std::size_t cols, Term term, ReduceGrid grid, double* partials,
                           cudaStream_t stream) {
   // Every partial is written, even for an empty view, so the host never adds garbage.
-  reduce_view<<<dim3(grid.x, grid.y), block_threads, 0, stream>>>(rows, cols, term, partials);
-  return cudaGetLastError();
+  return launch_kernel(reduce_view<Term>, dim3(grid.x, grid.y), dim3(block_threads), stream, rows, cols, term, partials);
 }
 
 }  // namespace

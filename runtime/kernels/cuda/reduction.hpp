@@ -11,11 +11,13 @@
 
 namespace ferry::kernels::cuda {
 
-// launch(double* partials) enqueues the kernel and returns its launch status.
+// launch(double* partials) enqueues the kernel on ctx's stream and returns
+// its launch status. The partials are scratch from ctx's DevicePool.
 template <typename Launch>
-double reduce_on_device(cudaStream_t stream, ReduceGrid grid, const char* kernel, Launch launch) {
+double reduce_on_device(const ExecContext& ctx, ReduceGrid grid, const char* kernel, Launch launch) {
+  const auto stream = static_cast<cudaStream_t>(ctx.stream);
   const std::size_t bytes = grid.blocks() * sizeof(double);
-  StreamScratch partials(bytes, stream, kernel);
+  StreamScratch partials(ctx, bytes, kernel);
   detail::check_cuda(launch(partials.as<double>()), kernel);
   std::vector<double> host(grid.blocks());
   detail::check_cuda(cudaMemcpyAsync(host.data(), partials.as<double>(), bytes, cudaMemcpyDeviceToHost, stream),

@@ -46,8 +46,8 @@ void potrf(ExecContext& ctx) {
     const int n = blas_int(a.rows);
     const int lda = leading_dim(a);
     const int lwork = workspace_size(handle, n, a.as<T>(), lda);
-    StreamScratch work(static_cast<std::size_t>(std::max(lwork, 1)) * sizeof(T), stream, "potrf");
-    StreamScratch device_info(sizeof(int), stream, "potrf");
+    StreamScratch work(ctx, static_cast<std::size_t>(std::max(lwork, 1)) * sizeof(T), "potrf");
+    StreamScratch device_info(ctx, sizeof(int), "potrf");
     solver_potrf(handle, n, a.as<T>(), lda, work.as<T>(), lwork, device_info.as<int>());
     int host_info = 0;
     detail::check_cuda(cudaMemcpyAsync(&host_info, device_info.as<int>(), sizeof(int), cudaMemcpyDeviceToHost, stream),

@@ -1,13 +1,18 @@
-// Stream-ordered GPU memory for one device, from a cudaMemPool of its own
-//. The pool grows lazily and keeps freed memory for reuse, but the
-// GPU is shared with other processes, so bytes in use are bounded by a
-// fraction of the device; at the bound the runtime is asked to evict replicas
-// before the request fails.
+// Stream-ordered GPU memory for one device, from a cudaMemPool of its own.
+// The pool grows lazily and keeps freed memory for reuse, but the GPU is
+// shared with other processes and with other allocators in this one
+// (PyTorch, CuPy in the same notebook), so bytes in use are bounded by a
+// fraction of the device, at the bound the runtime is asked to evict
+// replicas before the request fails, and of the freed memory only a modest
+// reserve (release_threshold_for) outlives a synchronisation. trim() gives
+// that reserve back too; the GPU device calls it when it falls idle
+// (IdleTrim) and when an allocation outside the pool fails.
 //
 // Declared on every build so user code compiles the same everywhere; without
 // CUDA or without a device the constructor throws UsageError saying why.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <functional>
 #include <limits>
@@ -21,6 +26,14 @@ namespace ferry {
 
 class DevicePool : public MemoryResource {
  public:
+  static constexpr std::size_t automatic_release_threshold = std::numeric_limits<std::size_t>::max();
+
+  // The reserve kept by default: a sixteenth of the bound, between 64 MiB and
+  // 1 GiB (never above the bound). Enough that task-sized blocks freed and
+  // allocated again are not unmapped and remapped at every synchronisation;
+  // little next to the tens of GiB a peak may have taken, which go back.
+  static std::size_t release_threshold_for(std::size_t bound) noexcept;
+
   struct Options {
     int device = 0;
     // The bound on bytes in use, as a fraction of the device's total memory.
@@ -29,7 +42,8 @@ class DevicePool : public MemoryResource {
     std::size_t max_bytes = 0;
     // Freed memory the pool keeps reserved for reuse instead of returning it
     // to the device at the next synchronisation; never more than the bound.
-    std::size_t release_threshold = std::numeric_limits<std::size_t>::max();
+    // automatic_release_threshold: release_threshold_for(bound).
+    std::size_t release_threshold = automatic_release_threshold;
     OnInvalidFree on_invalid_free = OnInvalidFree::build_default;
   };
 
@@ -38,7 +52,9 @@ class DevicePool : public MemoryResource {
     std::size_t peak_bytes = 0;
     std::size_t blocks_in_use = 0;
     std::size_t bound_bytes = 0;
+    std::size_t release_threshold = 0;  // the one in force
     std::size_t reclaim_calls = 0;
+    std::size_t trims = 0;
     std::size_t invalid_frees = 0;
   };
 
@@ -55,8 +71,11 @@ class DevicePool : public MemoryResource {
 
   // Waits for all work on the pool's device, so stream-ordered frees are done.
   void synchronize();
-  // Returns reserved but unused memory to the device, for other processes.
+  // Returns reserved but unused memory to the device, for other processes
+  // and other allocators in this one. Blocks in use are untouched.
   void trim();
+  // Device memory the pool holds now: blocks in use and the reserve (asks CUDA).
+  std::size_t reserved_bytes() const;
 
   Stats stats() const;
   const Options& options() const noexcept;
@@ -75,6 +94,35 @@ class DevicePool : public MemoryResource {
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
+};
+
+// When an idle GPU gives its pool's reserve back: once per idle spell,
+// `delay` after the last task started. Decisions only; the caller owns the
+// clock and the thread, so the policy is checkable without either.
+class IdleTrim {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  explicit IdleTrim(Clock::duration delay) : delay_(delay) {}
+
+  void used(Clock::time_point now) noexcept {
+    last_use_ = now;
+    pending_ = true;
+  }
+  // True once `delay` has passed since the last use with no trim since.
+  bool due(Clock::time_point now) const noexcept { return pending_ && now - last_use_ >= delay_; }
+  void trimmed() noexcept { pending_ = false; }
+  // How long a waiter may sleep before due() can turn true; nothing pending: forever.
+  Clock::duration wait(Clock::time_point now) const noexcept {
+    if (!pending_) return Clock::duration::max();
+    const auto at = last_use_ + delay_;
+    return at > now ? at - now : Clock::duration::zero();
+  }
+
+ private:
+  Clock::duration delay_;
+  Clock::time_point last_use_{};
+  bool pending_ = false;
 };
 
 }  // namespace ferry

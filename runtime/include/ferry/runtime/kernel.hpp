@@ -19,6 +19,7 @@
 namespace ferry {
 
 struct CudaSource;  // ferry/runtime/cuda_source.hpp
+class MemoryResource;  // ferry/allocator/memory_resource.hpp
 
 // One buffer argument as a kernel sees it: a row-major matrix of `rows` x
 // `cols` elements, `ld` elements between row starts. At submission (shape
@@ -94,6 +95,11 @@ struct ExecContext {
   void* stream = nullptr;
   int device = -1;
   std::optional<double> result;  // scalar result (dot, nrm2, sum)
+  // On a GPU: where a variant takes temporary device memory (reduction
+  // partials, solver workspace), stream-ordered on `stream`. The runtime
+  // passes the device's DevicePool, so scratch shares the replicas' bound
+  // and the pool's release policy.
+  MemoryResource* scratch = nullptr;
 };
 
 using KernelFn = std::function<void(ExecContext&)>;

@@ -156,7 +156,9 @@ class Runtime {
   // Makes a fresh whole buffer hold `buffer.bytes()` bytes that live at
   // `device_ptr` on local GPU `gpu` (contiguous, the buffer's element type and
   // layout): copied device to device into the buffer's replica on that GPU,
-  // with no host trip. Throws UsageError without such a GPU, for a view, or
+  // with no host trip. The copy follows the work enqueued on the legacy
+  // default stream (DLPack's stream 1); data from another stream must be
+  // ready there first. Throws UsageError without such a GPU, for a view, or
   // for a buffer tasks already use.
   void import_device_data(const BufferBase& buffer, int gpu, const void* device_ptr);
 

@@ -209,7 +209,17 @@ void CudaDevice::adopt(const BufferState& view, const void* source) {
   const std::uint64_t id = acquire_on_node(view, AccessMode::write, *this);
   try {
     const HostRegion shape = host_region(view);
-    check_cuda(cudaMemcpy(pointer(id), source, shape.bytes(), cudaMemcpyDeviceToDevice), "cudaMemcpy (adopt)");
+    // On a stream of Ferry's own, ordered after the legacy default stream
+    // (where the producer made the data ready, see import_device_data), and
+    // finished before the replica is published: the lanes and copy streams
+    // are non-blocking and would not wait for a copy on the legacy stream.
+    const cudaStream_t stream = copier_->h2d();
+    Event produced;
+    produced.record(cudaStreamLegacy);
+    check_cuda(cudaStreamWaitEvent(stream, produced.get(), 0), "cudaStreamWaitEvent (adopt)");
+    check_cuda(cudaMemcpyAsync(pointer(id), source, shape.bytes(), cudaMemcpyDeviceToDevice, stream),
+               "cudaMemcpyAsync (adopt)");
+    check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize (adopt)");
     written_on_node(view, *this, id, nullptr);
   } catch (...) {
     release_on_node(view, *this, id);
@@ -400,16 +410,47 @@ void CudaDevice::executor_loop() {
   } catch (const std::exception& e) {
     lost(e.what());
   }
+  IdleTrim idle(options_.idle_trim_after);
   for (;;) {
     TaskRecord* task = nullptr;
     {
       std::unique_lock lock(queue_mutex_);
-      queue_cv_.wait(lock, [&] { return stopping_.load() || !ready_.empty(); });
+      while (!stopping_.load() && ready_.empty()) {
+        const auto now = IdleTrim::Clock::now();
+        if (idle.due(now)) {
+          lock.unlock();
+          give_back_reserve("idle");
+          idle.trimmed();
+          lock.lock();
+          continue;
+        }
+        const auto wait = idle.wait(now);
+        if (wait == IdleTrim::Clock::duration::max()) queue_cv_.wait(lock);
+        else queue_cv_.wait_for(lock, wait);
+      }
       if (ready_.empty()) return;
       task = ready_.front();
       ready_.pop_front();
     }
+    idle.used(IdleTrim::Clock::now());
     launch(task);
+  }
+}
+
+std::size_t CudaDevice::give_back_reserve(const char* why) noexcept {
+  if (!alive()) return 0;
+  try {
+    const CurrentDevice current(options_.ordinal);
+    const std::size_t before = pool_->reserved_bytes();
+    pool_->trim();
+    const std::size_t after = pool_->reserved_bytes();
+    const std::size_t returned = before > after ? before - after : 0;
+    if (returned > 0) log().debug("{}: gave {} of reserved memory back to the GPU ({})", name(), format_bytes(returned), why);
+    return returned;
+  } catch (const std::exception& e) {
+    log().debug("{}: could not trim its memory pool ({}): {}", name(), why, e.what());
+    cudaGetLastError();
+    return 0;
   }
 }
 
@@ -549,16 +590,28 @@ void CudaDevice::launch(TaskRecord* task) {
     task->error = std::make_exception_ptr(
         KernelError(fmt::format("task '{}' (kernel {}) failed on {}: {}", task->name, task->kernel->name, name(), what)));
   };
-  ExecContext context{task->args, task->name, -1, lane.stream.get(), options_.ordinal, std::nullopt};
+  ExecContext context{task->args, task->name, -1, lane.stream.get(), options_.ordinal, std::nullopt, pool_.get()};
   flight.launched_ns = now_ns();
+  // The variants check each launch by its own status (cudaLaunchKernel's
+  // return, a library's status); the thread's last-error slot is only a net
+  // for one that did not, so it is emptied first: what an earlier call left
+  // there is not this task's doing.
+  if (const cudaError_t stale = cudaGetLastError(); stale != cudaSuccess)
+    log().warn("{}: an earlier CUDA call left an error unchecked ({}); not charged to task '{}'", name(),
+               cuda_text(stale), task->name);
   try {
     flight.start->record(lane.stream.get());
     task->kernel->cuda(context);
-    // A variant that forgot to check a launch must not leave its error for
-    // an unrelated call to trip on.
-    const cudaError_t launched = cudaGetLastError();
-    if (launched != cudaSuccess) throw CudaError("a kernel launch failed: " + cuda_text(launched), launched);
+    const cudaError_t unchecked = cudaGetLastError();
+    if (unchecked != cudaSuccess)
+      throw CudaError("the kernel left a CUDA error unchecked: " + cuda_text(unchecked), unchecked);
     task->result = context.result;
+  } catch (const OutOfMemory& e) {
+    // The variant ran out of memory: a library's workspace or handle, or
+    // scratch with the GPU full under another allocator of this process.
+    // What the pool keeps in reserve goes back, so the next try may fit.
+    const std::size_t returned = give_back_reserve("an allocation outside the pool failed");
+    failed(fmt::format("{} ({} of reserved memory given back to the GPU since)", e.what(), format_bytes(returned)));
   } catch (const std::exception& e) {
     failed(e.what());
   } catch (...) {

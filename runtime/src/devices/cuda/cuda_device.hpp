@@ -9,7 +9,8 @@
 // Threads, all blocking when idle:
 //   - one executor: moves a ready task's inputs in (copy stream), enqueues
 //     its kernel on one of `lanes()` compute streams and records an event
-//     after it, then takes the next task; kernels run while it works;
+//     after it, then takes the next task; kernels run while it works. When
+//     no task has come for `idle_trim_after` it trims the memory pool once;
 //   - one completer per compute stream: waits for that stream's events in
 //     order (blocking-sync events: it sleeps, it does not spin), then does
 //     the bookkeeping and releases the task's successors;
@@ -22,6 +23,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -53,6 +55,10 @@ struct CudaDeviceOptions {
   // Outputs are copied home as soon as a task wrote them, the GPU copy
   // staying valid: for a process that reads host replicas directly (ferryd).
   bool write_through = false;
+  // After this long without a new task the memory pool's reserve (freed
+  // blocks kept for reuse) goes back to the GPU, for other processes and
+  // for other allocators in this one (PyTorch, CuPy in the same notebook).
+  std::chrono::steady_clock::duration idle_trim_after = std::chrono::seconds(2);
 };
 
 class CudaDevice final : public Device, public NodeLink {
@@ -82,6 +88,9 @@ class CudaDevice final : public Device, public NodeLink {
   // Makes `bytes()` bytes of device memory at `source` (on this GPU, e.g. a
   // CuPy or PyTorch array) the view's modified replica here, copied device to
   // device: the data never crosses the host until someone reads it there.
+  // The copy waits for the work on the legacy default stream (where a DLPack
+  // producer asked with stream=1 makes its data ready) and is finished
+  // before the replica is published.
   void adopt(const BufferState& view, const void* source);
   std::size_t bytes_to_device() const noexcept { return bytes_in_.load(std::memory_order_relaxed); }
   std::size_t bytes_from_device() const noexcept { return bytes_out_.load(std::memory_order_relaxed); }
@@ -132,6 +141,8 @@ class CudaDevice final : public Device, public NodeLink {
   void prefetch_inputs(const Prefetch& job);
   void one_done();
   void lost(const std::string& reason);
+  // Trims the memory pool; the bytes that went back to the GPU.
+  std::size_t give_back_reserve(const char* why) noexcept;
 
   std::pair<std::uint64_t, void*> allocate_block(std::size_t bytes);
   void* pointer(std::uint64_t id) const;
