@@ -36,7 +36,7 @@ TEST(HiddenCudaModule, CoreRunsOnTheCpuAndSaysWhy) {
   auto y = rt.buffer<double>(256);
   rt.submit("fill", write(x), 1.0);
   rt.submit("fill", write(y), 2.0);
-  rt.submit("axpy", 3.0, read(x), readwrite(y));
+  rt.submit("axpy", read(x), readwrite(y), 3.0);
   EXPECT_EQ(rt.submit("sum", read(y)).result(), 5.0 * 256);
   // Asked for by number, a GPU that is not there is an error naming the reason.
   o.gpus = "0";

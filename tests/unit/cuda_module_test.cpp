@@ -6,8 +6,11 @@
 #include <gtest/gtest.h>
 #include <link.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
+#include <filesystem>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -119,7 +122,9 @@ TEST(CudaModule, StatusSaysWhereItCameFromOrWhyNot) {
   EXPECT_TRUE(std::filesystem::equivalent(status.path, FERRY_CUDA_MODULE_FILE)) << status.path;
   EXPECT_FALSE(loaded_objects("libferry_cuda").empty());
   // Loaded, the driver may still say no (this machine may have no GPU): the reason says the driver's words.
-  if (cuda::device_count() == 0) EXPECT_NE(cuda::unavailable_reason().find("no CUDA device: "), std::string::npos);
+  if (cuda::device_count() == 0) {
+    EXPECT_NE(cuda::unavailable_reason().find("no CUDA device: "), std::string::npos);
+  }
 #else
   EXPECT_EQ(status.state, cuda::ModuleStatus::State::not_built);
   EXPECT_NE(status.detail.find("FERRY_WITH_CUDA=OFF"), std::string::npos) << status.detail;

@@ -91,8 +91,8 @@ void RuntimeCore::start_gpus() {
   // Checked on every build, so a bad setting fails the same way everywhere.
   const std::vector<int> ordinals = select_gpus(options_.gpus, cuda::device_count());
   if (ordinals.size() + devices_.size() > 64) throw UsageError("at most 63 GPUs per runtime");
-  const CudaModule* module = ordinals.empty() ? nullptr : cuda_module();
-  if (module == nullptr) return;  // no ordinals: the module is missing, device_count() said why
+  const CudaModule* gpu_module = ordinals.empty() ? nullptr : cuda_module();
+  if (gpu_module == nullptr) return;  // none selected: device_count() said why (no module, no driver, no GPU)
   for (int ordinal : ordinals) {
     GpuOptions gpu;
     gpu.ordinal = ordinal;
@@ -103,7 +103,7 @@ void RuntimeCore::start_gpus() {
     gpu.write_through = options_.gpu_write_through;
     const auto id = static_cast<DeviceId>(devices_.size());
     try {
-      devices_.push_back(module->make_device(*this, id, static_cast<MemoryNodeId>(id), gpu));
+      devices_.push_back(gpu_module->make_device(*this, id, static_cast<MemoryNodeId>(id), gpu));
     } catch (const Error& e) {
       // Asked for by number, it must work; found by "all", it may be skipped.
       if (!selects_all_gpus(options_.gpus)) throw;

@@ -139,8 +139,8 @@ class Module final : public CudaModule {
   }
 };
 
-const Driver driver{};
-const Module module{};
+const Driver the_driver{};
+const Module the_module{};
 
 }  // namespace
 }  // namespace ferry::detail
@@ -148,9 +148,9 @@ const Module module{};
 extern "C" {
 __attribute__((visibility("default"))) const char* ferry_cuda_module_version() { return ferry::config::version; }
 __attribute__((visibility("default"))) const ferry::detail::CudaDriver* ferry_cuda_module_driver() {
-  return &ferry::detail::driver;
+  return &ferry::detail::the_driver;
 }
 __attribute__((visibility("default"))) const ferry::detail::CudaModule* ferry_cuda_module_runtime() {
-  return &ferry::detail::module;
+  return &ferry::detail::the_module;
 }
 }
