@@ -120,7 +120,9 @@ TEST(CudaModule, StatusSaysWhereItCameFromOrWhyNot) {
 #ifdef FERRY_CUDA_MODULE_FILE
   ASSERT_EQ(status.state, cuda::ModuleStatus::State::loaded) << cuda::to_string(status.state) << ": " << status.detail;
   EXPECT_TRUE(std::filesystem::equivalent(status.path, FERRY_CUDA_MODULE_FILE)) << status.path;
+  // What CpuOnlyRuntimeLoadsNoCudaAtAll looks for is found where it is loaded.
   EXPECT_FALSE(loaded_objects("libferry_cuda").empty());
+  EXPECT_FALSE(loaded_objects("libcudart").empty());
   // Loaded, the driver may still say no (this machine may have no GPU): the reason says the driver's words.
   if (cuda::device_count() == 0) {
     EXPECT_NE(cuda::unavailable_reason().find("no CUDA device: "), std::string::npos);
