@@ -23,6 +23,6 @@ if grep -q 'set(FERRY_WITH_CUDA ON)' "$lib/cmake/ferry/ferryConfig.cmake"; then
   [[ -f $lib/libferry_cuda.so ]] || { echo "a CUDA build installed no $lib/libferry_cuda.so" >&2; exit 1; }
 fi
 cmake -S "$source_dir" -B "$scratch/consumer" -G Ninja -DCMAKE_PREFIX_PATH="$scratch/prefix" \
-  -DCMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=ON >/dev/null
-cmake --build "$scratch/consumer" >/dev/null
+  --no-warn-unused-cli -DCMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=ON >/dev/null
+cmake --build "$scratch/consumer" >"$scratch/build.log" || { cat "$scratch/build.log"; exit 1; }
 "$scratch/consumer/consumer"
