@@ -94,6 +94,11 @@ TEST(CudaModule, CpuOnlyRuntimeLoadsNoCudaAtAll) {
     auto x = rt.buffer<double>(1 << 16);  // host replicas come from the runtime's pinned pool
     rt.submit("fill", write(x), 2.0);
     EXPECT_EQ(rt.submit("sum", read(x)).result(), 2.0 * (1 << 16));
+    // Its pinned pool's slabs are mmap+mlock, not cudaHostAlloc.
+    const auto* pool = dynamic_cast<const SlabPool*>(rt.host_memory().get());
+    ASSERT_NE(pool, nullptr);
+    EXPECT_GT(pool->stats().slab_bytes, 0u);
+    EXPECT_EQ(pool->source().name(), "mmap+mlock");
   }
   const std::vector<std::string> loaded = loaded_cuda_objects();
   EXPECT_TRUE(loaded.empty()) << "a gpus=\"none\" runtime loaded " << loaded.front();
