@@ -1,5 +1,5 @@
-// Where pinned slabs come from: cudaHostAlloc when a CUDA device is there to
-// make them DMA-able, otherwise mmap with a best-effort mlock.
+// Where pinned slabs come from: mmap with a best-effort mlock, and
+// cudaHostAlloc (through the CUDA module) once a GPU is in use.
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -9,17 +9,15 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <mutex>
+#include <unordered_map>
 
 #include "ferry/allocator/pinned_pool.hpp"
-#include "ferry/config.hpp"
 #include "ferry/cuda_probe.hpp"
+#include "ferry/detail/cuda_driver.hpp"
 #include "ferry/error.hpp"
 #include "ferry/log.hpp"
 #include "ferry/units.hpp"
-
-#if FERRY_WITH_CUDA
-#include <cuda_runtime_api.h>
-#endif
 
 namespace ferry {
 
@@ -71,47 +69,117 @@ class MmapSource final : public SlabSource {
   std::atomic<bool> warned_{false};
 };
 
-#if FERRY_WITH_CUDA
-class CudaHostSource final : public SlabSource {
+}  // namespace
+
+namespace detail {
+
+// The pinned pool's source. Until a GPU is in use it never touches CUDA:
+// mmap with a best-effort mlock, so a CPU-only runtime creates no CUDA
+// context (half a GiB of GPU memory per process, and a failure under
+// exclusive-process compute mode). Once told a GPU is in use, new slabs come
+// from cudaHostAlloc (portable), falling back to mmap+mlock+cudaHostRegister
+// and then to mmap+mlock alone when the driver refuses, and the slabs mapped
+// before are registered, so that copy engines read them without staging.
+class PinnedSource final : public SlabSource {
  public:
-  CudaHostSource() : capacity_(physical_memory()) {}
+  PinnedSource() : capacity_(physical_memory()) {}
 
   void* map(std::size_t bytes) override {
-    void* base = nullptr;
-    // Portable: the memory counts as pinned for every device, not only the current one.
-    const cudaError_t status = cudaHostAlloc(&base, bytes, cudaHostAllocPortable);
-    if (status != cudaSuccess) {
-      cudaGetLastError();
-      throw OutOfMemory(fmt::format("cudaHostAlloc of a {} slab failed: {}", format_bytes(bytes),
-                                    cudaGetErrorString(status)),
-                        bytes);
+    const detail::CudaDriver* driver = driver_.load(std::memory_order_acquire);
+    std::string error;
+    if (driver != nullptr) {
+      if (void* base = driver->host_alloc(bytes, error)) {
+        remember(base, bytes, How::cuda_host_alloc);
+        return base;
+      }
+      if (!alloc_warned_.exchange(true))
+        log().warn("{} of a {} slab failed; pinned slabs come from mmap+mlock+cudaHostRegister instead", error,
+                   format_bytes(bytes));
     }
+    void* base = mmap_.map(bytes);
+    How how = How::mmap;
+    if (driver != nullptr) how = register_slab(*driver, base, bytes) ? How::registered : How::mmap;
+    remember(base, bytes, how);
     return base;
   }
 
-  void unmap(void* base, std::size_t) noexcept override {
-    if (const cudaError_t status = cudaFreeHost(base); status != cudaSuccess)
-      log().error("cudaFreeHost({}) failed: {}", base, cudaGetErrorString(status));
+  void unmap(void* base, std::size_t bytes) noexcept override {
+    How how = How::mmap;
+    {
+      std::lock_guard lock(mutex_);
+      if (auto it = slabs_.find(base); it != slabs_.end()) {
+        how = it->second.how;
+        slabs_.erase(it);
+      }
+    }
+    const detail::CudaDriver* driver = driver_.load(std::memory_order_acquire);
+    if (how == How::cuda_host_alloc) return driver->host_free(base);
+    if (how == How::registered) driver->host_unregister(base);
+    mmap_.unmap(base, bytes);
   }
 
   MemoryKind kind() const noexcept override { return MemoryKind::host_pinned; }
-  std::string name() const override { return "cudaHostAlloc"; }
+  std::string name() const override {
+    return driver_.load(std::memory_order_acquire) != nullptr ? "cudaHostAlloc" : mmap_.name();
+  }
   std::size_t capacity() const noexcept override { return capacity_; }
 
- private:
-  std::size_t capacity_;
-};
-#endif
+  void use_cuda() {
+    // Only asked once a GPU device exists: the module is loaded already.
+    const detail::CudaDriver* driver = detail::cuda_driver();
+    if (driver == nullptr || cuda::device_count() == 0) return;
+    std::lock_guard lock(mutex_);
+    if (driver_.load(std::memory_order_relaxed) != nullptr) return;
+    for (auto& [base, slab] : slabs_)
+      if (slab.how == How::mmap && register_slab(*driver, base, slab.bytes)) slab.how = How::registered;
+    driver_.store(driver, std::memory_order_release);
+  }
 
-}  // namespace
+ private:
+  enum class How { mmap, registered, cuda_host_alloc };
+  struct Mapped {
+    How how;
+    std::size_t bytes;
+  };
+
+  bool register_slab(const detail::CudaDriver& driver, void* base, std::size_t bytes) {
+    std::string error;
+    if (driver.host_register(base, bytes, error)) return true;
+    if (!register_warned_.exchange(true))
+      log().info("{} of a {} slab failed: it stays mlock'ed and is copied through staging buffers", error,
+                 format_bytes(bytes));
+    return false;
+  }
+
+  void remember(void* base, std::size_t bytes, How how) {
+    std::lock_guard lock(mutex_);
+    slabs_[base] = Mapped{how, bytes};
+  }
+
+  std::size_t capacity_;
+  MmapSource mmap_{true};
+  std::atomic<const detail::CudaDriver*> driver_{nullptr};
+  std::atomic<bool> alloc_warned_{false};
+  std::atomic<bool> register_warned_{false};
+  std::mutex mutex_;
+  std::unordered_map<void*, Mapped> slabs_;
+};
+
+}  // namespace detail
+
+using detail::PinnedSource;
 
 std::unique_ptr<SlabSource> make_mmap_source(bool lock) { return std::make_unique<MmapSource>(lock); }
 
-std::unique_ptr<SlabSource> make_pinned_source() {
-#if FERRY_WITH_CUDA
-  if (cuda::device_count() > 0) return std::make_unique<CudaHostSource>();
-#endif
-  return make_mmap_source(true);
+std::unique_ptr<SlabSource> make_pinned_source() { return std::make_unique<PinnedSource>(); }
+
+PinnedPool::PinnedPool(Options options) : PinnedPool(new PinnedSource, options) {}
+
+PinnedPool::PinnedPool(PinnedSource* source, Options options)
+    : SlabPool(std::unique_ptr<SlabSource>(source), options), pinned_(source) {}
+
+void PinnedPool::gpu_in_use() {
+  if (pinned_ != nullptr) pinned_->use_cuda();
 }
 
 }  // namespace ferry

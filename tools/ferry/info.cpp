@@ -80,6 +80,13 @@ void print_memory(const json& memory) {
 
 void print_cuda(const json& cuda) {
   fmt::print("\nCUDA devices\n");
+  if (cuda.contains("module")) {
+    // Which libferry_cuda.so this process loaded, or why none.
+    const json& module = cuda["module"];
+    const std::string state = module.value("state", std::string("?"));
+    row("module", state == "loaded" ? module.value("path", std::string("?"))
+                                    : fmt::format("{} — {}", state, module.value("detail", std::string("?"))));
+  }
   if (!cuda.contains("devices") || cuda["devices"].empty()) return print_unavailable("devices", cuda);
   for (const auto& d : cuda["devices"]) {
     const std::string label = std::to_string(d.value("ordinal", -1));

@@ -1,5 +1,6 @@
-// CUDA devices as ferry::cuda sees them; the probe itself copes with builds
-// without CUDA and machines without a driver.
+// The CUDA module and CUDA devices as ferry::cuda sees them; the probe
+// itself copes with builds without CUDA, a missing or unloadable module and
+// machines without a driver.
 #include <exception>
 
 #include "ferry/cuda_probe.hpp"
@@ -8,7 +9,11 @@
 namespace ferry::tools {
 
 nlohmann::ordered_json probe_cuda() {
-  nlohmann::ordered_json cuda = {{"devices", nlohmann::ordered_json::array()}};
+  const ferry::cuda::ModuleStatus& module = ferry::cuda::module_status();
+  nlohmann::ordered_json cuda = {{"module", {{"state", ferry::cuda::to_string(module.state)}}},
+                                 {"devices", nlohmann::ordered_json::array()}};
+  if (!module.path.empty()) cuda["module"]["path"] = module.path;
+  if (!module.detail.empty()) cuda["module"]["detail"] = module.detail;
   const int count = ferry::cuda::device_count();
   if (count == 0) {
     cuda["error"] = ferry::cuda::unavailable_reason();

@@ -10,6 +10,7 @@
 #include "data/coherence.hpp"
 #include "devices/cpu/cpu_device.hpp"
 #include "devices/cuda/cuda_selection.hpp"
+#include "devices/cuda/module.hpp"
 #include "data/cuda_unified.hpp"
 #include "devices/remote/remote_device.hpp"
 #include "data/dependencies.hpp"
@@ -20,10 +21,6 @@
 #include "ferry/log.hpp"
 #include "ferry/transport/auth.hpp"
 #include "ferry/units.hpp"
-
-#if FERRY_WITH_CUDA
-#include "devices/cuda/cuda_device.hpp"
-#endif
 
 namespace ferry::detail {
 
@@ -49,6 +46,8 @@ std::string param_name(const KernelDef& kernel, std::size_t index) {
 
 RuntimeCore::RuntimeCore(Runtime::Options options)
     : id_(next_runtime_id.fetch_add(1)), options_(std::move(options)), rng_(options_.seed) {
+  // Page-locked with mmap+mlock: a CPU-only runtime never touches CUDA.
+  // start_gpus() turns the pool's new slabs to cudaHostAlloc if a GPU is used.
   memory_ = options_.host_memory ? options_.host_memory : std::make_shared<PinnedPool>();
   if (options_.trace || !options_.trace_path.empty()) trace_ = std::make_unique<Trace>();
   if (options_.persist_perf_models) {
@@ -92,9 +91,10 @@ void RuntimeCore::start_gpus() {
   // Checked on every build, so a bad setting fails the same way everywhere.
   const std::vector<int> ordinals = select_gpus(options_.gpus, cuda::device_count());
   if (ordinals.size() + devices_.size() > 64) throw UsageError("at most 63 GPUs per runtime");
-#if FERRY_WITH_CUDA
+  const CudaModule* gpu_module = ordinals.empty() ? nullptr : cuda_module();
+  if (gpu_module == nullptr) return;  // none selected: device_count() said why (no module, no driver, no GPU)
   for (int ordinal : ordinals) {
-    CudaDeviceOptions gpu;
+    GpuOptions gpu;
     gpu.ordinal = ordinal;
     gpu.memory_limit = options_.gpu_memory_limit;
     gpu.streams = options_.gpu_streams;
@@ -103,36 +103,39 @@ void RuntimeCore::start_gpus() {
     gpu.write_through = options_.gpu_write_through;
     const auto id = static_cast<DeviceId>(devices_.size());
     try {
-      devices_.push_back(std::make_unique<CudaDevice>(*this, id, static_cast<MemoryNodeId>(id), gpu));
+      devices_.push_back(gpu_module->make_device(*this, id, static_cast<MemoryNodeId>(id), gpu));
     } catch (const Error& e) {
       // Asked for by number, it must work; found by "all", it may be skipped.
       if (!selects_all_gpus(options_.gpus)) throw;
       log().warn("GPU {} is not used: {}", ordinal, e.what());
     }
   }
-#endif
+  const bool gpu_used = std::ranges::any_of(devices_, [](const auto& d) { return d->kind() == DeviceKind::cuda; });
+  if (auto* pinned = dynamic_cast<PinnedPool*>(memory_.get()); pinned != nullptr && gpu_used) pinned->gpu_in_use();
 }
 
 std::shared_ptr<MemoryResource> RuntimeCore::unified_memory() {
   std::lock_guard lock(unified_mutex_);
   if (unified_checked_) return unified_memory_;
   unified_checked_ = true;
-#if FERRY_WITH_CUDA
+  GpuFacts gpu;
   for (const auto& device : devices_) {
-    const auto* gpu = dynamic_cast<const CudaDevice*>(device.get());
-    if (gpu == nullptr) continue;
+    // Only a loaded module makes GPU devices, so cuda_module() loads nothing new here.
+    if (device->kind() != DeviceKind::cuda || !cuda_module()->facts(*device, gpu)) continue;
     try {
-      unified_memory_ = make_unified_memory(gpu->ordinal());
+      unified_memory_ = make_unified_memory(gpu.ordinal);
       return unified_memory_;
     } catch (const Error& e) {
-      log().warn("unified buffers: no managed memory on {} ({}); they are ordinary host buffers", gpu->name(),
+      log().warn("unified buffers: no managed memory on {} ({}); they are ordinary host buffers", device->name(),
                  e.what());
       return nullptr;
     }
   }
-#endif
   log().debug("unified buffers: this runtime has no GPU ({}); they are ordinary host buffers",
-              cuda::unavailable_reason().empty() ? "none selected" : cuda::unavailable_reason());
+              // gpus = "none" never probes: that would load the CUDA module.
+              selects_no_gpu(options_.gpus)       ? std::string("gpus = none")
+              : cuda::unavailable_reason().empty() ? std::string("none selected")
+                                                   : cuda::unavailable_reason());
   return nullptr;
 }
 

@@ -12,10 +12,8 @@
 #include "ferry/config.hpp"
 #include "ferry/runtime/cuda_source.hpp"
 #include "ferry/units.hpp"
+#include "devices/cuda/module.hpp"
 #include "devices/remote/remote_device.hpp"
-#if FERRY_WITH_CUDA
-#include "devices/cuda/cuda_device.hpp"
-#endif
 #include "ferry/error.hpp"
 #include "ferry/log.hpp"
 
@@ -166,12 +164,11 @@ std::vector<DeviceInfo> Runtime::devices() const {
       info.bytes_in = remote->bytes_shipped();
       info.bytes_out = remote->bytes_fetched();
     }
-#if FERRY_WITH_CUDA
-    if (const auto* gpu = dynamic_cast<const detail::CudaDevice*>(d.get())) {
-      info.bytes_in = gpu->bytes_to_device();
-      info.bytes_out = gpu->bytes_from_device();
+    // A GPU device exists only where the CUDA module is loaded.
+    if (detail::GpuFacts gpu; d->kind() == DeviceKind::cuda && detail::cuda_module()->facts(*d, gpu)) {
+      info.bytes_in = gpu.bytes_to_device;
+      info.bytes_out = gpu.bytes_from_device;
     }
-#endif
     out.push_back(std::move(info));
   }
   return out;
@@ -186,14 +183,9 @@ void Runtime::import_device_data(const BufferBase& buffer, int gpu, const void* 
   for (const detail::Use& use : users) detail::release(use.task);
   if (!users.empty())
     throw UsageError(fmt::format("import_device_data: tasks already use '{}'; import into a fresh buffer", state.name));
-#if FERRY_WITH_CUDA
-  if (auto* device = dynamic_cast<detail::CudaDevice*>(core_->find_device(fmt::format("cuda:{}", gpu)))) {
-    device->adopt(state, device_ptr);
+  if (auto* device = core_->find_device(fmt::format("cuda:{}", gpu));
+      device != nullptr && device->kind() == DeviceKind::cuda && detail::cuda_module()->adopt(*device, state, device_ptr))
     return;
-  }
-#else
-  (void)device_ptr;
-#endif
   throw UsageError(fmt::format("import_device_data: this runtime has no GPU {} ({})", gpu,
                                config::with_cuda ? "see FERRY_GPUS and ferry info" : "built without CUDA"));
 }
@@ -237,10 +229,8 @@ std::string Runtime::describe() const {
   std::string devices;
   for (const auto& d : core_->devices()) {
     std::string what = fmt::format("{} ({} lanes, {} tasks run)", d->name(), d->lanes(), d->tasks_run());
-#if FERRY_WITH_CUDA
-    if (const auto* gpu = dynamic_cast<const detail::CudaDevice*>(d.get()))
-      what = fmt::format("{}, {} tasks run", gpu->describe(), d->tasks_run());
-#endif
+    if (detail::GpuFacts gpu; d->kind() == DeviceKind::cuda && detail::cuda_module()->facts(*d, gpu))
+      what = fmt::format("{}, {} tasks run", gpu.description, d->tasks_run());
     devices += (devices.empty() ? "" : ", ") + what;
   }
   return fmt::format("ferry runtime: policy {}; devices: {}", to_string(core_->options().policy), devices);

@@ -12,9 +12,7 @@
 #include "cuda_source/cuda_signature.hpp"
 #include "ferry/config.hpp"
 #include "ferry/error.hpp"
-#if FERRY_WITH_CUDA
-#include "cuda_source/nvrtc_kernel.hpp"
-#endif
+#include "devices/cuda/module.hpp"
 
 namespace ferry {
 
@@ -65,17 +63,21 @@ KernelDef make_cuda_source_kernel(CudaSource source, std::vector<std::string> wr
     return cost;
   };
   auto shared = std::make_shared<const CudaSource>(std::move(source));
-#if FERRY_WITH_CUDA
-  def.cuda = detail::make_nvrtc_launcher(shared, signature);
-#else
-  // Still a `cuda` implementation, so the definition is complete: such a
-  // runtime has no local GPU to call it on, and a remote host compiles the source.
-  def.cuda = [entry = shared->entry](ExecContext&) {
-    throw Error(fmt::format("kernel {}: this build of Ferry has no CUDA (FERRY_WITH_CUDA=OFF), so it cannot compile "
-                            "CUDA source; run it on a remote GPU host",
-                            entry));
-  };
-#endif
+  if (config::with_cuda) {
+    // NVRTC lives in the CUDA module: asked for on the first local launch.
+    def.cuda = detail::lazy_cuda_kernel(fmt::format("kernel {} (CUDA source)", shared->entry),
+                                        [shared, signature](const detail::CudaModule& module) {
+                                          return module.nvrtc_launcher(shared, signature);
+                                        });
+  } else {
+    // Still a `cuda` implementation, so the definition is complete: such a
+    // runtime has no local GPU to call it on, and a remote host compiles the source.
+    def.cuda = [entry = shared->entry](ExecContext&) {
+      throw Error(fmt::format("kernel {}: this build of Ferry has no CUDA (FERRY_WITH_CUDA=OFF), so it cannot compile "
+                              "CUDA source; run it on a remote GPU host",
+                              entry));
+    };
+  }
   def.cuda_source = std::move(shared);
   return def;
 }

@@ -8,17 +8,31 @@
 
 namespace ferry {
 
-// Slabs from cudaHostAlloc where a CUDA driver and device are present,
-// otherwise page-aligned mmap with a best-effort mlock.
+// Page-aligned mmap with a best-effort mlock: it never touches CUDA. A
+// PinnedPool's own source turns to cudaHostAlloc when told a GPU is in use.
 std::unique_ptr<SlabSource> make_pinned_source();
 // Always mmap; `lock` asks for mlock (best effort: a low RLIMIT_MEMLOCK is logged once, not fatal).
 std::unique_ptr<SlabSource> make_mmap_source(bool lock = true);
 
+namespace detail {
+class PinnedSource;
+}
+
 class PinnedPool : public SlabPool {
  public:
   PinnedPool() : PinnedPool(Options{}) {}
-  explicit PinnedPool(Options options) : SlabPool(make_pinned_source(), options) {}
+  explicit PinnedPool(Options options);
   PinnedPool(std::unique_ptr<SlabSource> source, Options options) : SlabPool(std::move(source), options) {}
+
+  // A GPU is in use in this process (a runtime started a CUDA device): new
+  // slabs come from cudaHostAlloc, falling back to mmap+mlock with
+  // cudaHostRegister, and the slabs mapped so far are registered. Does
+  // nothing without a CUDA device, or for a pool given its own source.
+  void gpu_in_use();
+
+ private:
+  PinnedPool(detail::PinnedSource* source, Options options);
+  detail::PinnedSource* pinned_ = nullptr;
 };
 
 }  // namespace ferry

@@ -1,0 +1,156 @@
+// libferry_cuda.so's entry points: the CUDA module's two interface halves
+// (ferry/detail/cuda_driver.hpp, devices/cuda/module.hpp) over the CUDA
+// device, its kernels, NVRTC and the CUDA pools, which this library holds
+// together with every CUDA library they link.
+#include "devices/cuda/module.hpp"
+
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+#include "cuda/variants.hpp"
+#include "cuda_source/nvrtc_kernel.hpp"
+#include "devices/cuda/cuda_device.hpp"
+#include "devices/cuda/cuda_handles.hpp"
+#include "ferry/allocator/unified_pool.hpp"
+#include "ferry/config.hpp"
+#include "ferry/detail/cuda_check.hpp"
+#include "ferry/detail/cuda_driver.hpp"
+#include "ferry/error.hpp"
+
+namespace ferry::detail {
+
+void check_cuda(cudaError_t status, const char* call, std::source_location where) {
+  if (status == cudaSuccess) return;
+  throw CudaError(fmt::format("{} failed: {} ({}) at {}:{}", call, cudaGetErrorString(status), cudaGetErrorName(status),
+                              where.file_name(), where.line()),
+                  static_cast<int>(status));
+}
+
+namespace {
+
+class Driver final : public CudaDriver {
+ public:
+  int device_count(std::string& reason) const override {
+    int count = 0;
+    const cudaError_t status = cudaGetDeviceCount(&count);
+    if (status != cudaSuccess) {
+      reason = cudaGetErrorString(status);
+      cudaGetLastError();  // not sticky: later calls start clean
+      return 0;
+    }
+    if (count == 0) reason = "the driver reports none";
+    return count;
+  }
+
+  cuda::DeviceInfo device_info(int ordinal) const override {
+    cuda::DeviceInfo info;
+    info.ordinal = ordinal;
+    cudaDeviceProp prop{};
+    check_cuda(cudaGetDeviceProperties(&prop, ordinal), "cudaGetDeviceProperties");
+    info.name = prop.name;
+    info.total_bytes = prop.totalGlobalMem;
+    info.compute_major = prop.major;
+    info.compute_minor = prop.minor;
+    info.multiprocessors = prop.multiProcessorCount;
+    CurrentDevice current(ordinal);
+    std::size_t free_bytes = 0, total_bytes = 0;
+    check_cuda(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
+    info.free_bytes = free_bytes;
+    return info;
+  }
+
+  void* host_alloc(std::size_t bytes, std::string& error) const override {
+    void* base = nullptr;
+    // Portable: pinned for every device, not only the current one.
+    if (const cudaError_t status = cudaHostAlloc(&base, bytes, cudaHostAllocPortable); status != cudaSuccess) {
+      cudaGetLastError();
+      error = fmt::format("cudaHostAlloc: {}", cudaGetErrorString(status));
+      return nullptr;
+    }
+    return base;
+  }
+
+  void host_free(void* base) const noexcept override { cudaFreeHost(base); }
+
+  bool host_register(void* base, std::size_t bytes, std::string& error) const override {
+    if (const cudaError_t status = cudaHostRegister(base, bytes, cudaHostRegisterPortable); status != cudaSuccess) {
+      cudaGetLastError();
+      error = fmt::format("cudaHostRegister: {}", cudaGetErrorString(status));
+      return false;
+    }
+    return true;
+  }
+
+  void host_unregister(void* base) const noexcept override { cudaHostUnregister(base); }
+};
+
+class Module final : public CudaModule {
+ public:
+  std::unique_ptr<Device> make_device(RuntimeCore& core, DeviceId id, MemoryNodeId node,
+                                      const GpuOptions& options) const override {
+    CudaDeviceOptions gpu;
+    gpu.ordinal = options.ordinal;
+    gpu.memory_limit = options.memory_limit;
+    gpu.streams = options.streams;
+    gpu.chunk_bytes = options.chunk_bytes;
+    gpu.slots = options.slots;
+    gpu.write_through = options.write_through;
+    return std::make_unique<CudaDevice>(core, id, node, gpu);
+  }
+
+  bool facts(const Device& device, GpuFacts& out) const override {
+    const auto* gpu = dynamic_cast<const CudaDevice*>(&device);
+    if (gpu == nullptr) return false;
+    out.ordinal = gpu->ordinal();
+    out.bytes_to_device = gpu->bytes_to_device();
+    out.bytes_from_device = gpu->bytes_from_device();
+    out.description = gpu->describe();
+    return true;
+  }
+
+  bool adopt(Device& device, const BufferState& view, const void* source) const override {
+    auto* gpu = dynamic_cast<CudaDevice*>(&device);
+    if (gpu == nullptr) return false;
+    gpu->adopt(view, source);
+    return true;
+  }
+
+  KernelFn builtin_variant(std::string_view name) const override { return kernels::cuda::variant(name); }
+
+  KernelFn nvrtc_launcher(std::shared_ptr<const CudaSource> source,
+                          std::shared_ptr<const CudaSignature> signature) const override {
+    return make_nvrtc_launcher(std::move(source), std::move(signature));
+  }
+
+  std::shared_ptr<MemoryResource> unified_memory(int device) const override {
+    UnifiedPool::Options options;
+    options.device = device;
+    return std::make_shared<UnifiedPool>(options);
+  }
+
+  void unified_to_host(const void* data, std::size_t bytes, int device) const override {
+    CurrentDevice current(device);
+    cudaMemLocation host{};
+    host.type = cudaMemLocationTypeHost;
+    // The calling thread's own stream: it orders this prefetch with nothing
+    // but itself, and waiting on it waits for this migration only.
+    check_cuda(cudaMemPrefetchAsync(data, bytes, host, 0, cudaStreamPerThread), "cudaMemPrefetchAsync (to the host)");
+    check_cuda(cudaStreamSynchronize(cudaStreamPerThread), "cudaStreamSynchronize (after a prefetch to the host)");
+  }
+};
+
+const Driver the_driver{};
+const Module the_module{};
+
+}  // namespace
+}  // namespace ferry::detail
+
+extern "C" {
+__attribute__((visibility("default"))) const char* ferry_cuda_module_version() { return ferry::config::version; }
+__attribute__((visibility("default"))) const ferry::detail::CudaDriver* ferry_cuda_module_driver() {
+  return &ferry::detail::the_driver;
+}
+__attribute__((visibility("default"))) const ferry::detail::CudaModule* ferry_cuda_module_runtime() {
+  return &ferry::detail::the_module;
+}
+}
