@@ -1,5 +1,7 @@
-// Only for translation units built with FERRY_WITH_CUDA: turns a failed CUDA
-// runtime call into ferry::CudaError naming the call and its place.
+// Only for the CUDA module's translation units (libferry_cuda.so, which
+// defines it in runtime/src/devices/cuda/module.cpp): turns a failed CUDA
+// runtime call into ferry::CudaError naming the call and its place. Not
+// installed: it names CUDA types.
 #pragma once
 
 #include <cuda_runtime_api.h>
