@@ -229,11 +229,6 @@ void DevicePool::trim() {
 
 std::size_t DevicePool::reserved_bytes() const { return pool_reserved(impl_->pool); }
 
-std::size_t DevicePool::release_threshold_for(std::size_t bound) noexcept {
-  constexpr std::size_t floor = std::size_t{64} << 20, ceiling = std::size_t{1} << 30;
-  return std::min(bound, std::clamp(bound / 16, floor, ceiling));
-}
-
 DevicePool::Stats DevicePool::stats() const {
   Stats s;
   s.bytes_in_use = impl_->in_use.load(std::memory_order_relaxed);

@@ -12,6 +12,7 @@
 // CUDA or without a device the constructor throws UsageError saying why.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <functional>
@@ -32,7 +33,12 @@ class DevicePool : public MemoryResource {
   // 1 GiB (never above the bound). Enough that task-sized blocks freed and
   // allocated again are not unmapped and remapped at every synchronisation;
   // little next to the tens of GiB a peak may have taken, which go back.
-  static std::size_t release_threshold_for(std::size_t bound) noexcept;
+  // Inline: the policy is tested where no CUDA pool is built (the pool itself
+  // lives in the CUDA module).
+  static std::size_t release_threshold_for(std::size_t bound) noexcept {
+    constexpr std::size_t floor = std::size_t{64} << 20, ceiling = std::size_t{1} << 30;
+    return std::min(bound, std::clamp(bound / 16, floor, ceiling));
+  }
 
   struct Options {
     int device = 0;
