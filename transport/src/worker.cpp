@@ -134,6 +134,19 @@ void Worker::post(std::function<void()> fn) { impl_->post(std::move(fn)); }
 bool Worker::on_progress_thread() const noexcept { return impl_->on_progress_thread(); }
 std::string Worker::transports() const { return impl_->transports; }
 
+std::vector<std::uint8_t> Worker::address() {
+  auto get = [this] {
+    ucp_address_t* raw = nullptr;
+    std::size_t length = 0;
+    check(ucp_worker_get_address(impl_->worker, &raw, &length), "ucp_worker_get_address");
+    const auto* bytes = reinterpret_cast<const std::uint8_t*>(raw);
+    std::vector<std::uint8_t> out(bytes, bytes + length);
+    ucp_worker_release_address(impl_->worker, raw);
+    return out;
+  };
+  return on_progress_thread() ? get() : call(get);
+}
+
 Worker::Impl::~Impl() {
   if (worker != nullptr) ucp_worker_destroy(worker);
   if (context != nullptr) ucp_cleanup(context);

@@ -1,5 +1,5 @@
 // The inside of a Worker: UCP handles, the progress thread and what only that
-// thread touches. Shared by worker.cpp, connection.cpp and listener.cpp.
+// thread touches. Shared by the transport's sources.
 #pragma once
 
 #include <sys/socket.h>
