@@ -74,14 +74,15 @@ class Socket {
   }
 
  private:
-  [[noreturn]] void fail(const std::string& what) const {
-    throw UcxError(what, 0);
+  // UcxError, as a UCX endpoint that cannot connect would throw, so callers handle both alike.
+  [[noreturn]] void fail(const std::string& what, ucs_status_t status = UCS_ERR_UNREACHABLE) const {
+    throw UcxError(what, static_cast<int>(status));
   }
 
   void wait(short events, const char* doing) {
     for (;;) {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - Clock::now()).count();
-      if (left <= 0) fail(fmt::format("{} {}: no answer in time", doing, name_));
+      if (left <= 0) fail(fmt::format("{} {}: no answer in time", doing, name_), UCS_ERR_TIMED_OUT);
       pollfd fd{fd_, events, 0};
       const int n = ::poll(&fd, 1, static_cast<int>(left));
       if (n > 0) return;
@@ -96,7 +97,7 @@ class Socket {
       if (n > 0) {
         done += static_cast<std::size_t>(n);
       } else if (n == 0) {
-        fail(fmt::format("{} closed the connection during the handshake", name_));
+        fail(fmt::format("{} closed the connection during the handshake", name_), UCS_ERR_CONNECTION_RESET);
       } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
         wait(POLLIN, "waiting for");
       } else if (errno != EINTR) {

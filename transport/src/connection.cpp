@@ -311,21 +311,10 @@ void ConnectionImpl::deliver(Incoming& message) {
 void ConnectionImpl::reject(const std::string& why) {
   if (ep_ == nullptr) return;
   log().warn("ucx: dropping the connection with {}: {}", peer_, why);
-  closed_ = true;
-  impl_.connections.erase(ep_);
-  impl_.post([impl = &impl_, ep = ep_] { impl->close_endpoint(ep, true); });
-  ep_ = nullptr;
-  auto handler = std::move(on_error_);
-  on_message_.reset();
-  if (!handler || !*handler) return;
-  try {
-    (*handler)(*this, "connection with " + peer_ + " dropped: " + why);
-  } catch (const std::exception& e) {
-    log().error("ucx: error handler for {} threw: {}", peer_, e.what());
-  }
+  end("connection with " + peer_ + " dropped: " + why);
 }
 
-void ConnectionImpl::fail(ucs_status_t status) {
+void ConnectionImpl::end(const std::string& reason) {
   if (ep_ == nullptr) return;
   closed_ = true;
   impl_.connections.erase(ep_);
@@ -335,13 +324,18 @@ void ConnectionImpl::fail(ucs_status_t status) {
   ep_ = nullptr;
   auto handler = std::move(on_error_);
   on_message_.reset();
-  log().debug("ucx: connection to {} failed: {}", peer_, ucs_status_string(status));
   if (!handler || !*handler) return;
   try {
-    (*handler)(*this, "connection to " + peer_ + " failed: " + ucs_status_string(status));
+    (*handler)(*this, reason);
   } catch (const std::exception& e) {
     log().error("ucx: error handler for {} threw: {}", peer_, e.what());
   }
+}
+
+void ConnectionImpl::fail(ucs_status_t status) {
+  if (ep_ == nullptr) return;
+  log().debug("ucx: connection to {} failed: {}", peer_, ucs_status_string(status));
+  end("connection to " + peer_ + " failed: " + ucs_status_string(status));
 }
 
 ucs_status_t am_receive(void* arg, const void* header, std::size_t header_length, void* data, std::size_t length,
@@ -363,6 +357,19 @@ ucs_status_t am_receive(void* arg, const void* header, std::size_t header_length
                           (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0);
   static_cast<ConnectionImpl&>(*connection).deliver(message);
   return message.status();
+}
+
+ucs_status_t close_receive(void* arg, const void*, std::size_t, void*, std::size_t, const ucp_am_recv_param_t* param) {
+  auto& impl = *static_cast<Worker::Impl*>(arg);
+  if ((param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) == 0) return UCS_OK;
+  auto found = impl.connections.find(param->reply_ep);
+  if (found == impl.connections.end()) return UCS_OK;
+  auto connection = found->second->weak_from_this().lock();
+  if (!connection) return UCS_OK;
+  auto& self = static_cast<ConnectionImpl&>(*connection);
+  log().debug("ucx: {} closed the connection", self.peer());
+  self.end("connection to " + self.peer() + " closed by the peer");
+  return UCS_OK;
 }
 
 void endpoint_failed(void* arg, ucp_ep_h ep, ucs_status_t status) {

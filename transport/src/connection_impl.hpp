@@ -38,6 +38,8 @@ class ConnectionImpl final : public Connection {
   // A message failed to authenticate: logged, the endpoint dropped, the
   // error handler told; nothing of the message is delivered.
   void reject(const std::string& why);
+  // The peer is gone (it failed or closed): the endpoint dropped, the error handler told.
+  void end(const std::string& reason);
   ucp_ep_h endpoint() const noexcept { return ep_; }
   void close_now(bool force);
 
@@ -61,6 +63,9 @@ class ConnectionImpl final : public Connection {
 // The worker's AM handler for ferry_am_id; `arg` is the Worker::Impl.
 ucs_status_t am_receive(void* arg, const void* header, std::size_t header_length, void* data, std::size_t length,
                         const ucp_am_recv_param_t* param);
+// The worker's AM handler for ferry_close_am_id: the peer closed its end.
+ucs_status_t close_receive(void* arg, const void* header, std::size_t header_length, void* data, std::size_t length,
+                           const ucp_am_recv_param_t* param);
 // The endpoints' error handler; `arg` is the Worker::Impl.
 void endpoint_failed(void* arg, ucp_ep_h ep, ucs_status_t status);
 
