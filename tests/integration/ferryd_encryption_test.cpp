@@ -127,7 +127,7 @@ TEST_F(FerrydCapture, PlaintextLoopbackShowsTheMarkerSoTheCaptureWorks) {
 
 TEST_F(FerrydCapture, SealedLinkNeverShowsTheMarker) {
   const auto marker = random_marker();
-  FerrydProcess server({"--encrypt-loopback"});
+  FerrydProcess server(std::vector<std::string>{"--encrypt-loopback"});
   LoopbackCapture capture(marker);
   if (!capture.unavailable().empty()) GTEST_SKIP() << "no capture of loopback traffic: " << capture.unavailable();
   TestClient client(server.port());

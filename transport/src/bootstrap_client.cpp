@@ -113,7 +113,7 @@ class Socket {
 
 [[noreturn]] void refused(const std::string& where, const protocol::ErrorMessage& error) {
   throw RemoteError(fmt::format("ferryd at {} refused this client: {}: {}", where, protocol::to_string(error.status),
-                                handshake::printable(error.message)));
+                                handshake::printable(error.message, protocol::max_string_bytes)));
 }
 
 }  // namespace

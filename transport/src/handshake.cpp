@@ -86,9 +86,9 @@ std::unique_ptr<SecureChannel> server_channel(const Exchange& mine, const protoc
   return channel;
 }
 
-std::string printable(std::string_view text) {
+std::string printable(std::string_view text, std::size_t limit) {
   std::string out;
-  for (char c : text.substr(0, 64)) out += (c >= 0x20 && c < 0x7f) ? c : '?';
+  for (char c : text.substr(0, limit)) out += (c >= 0x20 && c < 0x7f) ? c : '?';
   return out;
 }
 
