@@ -210,6 +210,22 @@ void ConnectionImpl::send(std::vector<std::byte> header, const void* payload, st
   // Through the queue even on the progress thread, so sends keep their order
   // with each other and with close().
   auto* op = new SendOp{std::move(header), payload, payload_bytes, std::move(done), {}};
+  if (!channel_) return impl_.post([self = self(), op] { self->start_send(op); });
+  if (op->header.size() + seal_overhead > impl_.max_am_header) {
+    // Refused before sealing, so the peer's numbering never sees a gap.
+    std::unique_ptr<SendOp> refused(op);
+    return notify(refused->done, "header of " + std::to_string(refused->header.size() + seal_overhead) +
+                                     " sealed bytes exceeds UCX's limit of " + std::to_string(impl_.max_am_header));
+  }
+  // Sealed here, on the sender's thread, while the progress thread puts the
+  // previous message on the wire. The lock spans sealing and queueing, so
+  // messages reach the wire in the order of their numbers.
+  std::span<const std::byte> plain(static_cast<const std::byte*>(op->payload), op->payload_bytes);
+  if (op->payload_bytes != 0) op->sealed.resize(op->payload_bytes + seal_overhead);
+  std::lock_guard lock(seal_mutex_);
+  op->header = channel_->seal(op->header, plain, op->sealed.data());
+  op->payload = op->sealed.data();
+  op->payload_bytes = op->sealed.size();
   impl_.post([self = self(), op] { self->start_send(op); });
 }
 
@@ -218,15 +234,6 @@ void ConnectionImpl::start_send(SendOp* raw) {
   if (ep_ == nullptr) {
     notify(op->done, "connection to " + peer_ + " is closed");
     return;
-  }
-  if (channel_) {
-    // Sealed here, on the progress thread, in the order the messages go out:
-    // that order is their numbering.
-    std::span<const std::byte> plain(static_cast<const std::byte*>(op->payload), op->payload_bytes);
-    if (op->payload_bytes != 0) op->sealed.resize(op->payload_bytes + seal_overhead);
-    op->header = channel_->seal(op->header, plain, op->sealed.data());
-    op->payload = op->sealed.data();
-    op->payload_bytes = op->sealed.size();
   }
   if (op->header.size() > impl_.max_am_header) {
     notify(op->done, "header of " + std::to_string(op->header.size()) + " bytes exceeds UCX's limit of " +

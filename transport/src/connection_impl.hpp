@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "ferry/transport/connection.hpp"
@@ -58,6 +59,7 @@ class ConnectionImpl final : public Connection {
   std::shared_ptr<const MessageHandler> on_message_;
   std::shared_ptr<const ErrorHandler> on_error_;
   std::unique_ptr<SecureChannel> channel_;  // null: plaintext
+  std::mutex seal_mutex_;                   // sealing and queueing, one message at a time
 };
 
 // The worker's AM handler for ferry_am_id; `arg` is the Worker::Impl.
