@@ -291,5 +291,26 @@ TEST(FerrydIdentity, SighupRemovingAKeyEndsItsSessions) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(FerrydIdentity, FerryKeygenMakesAKeyFerrydAdmits) {
+  const auto dir = make_temp_dir();
+  const auto key = dir / "id";
+  const std::string command = std::string(FERRY_CLI_PATH) + " keygen " + key.string() + " --name carol > " +
+                              (dir / "out").string() + " 2>&1";
+  ASSERT_EQ(std::system(command.c_str()), 0);
+  struct stat st {};
+  ASSERT_EQ(::stat(key.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_NE(std::system(command.c_str()), 0) << "keygen replaced an existing key";
+  std::string line;
+  std::getline(std::ifstream(dir / "id.pub"), line);
+  EXPECT_NE(line.find(" carol"), std::string::npos) << line;
+  std::ofstream(dir / "authorized_keys") << line << " quota=2M\n";
+  FerrydProcess server({"--authorized-keys", (dir / "authorized_keys").string()});
+  TestClient client(server.port());
+  EXPECT_EQ(client.connect(with_key(key)).memory_quota, 2u << 20);
+  EXPECT_TRUE(server.wait_for_log("carol")) << server.log();
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace ferry::test
