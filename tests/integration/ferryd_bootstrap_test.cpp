@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <iostream>
 #include <random>
 #include <set>
 #include <sstream>
@@ -107,6 +108,7 @@ TEST(FerrydBootstrap, EveryOtherListeningPortSurvivesGarbage) {
   auto ports = listening_ports(server.pid());
   ASSERT_TRUE(ports.contains(server.port())) << "could not read ferryd's sockets from /proc";
   ports.erase(server.port());
+  std::cout << "  " << ports.size() << " other listening port(s): UCX's\n";
   std::mt19937 random(11);
   for (const std::uint16_t port : ports) {
     for (int round = 0; round < 5; ++round) {
