@@ -130,6 +130,7 @@ class FerrydProcess {
   FerrydProcess& operator=(const FerrydProcess&) = delete;
 
   std::uint16_t port() const { return port_; }
+  pid_t pid() const { return pid_; }
   std::filesystem::path token_file() const { return dir_ / "token"; }
   const std::filesystem::path& dir() const { return dir_; }
 

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "ferryd_process.hpp"
+#include "raw_peer.hpp"
 #include "test_client.hpp"
 
 namespace ferry::test {
@@ -54,33 +55,31 @@ TEST(FerrydProcessHelper, ServesOnTheCpuUnlessTheTestNamesGpus) {
 TEST(Ferryd, BadTokenIsRefusedAndLogged) {
   FerrydProcess server;
   TestClient client(server.port(), "intruder");
-  const auto answer = client.handshake("not the token");
-  auto* error = std::get_if<proto::ErrorMessage>(&answer.message);
-  ASSERT_NE(error, nullptr) << proto::to_string(proto::type_of(answer.message));
-  EXPECT_EQ(error->status, Status::auth_failed);
-  EXPECT_TRUE(client.wait_closed());
-  EXPECT_TRUE(server.wait_for_log("failed to authenticate")) << server.log();
+  transport::DialOptions options;
+  options.token = "not the token";
+  const auto why = client.refusal(options);
+  EXPECT_NE(why.find("auth_failed"), std::string::npos) << why;
+  EXPECT_TRUE(server.wait_for_log("token is not ferryd's")) << server.log();
   EXPECT_NE(server.log().find("intruder"), std::string::npos) << server.log();
 }
 
-TEST(Ferryd, RunBeforeAuthIsOutOfOrder) {
+TEST(Ferryd, HandshakeMessageOverUcxIsOutOfOrder) {
   FerrydProcess server;
   TestClient client(server.port());
-  client.send(proto::Hello{proto::oldest_version, proto::version, "eager"});
-  client.next_as<proto::Challenge>();
-  client.send(proto::Run{1, "dot", "too soon", {}});
+  client.authenticate(FerrydProcess::default_token);
+  client.send(proto::Hello{proto::oldest_version, proto::version, "again"});
   const auto error = client.next_as<proto::ErrorMessage>();
   EXPECT_EQ(error.status, Status::out_of_order) << error.message;
   EXPECT_TRUE(client.wait_closed());
 }
 
-TEST(Ferryd, SilentClientIsDroppedAfterTheHandshakeTimeout) {
+TEST(Ferryd, SilentPeerIsDroppedAfterTheHandshakeTimeout) {
   FerrydProcess server({"--handshake-timeout", "0.5"});
-  TestClient silent(server.port(), "silent");
+  RawPeer silent(server.port());
   TestClient prompt(server.port());
   prompt.authenticate(FerrydProcess::default_token);
-  EXPECT_TRUE(silent.wait_closed(std::chrono::seconds(10))) << "a client that never said hello was kept";
-  EXPECT_TRUE(server.wait_for_log("no authentication within")) << server.log();
+  EXPECT_TRUE(silent.closed_within(std::chrono::seconds(10))) << "a peer that never said hello was kept";
+  EXPECT_TRUE(server.wait_for_log("no handshake within 500 ms")) << server.log();
   std::this_thread::sleep_for(std::chrono::milliseconds(700));
   prompt.send(proto::Ping{3});  // an authenticated client is not subject to it
   EXPECT_EQ(prompt.next_as<proto::Pong>().request, 3u);
@@ -88,10 +87,20 @@ TEST(Ferryd, SilentClientIsDroppedAfterTheHandshakeTimeout) {
 
 TEST(Ferryd, VersionWithNothingInCommonIsRefused) {
   FerrydProcess server;
-  TestClient client(server.port());
-  client.send(proto::Hello{proto::version + 1, proto::version + 5, "future"});
-  EXPECT_EQ(client.next_as<proto::ErrorMessage>().status, Status::version_mismatch);
-  EXPECT_TRUE(client.wait_closed());
+  RawPeer peer(server.port());
+  proto::Hello hello{proto::version + 1, proto::version + 5, "future"};
+  const auto body = proto::encode(hello);
+  std::vector<std::byte> frame(4);
+  for (int i = 0; i < 4; ++i) frame[i] = static_cast<std::byte>(body.size() >> (8 * i));
+  frame.insert(frame.end(), body.begin(), body.end());
+  ASSERT_TRUE(peer.send(frame));
+  bool closed = false;
+  const auto reply = peer.read_until_closed(std::chrono::seconds(10), closed);
+  EXPECT_TRUE(closed);
+  ASSERT_GT(reply.size(), 4u);
+  const auto message = proto::decode(std::span(reply).subspan(4));
+  ASSERT_TRUE(std::holds_alternative<proto::ErrorMessage>(message));
+  EXPECT_EQ(std::get<proto::ErrorMessage>(message).status, Status::version_mismatch);
 }
 
 TEST(Ferryd, MalformedHeaderClosesOnlyThatClient) {
@@ -139,6 +148,7 @@ TEST(FerrydCommandLine, BadCommandLinesExitWithTwo) {
   std::string out;
   EXPECT_EQ(FerrydProcess::run_to_exit({"--listen", "127.0.0.1:0"}, &out), 2) << out;
   EXPECT_NE(out.find("--token-file"), std::string::npos) << out;
+  EXPECT_NE(out.find("--authorized-keys"), std::string::npos) << out;
   EXPECT_EQ(FerrydProcess::run_to_exit({"--listen", "127.0.0.1:0", "--token-file", (dir / "none").string()}, &out), 2);
   EXPECT_NE(out.find("none"), std::string::npos) << out;
   EXPECT_EQ(FerrydProcess::run_to_exit({"--listen", "127.0.0.1:0", "--token-file", empty}, &out), 2);

@@ -19,7 +19,9 @@
 #include <string>
 #include <vector>
 
+#include "ferry/error.hpp"
 #include "ferry/transport/auth.hpp"
+#include "ferry/transport/bootstrap.hpp"
 #include "ferry/transport/connection.hpp"
 #include "ferry/transport/protocol.hpp"
 #include "ferry/transport/worker.hpp"
@@ -35,24 +37,49 @@ struct Received {
 
 class TestClient {
  public:
+  // Connects at authenticate()/connect(): the bootstrap authenticates before UCX connects.
   explicit TestClient(std::uint16_t port, std::string name = "test:" + std::to_string(getpid()))
-      : name_(std::move(name)), state_(std::make_shared<State>()) {
+      : port_(port), name_(std::move(name)), state_(std::make_shared<State>()) {
     worker_ = transport::Worker::create({"test-client"});
+  }
+  ~TestClient() {
+    if (connection_) connection_->close();
+    connection_.reset();
+    worker_.reset();
+  }
+
+  // Dials with `options` (its client name is this client's); throws what dial() throws.
+  proto::Welcome connect(transport::DialOptions options) {
+    options.client = name_;
     auto state = state_;
-    connection_ = transport::Connection::connect(
-        worker_, "127.0.0.1", port,
+    auto dialed = transport::dial(
+        worker_, "127.0.0.1", port_, options,
         [state](transport::Connection&, transport::Incoming& in) { receive(state, in); },
         [state](transport::Connection&, const std::string&) {
           std::lock_guard lock(state->mutex);
           state->closed = true;
           state->changed.notify_all();
         });
+    connection_ = dialed.connection;
+    host_key_ = dialed.host_key;
+    return dialed.welcome;
   }
-  ~TestClient() {
-    connection_->close();
-    connection_.reset();
-    worker_.reset();
+  proto::Welcome authenticate(const std::string& token) {
+    transport::DialOptions options;
+    options.token = token;
+    return connect(options);
   }
+  // Why the server (or this client) refused: the error's text; throws when it was welcomed.
+  std::string refusal(transport::DialOptions options) {
+    try {
+      connect(std::move(options));
+    } catch (const Error& e) {
+      return e.what();
+    }
+    throw std::runtime_error("expected a refusal, got a welcome");
+  }
+  bool encrypted() const { return connection_ && connection_->encrypted(); }
+  const transport::PublicKey& host_key() const { return host_key_; }
 
   // Sends and waits until the payload (if any) is on its way.
   void send(const proto::Message& message, const void* payload = nullptr, std::size_t bytes = 0) {
@@ -89,24 +116,13 @@ class TestClient {
     return std::get<M>(std::move(r.message));
   }
 
+  // Closed by the peer (never connected counts as closed).
   bool wait_closed(std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
+    if (!connection_) return true;
     std::unique_lock lock(state_->mutex);
     return state_->changed.wait_for(lock, timeout, [&] { return state_->closed; });
   }
 
-  // hello -> challenge -> auth; the server's answer (welcome or error).
-  Received handshake(const std::string& token) {
-    send(proto::Hello{proto::oldest_version, proto::version, name_});
-    auto challenge = next_as<proto::Challenge>();
-    send(proto::Auth{transport::auth_mac(token, challenge.nonce, name_)});
-    return next();
-  }
-  proto::Welcome authenticate(const std::string& token) {
-    Received r = handshake(token);
-    if (!std::holds_alternative<proto::Welcome>(r.message))
-      throw std::runtime_error("not welcomed:" + describe(r.message));
-    return std::get<proto::Welcome>(r.message);
-  }
 
   proto::PutAck put(std::uint64_t id, proto::DType dtype, std::uint64_t rows, std::uint64_t cols, const void* data,
                     std::uint64_t bytes, std::uint64_t offset = 0) {
@@ -185,8 +201,10 @@ class TestClient {
     in.into(r->payload.data(), push);
   }
 
+  std::uint16_t port_;
   std::string name_;
   std::shared_ptr<State> state_;
+  transport::PublicKey host_key_{};
   std::shared_ptr<transport::Worker> worker_;
   std::shared_ptr<transport::Connection> connection_;
   std::uint64_t request_ = 0;

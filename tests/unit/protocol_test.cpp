@@ -27,13 +27,20 @@ using RunMessage = Run;
 std::uint64_t bits(double d) { return std::bit_cast<std::uint64_t>(d); }
 
 bool same(const Hello& a, const Hello& b) {
-  return std::tie(a.min_version, a.max_version, a.client) == std::tie(b.min_version, b.max_version, b.client);
+  return std::tie(a.min_version, a.max_version, a.client, a.privacy, a.exchange, a.identity, a.aes_gcm) ==
+         std::tie(b.min_version, b.max_version, b.client, b.privacy, b.exchange, b.identity, b.aes_gcm);
 }
-bool same(const Challenge& a, const Challenge& b) { return a.version == b.version && a.nonce == b.nonce; }
-bool same(const Auth& a, const Auth& b) { return a.mac == b.mac; }
+bool same(const Challenge& a, const Challenge& b) {
+  return std::tie(a.version, a.nonce, a.exchange, a.host_key, a.cipher, a.signature) ==
+         std::tie(b.version, b.nonce, b.exchange, b.host_key, b.cipher, b.signature);
+}
+bool same(const Auth& a, const Auth& b) {
+  return std::tie(a.mac, a.signature, a.worker_address) == std::tie(b.mac, b.signature, b.worker_address);
+}
 bool same(const Welcome& a, const Welcome& b) {
-  return std::tie(a.server, a.memory_quota, a.cpu_workers, a.gpus, a.max_payload) ==
-         std::tie(b.server, b.memory_quota, b.cpu_workers, b.gpus, b.max_payload);
+  return std::tie(a.server, a.memory_quota, a.cpu_workers, a.gpus, a.max_payload, a.mac, a.encrypted,
+                  a.worker_address) == std::tie(b.server, b.memory_quota, b.cpu_workers, b.gpus, b.max_payload, b.mac,
+                                                b.encrypted, b.worker_address);
 }
 bool same(const Put& a, const Put& b) {
   return std::tie(a.request, a.buffer, a.dtype, a.rows, a.cols, a.offset) ==
@@ -119,18 +126,32 @@ RunArg text_arg(std::string v) {
 
 std::vector<Message> samples() {
   std::vector<Message> out;
-  out.push_back(Hello{.min_version = 1, .max_version = 1, .client = "host-7:4242"});
+  Hello hello{.min_version = 1, .max_version = 1, .client = "host-7:4242", .privacy = Privacy::encrypt};
+  hello.exchange.fill(0x11);
+  hello.identity.fill(0x22);
+  hello.aes_gcm = 1;
+  out.push_back(hello);
   Challenge challenge;
   for (std::size_t i = 0; i < nonce_bytes; ++i) challenge.nonce[i] = static_cast<std::uint8_t>(0xff - 7 * i);
+  challenge.exchange.fill(0x33);
+  challenge.host_key.fill(0x44);
+  challenge.cipher = 1;
+  challenge.signature.fill(0x55);
   out.push_back(challenge);
   Auth auth;
   for (std::size_t i = 0; i < mac_bytes; ++i) auth.mac[i] = static_cast<std::uint8_t>(3 * i + 1);
+  auth.signature.fill(0x66);
+  auth.worker_address.assign(300, 0x77);
   out.push_back(auth);
-  out.push_back(Welcome{.server = "ferryd 0.1.0 on gpu-host",
-                        .memory_quota = std::uint64_t{48} << 30,
-                        .cpu_workers = 16,
-                        .gpus = 8,
-                        .max_payload = std::uint64_t{64} << 20});
+  Welcome welcome{.server = "ferryd 0.1.0 on gpu-host",
+                  .memory_quota = std::uint64_t{48} << 30,
+                  .cpu_workers = 16,
+                  .gpus = 8,
+                  .max_payload = std::uint64_t{64} << 20};
+  welcome.mac.fill(0x88);
+  welcome.encrypted = 1;
+  welcome.worker_address.assign(max_address_bytes, 0x99);
+  out.push_back(welcome);
   out.push_back(Put{.request = 0x0102030405060708,
                     .buffer = std::numeric_limits<std::uint64_t>::max(),
                     .dtype = DType::i32,
@@ -455,7 +476,12 @@ TEST(ProtocolMalformed, GetRange) {
 }
 
 TEST(ProtocolMalformed, HelloVersions) {
-  expect_refused(frame(Type::hello, Body().u16(3).u16(2).str("c")), "hello.min_version");
+  Body hello;
+  hello.u16(3).u16(2).str("c").u8(0);
+  for (std::size_t i = 0; i < 2 * key_bytes; ++i) hello.u8(0);
+  hello.u8(0);
+  expect_refused(frame(Type::hello, hello), "hello.min_version");
+  expect_refused(frame(Type::hello, Body().u16(1).u16(1).str("c")), "hello.privacy: truncated");
 }
 
 TEST(ProtocolMalformed, OptionalByte) {

@@ -1,4 +1,4 @@
-// The `ferry` command-line tool: a look at the machine and a quick allocator check.
+// The `ferry` command-line tool: a look at the machine, a quick allocator check, and keys for ferryd.
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
@@ -10,6 +10,7 @@
 #include "ferry/config.hpp"
 #include "ferry/log.hpp"
 #include "info.hpp"
+#include "keygen.hpp"
 
 int main(int argc, char** argv) {
   CLI::App app{"ferry: inspect this machine for the Ferry offload runtime"};
@@ -26,6 +27,13 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.01, 600.0))
       ->capture_default_str();
 
+  std::string key_file, key_name;
+  auto* keygen = app.add_subcommand(
+      "keygen", "make an Ed25519 key pair to sign in to ferryd with; prints the line for its --authorized-keys");
+  keygen->add_option("file", key_file, "where the private key goes (mode 600; the public line goes to FILE.pub)")
+      ->required();
+  keygen->add_option("--name", key_name, "the key's name in ferryd's logs (default: user@host)");
+
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -34,6 +42,7 @@ int main(int argc, char** argv) {
       if (std::getenv("FERRY_LOG") == nullptr) ferry::log().set_level(spdlog::level::warn);
       return ferry::tools::run_info(as_json);
     }
+    if (keygen->parsed()) return ferry::tools::run_keygen(key_file, key_name);
     return ferry::tools::run_bench_alloc(seconds);
   } catch (const std::exception& e) {
     fmt::print(stderr, "ferry: {}\n", e.what());

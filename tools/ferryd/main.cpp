@@ -2,6 +2,10 @@
 // workers and GPUs. Options are in options.cpp, the protocol
 // per client in session*.cpp; this file starts and stops the pieces.
 #include <fmt/format.h>
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netdb.h>
 #include <signal.h>
 #include <fcntl.h>
 #include <unistd.h>
@@ -18,7 +22,9 @@
 #include "ferry/log.hpp"
 #include "ferry/runtime/runtime.hpp"
 #include "ferry/units.hpp"
+#include "ferry/transport/identity.hpp"
 #include "ferry/transport/worker.hpp"
+#include "authorized_keys.hpp"
 #include "metrics.hpp"
 #include "options.hpp"
 #include "server.hpp"
@@ -48,7 +54,9 @@ int install_stop_signals() {
   action.sa_handler = on_stop_signal;
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESTART;
-  if (sigaction(SIGTERM, &action, nullptr) != 0 || sigaction(SIGINT, &action, nullptr) != 0)
+  // SIGHUP comes the same way: it rereads --authorized-keys.
+  if (sigaction(SIGTERM, &action, nullptr) != 0 || sigaction(SIGINT, &action, nullptr) != 0 ||
+      sigaction(SIGHUP, &action, nullptr) != 0)
     throw_system_error("sigaction", errno);
   // A client or a scraper that hangs up mid-write must not kill the server.
   signal(SIGPIPE, SIG_IGN);
@@ -96,6 +104,62 @@ void check_gpus(const Options& options) {
 
 constexpr int usage_exit = 2;
 
+// UCX's TCP transport listens on every interface it uses; a ferryd told to
+// listen on one address keeps UCX on that address's interface too
+// (UCX_NET_DEVICES), unless the operator chose devices already.
+void keep_ucx_on(const std::string& host) {
+  if (std::getenv("UCX_NET_DEVICES") != nullptr) return;
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* list = nullptr;
+  if (getaddrinfo(host.c_str(), nullptr, &hints, &list) != 0) return;
+  std::string wanted;
+  char text[INET6_ADDRSTRLEN] = {};
+  for (auto* a = list; a != nullptr && wanted.empty(); a = a->ai_next) {
+    if (a->ai_family == AF_INET) {
+      const auto* in = reinterpret_cast<const sockaddr_in*>(a->ai_addr);
+      if (in->sin_addr.s_addr == htonl(INADDR_ANY)) break;
+      wanted = inet_ntop(AF_INET, &in->sin_addr, text, sizeof text);
+    } else if (a->ai_family == AF_INET6) {
+      const auto* in6 = reinterpret_cast<const sockaddr_in6*>(a->ai_addr);
+      if (IN6_IS_ADDR_UNSPECIFIED(&in6->sin6_addr)) break;
+      wanted = inet_ntop(AF_INET6, &in6->sin6_addr, text, sizeof text);
+    }
+  }
+  freeaddrinfo(list);
+  if (wanted.empty()) return;  // every interface: UCX may use them all
+  ifaddrs* interfaces = nullptr;
+  if (getifaddrs(&interfaces) != 0) return;
+  std::string device;
+  for (auto* i = interfaces; i != nullptr && device.empty(); i = i->ifa_next) {
+    if (i->ifa_addr == nullptr) continue;
+    const int family = i->ifa_addr->sa_family;
+    if (family != AF_INET && family != AF_INET6) continue;
+    const void* raw = family == AF_INET ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr)
+                                        : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(i->ifa_addr)->sin6_addr);
+    char here[INET6_ADDRSTRLEN] = {};
+    if (inet_ntop(family, raw, here, sizeof here) != nullptr && wanted == here) device = i->ifa_name;
+  }
+  freeifaddrs(interfaces);
+  if (device.empty()) return;
+  ::setenv("UCX_NET_DEVICES", device.c_str(), 0);
+  log().info("UCX kept on interface {} (the --listen address's; set UCX_NET_DEVICES to choose)", device);
+}
+
+// --host-key: read, or made there on first start so that it stays the same
+// across restarts; none given: a fresh one, which clients cannot pin for long.
+std::optional<transport::KeyPair> load_host_key(const std::filesystem::path& path) {
+  if (path.empty()) {
+    log().info("no --host-key: this run's host key is new; clients that pin it will refuse the next run");
+    return std::nullopt;
+  }
+  if (!std::filesystem::exists(path)) {
+    transport::KeyPair::generate().write(path);
+    log().info("host key {} created", path.string());
+  }
+  return transport::KeyPair::read(path);
+}
+
 // --gpus as Runtime::Options::gpus spells it.
 std::string gpu_spec(const std::vector<int>& gpus) {
   if (gpus.empty()) return "none";
@@ -114,6 +178,7 @@ int serve(const Options& options, int signal_fd) {
   // runtime: what a GPU task wrote must be there as soon as it is done.
   runtime_options.gpu_write_through = true;
   Runtime runtime(runtime_options);
+  const auto builtin = runtime.kernel_names();
   for (const auto& plugin : options.plugins) {
     try {
       runtime.load_plugin(plugin);
@@ -136,23 +201,53 @@ int serve(const Options& options, int signal_fd) {
     if (device.kind == DeviceKind::cuda) gpu_names.push_back(device.name);
   }
 
-  ServerState state{transport::Worker::create({"ferryd"}), runtime, metrics, options.token,
+  ServerState state{transport::Worker::create({"ferryd"}), runtime, metrics,
                     fmt::format("ferryd {}", config::version), cpu_workers,
                     Limits{options.client_quota, options.memory_limit}};
+  for (auto& name : runtime.kernel_names())
+    if (std::find(builtin.begin(), builtin.end(), name) == builtin.end()) state.plugin_kernels.insert(name);
   state.limits.handshake_timeout =
       std::chrono::milliseconds(static_cast<std::int64_t>(options.handshake_timeout * 1000.0));
   state.gpus = static_cast<std::uint32_t>(gpu_names.size());
+  std::optional<KeyRing> keys;
+  if (!options.authorized_keys.empty()) keys.emplace(options.authorized_keys);
   {
-    Server server(state);
-    const std::uint16_t port = server.listen(options.listen_host, options.listen_port);
+    Server server(state, keys ? &*keys : nullptr);
+    transport::BootstrapServer::Options bootstrap;
+    bootstrap.host = options.listen_host;
+    bootstrap.port = options.listen_port;
+    bootstrap.token = options.token;
+    bootstrap.host_key = load_host_key(options.host_key);
+    bootstrap.allow_plaintext = options.plaintext;
+    bootstrap.encrypt_loopback = options.encrypt_loopback;
+    const std::uint16_t port = server.listen(std::move(bootstrap));
     if (!options.port_file.empty()) write_port_file(options.port_file, port);
     log().info("ferryd listening on {}:{} (transports: {})", options.listen_host, port, state.worker->transports());
+    log().info("host key {}; clients sign in with {}{}{}", transport::fingerprint(server.host_key()),
+               options.token.empty() ? "" : "the token",
+               !options.token.empty() && keys ? " or " : "",
+               keys ? fmt::format("the {} keys of {}", keys->size(), options.authorized_keys.string()) : "");
+    if (options.plaintext)
+      log().warn("--plaintext: clients that ask (FERRY_PLAINTEXT) get unencrypted links; trusted networks only");
     log().info("{} CPU workers; client quota {}, memory limit {}, payloads up to {}", cpu_workers,
                format_bytes(options.client_quota), format_bytes(options.memory_limit),
                format_bytes(state.limits.max_payload));
     log().info("{} GPUs{}{}", gpu_names.size(), gpu_names.empty() ? "" : ": ", fmt::join(gpu_names, ", "));
 
-    const int signo = wait_for_stop_signal(signal_fd);
+    int signo = wait_for_stop_signal(signal_fd);
+    for (; signo == SIGHUP; signo = wait_for_stop_signal(signal_fd)) {
+      if (!keys) {
+        log().info("SIGHUP: no --authorized-keys to reread");
+        continue;
+      }
+      try {
+        const std::size_t ended = server.reload_keys();
+        log().info("SIGHUP: {} reread: {} keys; {} sessions ended", options.authorized_keys.string(), keys->size(),
+                   ended);
+      } catch (const Error& e) {
+        log().error("SIGHUP: {}; the keys stay as they were", e.what());
+      }
+    }
     log().info("ferryd: {} received, shutting down", strsignal(signo));
     const std::size_t clients = server.shut_down("ferryd is shutting down");
     try {
@@ -169,10 +264,6 @@ int serve(const Options& options, int signal_fd) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // A restarted ferryd must be able to listen on its old port at once, while
-  // the connections of the one before linger in TIME_WAIT; a setting the
-  // operator made explicitly wins.
-  ::setenv("UCX_TCP_CM_REUSEADDR", "y", /*overwrite=*/0);
   int signal_fd = -1;
   try {
     signal_fd = install_stop_signals();
@@ -189,6 +280,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ferryd: %s\n", e.what());
     return usage_exit;
   }
+  keep_ucx_on(options.listen_host);
   try {
     return serve(options, signal_fd);
   } catch (const std::exception& e) {

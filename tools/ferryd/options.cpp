@@ -12,8 +12,9 @@
 #include "ferry/config.hpp"
 #include "ferry/error.hpp"
 #include "ferry/transport/auth.hpp"
-#include "ferry/transport/listener.hpp"
+#include "ferry/transport/address.hpp"
 #include "ferry/units.hpp"
+#include "authorized_keys.hpp"
 
 namespace ferry::ferryd {
 namespace {
@@ -68,8 +69,16 @@ Parsed parse_options(int argc, char** argv) {
   std::string listen, gpus = "all", metrics, memory_limit, client_quota, gpu_memory;
   Options o;
   app.add_option("--listen", listen, "address to accept clients on, HOST:PORT (port 0: any free port)")->required();
-  app.add_option("--token-file", o.token_file, "file holding the pre-shared token clients authenticate with")
-      ->required();
+  app.add_option("--token-file", o.token_file, "file holding the pre-shared token clients authenticate with");
+  app.add_option("--authorized-keys", o.authorized_keys,
+                 "file of client keys (ferry keygen) that may sign in, one per line with a name and options; "
+                 "reread on SIGHUP");
+  app.add_option("--host-key", o.host_key,
+                 "ferryd's private key (ferry keygen), which clients pin; created there when missing "
+                 "(default: a new one each start)");
+  app.add_flag("--plaintext", o.plaintext,
+               "let clients that ask for it (FERRY_PLAINTEXT) have an unencrypted link: trusted fabrics only");
+  app.add_flag("--encrypt-loopback", o.encrypt_loopback, "encrypt links to clients on this host too");
   app.add_option("--gpus", gpus, "GPUs to serve with: all, none or ordinals like 0,1")->capture_default_str();
   app.add_option("--gpu-memory", gpu_memory,
                  "bytes of each GPU for replicas (default: its free memory less a margin)");
@@ -113,7 +122,10 @@ Parsed parse_options(int argc, char** argv) {
     o.client_quota = client_quota.empty() ? o.memory_limit : parse_bytes(client_quota);
     if (o.memory_limit == 0 || o.client_quota == 0)
       throw UsageError("--memory-limit and --client-quota must be more than 0 bytes");
-    o.token = transport::read_token_file(o.token_file);
+    if (o.token_file.empty() && o.authorized_keys.empty())
+      throw UsageError("clients need a way in: give --token-file, --authorized-keys, or both");
+    if (!o.token_file.empty()) o.token = transport::read_token_file(o.token_file);
+    if (!o.authorized_keys.empty()) AuthorizedKeys::load(o.authorized_keys);  // a bad file is a bad command line
   } catch (const Error& e) {
     std::fprintf(stderr, "ferryd: %s\nRun with --help for more information.\n", e.what());
     parsed.exit_code = usage_exit;

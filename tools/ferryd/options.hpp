@@ -14,6 +14,10 @@ struct Options {
   std::uint16_t listen_port = 0;
   std::filesystem::path token_file;
   std::string token;  // read from token_file while parsing, so a bad file is a bad command line
+  std::filesystem::path authorized_keys;  // clients' Ed25519 keys (checked while parsing)
+  std::filesystem::path host_key;         // ferryd's own Ed25519 key, which clients pin
+  bool plaintext = false;                 // clients that ask for a plaintext link get one
+  bool encrypt_loopback = false;          // seal loopback links too
   // Empty: none asked for; {-1}: all there are; otherwise ordinals.
   std::vector<int> gpus{-1};
   std::uint64_t gpu_memory = 0;    // per GPU, for replicas; 0: its free memory less a margin

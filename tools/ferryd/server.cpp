@@ -1,8 +1,7 @@
 #include "server.hpp"
 
-#include <algorithm>
-#include <condition_variable>
-#include <mutex>
+#include <fmt/format.h>
+
 #include <vector>
 
 #include "ferry/log.hpp"
@@ -10,66 +9,77 @@
 
 namespace ferry::ferryd {
 
-Server::Server(ServerState& state) : state_(state) {}
+Server::Server(ServerState& state, KeyRing* keys) : state_(state), keys_(keys) {}
 
 Server::~Server() {
-  // Stopped first: what it posted runs before the call below (the queue is FIFO).
-  if (reaper_.joinable()) {
-    reaper_.request_stop();
-    reaper_.join();
-  }
+  // First, and here: its thread may be waiting on the progress thread.
+  bootstrap_.reset();
   // Sessions hold connections of the worker; release them on its thread, as every UCX object must be.
-  state_.worker->call([this] {
-    listener_.reset();
-    sessions_.clear();
-  });
+  state_.worker->call([this] { sessions_.clear(); });
 }
 
-std::uint16_t Server::listen(const std::string& host, std::uint16_t port) {
-  listener_ = transport::Listener::listen(state_.worker, host, port,
-                                          [this](std::shared_ptr<transport::Connection> c) { accept(std::move(c)); });
-  const auto period = std::clamp(state_.limits.handshake_timeout / 4, std::chrono::milliseconds(20),
-                                 std::chrono::milliseconds(1000));
-  reaper_ = std::jthread([this, period](std::stop_token stop) {
-    std::mutex mutex;
-    std::condition_variable_any cv;
-    std::unique_lock lock(mutex);
-    while (!stop.stop_requested()) {
-      cv.wait_for(lock, stop, period, [] { return false; });  // wakes early when stop is requested
-      if (!stop.stop_requested()) state_.worker->post([this] { reap(); });
-    }
-  });
-  return listener_->port();
-}
-
-void Server::reap() {
-  const auto now = std::chrono::steady_clock::now();
-  std::vector<std::shared_ptr<Session>> sessions;  // a copy: a dropped session leaves the map
-  for (auto& [key, session] : sessions_) sessions.push_back(session);
-  for (auto& session : sessions) session->enforce_handshake_deadline(now);
-}
-
-void Server::accept(std::shared_ptr<transport::Connection> connection) {
-  if (state_.shutting_down) {
-    connection->close();
-    return;
+std::uint16_t Server::listen(transport::BootstrapServer::Options options) {
+  if (keys_ != nullptr) {
+    options.authorize = [keys = keys_](const transport::PublicKey& key) -> std::optional<std::string> {
+      if (auto grant = keys->find(key)) return grant->name;
+      return std::nullopt;
+    };
   }
-  log().debug("connection from {}", connection->peer());
-  auto session = std::make_shared<Session>(state_, std::move(connection),
+  options.deadline = state_.limits.handshake_timeout;
+  bootstrap_ = std::make_unique<transport::BootstrapServer>(
+      state_.worker, std::move(options),
+      [this](const transport::Peer& peer, std::shared_ptr<transport::Connection> connection) {
+        return accept(peer, std::move(connection));
+      },
+      [this](const std::string&, const std::string&) { state_.metrics.auth_failure(); });
+  return bootstrap_->port();
+}
+
+protocol::Message Server::accept(const transport::Peer& peer, std::shared_ptr<transport::Connection> connection) {
+  if (state_.shutting_down) return protocol::ErrorMessage{protocol::Status::shutting_down, "ferryd is shutting down"};
+  Grant grant;
+  if (peer.key) {
+    // Looked up again: a reload may have withdrawn it since the bootstrap checked.
+    auto found = keys_ != nullptr ? keys_->find(*peer.key) : std::nullopt;
+    if (!found) return protocol::ErrorMessage{protocol::Status::auth_failed, "the key was withdrawn"};
+    grant = std::move(*found);
+  }
+  auto session = std::make_shared<Session>(state_, std::move(connection), peer, grant,
                                            [this](Session& s) { sessions_.erase(&s); });
   session->start();
+  log().info("client {} authenticated{}", session->describe(),
+             peer.encrypted ? fmt::format(" ({})", transport::to_string(peer.cipher)) : std::string(" (plaintext)"));
+  protocol::Welcome welcome{state_.name, session->quota(), state_.cpu_workers, grant.gpus ? state_.gpus : 0,
+                            state_.limits.max_payload};
   sessions_.emplace(session.get(), std::move(session));
+  return welcome;
 }
 
 std::size_t Server::shut_down(const std::string& why) {
+  if (bootstrap_) bootstrap_->stop();
   return state_.worker->call([this, &why] {
     state_.shutting_down = true;
-    if (listener_) listener_->stop();
     // A copy: each session leaves the map as it closes.
     std::vector<std::shared_ptr<Session>> sessions;
     for (auto& [key, session] : sessions_) sessions.push_back(session);
     for (auto& session : sessions) session->shut_down(why);
     return sessions.size();
+  });
+}
+
+std::size_t Server::reload_keys() {
+  if (keys_ == nullptr) return 0;
+  keys_->reload();
+  return state_.worker->call([this] {
+    std::vector<std::shared_ptr<Session>> withdrawn;
+    for (auto& [raw, session] : sessions_)
+      if (session->key() && !keys_->find(*session->key())) withdrawn.push_back(session);
+    for (auto& session : withdrawn) {
+      log().info("client {}: its key was removed from {}; session ended", session->describe(),
+                 keys_->path().string());
+      session->shut_down("the client's key is no longer authorized");
+    }
+    return withdrawn.size();
   });
 }
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_set>
 
 #include "ferry/runtime/runtime.hpp"
 #include "ferry/transport/worker.hpp"
@@ -18,7 +19,7 @@ struct Limits {
   std::uint64_t memory_limit = 0;  // every client's replicas together
   std::uint64_t max_payload = 64ull << 20;  // one message's payload: bounds what a single put can make us receive
   // A connection that has not authenticated by then is closed, so idle or
-  // stalled clients cannot pile up sessions.
+  // stalled peers cannot pile up on the bootstrap socket.
   std::chrono::milliseconds handshake_timeout{10000};
 };
 
@@ -26,11 +27,11 @@ struct ServerState {
   std::shared_ptr<transport::Worker> worker;
   Runtime& runtime;
   Metrics& metrics;
-  std::string token;
   std::string name;  // "ferryd <version>", sent in welcome
   std::uint32_t cpu_workers = 0;
   Limits limits;
   std::uint32_t gpus = 0;  // the runtime's CUDA devices, reported in welcome
+  std::unordered_set<std::string> plugin_kernels{};  // kernels --plugin libraries added
 
   // Where a client's task runs: a client sends a task here to have it on a
   // GPU, so one with a CUDA variant goes to this host's GPUs when there are

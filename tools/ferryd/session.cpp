@@ -15,13 +15,23 @@ namespace ferry::ferryd {
 using protocol::Status;
 using protocol::Type;
 
-Session::Session(ServerState& server, std::shared_ptr<transport::Connection> connection, ClosedHandler on_closed)
-    : server_(server), connection_(std::move(connection)), on_closed_(std::move(on_closed)), peer_(connection_->peer()) {}
+Session::Session(ServerState& server, std::shared_ptr<transport::Connection> connection, const transport::Peer& peer,
+                 Grant grant, ClosedHandler on_closed)
+    : server_(server),
+      connection_(std::move(connection)),
+      on_closed_(std::move(on_closed)),
+      peer_(peer.address),
+      client_(peer.client),
+      grant_(std::move(grant)),
+      key_(peer.key) {
+  server_.metrics.client_connected();
+}
 
 Session::~Session() { release_replicas(); }
 
 std::string Session::describe() const {
-  return client_.empty() ? peer_ : fmt::format("{} ({})", peer_, client_);
+  return client_.empty() ? fmt::format("{} ({})", peer_, grant_.name)
+                         : fmt::format("{} ({}, {})", peer_, client_, grant_.name);
 }
 
 void Session::start() {
@@ -70,26 +80,18 @@ void Session::dispatch(protocol::Message& message, transport::Incoming& incoming
     log().warn("client {} reported an error ({}): {}", describe(), protocol::to_string(error.status), error.message);
     return close("the client reported an error");
   }
-  const bool allowed = (state_ == State::awaiting_hello && type == Type::hello) ||
-                       (state_ == State::awaiting_auth && type == Type::auth) ||
-                       (state_ == State::ready && (type == Type::put || type == Type::get || type == Type::run ||
-                                                   type == Type::free || type == Type::stats || type == Type::ping ||
-                                                   type == Type::define_kernel));
-  if (!allowed) {
-    const char* expected = state_ == State::awaiting_hello ? "hello"
-                           : state_ == State::awaiting_auth ? "auth"
-                                                            : "a request";
+  // The handshake's messages belong on the bootstrap socket, never here.
+  const bool allowed = type == Type::put || type == Type::get || type == Type::run || type == Type::free ||
+                       type == Type::stats || type == Type::ping || type == Type::define_kernel;
+  if (!allowed)
     return fail(Status::out_of_order,
-                fmt::format("unexpected {} message: expected {}", protocol::to_string(type), expected));
-  }
+                fmt::format("unexpected {} message: expected a request", protocol::to_string(type)));
   if (server_.shutting_down && state_ == State::ready) return refuse_while_shutting_down(message);
 
   std::visit(
       [&](auto& m) {
         using M = std::decay_t<decltype(m)>;
-        if constexpr (std::is_same_v<M, protocol::Hello>) on_hello(m);
-        else if constexpr (std::is_same_v<M, protocol::Auth>) on_auth(m);
-        else if constexpr (std::is_same_v<M, protocol::Put>) on_put(m, incoming);
+        if constexpr (std::is_same_v<M, protocol::Put>) on_put(m, incoming);
         else if constexpr (std::is_same_v<M, protocol::Get>) on_get(m);
         else if constexpr (std::is_same_v<M, protocol::Run>) on_run(m);
         else if constexpr (std::is_same_v<M, protocol::Free>) on_free(m);
@@ -117,49 +119,9 @@ void Session::refuse_while_shutting_down(const protocol::Message& message) {
       message);
 }
 
-void Session::on_hello(const protocol::Hello& hello) {
-  client_ = hello.client;
-  const std::uint16_t lowest = std::max(hello.min_version, protocol::oldest_version);
-  const std::uint16_t highest = std::min(hello.max_version, protocol::version);
-  if (highest < lowest) {
-    log().warn("client {} speaks protocol versions {}-{}; ferryd speaks {}-{}", describe(), hello.min_version,
-               hello.max_version, protocol::oldest_version, protocol::version);
-    send(protocol::ErrorMessage{Status::version_mismatch,
-                                fmt::format("ferryd speaks protocol versions {}-{}, the client {}-{}",
-                                            protocol::oldest_version, protocol::version, hello.min_version,
-                                            hello.max_version)});
-    return close("version mismatch");
-  }
-  nonce_ = transport::random_nonce();
-  send(protocol::Challenge{highest, nonce_});
-  state_ = State::awaiting_auth;
-}
-
-void Session::on_auth(const protocol::Auth& auth) {
-  if (!transport::verify_mac(server_.token, nonce_, client_, auth.mac)) {
-    server_.metrics.auth_failure();
-    log().warn("client {} failed to authenticate: wrong token", describe());
-    send(protocol::ErrorMessage{Status::auth_failed, "authentication failed: the client's token is not ferryd's"});
-    return close("authentication failed");
-  }
-  state_ = State::ready;
-  server_.metrics.client_connected();
-  log().info("client {} authenticated", describe());
-  send(protocol::Welcome{server_.name, server_.limits.client_quota, server_.cpu_workers, server_.gpus,
-                         server_.limits.max_payload});
-}
-
 void Session::send(const protocol::Message& message) {
   if (state_ == State::closed) return;
   connection_->send(protocol::encode(message));
-}
-
-void Session::enforce_handshake_deadline(std::chrono::steady_clock::time_point now) {
-  if (state_ != State::awaiting_hello && state_ != State::awaiting_auth) return;
-  if (now - accepted_ < server_.limits.handshake_timeout) return;
-  server_.metrics.auth_failure();
-  fail(Status::auth_failed, fmt::format("no authentication within {} ms",
-                                        server_.limits.handshake_timeout.count()));
 }
 
 void Session::fail(Status status, const std::string& message) {
@@ -179,7 +141,7 @@ void Session::shut_down(const std::string& why) {
 
 void Session::close(const std::string& why) {
   if (state_ == State::closed) return;
-  if (state_ == State::ready) server_.metrics.client_gone();
+  server_.metrics.client_gone();
   state_ = State::closed;
   log().debug("session {} closed: {}", describe(), why);
   connection_->close();

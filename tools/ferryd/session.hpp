@@ -1,5 +1,6 @@
-// One client connection: the protocol's state machine (hello -> challenge ->
-// auth -> ready) and the client's replicas, runs and counters. Everything
+// One authenticated client connection (the bootstrap authenticated it before
+// UCX saw a byte of it): which request is allowed when, and the client's
+// replicas, runs and counters. Everything
 // here runs on the UCX progress thread; task completions are posted back to
 // it, so a session needs no lock.
 #pragma once
@@ -14,7 +15,8 @@
 
 #include "ferry/runtime/buffer.hpp"
 #include "ferry/runtime/user_kernel.hpp"
-#include "ferry/transport/auth.hpp"
+#include "authorized_keys.hpp"
+#include "ferry/transport/bootstrap.hpp"
 #include "ferry/transport/connection.hpp"
 #include "ferry/transport/protocol.hpp"
 #include "server_state.hpp"
@@ -36,19 +38,21 @@ struct Replica {
 class Session : public std::enable_shared_from_this<Session> {
  public:
   using ClosedHandler = std::function<void(Session&)>;
-  Session(ServerState& server, std::shared_ptr<transport::Connection> connection, ClosedHandler on_closed);
+  Session(ServerState& server, std::shared_ptr<transport::Connection> connection, const transport::Peer& peer,
+          Grant grant, ClosedHandler on_closed);
   ~Session();
 
   // Takes the connection's messages from now on.
   void start();
   // Answers every run still in flight with shutting_down, says bye, closes.
   void shut_down(const std::string& why);
-  std::string describe() const;  // "peer (client)" for logs
-  // Closes the connection if it has not authenticated within the limit.
-  void enforce_handshake_deadline(std::chrono::steady_clock::time_point now);
+  std::string describe() const;  // "peer (client, key name)" for logs
+  const Grant& grant() const noexcept { return grant_; }
+  const std::optional<transport::PublicKey>& key() const noexcept { return key_; }
+  std::uint64_t quota() const noexcept { return grant_.quota.value_or(server_.limits.client_quota); }
 
  private:
-  enum class State { awaiting_hello, awaiting_auth, ready, closed };
+  enum class State { ready, closed };
   struct Counters {
     std::uint64_t bytes_in = 0, bytes_out = 0, tasks = 0;
   };
@@ -61,8 +65,6 @@ class Session : public std::enable_shared_from_this<Session> {
   void dispatch(protocol::Message& message, transport::Incoming& incoming);
   void refuse_while_shutting_down(const protocol::Message& message);
 
-  void on_hello(const protocol::Hello& hello);
-  void on_auth(const protocol::Auth& auth);
   void on_put(const protocol::Put& put, transport::Incoming& incoming);
   void on_get(const protocol::Get& get);
   void on_run(const protocol::Run& run);
@@ -83,10 +85,10 @@ class Session : public std::enable_shared_from_this<Session> {
   std::shared_ptr<transport::Connection> connection_;
   ClosedHandler on_closed_;
   const std::string peer_;
-  State state_ = State::awaiting_hello;
-  const std::chrono::steady_clock::time_point accepted_ = std::chrono::steady_clock::now();
-  std::string client_;  // the name it gave in hello
-  transport::Nonce nonce_{};
+  State state_ = State::ready;
+  const std::string client_;  // the name it gave in hello
+  const Grant grant_;
+  const std::optional<transport::PublicKey> key_;  // none: it used the shared token
 
   std::unordered_map<std::uint64_t, std::shared_ptr<Replica>> replicas_;
   std::uint64_t memory_in_use_ = 0;

@@ -55,11 +55,10 @@ void Session::on_put(const protocol::Put& put, transport::Incoming& incoming) {
                                                put.offset, put.buffer, bytes));
 
   if (!replica) {
-    if (memory_in_use_ + bytes > server_.limits.client_quota)
+    if (memory_in_use_ + bytes > quota())
       return refuse(Status::quota_exceeded,
                     fmt::format("buffer {} needs {}; this client holds {} of its {} quota", put.buffer,
-                                format_bytes(bytes), format_bytes(memory_in_use_),
-                                format_bytes(server_.limits.client_quota)));
+                                format_bytes(bytes), format_bytes(memory_in_use_), format_bytes(quota())));
     if (server_.memory_in_use + bytes > server_.limits.memory_limit)
       return refuse(Status::out_of_memory, fmt::format("buffer {} needs {}; ferryd holds {} of its {} limit",
                                                        put.buffer, format_bytes(bytes),

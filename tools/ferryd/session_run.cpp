@@ -62,6 +62,9 @@ void Session::kernel_defined(const protocol::DefineKernel& define, std::string s
   counters_.bytes_in += source.size();
   server_.metrics.bytes_in(source.size());
   if (define.name.empty()) return reply(Status::bad_arguments, "define_kernel: the kernel needs a name");
+  if (!grant_.source_kernels)
+    return reply(Status::bad_arguments,
+                 fmt::format("key '{}' may not define kernels from source (its source-kernels option)", grant_.name));
 
   KernelDef def;
   try {
@@ -102,6 +105,9 @@ void Session::on_run(const protocol::Run& run) {
     } catch (const UsageError& e) {
       return refuse(Status::unknown_kernel, e.what());
     }
+    if (!grant_.plugins && server_.plugin_kernels.contains(run.kernel))
+      return refuse(Status::bad_arguments,
+                    fmt::format("kernel '{}' comes from a plugin, which key '{}' may not use", run.kernel, grant_.name));
   }
 
   std::vector<TaskArg> args;
@@ -132,7 +138,8 @@ void Session::on_run(const protocol::Run& run) {
   Task task;
   try {
     // By definition: a kernel this client defined is not in the runtime's registry.
-    task = server_.runtime.submit_args(kernel, std::move(args), server_.place_for(*kernel.def), std::move(name));
+    const Place place = grant_.gpus ? server_.place_for(*kernel.def) : cpu();
+    task = server_.runtime.submit_args(kernel, std::move(args), place, std::move(name));
   } catch (const UsageError& e) {
     return refuse(Status::bad_arguments, e.what());
   } catch (const OutOfMemory& e) {

@@ -6,7 +6,7 @@
 #include <cstring>
 
 #include "ferry/error.hpp"
-#include "ferry/transport/listener.hpp"
+#include "ferry/transport/address.hpp"
 #include "worker_impl.hpp"
 
 namespace ferry::transport {

@@ -1,5 +1,6 @@
 #include <chrono>
 #include <cstring>
+#include <optional>
 
 #include "connection_impl.hpp"
 #include "ferry/error.hpp"
@@ -8,10 +9,6 @@
 namespace ferry::transport {
 
 namespace {
-
-// connect() gives up after this long; UCX's own connect timeout is longer
-// and a caller blocked on a silent host should hear about it.
-constexpr auto connect_timeout = std::chrono::seconds(20);
 
 using Done = std::function<void(const std::string& error)>;
 
@@ -95,7 +92,57 @@ struct ConnectionImpl::SendOp {
   const void* payload;
   std::size_t payload_bytes;
   Done done;
+  std::vector<std::byte> sealed;  // an encrypted connection's payload, sealed: what goes on the wire
 };
+
+namespace {
+
+// An encrypted connection's message: the header opened already, the payload
+// landing sealed in a staging buffer of its own and opened there; the
+// destination sees plaintext only once it authenticated, and nothing at all
+// otherwise.
+class OpenedMessage final : public Incoming {
+ public:
+  OpenedMessage(Incoming& sealed, std::vector<std::byte> header, std::uint64_t number,
+                std::shared_ptr<ConnectionImpl> connection, const SecureChannel& channel)
+      : sealed_(sealed), header_(std::move(header)), number_(number), connection_(std::move(connection)),
+        channel_(channel) {}
+
+  std::span<const std::byte> header() const noexcept override { return header_; }
+  std::size_t payload_bytes() const noexcept override {
+    const auto wire = sealed_.payload_bytes();
+    return wire == 0 ? 0 : wire - seal_overhead;
+  }
+
+  void into(void* dest, Done done) override {
+    auto staging = std::make_shared<std::vector<std::byte>>(sealed_.payload_bytes());
+    const std::size_t plain = payload_bytes();
+    std::weak_ptr<ConnectionImpl> weak = connection_;
+    const SecureChannel* channel = &channel_;  // lives as long as the connection, checked through `weak`
+    sealed_.into(staging->data(), [staging, dest, plain, number = number_, weak, channel,
+                                   done = std::move(done)](const std::string& error) {
+      if (!error.empty()) return notify(done, error);
+      auto connection = weak.lock();
+      if (!connection || connection->closed()) return notify(done, "the connection closed");
+      if (!channel->open_payload(number, *staging)) {
+        const std::string why = "a payload failed authentication (tampered or truncated)";
+        connection->reject(why);
+        return notify(done, why);
+      }
+      if (plain != 0) std::memcpy(dest, staging->data(), plain);
+      notify(done, {});
+    });
+  }
+
+ private:
+  Incoming& sealed_;
+  std::vector<std::byte> header_;
+  std::uint64_t number_;
+  std::shared_ptr<ConnectionImpl> connection_;
+  const SecureChannel& channel_;
+};
+
+}  // namespace
 
 namespace {
 
@@ -103,12 +150,6 @@ void send_done(void* request, ucs_status_t status, void* user_data) {
   std::unique_ptr<ConnectionImpl::SendOp> op(static_cast<ConnectionImpl::SendOp*>(user_data));
   ucp_request_free(request);
   notify(op->done, status == UCS_OK ? std::string() : failure(status, "sending"));
-}
-
-void flush_done(void* request, ucs_status_t status, void* user_data) {
-  std::unique_ptr<std::shared_ptr<ConnectState>> state(static_cast<std::shared_ptr<ConnectState>*>(user_data));
-  ucp_request_free(request);
-  (*state)->report(status);
 }
 
 }  // namespace
@@ -131,59 +172,31 @@ ConnectionImpl::~ConnectionImpl() {
   worker_->call([this] { close_now(false); });
 }
 
-std::shared_ptr<Connection> Connection::connect(const std::shared_ptr<Worker>& worker, const std::string& host,
-                                                std::uint16_t port, MessageHandler on_message, ErrorHandler on_error) {
-  if (worker->on_progress_thread()) throw UsageError("Connection::connect() blocks; not on the progress thread");
-  sockaddr_storage address{};
-  auto length = resolve(host, port, address);
-  auto peer = format_sockaddr(address);
+std::shared_ptr<Connection> Connection::to_worker(const std::shared_ptr<Worker>& worker,
+                                                  std::span<const std::uint8_t> worker_address, std::string peer,
+                                                  std::unique_ptr<SecureChannel> channel, MessageHandler on_message,
+                                                  ErrorHandler on_error) {
   auto connection = std::make_shared<ConnectionImpl>(worker, std::move(on_message), std::move(on_error));
-
-  auto state = std::make_shared<ConnectState>();
-  auto connected = state->outcome.get_future();
-  worker->call([&] {
+  connection->secure(std::move(channel));
+  auto create = [&] {
     auto& impl = worker->impl();
     ucp_ep_params_t params{};
-    params.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+    params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                         UCP_EP_PARAM_FIELD_ERR_HANDLER;
-    params.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
-    params.sockaddr.addr = reinterpret_cast<const sockaddr*>(&address);
-    params.sockaddr.addrlen = length;
+    params.address = reinterpret_cast<const ucp_address_t*>(worker_address.data());
     params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
     params.err_handler.cb = endpoint_failed;
     params.err_handler.arg = &impl;
     ucp_ep_h ep = nullptr;
-    check(ucp_ep_create(impl.worker, &params, &ep), "ucp_ep_create to " + peer);
+    check(ucp_ep_create(impl.worker, &params, &ep), "ucp_ep_create to the worker of " + peer);
     connection->attach(ep, peer);
-
-    // The endpoint is usable at once but wired up in the background; a flush
-    // completes when the server has answered, or fails when it cannot.
-    connection->connecting = state;
-    auto flush_state = std::make_unique<std::shared_ptr<ConnectState>>(state);
-    ucp_request_param_t flush{};
-    flush.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-    flush.cb.send = flush_done;
-    flush.user_data = flush_state.get();
-    auto request = ucp_ep_flush_nbx(ep, &flush);
-    if (UCS_PTR_IS_PTR(request)) {
-      flush_state.release();  // flush_done owns it now
-    } else {
-      state->report(UCS_PTR_STATUS(request));
-    }
-  });
-
-  if (connected.wait_for(connect_timeout) != std::future_status::ready) {
-    worker->call([&] {
-      state->report(UCS_ERR_TIMED_OUT);
-      connection->close_now(true);
-    });
-    throw UcxError("connecting to " + peer + ": no answer in " + std::to_string(connect_timeout.count()) + " s",
-                   UCS_ERR_TIMED_OUT);
+  };
+  if (worker->on_progress_thread()) {
+    create();
+  } else {
+    worker->call(create);
   }
-  if (auto status = connected.get(); status != UCS_OK) {
-    throw_ucx(status, "connecting to " + peer + " (ucp_ep_create/ucp_ep_flush_nbx)");
-  }
-  log().debug("ucx: connected to {}", peer);
+  log().debug("ucx: endpoint to the worker of {}{}", peer, connection->encrypted() ? " (sealed)" : "");
   return connection;
 }
 
@@ -196,7 +209,23 @@ void ConnectionImpl::attach(ucp_ep_h ep, std::string peer) {
 void ConnectionImpl::send(std::vector<std::byte> header, const void* payload, std::size_t payload_bytes, Done done) {
   // Through the queue even on the progress thread, so sends keep their order
   // with each other and with close().
-  auto* op = new SendOp{std::move(header), payload, payload_bytes, std::move(done)};
+  auto* op = new SendOp{std::move(header), payload, payload_bytes, std::move(done), {}};
+  if (!channel_) return impl_.post([self = self(), op] { self->start_send(op); });
+  if (op->header.size() + seal_overhead > impl_.max_am_header) {
+    // Refused before sealing, so the peer's numbering never sees a gap.
+    std::unique_ptr<SendOp> refused(op);
+    return notify(refused->done, "header of " + std::to_string(refused->header.size() + seal_overhead) +
+                                     " sealed bytes exceeds UCX's limit of " + std::to_string(impl_.max_am_header));
+  }
+  // Sealed here, on the sender's thread, while the progress thread puts the
+  // previous message on the wire. The lock spans sealing and queueing, so
+  // messages reach the wire in the order of their numbers.
+  std::span<const std::byte> plain(static_cast<const std::byte*>(op->payload), op->payload_bytes);
+  if (op->payload_bytes != 0) op->sealed.resize(op->payload_bytes + seal_overhead);
+  std::lock_guard lock(seal_mutex_);
+  op->header = channel_->seal(op->header, plain, op->sealed.data());
+  op->payload = op->sealed.data();
+  op->payload_bytes = op->sealed.size();
   impl_.post([self = self(), op] { self->start_send(op); });
 }
 
@@ -271,14 +300,28 @@ void ConnectionImpl::close_now(bool force) {
 void ConnectionImpl::deliver(Incoming& message) {
   auto handler = on_message_;
   if (!handler || !*handler) return;
+  std::optional<OpenedMessage> opened;
+  if (channel_) {
+    std::vector<std::byte> header;
+    std::uint64_t number = 0;
+    if (!channel_->open_header(message.header(), message.payload_bytes(), header, number))
+      return reject("a message failed authentication (tampered, replayed, reordered or truncated)");
+    opened.emplace(message, std::move(header), number, self(), *channel_);
+  }
   try {
-    (*handler)(*this, message);
+    (*handler)(*this, opened ? static_cast<Incoming&>(*opened) : message);
   } catch (const std::exception& e) {
     log().error("ucx: message handler for {} threw: {}", peer_, e.what());
   }
 }
 
-void ConnectionImpl::fail(ucs_status_t status) {
+void ConnectionImpl::reject(const std::string& why) {
+  if (ep_ == nullptr) return;
+  log().warn("ucx: dropping the connection with {}: {}", peer_, why);
+  end("connection with " + peer_ + " dropped: " + why);
+}
+
+void ConnectionImpl::end(const std::string& reason) {
   if (ep_ == nullptr) return;
   closed_ = true;
   impl_.connections.erase(ep_);
@@ -288,17 +331,18 @@ void ConnectionImpl::fail(ucs_status_t status) {
   ep_ = nullptr;
   auto handler = std::move(on_error_);
   on_message_.reset();
-  if (connecting && !connecting->reported) {
-    connecting->report(status);
-    return;
-  }
-  log().debug("ucx: connection to {} failed: {}", peer_, ucs_status_string(status));
   if (!handler || !*handler) return;
   try {
-    (*handler)(*this, "connection to " + peer_ + " failed: " + ucs_status_string(status));
+    (*handler)(*this, reason);
   } catch (const std::exception& e) {
     log().error("ucx: error handler for {} threw: {}", peer_, e.what());
   }
+}
+
+void ConnectionImpl::fail(ucs_status_t status) {
+  if (ep_ == nullptr) return;
+  log().debug("ucx: connection to {} failed: {}", peer_, ucs_status_string(status));
+  end("connection to " + peer_ + " failed: " + ucs_status_string(status));
 }
 
 ucs_status_t am_receive(void* arg, const void* header, std::size_t header_length, void* data, std::size_t length,
@@ -320,6 +364,19 @@ ucs_status_t am_receive(void* arg, const void* header, std::size_t header_length
                           (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0);
   static_cast<ConnectionImpl&>(*connection).deliver(message);
   return message.status();
+}
+
+ucs_status_t close_receive(void* arg, const void*, std::size_t, void*, std::size_t, const ucp_am_recv_param_t* param) {
+  auto& impl = *static_cast<Worker::Impl*>(arg);
+  if ((param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) == 0) return UCS_OK;
+  auto found = impl.connections.find(param->reply_ep);
+  if (found == impl.connections.end()) return UCS_OK;
+  auto connection = found->second->weak_from_this().lock();
+  if (!connection) return UCS_OK;
+  auto& self = static_cast<ConnectionImpl&>(*connection);
+  log().debug("ucx: {} closed the connection", self.peer());
+  self.end("connection to " + self.peer() + " closed by the peer");
+  return UCS_OK;
 }
 
 void endpoint_failed(void* arg, ucp_ep_h ep, ucs_status_t status) {

@@ -1,30 +1,18 @@
-// A Connection over one UCP endpoint. Client connections come from
-// Connection::connect, server ones from the Listener; both are this class.
+// A Connection over one UCP endpoint, created from the peer's worker address
+// (Connection::to_worker) by both the dialling and the accepting side.
 #pragma once
 
 #include <ucp/api/ucp.h>
 
 #include <atomic>
-#include <future>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "ferry/transport/connection.hpp"
 #include "worker_impl.hpp"
 
 namespace ferry::transport {
-
-// connect()'s wait: the first outcome (flush done, or endpoint failed) wins.
-// Shared with the flush request, which may complete after the connection is gone.
-struct ConnectState {
-  std::promise<ucs_status_t> outcome;
-  bool reported = false;
-  void report(ucs_status_t status) {
-    if (reported) return;
-    reported = true;
-    outcome.set_value(status);
-  }
-};
 
 class ConnectionImpl final : public Connection {
  public:
@@ -37,6 +25,9 @@ class ConnectionImpl final : public Connection {
   void close() override;
   bool closed() const noexcept override { return closed_.load(); }
   std::string peer() const override { return peer_; }
+  bool encrypted() const noexcept override { return channel_ != nullptr; }
+  // Before any message: seals and opens every message from now on.
+  void secure(std::unique_ptr<SecureChannel> channel) { channel_ = std::move(channel); }
 
   // Progress thread only, from here on.
 
@@ -45,8 +36,11 @@ class ConnectionImpl final : public Connection {
   void deliver(Incoming& message);
   // The endpoint failed (peer gone, or connecting failed).
   void fail(ucs_status_t status);
-  // Set by connect(); a failure before it is reported goes there, not to on_error.
-  std::shared_ptr<ConnectState> connecting;
+  // A message failed to authenticate: logged, the endpoint dropped, the
+  // error handler told; nothing of the message is delivered.
+  void reject(const std::string& why);
+  // The peer is gone (it failed or closed): the endpoint dropped, the error handler told.
+  void end(const std::string& reason);
   ucp_ep_h endpoint() const noexcept { return ep_; }
   void close_now(bool force);
 
@@ -64,11 +58,16 @@ class ConnectionImpl final : public Connection {
   // Shared so that a handler replacing the handlers does not destroy itself mid-call.
   std::shared_ptr<const MessageHandler> on_message_;
   std::shared_ptr<const ErrorHandler> on_error_;
+  std::unique_ptr<SecureChannel> channel_;  // null: plaintext
+  std::mutex seal_mutex_;                   // sealing and queueing, one message at a time
 };
 
 // The worker's AM handler for ferry_am_id; `arg` is the Worker::Impl.
 ucs_status_t am_receive(void* arg, const void* header, std::size_t header_length, void* data, std::size_t length,
                         const ucp_am_recv_param_t* param);
+// The worker's AM handler for ferry_close_am_id: the peer closed its end.
+ucs_status_t close_receive(void* arg, const void* header, std::size_t header_length, void* data, std::size_t length,
+                           const ucp_am_recv_param_t* param);
 // The endpoints' error handler; `arg` is the Worker::Impl.
 void endpoint_failed(void* arg, ucp_ep_h ep, ucs_status_t status);
 

@@ -28,6 +28,8 @@ template <>
 constexpr Mode last_value<Mode>() noexcept { return Mode::readwrite; }
 template <>
 constexpr RunArg::Kind last_value<RunArg::Kind>() noexcept { return RunArg::Kind::text; }
+template <>
+constexpr Privacy last_value<Privacy>() noexcept { return Privacy::plaintext; }
 
 template <class E>
 constexpr bool in_range(E value) noexcept {
@@ -88,6 +90,7 @@ void check(const M&, const Location&) {}
 void check(const Hello& m, const Location& at) {
   if (m.min_version > m.max_version)
     at.fail("min_version", std::to_string(m.min_version) + " above max_version " + std::to_string(m.max_version));
+  if (m.aes_gcm > 1) at.fail("aes_gcm", std::to_string(m.aes_gcm) + " (must be 0 or 1)");
 }
 
 void check(const Put& m, const Location& at) {
@@ -114,6 +117,14 @@ void check(const Get& m, const Location& at) {
     at.fail("length", std::to_string(m.length) + " bytes (at most " + std::to_string(max_buffer_bytes) + ")");
 }
 
+void check(const Challenge& m, const Location& at) {
+  if (m.cipher > 1) at.fail("cipher", std::to_string(m.cipher) + " (0 or 1)");
+}
+
+void check(const Welcome& m, const Location& at) {
+  if (m.encrypted > 1) at.fail("encrypted", std::to_string(m.encrypted) + " (must be 0 or 1)");
+}
+
 void check(const DefineKernel& m, const Location& at) {
   if (m.source_bytes > max_source_bytes)
     at.fail("source_bytes", std::to_string(m.source_bytes) + " bytes (at most " + std::to_string(max_source_bytes) + ")");
@@ -129,15 +140,25 @@ void fields(IO& io, M& m) {
   io("min_version", m.min_version);
   io("max_version", m.max_version);
   io("client", m.client);
+  io("privacy", m.privacy);
+  io("exchange", m.exchange);
+  io("identity", m.identity);
+  io("aes_gcm", m.aes_gcm);
 }
 template <class IO, Is<Challenge> M>
 void fields(IO& io, M& m) {
   io("version", m.version);
   io("nonce", m.nonce);
+  io("exchange", m.exchange);
+  io("host_key", m.host_key);
+  io("cipher", m.cipher);
+  io("signature", m.signature);
 }
 template <class IO, Is<Auth> M>
 void fields(IO& io, M& m) {
   io("mac", m.mac);
+  io("signature", m.signature);
+  io("worker_address", m.worker_address);
 }
 template <class IO, Is<Welcome> M>
 void fields(IO& io, M& m) {
@@ -146,6 +167,9 @@ void fields(IO& io, M& m) {
   io("cpu_workers", m.cpu_workers);
   io("gpus", m.gpus);
   io("max_payload", m.max_payload);
+  io("mac", m.mac);
+  io("encrypted", m.encrypted);
+  io("worker_address", m.worker_address);
 }
 template <class IO, Is<Put> M>
 void fields(IO& io, M& m) {
@@ -301,6 +325,13 @@ class Writer : public Location {
     for (std::uint8_t b : raw) out_.push_back(static_cast<std::byte>(b));
   }
 
+  void operator()(const char* field, const Bytes& raw) {
+    if (raw.size() > max_address_bytes)
+      fail(field, std::to_string(raw.size()) + " bytes (at most " + std::to_string(max_address_bytes) + ")");
+    append_le(out_, static_cast<std::uint32_t>(raw.size()));
+    for (std::uint8_t b : raw) out_.push_back(static_cast<std::byte>(b));
+  }
+
   void operator()(const char* field, const std::optional<double>& value) {
     out_.push_back(static_cast<std::byte>(value.has_value() ? 1 : 0));
     if (value) (*this)(field, *value);
@@ -374,6 +405,14 @@ class Reader : public Location {
   template <std::size_t N>
   void operator()(const char* field, std::array<std::uint8_t, N>& raw) {
     std::memcpy(raw.data(), take(field, N), N);
+  }
+
+  void operator()(const char* field, Bytes& raw) {
+    const auto size = uint<std::uint32_t>(field);
+    if (size > max_address_bytes)
+      fail(field, std::to_string(size) + " bytes (at most " + std::to_string(max_address_bytes) + ")");
+    const auto* bytes = reinterpret_cast<const std::uint8_t*>(take(field, size));
+    raw.assign(bytes, bytes + size);
   }
 
   void operator()(const char* field, std::optional<double>& value) {

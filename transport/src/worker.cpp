@@ -56,6 +56,8 @@ std::string describe_transports(ucp_context_h context) {
   return result.empty() ? "none" : result;
 }
 
+void notice_sent(void* request, ucs_status_t, void*) { ucp_request_free(request); }
+
 void close_callback(void* request, ucs_status_t status, void* user_data) {
   auto* impl = static_cast<Worker::Impl*>(user_data);
   if (status != UCS_OK) log().debug("ucx: endpoint closed with {}", ucs_status_string(status));
@@ -105,6 +107,9 @@ std::shared_ptr<Worker> Worker::create(Options options) {
   handler.arg = impl.get();
   handler.flags = UCP_AM_FLAG_WHOLE_MSG;
   check(ucp_worker_set_am_recv_handler(impl->worker, &handler), "ucp_worker_set_am_recv_handler");
+  handler.id = ferry_close_am_id;
+  handler.cb = close_receive;
+  check(ucp_worker_set_am_recv_handler(impl->worker, &handler), "ucp_worker_set_am_recv_handler (close)");
 
   impl->transports = describe_transports(impl->context);
   impl->thread = std::thread([raw = impl.get()] { raw->run(); });
@@ -133,6 +138,19 @@ Worker::~Worker() {
 void Worker::post(std::function<void()> fn) { impl_->post(std::move(fn)); }
 bool Worker::on_progress_thread() const noexcept { return impl_->on_progress_thread(); }
 std::string Worker::transports() const { return impl_->transports; }
+
+std::vector<std::uint8_t> Worker::address() {
+  auto get = [this] {
+    ucp_address_t* raw = nullptr;
+    std::size_t length = 0;
+    check(ucp_worker_get_address(impl_->worker, &raw, &length), "ucp_worker_get_address");
+    const auto* bytes = reinterpret_cast<const std::uint8_t*>(raw);
+    std::vector<std::uint8_t> out(bytes, bytes + length);
+    ucp_worker_release_address(impl_->worker, raw);
+    return out;
+  };
+  return on_progress_thread() ? get() : call(get);
+}
 
 Worker::Impl::~Impl() {
   if (worker != nullptr) ucp_worker_destroy(worker);
@@ -207,6 +225,15 @@ void Worker::Impl::run() {
 }
 
 void Worker::Impl::close_endpoint(ucp_ep_h ep, bool force) {
+  if (!force) {
+    // Last on the endpoint, so the peer hears of the close after all else;
+    // a peer that is gone already makes it fail, which is fine.
+    ucp_request_param_t notice{};
+    notice.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_FLAGS;
+    notice.flags = UCP_AM_SEND_FLAG_REPLY;
+    notice.cb.send = notice_sent;
+    ucp_am_send_nbx(ep, ferry_close_am_id, nullptr, 0, nullptr, 0, &notice);
+  }
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
   param.cb.send = close_callback;

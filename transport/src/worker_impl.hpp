@@ -1,5 +1,5 @@
 // The inside of a Worker: UCP handles, the progress thread and what only that
-// thread touches. Shared by worker.cpp, connection.cpp and listener.cpp.
+// thread touches. Shared by the transport's sources.
 #pragma once
 
 #include <sys/socket.h>
@@ -23,6 +23,9 @@ class ConnectionImpl;
 // The one AM id every Ferry message travels under; the connection is found
 // from the reply endpoint (all sends carry UCP_AM_SEND_FLAG_REPLY).
 inline constexpr unsigned ferry_am_id = 0;
+// An empty message a closing end sends last: endpoints made from worker
+// addresses have no connection manager to tell the peer they closed.
+inline constexpr unsigned ferry_close_am_id = 1;
 
 // Throws UcxError "<what>: <UCX's reason>" unless status is UCS_OK.
 void check(ucs_status_t status, const std::string& what);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -20,6 +21,7 @@
 #include "ferry/error.hpp"
 #include "ferry/log.hpp"
 #include "ferry/transport/auth.hpp"
+#include "ferry/transport/bootstrap.hpp"
 #include "ferry/units.hpp"
 
 namespace ferry::detail {
@@ -67,15 +69,28 @@ void RuntimeCore::start() {
   if (options_.remotes.size() + devices_.size() > 64)
     throw UsageError(fmt::format("at most 64 devices per runtime: {} remotes do not fit beside {} local devices",
                                  options_.remotes.size(), devices_.size()));
-  std::string token = options_.token;
-  if (token.empty() && !options_.token_file.empty()) token = transport::read_token_file(options_.token_file);
-  if (token.empty())
-    throw UsageError("remotes need a token: set Options::token_file (FERRY_TOKEN_FILE) or Options::token (FERRY_TOKEN)");
+  transport::DialOptions dial;
+  dial.token = options_.token;
+  if (dial.token.empty() && !options_.token_file.empty()) dial.token = transport::read_token_file(options_.token_file);
+  if (!options_.identity.empty()) dial.identity = transport::KeyPair::read(options_.identity);
+  if (dial.token.empty() && !dial.identity)
+    throw UsageError("remotes need a key or a token: set Options::identity (FERRY_IDENTITY), Options::token_file "
+                     "(FERRY_TOKEN_FILE) or Options::token (FERRY_TOKEN)");
+  dial.known_hosts = options_.known_hosts;
+  if (dial.known_hosts.empty() && dial.identity) {
+    const char* home = std::getenv("HOME");
+    if (home != nullptr) dial.known_hosts = std::filesystem::path(home) / ".config" / "ferry" / "known_hosts";
+  }
+  dial.pinning = options_.strict_host_keys ? transport::Pinning::strict : transport::Pinning::trust_on_first_use;
+  dial.privacy = options_.plaintext ? protocol::Privacy::plaintext
+                 : options_.encrypt_loopback ? protocol::Privacy::encrypt
+                                             : protocol::Privacy::automatic;
+  if (options_.plaintext) log().warn("FERRY_PLAINTEXT: links to ferryd may go unencrypted; trusted networks only");
   worker_ = transport::Worker::create(transport::Worker::Options{"ferry-client"});
   for (const std::string& address : options_.remotes) {
     RemoteOptions remote;
     remote.address = address.starts_with("ucx://") ? address.substr(6) : address;
-    remote.token = token;
+    remote.dial = dial;
     remote.chunk_bytes = options_.chunk_bytes;
     remote.window = options_.chunk_window;
     const auto id = static_cast<DeviceId>(devices_.size());

@@ -63,6 +63,11 @@ void apply_environment(Runtime::Options& o) {
   }
   if (const char* v = env("FERRY_TOKEN")) o.token = v;
   if (const char* v = env("FERRY_TOKEN_FILE")) o.token_file = v;
+  if (const char* v = env("FERRY_IDENTITY")) o.identity = v;
+  if (const char* v = env("FERRY_KNOWN_HOSTS")) o.known_hosts = v;
+  if (const char* v = env("FERRY_STRICT_HOST_KEYS")) o.strict_host_keys = truthy("FERRY_STRICT_HOST_KEYS", v);
+  if (const char* v = env("FERRY_ENCRYPT_LOOPBACK")) o.encrypt_loopback = truthy("FERRY_ENCRYPT_LOOPBACK", v);
+  if (const char* v = env("FERRY_PLAINTEXT")) o.plaintext = truthy("FERRY_PLAINTEXT", v);
   if (const char* v = env("FERRY_CHUNK_BYTES")) o.chunk_bytes = parse_bytes(v);
   if (const char* v = env("FERRY_GPUS")) o.gpus = v;
   if (const char* v = env("FERRY_GPU_MEMORY")) o.gpu_memory_limit = parse_bytes(v);

@@ -68,6 +68,19 @@ class Runtime {
     // The pre-shared token ferryd expects: inline, or the file holding it.  FERRY_TOKEN, FERRY_TOKEN_FILE
     std::string token;
     std::filesystem::path token_file;
+    // Sign in with this private key (ferry keygen) instead of the token.  FERRY_IDENTITY
+    std::filesystem::path identity;
+    // Pins of ferryd host keys, trusted on first use ("strict": pinned
+    // beforehand only). Empty: ~/.config/ferry/known_hosts when signing in
+    // with a key; none with the token (which ferryd proves it knows).
+    // FERRY_KNOWN_HOSTS, FERRY_STRICT_HOST_KEYS=1
+    std::filesystem::path known_hosts;
+    bool strict_host_keys = false;
+    // Links to ferryd are encrypted, except on loopback; encrypt_loopback
+    // seals those too, plaintext lets a ferryd started with --plaintext
+    // skip encryption (trusted networks only).   FERRY_ENCRYPT_LOOPBACK=1, FERRY_PLAINTEXT=1
+    bool encrypt_loopback = false;
+    bool plaintext = false;
     // Transfers above this are split and pipelined, this many chunks in flight.  FERRY_CHUNK_BYTES, FERRY_CHUNK_WINDOW
     std::size_t chunk_bytes = std::size_t{4} << 20;
     unsigned chunk_window = 4;

@@ -13,8 +13,8 @@
 #include "ferry/error.hpp"
 #include "ferry/log.hpp"
 #include "ferry/runtime/cuda_source.hpp"
-#include "ferry/transport/auth.hpp"
-#include "ferry/transport/listener.hpp"
+#include "ferry/transport/bootstrap.hpp"
+#include "ferry/transport/address.hpp"
 #include "ferry/units.hpp"
 #include "core/task_record.hpp"
 
@@ -115,36 +115,26 @@ RemoteDevice::~RemoteDevice() {
 // ---- connection ----
 
 void RemoteDevice::connect() {
-  auto connection = transport::Connection::connect(
-      worker_, host_, port_, [this](transport::Connection&, transport::Incoming& in) { on_message(in); },
+  // Authenticated, keyed and welcomed on the bootstrap socket; UCX connects only then.
+  auto dial = options_.dial;
+  dial.client = client_name();
+  auto dialed = transport::dial(
+      worker_, host_, port_, dial, [this](transport::Connection&, transport::Incoming& in) { on_message(in); },
       [this](transport::Connection&, const std::string& reason) { lost(reason); });
   {
     std::lock_guard lock(connection_mutex_);
-    connection_ = connection;
+    connection_ = dialed.connection;
   }
-  const std::string client = client_name();
-  auto hello = request(0, protocol::Hello{protocol::oldest_version, protocol::version, client}, nullptr, 0);
-  protocol::Message reply = await(hello, "hello");
-  if (auto* error = std::get_if<protocol::ErrorMessage>(&reply))
-    throw RemoteError(fmt::format("ferryd at {} refused: {}: {}", options_.address, protocol::to_string(error->status),
-                                  error->message));
-  const auto* challenge = std::get_if<protocol::Challenge>(&reply);
-  if (challenge == nullptr) throw RemoteError(fmt::format("ferryd at {} did not send a challenge", options_.address));
-  auto auth = request(0, protocol::Auth{transport::auth_mac(options_.token, challenge->nonce, client)}, nullptr, 0);
-  reply = await(auth, "auth");
-  if (auto* error = std::get_if<protocol::ErrorMessage>(&reply))
-    throw RemoteError(fmt::format("ferryd at {} refused this client: {}: {}", options_.address,
-                                  protocol::to_string(error->status), error->message));
-  const auto* welcome = std::get_if<protocol::Welcome>(&reply);
-  if (welcome == nullptr) throw RemoteError(fmt::format("ferryd at {} did not welcome us", options_.address));
+  const auto* welcome = &dialed.welcome;
   max_payload_ = welcome->max_payload == 0 ? options_.chunk_bytes : welcome->max_payload;
   quota_ = welcome->memory_quota;
   gpus_.store(welcome->gpus, std::memory_order_relaxed);
   epoch_.fetch_add(1, std::memory_order_acq_rel);
   alive_.store(true, std::memory_order_release);
   measure_link();
-  log().info("remote {}: connected to {} ({} CPU workers, {} GPUs, quota {}); link {:.0f} µs, {}/s", options_.address,
-             welcome->server, welcome->cpu_workers, welcome->gpus, format_bytes(quota_),
+  log().info("remote {}: connected to {} ({} CPU workers, {} GPUs, quota {}; {}); link {:.0f} µs, {}/s",
+             options_.address, welcome->server, welcome->cpu_workers, welcome->gpus, format_bytes(quota_),
+             dialed.connection->encrypted() ? transport::to_string(dialed.cipher) : "plaintext",
              core_.links().get(host_node, node()).latency_seconds * 1e6,
              format_bytes(static_cast<std::size_t>(core_.links().get(host_node, node()).bytes_per_second)));
 }

@@ -28,6 +28,7 @@
 
 #include "data/coherence.hpp"
 #include "devices/device.hpp"
+#include "ferry/transport/bootstrap.hpp"
 #include "ferry/transport/connection.hpp"
 #include "ferry/transport/protocol.hpp"
 #include "ferry/transport/worker.hpp"
@@ -38,7 +39,7 @@ class RuntimeCore;
 
 struct RemoteOptions {
   std::string address;  // host:port
-  std::string token;
+  transport::DialOptions dial;  // how to sign in (its client name is filled in per connection)
   std::size_t chunk_bytes = std::size_t{4} << 20;
   unsigned window = 4;   // chunks in flight per transfer
   unsigned proxies = 4;  // tasks in flight

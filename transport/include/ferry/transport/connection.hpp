@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "ferry/transport/secure_channel.hpp"
+
 namespace ferry::transport {
 
 class Worker;
@@ -36,10 +38,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // The peer went away or the endpoint failed; called once, on the progress thread.
   using ErrorHandler = std::function<void(Connection&, const std::string& reason)>;
 
-  // Connects to host:port (blocking until connected). Throws UcxError naming
-  // the address and UCX's reason when it cannot connect.
-  static std::shared_ptr<Connection> connect(const std::shared_ptr<Worker>& worker, const std::string& host,
-                                             std::uint16_t port, MessageHandler on_message, ErrorHandler on_error);
+  // An endpoint to a peer's UCX worker, whose address came over the
+  // authenticated bootstrap (transport/bootstrap.hpp); `peer` names it in
+  // logs. With a channel, every message is sealed and opened with it
+  // (null: plaintext). Both ends create theirs; UCX pairs them.
+  static std::shared_ptr<Connection> to_worker(const std::shared_ptr<Worker>& worker,
+                                               std::span<const std::uint8_t> worker_address, std::string peer,
+                                               std::unique_ptr<SecureChannel> channel, MessageHandler on_message,
+                                               ErrorHandler on_error);
 
   virtual ~Connection() = default;
 
@@ -59,6 +65,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   virtual bool closed() const noexcept = 0;
   // "ip:port" of the other side.
   virtual std::string peer() const = 0;
+  // Whether messages are sealed (AEAD); when, which cipher.
+  virtual bool encrypted() const noexcept = 0;
 };
 
 }  // namespace ferry::transport

@@ -31,6 +31,9 @@ inline constexpr std::uint64_t max_buffer_bytes = std::uint64_t{1} << 40;  // 1 
 inline constexpr std::size_t nonce_bytes = 32;
 inline constexpr std::size_t mac_bytes = 32;  // HMAC-SHA-256 (libsodium crypto_auth_hmacsha256)
 inline constexpr std::uint32_t max_source_bytes = 1u << 20;  // a define_kernel's CUDA source (its payload)
+inline constexpr std::size_t key_bytes = 32;         // an X25519 or Ed25519 public key
+inline constexpr std::size_t signature_bytes = 64;   // Ed25519
+inline constexpr std::size_t max_address_bytes = 4096;  // a UCX worker address
 
 enum class Type : std::uint16_t {
   hello = 1,   // client -> server: first message
@@ -75,19 +78,42 @@ const char* to_string(Status status) noexcept;
 enum class DType : std::uint8_t { f32 = 0, f64, i32, i64, u8 };  // same order as ferry::DType
 enum class Mode : std::uint8_t { read = 0, write, readwrite };    // same order as ferry::AccessMode
 
+using Key = std::array<std::uint8_t, key_bytes>;
+using Signature = std::array<std::uint8_t, signature_bytes>;
+using Bytes = std::vector<std::uint8_t>;  // at most max_address_bytes
+
+// What a client lets the link be: encrypted unless both ends allow plaintext.
+enum class Privacy : std::uint8_t {
+  automatic = 0,  // plaintext allowed on loopback only
+  encrypt,        // encrypted even on loopback
+  plaintext,      // plaintext allowed (FERRY_PLAINTEXT): a trusted fabric
+};
+
+// The handshake messages (hello, challenge, auth, welcome, and an error
+// refusing) travel on the bootstrap socket, never over UCX.
 struct Hello {
   std::uint16_t min_version = oldest_version;
   std::uint16_t max_version = version;
   std::string client;  // a name for logs, e.g. "host:pid"
+  Privacy privacy = Privacy::automatic;
+  Key exchange{};   // the client's ephemeral X25519 public key (crypto_kx)
+  Key identity{};   // the client's Ed25519 public key; all zero: the shared token instead
+  std::uint8_t aes_gcm = 0;  // 1: the client can seal with AES-256-GCM (its CPU has AES-NI)
 };
 
 struct Challenge {
   std::uint16_t version = protocol::version;  // the version the server chose
   std::array<std::uint8_t, nonce_bytes> nonce{};
+  Key exchange{};       // the server's ephemeral X25519 public key
+  Key host_key{};       // the server's Ed25519 public key, which clients pin
+  std::uint8_t cipher = 0;  // what seals from here on: 0 AES-256-GCM, 1 XChaCha20-Poly1305
+  Signature signature{};  // by host_key, over the hello and this message's other fields
 };
 
 struct Auth {
-  std::array<std::uint8_t, mac_bytes> mac{};
+  std::array<std::uint8_t, mac_bytes> mac{};  // token mode: HMAC over the transcript
+  Signature signature{};                      // key mode: by the hello's identity, over the transcript
+  Bytes worker_address{};                     // the client's UCX worker
 };
 
 struct Welcome {
@@ -96,6 +122,9 @@ struct Welcome {
   std::uint32_t cpu_workers = 0;
   std::uint32_t gpus = 0;
   std::uint64_t max_payload = 0;    // largest payload the server accepts in one message (chunk bound)
+  std::array<std::uint8_t, mac_bytes> mac{};  // token mode: the server's proof that it knows the token too
+  std::uint8_t encrypted = 0;       // 1: every later message is sealed (AEAD)
+  Bytes worker_address{};           // the server's UCX worker
 };
 
 // A replica is a row-major rows x cols matrix of dtype, identified by a

@@ -5,11 +5,13 @@
 // through a queue and ucp_worker_signal. Every UCX call happens on it.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <future>
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace ferry::transport {
 
@@ -34,6 +36,9 @@ class Worker : public std::enable_shared_from_this<Worker> {
   auto call(F fn) -> decltype(fn());
 
   bool on_progress_thread() const noexcept;
+  // This worker's UCX address (ucp_worker_get_address), which a peer
+  // creates its endpoint from; sent only over the authenticated bootstrap.
+  std::vector<std::uint8_t> address();
   // The transports UCX selected (e.g. "tcp, sysv, posix, self, cma"), for logs and `ferry info`.
   std::string transports() const;
 

@@ -1,0 +1,115 @@
+// Ferry's own front door. UCX's connection manager never listens: ferryd
+// listens on a plain TCP socket, served by one thread of its own (poll,
+// non-blocking), which drops peers that stay silent or slow past a deadline,
+// refuses addresses that connect too often and caps the handshakes in
+// progress. On that socket the two sides authenticate each other and agree
+// on session keys (docs/protocol.md, "Handshake"):
+//
+//   client -> hello      versions, name, an X25519 key, its Ed25519 identity (or none: the token)
+//   server -> challenge  a nonce, its X25519 key, its host key, the cipher, a signature by the host key
+//   client -> auth       a signature by its identity (or an HMAC with the token) over the transcript,
+//                        and its UCX worker address
+//   server -> welcome    sealed with the session keys: limits, its own proof, its UCX worker address
+//
+// Only then do the two UCX workers connect, each creating an endpoint from
+// the other's worker address; no byte from an unauthenticated peer reaches UCX.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "ferry/transport/connection.hpp"
+#include "ferry/transport/identity.hpp"
+#include "ferry/transport/known_hosts.hpp"
+#include "ferry/transport/protocol.hpp"
+
+namespace ferry::transport {
+
+class Worker;
+
+// Who came in, once authenticated.
+struct Peer {
+  std::string address;   // "ip:port"
+  std::string client;    // the name it gave, with anything unprintable replaced
+  std::string key_name;  // its name in the authorized keys; "token" when it used the shared token
+  std::optional<PublicKey> key;  // none in token mode
+  bool encrypted = false;
+  Cipher cipher = Cipher::xchacha20poly1305;
+};
+
+class BootstrapServer {
+ public:
+  struct Options {
+    std::string host;
+    std::uint16_t port = 0;  // 0: any free port (see port())
+    std::string token;       // empty: the token is not accepted
+    // The name of an authorized key, or none; thread-safe (runs on the
+    // bootstrap thread). Null: keys are not accepted.
+    std::function<std::optional<std::string>(const PublicKey&)> authorize;
+    std::optional<KeyPair> host_key;  // none: an ephemeral one (clients cannot pin it across restarts)
+    std::chrono::milliseconds deadline{10000};  // for the whole handshake
+    std::size_t max_pending = 128;              // handshakes in progress; more are closed at once
+    double per_address_rate = 20;               // connections per second one IP address may open, sustained
+    double per_address_burst = 60;
+    bool allow_plaintext = false;   // --plaintext: a client that asks for plaintext gets it
+    bool encrypt_loopback = false;  // seal loopback links too
+  };
+  // Progress thread: an authenticated peer and its connection (handlers not
+  // yet set). Returns the welcome to send (the bootstrap fills in its proof
+  // and addresses), or an error message to refuse with (the connection is
+  // then closed).
+  using AcceptHandler = std::function<protocol::Message(const Peer&, std::shared_ptr<Connection>)>;
+  // Bootstrap thread: a peer that did not get in, and why (for metrics).
+  using RefusedHandler = std::function<void(const std::string& address, const std::string& why)>;
+
+  // Listens at once; throws Error naming the address when it cannot.
+  BootstrapServer(std::shared_ptr<Worker> worker, Options options, AcceptHandler on_accept,
+                  RefusedHandler on_refused = {});
+  ~BootstrapServer();  // stops the thread; closes handshakes in progress
+  BootstrapServer(const BootstrapServer&) = delete;
+  BootstrapServer& operator=(const BootstrapServer&) = delete;
+
+  std::uint16_t port() const noexcept;
+  const PublicKey& host_key() const noexcept;
+  // Stops accepting; thread-safe, idempotent.
+  void stop();
+
+  class Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+struct DialOptions {
+  std::string client;                 // a name for the server's logs
+  std::string token;                  // used when there is no identity
+  std::optional<KeyPair> identity;    // sign in with this key (ferry keygen)
+  std::filesystem::path known_hosts;  // pins of host keys; empty: none checked
+  Pinning pinning = Pinning::trust_on_first_use;
+  protocol::Privacy privacy = protocol::Privacy::automatic;
+  std::chrono::milliseconds timeout{20000};
+};
+
+struct Dialed {
+  std::shared_ptr<Connection> connection;
+  protocol::Welcome welcome;
+  PublicKey host_key{};
+  Cipher cipher = Cipher::xchacha20poly1305;
+};
+
+// Connects, authenticates both ways and creates the UCX endpoint. Throws
+// RemoteError saying why the server refused (or was refused: a host key
+// that is not the pinned one, a server without the token, an unencrypted
+// link nobody asked for), UcxError/Error when it cannot be reached.
+Dialed dial(const std::shared_ptr<Worker>& worker, const std::string& host, std::uint16_t port,
+            const DialOptions& options, Connection::MessageHandler on_message, Connection::ErrorHandler on_error);
+
+// 127.0.0.0/8, ::1 or ::ffff:127.x: a peer on this very host.
+bool is_loopback(const std::string& ip);
+
+}  // namespace ferry::transport

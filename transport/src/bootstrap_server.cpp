@@ -1,0 +1,518 @@
+// The bootstrap's listening side: one thread, poll over non-blocking
+// sockets, a small state machine per peer (hello -> auth -> welcome) with a
+// deadline; nothing here blocks on a peer.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "ferry/error.hpp"
+#include "ferry/log.hpp"
+#include "ferry/transport/auth.hpp"
+#include "ferry/transport/bootstrap.hpp"
+#include "ferry/transport/worker.hpp"
+#include "handshake.hpp"
+#include "worker_impl.hpp"
+
+namespace ferry::transport {
+
+using Clock = std::chrono::steady_clock;
+using protocol::Status;
+
+namespace {
+
+// Warnings about a flood are repeated at most this often.
+constexpr auto warn_period = std::chrono::seconds(10);
+// After accept() ran out of descriptors, the listening socket is left alone this long.
+constexpr auto accept_pause = std::chrono::milliseconds(100);
+
+std::string ip_of(const sockaddr_storage& address) {
+  const auto text = format_sockaddr(address);
+  const auto colon = text.rfind(':');
+  auto ip = text.substr(0, colon);
+  if (ip.size() >= 2 && ip.front() == '[') ip = ip.substr(1, ip.size() - 2);
+  return ip;
+}
+
+bool all_zero(const protocol::Key& key) {
+  return std::all_of(key.begin(), key.end(), [](std::uint8_t b) { return b == 0; });
+}
+
+// A token bucket per IP address: `burst` connections at once, then `rate` per second.
+class RateLimit {
+ public:
+  RateLimit(double rate, double burst) : rate_(rate), burst_(burst) {}
+
+  bool admit(const std::string& ip, Clock::time_point now) {
+    if (buckets_.size() > 4096) forget_full(now);
+    auto [it, fresh] = buckets_.try_emplace(ip, Bucket{burst_, now});
+    auto& bucket = it->second;
+    const double elapsed = std::chrono::duration<double>(now - bucket.last).count();
+    bucket.tokens = std::min(burst_, bucket.tokens + elapsed * rate_);
+    bucket.last = now;
+    if (bucket.tokens < 1) return false;
+    bucket.tokens -= 1;
+    return true;
+  }
+
+ private:
+  struct Bucket {
+    double tokens;
+    Clock::time_point last;
+  };
+  // A bucket that has refilled says nothing a fresh one would not.
+  void forget_full(Clock::time_point now) {
+    std::erase_if(buckets_, [&](const auto& entry) {
+      return entry.second.tokens + std::chrono::duration<double>(now - entry.second.last).count() * rate_ >= burst_;
+    });
+  }
+  double rate_, burst_;
+  std::unordered_map<std::string, Bucket> buckets_;
+};
+
+}  // namespace
+
+class BootstrapServer::Impl {
+ public:
+  Impl(std::shared_ptr<Worker> worker, Options options, AcceptHandler on_accept, RefusedHandler on_refused)
+      : worker_(std::move(worker)),
+        options_(std::move(options)),
+        on_accept_(std::move(on_accept)),
+        on_refused_(std::move(on_refused)),
+        host_key_(options_.host_key ? *options_.host_key : KeyPair::generate()),
+        limit_(options_.per_address_rate, options_.per_address_burst),
+        aes_(preferred_cipher() == Cipher::aes256gcm) {
+    if (options_.token.empty() && !options_.authorize)
+      throw UsageError("the bootstrap needs a token, authorized keys, or both");
+    worker_address_ = worker_->address();
+    open_socket();
+    if (::pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) {
+      ::close(listen_fd_);
+      throw_system_error("pipe2", errno);
+    }
+    thread_ = std::thread([this] { run(); });
+  }
+
+  ~Impl() {
+    stop();
+    if (thread_.joinable()) thread_.join();
+    for (auto& peer : pending_) ::close(peer->fd);
+    if (listen_fd_ >= 0) ::close(listen_fd_);
+    ::close(wake_[0]);
+    ::close(wake_[1]);
+  }
+
+  void stop() {
+    if (stopping_.exchange(true)) return;
+    const char byte = 1;
+    [[maybe_unused]] auto n = ::write(wake_[1], &byte, 1);
+  }
+
+  std::uint16_t port() const noexcept { return port_; }
+  const PublicKey& host_key() const noexcept { return host_key_.public_key(); }
+
+ private:
+  enum class Stage { hello, auth, flushing };
+  struct Pending {
+    int fd = -1;
+    std::string address;
+    Clock::time_point deadline;
+    Stage stage = Stage::hello;
+    std::vector<std::byte> in;
+    std::vector<std::byte> out;
+    std::size_t out_done = 0;
+    bool done = false;  // closed, or to be
+    std::vector<std::byte> hello_body, challenge_body;
+    protocol::Hello hello;
+    protocol::Challenge challenge;
+    std::unique_ptr<handshake::Exchange> exchange;
+    std::unique_ptr<SecureChannel> channel;
+  };
+
+  void open_socket() {
+    sockaddr_storage address{};
+    const auto length = resolve(options_.host, options_.port, address);
+    const auto text = format_sockaddr(address);
+    listen_fd_ = ::socket(address.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (listen_fd_ < 0) throw Error(fmt::format("cannot listen on {}: socket: {}", text, std::strerror(errno)));
+    // A restarted ferryd must listen on its old port at once, while the
+    // connections of the one before linger in TIME_WAIT.
+    const int one = 1;
+    ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (::bind(listen_fd_, reinterpret_cast<const sockaddr*>(&address), length) != 0 ||
+        ::listen(listen_fd_, 512) != 0) {
+      const int error = errno;
+      ::close(listen_fd_);
+      throw Error(fmt::format("cannot listen on {}: {}", text, std::strerror(error)));
+    }
+    sockaddr_storage bound{};
+    socklen_t bound_length = sizeof bound;
+    ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&bound), &bound_length);
+    port_ = sockaddr_port(bound);
+    log().debug("bootstrap: listening on {}", format_sockaddr(bound));
+  }
+
+  void run() {
+    pthread_setname_np(pthread_self(), "ferry-bootstrap");
+    std::vector<pollfd> fds;
+    while (!stopping_) {
+      const auto now = Clock::now();
+      fds.clear();
+      fds.push_back({wake_[0], POLLIN, 0});
+      const bool accepting = now >= paused_until_;
+      fds.push_back({accepting ? listen_fd_ : -1, POLLIN, 0});
+      auto next = accepting ? Clock::time_point::max() : paused_until_;
+      for (auto& peer : pending_) {
+        short events = peer->out_done < peer->out.size() ? POLLOUT : 0;
+        if (peer->stage != Stage::flushing) events |= POLLIN;
+        fds.push_back({peer->fd, events, 0});
+        next = std::min(next, peer->deadline);
+      }
+      int timeout = -1;
+      if (next != Clock::time_point::max())
+        timeout = static_cast<int>(std::clamp<std::int64_t>(
+            std::chrono::duration_cast<std::chrono::milliseconds>(next - now).count() + 1, 0, 60000));
+      if (::poll(fds.data(), fds.size(), timeout) < 0 && errno != EINTR) {
+        log().error("bootstrap: poll: {}", std::strerror(errno));
+        std::this_thread::sleep_for(accept_pause);
+        continue;
+      }
+      if (fds[0].revents != 0) {
+        char sink[64];
+        while (::read(wake_[0], sink, sizeof sink) > 0) {
+        }
+      }
+      if (stopping_) break;
+      // pending_ may grow below; fds covers the peers there were.
+      const std::size_t polled = fds.size() - 2;
+      for (std::size_t i = 0; i < polled; ++i) {
+        auto& peer = *pending_[i];
+        const short revents = fds[i + 2].revents;
+        if ((revents & POLLOUT) != 0) flush(peer);
+        if ((revents & (POLLIN | POLLHUP | POLLERR)) != 0 && !peer.done) receive(peer);
+      }
+      if ((fds[1].revents & POLLIN) != 0) accept_all();
+      reap(Clock::now());
+    }
+    // Stopped: new peers are refused by the kernel from now on, not left
+    // waiting in a backlog nobody reads.
+    ::close(listen_fd_);
+    listen_fd_ = -1;
+    for (auto& peer : pending_) ::close(peer->fd);
+    pending_.clear();
+  }
+
+  void accept_all() {
+    for (;;) {
+      sockaddr_storage address{};
+      socklen_t length = sizeof address;
+      const int fd = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&address), &length,
+                               SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0) {
+        if (errno == EINTR || errno == ECONNABORTED) continue;
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+          warn_now(last_fd_warning_, "bootstrap: out of file descriptors ({}); not accepting for {} ms",
+                   std::strerror(errno), accept_pause.count());
+          paused_until_ = Clock::now() + accept_pause;
+        }
+        return;
+      }
+      const auto now = Clock::now();
+      const auto text = format_sockaddr(address);
+      const auto ip = ip_of(address);
+      if (!limit_.admit(ip, now)) {
+        ::close(fd);
+        ++refused_rate_;
+        warn_now(last_rate_warning_, "bootstrap: {} connects too often (more than {}/s); refused {} so far", ip,
+                 options_.per_address_rate, refused_rate_);
+        continue;
+      }
+      if (pending_.size() >= options_.max_pending) {
+        ::close(fd);
+        ++refused_full_;
+        warn_now(last_full_warning_, "bootstrap: {} handshakes in progress, the most allowed; refused {} ({} so far)",
+                 pending_.size(), text, refused_full_);
+        continue;
+      }
+      const int one = 1;
+      ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      auto peer = std::make_unique<Pending>();
+      peer->fd = fd;
+      peer->address = text;
+      peer->deadline = now + options_.deadline;
+      log().debug("bootstrap: connection from {}", text);
+      pending_.push_back(std::move(peer));
+    }
+  }
+
+  template <typename... Args>
+  void warn_now(Clock::time_point& last, fmt::format_string<Args...> format, Args&&... args) {
+    const auto now = Clock::now();
+    if (now - last < warn_period) return;
+    last = now;
+    log().warn(format, std::forward<Args>(args)...);
+  }
+
+  void reap(Clock::time_point now) {
+    for (auto& peer : pending_) {
+      if (peer->done || now < peer->deadline) continue;
+      const auto why = fmt::format("no handshake within {} ms", options_.deadline.count());
+      log().info("bootstrap: dropped {}: {}", peer->address, why);
+      refused(*peer, why);
+      peer->done = true;
+    }
+    std::erase_if(pending_, [](const std::unique_ptr<Pending>& peer) {
+      if (!peer->done) return false;
+      ::close(peer->fd);
+      return true;
+    });
+  }
+
+  void refused(const Pending& peer, const std::string& why) {
+    if (!on_refused_) return;
+    try {
+      on_refused_(peer.address, why);
+    } catch (const std::exception& e) {
+      log().error("bootstrap: refusal handler threw: {}", e.what());
+    }
+  }
+
+  void receive(Pending& peer) {
+    std::byte chunk[4096];
+    for (;;) {
+      const ssize_t n = ::recv(peer.fd, chunk, sizeof chunk, 0);
+      if (n > 0) {
+        peer.in.insert(peer.in.end(), chunk, chunk + n);
+        // A peer cannot make us hold more than one frame and a bit.
+        if (peer.in.size() > 4 + handshake::max_frame_bytes + sizeof chunk) break;
+        continue;
+      }
+      if (n == 0) {
+        log().debug("bootstrap: {} hung up during the handshake", peer.address);
+        refused(peer, "hung up during the handshake");
+        peer.done = true;
+        return;
+      }
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+      log().debug("bootstrap: {}: {}", peer.address, std::strerror(errno));
+      peer.done = true;
+      return;
+    }
+    while (!peer.done && peer.stage != Stage::flushing && peer.in.size() >= 4) {
+      const auto length = handshake::frame_length(peer.in.data());
+      if (length == 0 || length > handshake::max_frame_bytes)
+        return garbage(peer, fmt::format("a frame of {} bytes (at most {})", length, handshake::max_frame_bytes));
+      if (peer.in.size() < 4 + length) return;
+      std::vector<std::byte> body(peer.in.begin() + 4, peer.in.begin() + 4 + length);
+      peer.in.erase(peer.in.begin(), peer.in.begin() + 4 + length);
+      try {
+        if (peer.stage == Stage::hello) {
+          on_hello(peer, std::move(body));
+        } else {
+          on_auth(peer, body);
+        }
+      } catch (const ProtocolError& e) {
+        return garbage(peer, e.what());
+      }
+    }
+  }
+
+  // Not a Ferry client, or a broken one: closed without a word, since what
+  // it would make of one is unknown.
+  void garbage(Pending& peer, const std::string& what) {
+    log().info("bootstrap: dropped {}: {}", peer.address, handshake::printable(what));
+    refused(peer, what);
+    peer.done = true;
+  }
+
+  void send(Pending& peer, std::span<const std::byte> body) {
+    auto frame = handshake::frame(body);
+    peer.out.insert(peer.out.end(), frame.begin(), frame.end());
+    flush(peer);
+  }
+
+  void flush(Pending& peer) {
+    while (peer.out_done < peer.out.size()) {
+      const ssize_t n = ::send(peer.fd, peer.out.data() + peer.out_done, peer.out.size() - peer.out_done,
+                               MSG_NOSIGNAL);
+      if (n > 0) {
+        peer.out_done += static_cast<std::size_t>(n);
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+      peer.done = true;
+      return;
+    }
+    if (peer.stage == Stage::flushing) peer.done = true;  // everything said: the socket's work is over
+  }
+
+  // Says why and closes once that is on its way; sealed when keys exist.
+  void refuse(Pending& peer, Status status, const std::string& why) {
+    log().warn("bootstrap: refused {} ({}): {}", peer.address, handshake::printable(peer.hello.client), why);
+    refused(peer, why);
+    const auto message = protocol::encode(protocol::ErrorMessage{status, why});
+    peer.stage = Stage::flushing;
+    if (peer.channel) {
+      send(peer, peer.channel->seal(message, {}, nullptr));
+    } else {
+      send(peer, message);
+    }
+  }
+
+  void on_hello(Pending& peer, std::vector<std::byte> body) {
+    auto message = protocol::decode(body);
+    auto* hello = std::get_if<protocol::Hello>(&message);
+    if (hello == nullptr)
+      return garbage(peer, fmt::format("a {} message where a hello belongs", protocol::to_string(protocol::type_of(message))));
+    peer.hello = std::move(*hello);
+    const std::uint16_t lowest = std::max(peer.hello.min_version, protocol::oldest_version);
+    const std::uint16_t highest = std::min(peer.hello.max_version, protocol::version);
+    if (highest < lowest)
+      return refuse(peer, Status::version_mismatch,
+                    fmt::format("ferryd speaks protocol versions {}-{}, the client {}-{}", protocol::oldest_version,
+                                protocol::version, peer.hello.min_version, peer.hello.max_version));
+    peer.hello_body = std::move(body);
+    peer.exchange = std::make_unique<handshake::Exchange>();
+    auto& challenge = peer.challenge;
+    challenge.version = highest;
+    challenge.nonce = random_nonce();
+    challenge.exchange = peer.exchange->public_key;
+    challenge.host_key = host_key_.public_key();
+    challenge.cipher = aes_ && peer.hello.aes_gcm != 0 ? 0 : 1;
+    const auto digest = handshake::challenge_digest(peer.hello_body, challenge);
+    challenge.signature = host_key_.sign(digest);
+    peer.challenge_body = protocol::encode(challenge);
+    peer.stage = Stage::auth;
+    send(peer, peer.challenge_body);
+  }
+
+  void on_auth(Pending& peer, std::span<const std::byte> body) {
+    auto message = protocol::decode(body);
+    auto* auth = std::get_if<protocol::Auth>(&message);
+    if (auth == nullptr)
+      return garbage(peer, fmt::format("a {} message where an auth belongs", protocol::to_string(protocol::type_of(message))));
+    const Cipher cipher = peer.challenge.cipher == 0 ? Cipher::aes256gcm : Cipher::xchacha20poly1305;
+    peer.channel = handshake::server_channel(*peer.exchange, peer.hello.exchange, cipher);
+    if (!peer.channel) return refuse(peer, Status::auth_failed, "the client's key exchange is unusable");
+    if (auth->worker_address.empty()) return refuse(peer, Status::malformed, "auth carries no worker address");
+    const auto digest = handshake::auth_digest(peer.hello_body, peer.challenge_body, auth->worker_address);
+
+    Peer who;
+    who.address = peer.address;
+    who.client = handshake::printable(peer.hello.client);
+    if (!all_zero(peer.hello.identity)) {
+      const PublicKey key = peer.hello.identity;
+      if (!options_.authorize)
+        return refuse(peer, Status::auth_failed, "this ferryd takes the shared token, not keys");
+      auto name = options_.authorize(key);
+      if (!name) return refuse(peer, Status::auth_failed, fmt::format("key {} is not authorized", fingerprint(key)));
+      if (!verify(key, digest, auth->signature))
+        return refuse(peer, Status::auth_failed, fmt::format("the signature by key {} ({}) does not verify",
+                                                             *name, fingerprint(key)));
+      who.key_name = std::move(*name);
+      who.key = key;
+    } else {
+      if (options_.token.empty())
+        return refuse(peer, Status::auth_failed, "this ferryd takes authorized keys only; the client sent no key");
+      if (!verify_mac(options_.token, digest, "client", auth->mac))
+        return refuse(peer, Status::auth_failed, "authentication failed: the client's token is not ferryd's");
+      who.key_name = "token";
+    }
+    const std::string ip = peer.address.substr(0, peer.address.rfind(':'));
+    const bool loopback = is_loopback(ip.size() >= 2 && ip.front() == '[' ? ip.substr(1, ip.size() - 2) : ip);
+    const bool client_allows = peer.hello.privacy == protocol::Privacy::plaintext ||
+                               (peer.hello.privacy == protocol::Privacy::automatic && loopback);
+    const bool server_allows = options_.allow_plaintext || (loopback && !options_.encrypt_loopback);
+    who.encrypted = !(client_allows && server_allows);
+    who.cipher = cipher;
+    if (!who.encrypted && !loopback)
+      log().warn("bootstrap: {} ({}) gets a plaintext link, as both ends chose (--plaintext)", who.address,
+                 who.client);
+    admit(peer, who, auth->worker_address, digest);
+  }
+
+  void admit(Pending& peer, const Peer& who, const protocol::Bytes& client_address,
+             const handshake::Digest& digest) {
+    SecureChannel* seal = peer.channel.get();
+    std::vector<std::byte> reply;
+    try {
+      // On the progress thread at once: the connection's first sealed
+      // message must follow the welcome's number, and nothing the session
+      // sends can slip in between inside one posted function.
+      reply = worker_->call([&] {
+        auto connection = Connection::to_worker(worker_, client_address, who.address,
+                                                who.encrypted ? std::move(peer.channel) : nullptr, {}, {});
+        protocol::Message answer = on_accept_(who, connection);
+        if (auto* welcome = std::get_if<protocol::Welcome>(&answer)) {
+          if (who.key_name == "token" && !who.key) welcome->mac = auth_mac(options_.token, digest, "server");
+          welcome->encrypted = who.encrypted ? 1 : 0;
+          welcome->worker_address = worker_address_;
+        } else {
+          connection->close();
+        }
+        return seal->seal(protocol::encode(answer), {}, nullptr);
+      });
+    } catch (const std::exception& e) {
+      log().error("bootstrap: could not admit {}: {}", who.address, e.what());
+      peer.done = true;
+      return;
+    }
+    log().debug("bootstrap: {} ({}) in as {}, {}", who.address, who.client, who.key_name,
+                who.encrypted ? to_string(who.cipher) : "plaintext");
+    peer.stage = Stage::flushing;
+    send(peer, reply);
+  }
+
+  std::shared_ptr<Worker> worker_;
+  Options options_;
+  AcceptHandler on_accept_;
+  RefusedHandler on_refused_;
+  KeyPair host_key_;
+  RateLimit limit_;
+  bool aes_;
+  std::vector<std::uint8_t> worker_address_;
+  int listen_fd_ = -1;
+  int wake_[2] = {-1, -1};
+  std::uint16_t port_ = 0;
+  std::atomic<bool> stopping_{false};
+  std::vector<std::unique_ptr<Pending>> pending_;
+  Clock::time_point paused_until_{};
+  Clock::time_point last_fd_warning_{}, last_rate_warning_{}, last_full_warning_{};
+  std::uint64_t refused_rate_ = 0, refused_full_ = 0;
+  std::thread thread_;
+};
+
+BootstrapServer::BootstrapServer(std::shared_ptr<Worker> worker, Options options, AcceptHandler on_accept,
+                                 RefusedHandler on_refused)
+    : impl_(std::make_unique<Impl>(std::move(worker), std::move(options), std::move(on_accept),
+                                   std::move(on_refused))) {}
+BootstrapServer::~BootstrapServer() = default;
+std::uint16_t BootstrapServer::port() const noexcept { return impl_->port(); }
+const PublicKey& BootstrapServer::host_key() const noexcept { return impl_->host_key(); }
+void BootstrapServer::stop() { impl_->stop(); }
+
+bool is_loopback(const std::string& ip) {
+  in_addr v4{};
+  if (::inet_pton(AF_INET, ip.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6{};
+  if (::inet_pton(AF_INET6, ip.c_str(), &v6) != 1) return false;
+  if (IN6_IS_ADDR_LOOPBACK(&v6)) return true;
+  return IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127;
+}
+
+}  // namespace ferry::transport

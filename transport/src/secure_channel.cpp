@@ -1,0 +1,125 @@
+#include "ferry/transport/secure_channel.hpp"
+
+#include <sodium.h>
+
+#include <cstring>
+
+#include "ferry/error.hpp"
+#include "sodium_init.hpp"
+
+namespace ferry::transport {
+namespace {
+
+static_assert(crypto_aead_aes256gcm_ABYTES == seal_overhead);
+static_assert(crypto_aead_xchacha20poly1305_ietf_ABYTES == seal_overhead);
+static_assert(crypto_aead_aes256gcm_KEYBYTES == sizeof(SessionKey));
+static_assert(crypto_aead_xchacha20poly1305_ietf_KEYBYTES == sizeof(SessionKey));
+
+// Header and payload of message n get different nonces: n, then a byte
+// saying which part, the rest zero. Both ciphers' nonces have room for it.
+enum class Part : std::uint8_t { header = 0, payload = 1 };
+using Nonce = std::array<unsigned char, crypto_aead_xchacha20poly1305_ietf_NPUBBYTES>;
+static_assert(crypto_aead_aes256gcm_NPUBBYTES >= 9);
+
+Nonce nonce_for(std::uint64_t number, Part part) {
+  Nonce nonce{};
+  for (int i = 0; i < 8; ++i) nonce[i] = static_cast<unsigned char>(number >> (8 * i));
+  nonce[8] = static_cast<unsigned char>(part);
+  return nonce;
+}
+
+using Ad = std::array<unsigned char, 8>;
+Ad length_ad(std::uint64_t bytes) {
+  Ad ad{};
+  for (int i = 0; i < 8; ++i) ad[i] = static_cast<unsigned char>(bytes >> (8 * i));
+  return ad;
+}
+
+const unsigned char* u8(const std::byte* p) { return reinterpret_cast<const unsigned char*>(p); }
+unsigned char* u8(std::byte* p) { return reinterpret_cast<unsigned char*>(p); }
+
+void encrypt(Cipher cipher, const SessionKey& key, const Nonce& nonce, const std::byte* plain, std::size_t bytes,
+             const unsigned char* ad, std::size_t ad_bytes, std::byte* out) {
+  unsigned long long written = 0;
+  if (cipher == Cipher::aes256gcm) {
+    crypto_aead_aes256gcm_encrypt(u8(out), &written, u8(plain), bytes, ad, ad_bytes, nullptr, nonce.data(),
+                                  key.data());
+  } else {
+    crypto_aead_xchacha20poly1305_ietf_encrypt(u8(out), &written, u8(plain), bytes, ad, ad_bytes, nullptr,
+                                               nonce.data(), key.data());
+  }
+}
+
+// In place is allowed by both (libsodium documents m == c).
+bool decrypt(Cipher cipher, const SessionKey& key, const Nonce& nonce, const std::byte* sealed, std::size_t bytes,
+             const unsigned char* ad, std::size_t ad_bytes, std::byte* out) {
+  if (bytes < seal_overhead) return false;
+  unsigned long long written = 0;
+  if (cipher == Cipher::aes256gcm)
+    return crypto_aead_aes256gcm_decrypt(u8(out), &written, nullptr, u8(sealed), bytes, ad, ad_bytes, nonce.data(),
+                                         key.data()) == 0;
+  return crypto_aead_xchacha20poly1305_ietf_decrypt(u8(out), &written, nullptr, u8(sealed), bytes, ad, ad_bytes,
+                                                    nonce.data(), key.data()) == 0;
+}
+
+}  // namespace
+
+const char* to_string(Cipher cipher) noexcept {
+  return cipher == Cipher::aes256gcm ? "AES-256-GCM" : "XChaCha20-Poly1305";
+}
+
+Cipher preferred_cipher() {
+  ensure_sodium();
+  return crypto_aead_aes256gcm_is_available() != 0 ? Cipher::aes256gcm : Cipher::xchacha20poly1305;
+}
+
+SecureChannel::SecureChannel(Cipher cipher, const SessionKey& send_key, const SessionKey& receive_key)
+    : cipher_(cipher), send_key_(send_key), receive_key_(receive_key) {
+  ensure_sodium();
+  if (cipher == Cipher::aes256gcm && crypto_aead_aes256gcm_is_available() == 0)
+    throw Error("AES-256-GCM was chosen but this CPU lacks AES-NI/PCLMUL");
+}
+
+SecureChannel::~SecureChannel() {
+  sodium_memzero(send_key_.data(), send_key_.size());
+  sodium_memzero(receive_key_.data(), receive_key_.size());
+}
+
+std::vector<std::byte> SecureChannel::seal(std::span<const std::byte> header, std::span<const std::byte> payload,
+                                           std::byte* payload_out) {
+  const std::uint64_t number = next_send_++;
+  const std::uint64_t sealed_payload = payload.empty() ? 0 : payload.size() + seal_overhead;
+  if (!payload.empty())
+    encrypt(cipher_, send_key_, nonce_for(number, Part::payload), payload.data(), payload.size(), nullptr, 0,
+            payload_out);
+  std::vector<std::byte> sealed(header.size() + seal_overhead);
+  const Ad ad = length_ad(sealed_payload);
+  encrypt(cipher_, send_key_, nonce_for(number, Part::header), header.data(), header.size(), ad.data(), ad.size(),
+          sealed.data());
+  return sealed;
+}
+
+bool SecureChannel::open_header(std::span<const std::byte> sealed, std::size_t sealed_payload_bytes,
+                                std::vector<std::byte>& header, std::uint64_t& number) {
+  if (broken_ || sealed.size() < seal_overhead || (sealed_payload_bytes != 0 && sealed_payload_bytes < seal_overhead)) {
+    broken_ = true;
+    return false;
+  }
+  header.resize(sealed.size() - seal_overhead);
+  const Ad ad = length_ad(sealed_payload_bytes);
+  if (!decrypt(cipher_, receive_key_, nonce_for(next_receive_, Part::header), sealed.data(), sealed.size(), ad.data(),
+               ad.size(), header.data())) {
+    header.clear();
+    broken_ = true;
+    return false;
+  }
+  number = next_receive_++;
+  return true;
+}
+
+bool SecureChannel::open_payload(std::uint64_t number, std::span<std::byte> sealed) const {
+  return decrypt(cipher_, receive_key_, nonce_for(number, Part::payload), sealed.data(), sealed.size(), nullptr, 0,
+                 sealed.data());
+}
+
+}  // namespace ferry::transport
