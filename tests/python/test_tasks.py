@@ -162,10 +162,25 @@ def test_trace_and_plot(tmp_path):
     assert all(s.end >= s.start for s in t.tasks)
     ax = t.plot()
     assert len(ax.patches) + len(ax.collections) >= 4
+    assert any(text.get_text().startswith("gemm") for text in ax.texts), [x.get_text() for x in ax.texts]
     ax.figure.savefig(tmp_path / "trace.png")
     assert (tmp_path / "trace.png").stat().st_size > 1000
     t.save(str(tmp_path / "trace.json"))
     assert "traceEvents" in (tmp_path / "trace.json").read_text()
+
+
+def test_plot_of_one_lane_keeps_its_title_inside_the_figure():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    with ferry.Runtime(workers=1, trace=True) as r:
+        r.fill(r.zeros(1000), 1.0).result()
+        t = r.trace()
+    ax = t.plot()
+    figure = ax.figure
+    figure.canvas.draw()
+    title = ax.title.get_window_extent(figure.canvas.get_renderer())
+    assert title.y1 <= figure.bbox.y1 and title.y0 >= 0, (title, figure.bbox)
 
 
 def test_trace_needs_tracing(rt):
