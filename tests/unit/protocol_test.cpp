@@ -32,8 +32,8 @@ bool same(const Hello& a, const Hello& b) {
 bool same(const Challenge& a, const Challenge& b) { return a.version == b.version && a.nonce == b.nonce; }
 bool same(const Auth& a, const Auth& b) { return a.mac == b.mac; }
 bool same(const Welcome& a, const Welcome& b) {
-  return std::tie(a.server, a.memory_quota, a.cpu_workers, a.gpus, a.max_payload) ==
-         std::tie(b.server, b.memory_quota, b.cpu_workers, b.gpus, b.max_payload);
+  return std::tie(a.server, a.memory_quota, a.cpu_workers, a.gpus, a.max_payload, a.kernels, a.devices) ==
+         std::tie(b.server, b.memory_quota, b.cpu_workers, b.gpus, b.max_payload, b.kernels, b.devices);
 }
 bool same(const Put& a, const Put& b) {
   return std::tie(a.request, a.buffer, a.dtype, a.rows, a.cols, a.offset) ==
@@ -130,7 +130,9 @@ std::vector<Message> samples() {
                         .memory_quota = std::uint64_t{48} << 30,
                         .cpu_workers = 16,
                         .gpus = 8,
-                        .max_payload = std::uint64_t{64} << 20});
+                        .max_payload = std::uint64_t{64} << 20,
+                        .kernels = {"axpy", "gemm", "my_plugin_kernel"},
+                        .devices = {"cpu (16 workers)", "cuda:0 (NVIDIA H100)"}});
   out.push_back(Put{.request = 0x0102030405060708,
                     .buffer = std::numeric_limits<std::uint64_t>::max(),
                     .dtype = DType::i32,
@@ -542,6 +544,27 @@ TEST(ProtocolEncode, RefusesWhatDecodeWouldForDefineKernel) {
   expect_encode_refused(define, "define_kernel.options[1]");
   define.options.assign(max_args, std::string(max_string_bytes, 'x'));
   expect_encode_refused(define, "define_kernel.header");
+}
+
+}  // namespace
+}  // namespace ferry::protocol
+
+namespace ferry::protocol {
+namespace {
+
+// Welcome's kernel list is bounded by max_names (not max_args) and by the header.
+TEST(ProtocolEncode, WelcomeKernelListBounds) {
+  Welcome many;
+  for (std::size_t i = 0; i < 200; ++i) many.kernels.push_back("k" + std::to_string(i));
+  const auto bytes = encode(many);
+  EXPECT_EQ(std::get<Welcome>(decode(bytes)).kernels.size(), 200u);
+  many.kernels.assign(max_names + 1, "k");
+  try {
+    (void)encode(many);
+    ADD_FAILURE() << "513 kernel names were encoded";
+  } catch (const ProtocolError& e) {
+    EXPECT_NE(std::string(e.what()).find("welcome.kernels: 513 items (at most 512)"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// The `ferry` command-line tool: a look at the machine and a quick allocator check.
+// The `ferry` command-line tool: a look at the machine, a check of a GPU host, a quick allocator check.
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
@@ -7,6 +7,8 @@
 #include <exception>
 
 #include "bench_alloc.hpp"
+#include "check.hpp"
+#include "models.hpp"
 #include "ferry/config.hpp"
 #include "ferry/log.hpp"
 #include "info.hpp"
@@ -14,7 +16,7 @@
 int main(int argc, char** argv) {
   CLI::App app{"ferry: inspect this machine for the Ferry offload runtime"};
   app.set_version_flag("--version", ferry::config::version);
-  app.require_subcommand(1);
+  app.require_subcommand(0, 1);  // none: print the help
 
   bool as_json = false;
   auto* info = app.add_subcommand("info", "CPUs, memory, CUDA devices, UCX transports and RDMA devices");
@@ -26,13 +28,41 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.01, 600.0))
       ->capture_default_str();
 
+  ferry::tools::CheckOptions check_options;
+  double check_timeout = 10.0;
+  auto* check = app.add_subcommand("check", "connect to a ferryd as a runtime would: authenticate, measure the link, "
+                                            "list its devices and kernels");
+  check->add_option("address", check_options.address, "the GPU host, ucx://host:port or host:port")->required();
+  check->add_option("--token", check_options.token, "the pre-shared token (default: FERRY_TOKEN)");
+  check->add_option("--token-file", check_options.token_file, "the file holding it (default: FERRY_TOKEN_FILE)");
+  check->add_option("--timeout", check_timeout, "seconds to connect and authenticate")
+      ->check(CLI::Range(0.1, 3600.0))
+      ->capture_default_str();
+
+  ferry::tools::ModelsOptions models_options;
+  auto* models = app.add_subcommand("models", "the performance models runtimes learned: list, show KERNEL, reset");
+  models->add_option("action", models_options.action, "list (default), show or reset")
+      ->check(CLI::IsMember({"list", "show", "reset"}));
+  models->add_option("kernel", models_options.kernel, "show: the kernel; reset: only its models");
+  models->add_option("--device", models_options.device, "only models of this device key (as list prints it)");
+  models->add_option("--dir", models_options.dir, "where models are kept (default: FERRY_PERFMODEL_DIR or ~/.cache)");
+
   CLI11_PARSE(app, argc, argv);
+  if (app.get_subcommands().empty()) {
+    fmt::print("{}", app.help());
+    return EXIT_SUCCESS;
+  }
 
   try {
     if (info->parsed()) {
       // `info` prints why CUDA is unavailable itself; the runtime's log line would say it twice.
       if (std::getenv("FERRY_LOG") == nullptr) ferry::log().set_level(spdlog::level::warn);
       return ferry::tools::run_info(as_json);
+    }
+    if (models->parsed()) return ferry::tools::run_models(models_options);
+    if (check->parsed()) {
+      check_options.timeout = std::chrono::milliseconds(static_cast<long>(check_timeout * 1000));
+      return ferry::tools::run_check(check_options);
     }
     return ferry::tools::run_bench_alloc(seconds);
   } catch (const std::exception& e) {

@@ -122,6 +122,7 @@ void Session::on_hello(const protocol::Hello& hello) {
   const std::uint16_t lowest = std::max(hello.min_version, protocol::oldest_version);
   const std::uint16_t highest = std::min(hello.max_version, protocol::version);
   if (highest < lowest) {
+    server_.metrics.auth_failure("version_mismatch");
     log().warn("client {} speaks protocol versions {}-{}; ferryd speaks {}-{}", describe(), hello.min_version,
                hello.max_version, protocol::oldest_version, protocol::version);
     send(protocol::ErrorMessage{Status::version_mismatch,
@@ -137,7 +138,7 @@ void Session::on_hello(const protocol::Hello& hello) {
 
 void Session::on_auth(const protocol::Auth& auth) {
   if (!transport::verify_mac(server_.token, nonce_, client_, auth.mac)) {
-    server_.metrics.auth_failure();
+    server_.metrics.auth_failure("wrong_token");
     log().warn("client {} failed to authenticate: wrong token", describe());
     send(protocol::ErrorMessage{Status::auth_failed, "authentication failed: the client's token is not ferryd's"});
     return close("authentication failed");
@@ -146,7 +147,8 @@ void Session::on_auth(const protocol::Auth& auth) {
   server_.metrics.client_connected();
   log().info("client {} authenticated", describe());
   send(protocol::Welcome{server_.name, server_.limits.client_quota, server_.cpu_workers, server_.gpus,
-                         server_.limits.max_payload});
+                         server_.limits.max_payload, server_.kernels, server_.devices,
+                         server_.device_key});
 }
 
 void Session::send(const protocol::Message& message) {
@@ -157,7 +159,7 @@ void Session::send(const protocol::Message& message) {
 void Session::enforce_handshake_deadline(std::chrono::steady_clock::time_point now) {
   if (state_ != State::awaiting_hello && state_ != State::awaiting_auth) return;
   if (now - accepted_ < server_.limits.handshake_timeout) return;
-  server_.metrics.auth_failure();
+  server_.metrics.auth_failure("handshake_timeout");
   fail(Status::auth_failed, fmt::format("no authentication within {} ms",
                                         server_.limits.handshake_timeout.count()));
 }

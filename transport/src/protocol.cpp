@@ -146,6 +146,9 @@ void fields(IO& io, M& m) {
   io("cpu_workers", m.cpu_workers);
   io("gpus", m.gpus);
   io("max_payload", m.max_payload);
+  io("kernels", m.kernels, max_names);
+  io("devices", m.devices, max_names);
+  io("device_key", m.device_key);
 }
 template <class IO, Is<Put> M>
 void fields(IO& io, M& m) {
@@ -317,9 +320,9 @@ class Writer : public Location {
     leave_arg();
   }
 
-  void operator()(const char* field, const std::vector<std::string>& items) {
-    if (items.size() > max_args)
-      fail(field, std::to_string(items.size()) + " items (at most " + std::to_string(max_args) + ")");
+  void operator()(const char* field, const std::vector<std::string>& items, std::size_t bound = max_args) {
+    if (items.size() > bound)
+      fail(field, std::to_string(items.size()) + " items (at most " + std::to_string(bound) + ")");
     append_le(out_, static_cast<std::uint32_t>(items.size()));
     for (std::size_t i = 0; i < items.size(); ++i) {
       enter_arg(i, field);
@@ -399,9 +402,9 @@ class Reader : public Location {
     leave_arg();
   }
 
-  void operator()(const char* field, std::vector<std::string>& items) {
+  void operator()(const char* field, std::vector<std::string>& items, std::size_t bound = max_args) {
     const auto count = uint<std::uint32_t>(field);
-    if (count > max_args) fail(field, std::to_string(count) + " items (at most " + std::to_string(max_args) + ")");
+    if (count > bound) fail(field, std::to_string(count) + " items (at most " + std::to_string(bound) + ")");
     items.assign(count, std::string{});
     for (std::size_t i = 0; i < count; ++i) {
       enter_arg(i, field);

@@ -31,6 +31,7 @@ inline constexpr std::uint64_t max_buffer_bytes = std::uint64_t{1} << 40;  // 1 
 inline constexpr std::size_t nonce_bytes = 32;
 inline constexpr std::size_t mac_bytes = 32;  // HMAC-SHA-256 (libsodium crypto_auth_hmacsha256)
 inline constexpr std::uint32_t max_source_bytes = 1u << 20;  // a define_kernel's CUDA source (its payload)
+inline constexpr std::size_t max_names = 512;  // welcome's kernel and device lists (the header bound still applies)
 
 enum class Type : std::uint16_t {
   hello = 1,   // client -> server: first message
@@ -96,6 +97,13 @@ struct Welcome {
   std::uint32_t cpu_workers = 0;
   std::uint32_t gpus = 0;
   std::uint64_t max_payload = 0;    // largest payload the server accepts in one message (chunk bound)
+  // Kernels runs may name (built-ins and plugins), sorted; empty when the
+  // list did not fit in the header, and then the client assumes its own.
+  std::vector<std::string> kernels;
+  std::vector<std::string> devices;  // what tasks run on there, one line each, for people
+  // What the host's devices are (GPU models, or CPU model and workers), the
+  // same for every host alike: clients key their performance models by it.
+  std::string device_key;
 };
 
 // A replica is a row-major rows x cols matrix of dtype, identified by a
