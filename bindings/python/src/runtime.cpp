@@ -152,7 +152,8 @@ void bind_runtime(nb::module_& m) {
               std::optional<std::string> token, std::optional<std::string> token_file,
               std::optional<std::size_t> chunk_bytes, std::optional<unsigned> chunk_window,
               std::optional<bool> persist_perf_models, std::optional<std::string> perf_model_dir,
-              bool read_environment, std::optional<std::string> gpus, std::optional<std::size_t> gpu_memory_limit) {
+              bool read_environment, std::optional<std::string> gpus, std::optional<std::size_t> gpu_memory_limit,
+              std::optional<std::string> remote_policy, std::optional<double> remote_timeout) {
              Runtime::Options o;
              o.workers = workers;
              if (policy) o.policy = parse_policy(*policy);
@@ -169,6 +170,15 @@ void bind_runtime(nb::module_& m) {
              o.read_environment = read_environment;
              if (gpus) o.gpus = *gpus;
              if (gpu_memory_limit) o.gpu_memory_limit = *gpu_memory_limit;
+             if (remote_policy) {
+               if (*remote_policy == "require") o.remote_policy = RemotePolicy::require;
+               else if (*remote_policy == "prefer") o.remote_policy = RemotePolicy::prefer;
+               else throw UsageError(fmt::format("remote_policy '{}': expected 'require' or 'prefer'", *remote_policy));
+             }
+             if (remote_timeout) {
+               if (!(*remote_timeout > 0)) throw UsageError("remote_timeout must be a positive number of seconds");
+               o.remote_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(*remote_timeout * 1000));
+             }
              new (self) RuntimeHandle(std::move(o));
            },
            nb::arg("workers") = 0, nb::arg("policy") = nb::none(), nb::arg("trace") = false,
@@ -176,7 +186,8 @@ void bind_runtime(nb::module_& m) {
            nb::arg("token") = nb::none(), nb::arg("token_file") = nb::none(), nb::arg("chunk_bytes") = nb::none(),
            nb::arg("chunk_window") = nb::none(), nb::arg("persist_perf_models") = nb::none(),
            nb::arg("perf_model_dir") = nb::none(), nb::arg("read_environment") = true, nb::arg("gpus") = nb::none(),
-           nb::arg("gpu_memory_limit") = nb::none())
+           nb::arg("gpu_memory_limit") = nb::none(), nb::arg("remote_policy") = nb::none(),
+           nb::arg("remote_timeout") = nb::none())
       .def("close", &RuntimeHandle::close, "Waits for every task, then releases the runtime's devices and memory")
       .def_prop_ro("closed", &RuntimeHandle::closed)
       .def("_empty", [](RuntimeHandle& h, std::vector<std::size_t> shape, const std::string& dtype, bool zero) {
@@ -250,6 +261,12 @@ void bind_runtime(nb::module_& m) {
         d["server_bytes_in"] = s.server_bytes_in;
         d["server_bytes_out"] = s.server_bytes_out;
         d["server_memory_in_use"] = s.server_memory_in_use;
+        d["server"] = s.server;
+        d["kernels"] = s.kernels;
+        d["server_devices"] = s.server_devices;
+        d["latency_seconds"] = s.latency_seconds;
+        d["bytes_per_second"] = s.bytes_per_second;
+        d["down_reason"] = s.down_reason;
         return d;
       }, nb::arg("address"))
       .def_prop_ro("remotes", [](RuntimeHandle& h) { return h.rt().options().remotes; })
