@@ -8,6 +8,8 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <functional>
+#include <numeric>
 #include <optional>
 #include <string>
 
@@ -109,7 +111,25 @@ Future submit(RuntimeHandle& h, nb::handle kernel, nb::sequence args, const std:
   const std::size_t n = nb::len(args);
   converted.reserve(n);
   for (std::size_t i = 0; i < n; ++i) converted.push_back(convert_arg(args[i], *def, i));
-  return Future{rt.submit_args(KernelRef{std::move(def)}, std::move(converted), parse_place(on), std::move(name))};
+  try {
+    return Future{rt.submit_args(KernelRef{def}, std::move(converted), parse_place(on), std::move(name))};
+  } catch (const UsageError& e) {
+    // Kernels see an N-D array as rows x last dimension; say so, or a 3-D
+    // array refused by gemm reads as a puzzling 6 x 4.
+    std::string note;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (!nb::isinstance<Array>(args[i])) continue;
+      const auto& shape = nb::cast<const Array&>(args[i]).shape;
+      if (shape.size() <= 2) continue;
+      const std::string param = i < def->params.size() ? fmt::format(" '{}'", def->params[i].name) : "";
+      note += fmt::format("; argument {}{} is a {}-D array of shape ({}), which kernels see as {} x {}", i + 1, param,
+                          shape.size(), fmt::join(shape, ", "),
+                          std::accumulate(shape.begin(), shape.end() - 1, std::size_t{1}, std::multiplies<>()),
+                          shape.back());
+    }
+    if (note.empty()) throw;
+    throw UsageError(e.what() + note);
+  }
 }
 
 nb::dict kernel_info(const KernelDef& k) {
@@ -224,7 +244,7 @@ void bind_runtime(nb::module_& m) {
       .def("_python_kernel", [](RuntimeHandle& h, std::string name,
                                 std::vector<std::pair<std::string, std::string>> params, nb::object fn,
                                 bool returns_scalar) {
-        return Kernel{h.rt().add_kernel(make_python_kernel(std::move(name), params, std::move(fn), returns_scalar))};
+        return Kernel{h.rt().add_kernel(make_python_kernel(std::move(name), params, h.keep(std::move(fn)), returns_scalar))};
       })
       .def("_cuda_kernel", [](RuntimeHandle& h, std::string source, std::string entry, std::vector<std::string> writes,
                               std::vector<std::string> options) {
