@@ -15,10 +15,10 @@ echo "== ferry bench-alloc: pooled pinned memory against malloc and mmap"
 "$build/tools/ferry" bench-alloc --seconds 1
 echo
 echo "== quickstart: buffers, a built-in kernel, your own kernel, a result"
-"$build/samples/quickstart"
+"$build/samples/ferry-quickstart"
 echo
 echo "== tiled Cholesky on this machine's CPU, N=2048"
-"$build/samples/cholesky" 2048 256
+"$build/samples/ferry-cholesky" 2048 256
 
 scratch=$(mktemp -d)
 ferryd_pid=
@@ -38,4 +38,4 @@ port=$(cat "$scratch/port")
 echo
 echo "== offload to a local ferryd on 127.0.0.1:$port (trace: $trace, open it in Perfetto)"
 FERRY_REMOTES="ucx://127.0.0.1:$port" FERRY_TOKEN_FILE="$scratch/token" FERRY_TRACE="$trace" \
-  FERRY_PERFMODELS=off "$build/samples/offload"
+  FERRY_PERFMODELS=off "$build/samples/ferry-offload"

@@ -167,6 +167,7 @@ TEST(Remote, WrongTokenLeavesTheHostUnusedAndSaysWhy) {
   auto options = remote_options(server);
   options.token_file.clear();
   options.token = "a-wrong-token";
+  options.remote_policy = ferry::RemotePolicy::prefer;  // require would throw (remote_policy_test)
   ferry::Runtime rt(options);
   EXPECT_FALSE(rt.remote_stats(server.address()).connected);
   auto x = rt.buffer<double>(16);
@@ -189,6 +190,27 @@ TEST(Remote, SigtermMidRunFailsOverCleanly) {
   }
   rt.wait();
   EXPECT_EQ(c.host()(0, 0), 40.0 * 300.0);
+}
+
+}  // namespace
+
+namespace {
+
+// host_read() brings data home without making the remote's copy stale;
+// host() hands out a writable view, so the next remote task ships again.
+TEST(Remote, HostReadKeepsTheRemoteCopyValid) {
+  FerrydProcess server;
+  ferry::Runtime rt(remote_options(server));
+  auto x = rt.buffer<double>(1 << 16);
+  std::ranges::fill(x.host(), 1.0);
+  EXPECT_EQ(rt.submit("sum", ferry::read(x), remote(server)).result(), 65536.0);
+  const auto shipped = rt.remote_stats(server.address()).bytes_shipped;
+  EXPECT_EQ(x.host_read()[7], 1.0);
+  EXPECT_EQ(rt.submit("sum", ferry::read(x), remote(server)).result(), 65536.0);
+  EXPECT_EQ(rt.remote_stats(server.address()).bytes_shipped, shipped) << "host_read() dropped the remote copy";
+  EXPECT_EQ(x.host()[7], 1.0);
+  EXPECT_EQ(rt.submit("sum", ferry::read(x), remote(server)).result(), 65536.0);
+  EXPECT_GT(rt.remote_stats(server.address()).bytes_shipped, shipped) << "host() kept a copy it may have made stale";
 }
 
 }  // namespace

@@ -133,3 +133,9 @@ def test_wrong_shape_and_dtype_are_caught_before_submission(rt):
     # nothing above ran, and the runtime still works
     x = rt.array(np.ones(4, np.float32))
     assert rt.sum(x) == 4.0
+
+
+def test_a_3d_array_refused_by_gemm_is_named_as_3d(rt):
+    a = rt.zeros((2, 3, 4))
+    with pytest.raises(ferry.UsageError, match=r"3-D array of shape \(2, 3, 4\), which kernels see as 6 x 4"):
+        rt.gemm(a, rt.zeros((4, 5)), rt.zeros((3, 3)))

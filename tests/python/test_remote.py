@@ -37,10 +37,57 @@ def test_python_tasks_never_go_remote(server):
             local_only(rt.zeros(3), on="remote")
 
 
-def test_wrong_token_leaves_the_program_working(server):
-    # The refusal is logged by name; the tasks run on the CPU instead.
-    with ferry.Runtime(remotes=[server.address], token="not-the-token", workers=1) as rt:
+def test_wrong_token_raises_naming_the_host_under_require(server):
+    with pytest.raises(ferry.RemoteError, match=r"auth_failed") as error:
+        ferry.Runtime(remotes=[server.address], token="not-the-token", workers=1)
+    assert server.address in str(error.value)
+
+
+def test_malformed_address_raises_under_require():
+    with pytest.raises(ferry.UsageError, match=r"'http://'"):
+        ferry.Runtime(remotes=["http://127.0.0.1:7070"], token="t", workers=1)
+
+
+def test_wrong_token_leaves_the_program_working_under_prefer(server):
+    # The refusal is logged once, by name; the tasks run on the CPU instead.
+    with ferry.Runtime(remotes=[server.address], token="not-the-token", workers=1, remote_policy="prefer") as rt:
         x = rt.zeros(4)
         rt.fill(x, 1.0).result()
         np.testing.assert_array_equal(x.numpy(), np.ones(4))
-        assert not rt.remote_stats(server.address)["connected"]
+        stats = rt.remote_stats(server.address)
+        assert not stats["connected"]
+        assert "auth_failed" in stats["down_reason"]
+        assert "down: " in rt._repr_html_()
+
+
+def test_the_host_says_which_kernels_it_has(server):
+    with ferry.Runtime(remotes=[server.address], token=server.token, workers=1) as rt:
+        stats = rt.remote_stats(server.address)
+        assert "gemm" in stats["kernels"] and stats["server"].startswith("ferryd")
+
+
+def test_readonly_numpy_keeps_the_remote_copy(server):
+    with ferry.Runtime(remotes=[server.address], token=server.token, workers=1) as rt:
+        x = rt.array(np.ones(1 << 16))
+        assert rt.submit("sum", x, on="remote").result() == 1 << 16
+        shipped = rt.remote_stats(server.address)["bytes_shipped"]
+        view = x.numpy(readonly=True)
+        assert view[7] == 1.0 and not view.flags.writeable
+        assert rt.submit("sum", x, on="remote").result() == 1 << 16
+        assert rt.remote_stats(server.address)["bytes_shipped"] == shipped
+
+
+def test_unknown_kernel_error_lists_the_known_ones(rt):
+    with pytest.raises(ferry.UsageError, match=r"unknown kernel 'no_such_kernel' \(known: .*axpy"):
+        rt.submit("no_such_kernel", rt.zeros(3))
+
+
+def test_local_server_without_a_with_block():
+    # As a notebook keeps it: started in one cell, closed in another.
+    server = ferry.testing.local_server(workers=1)
+    try:
+        with ferry.Runtime(remotes=[server.address], token=server.token, workers=1) as rt:
+            assert rt.remote_stats(server.address)["connected"]
+    finally:
+        server.close()
+    assert server.closed and server.process.poll() is not None

@@ -168,6 +168,66 @@ def test_trace_and_plot(tmp_path):
     assert "traceEvents" in (tmp_path / "trace.json").read_text()
 
 
+def test_plot_names_the_tasks_that_have_room():
+    import time
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    with ferry.Runtime(workers=1, trace=True) as r:
+        @r.task(writes=["y"])
+        def slow(y):
+            time.sleep(0.05)
+
+        y = r.zeros(3)
+        slow(y)
+        slow(y)
+        r.wait()
+        t = r.trace()
+    ax = t.plot()
+    names = [x.get_text() for x in ax.texts]
+    assert sum(name.endswith("slow") for name in names) == 2, names
+
+
+def test_plot_of_one_lane_keeps_its_title_inside_the_figure():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    with ferry.Runtime(workers=1, trace=True) as r:
+        r.fill(r.zeros(1000), 1.0).result()
+        t = r.trace()
+    ax = t.plot()
+    figure = ax.figure
+    figure.canvas.draw()
+    title = ax.title.get_window_extent(figure.canvas.get_renderer())
+    assert title.y1 <= figure.bbox.y1 and title.y0 >= 0, (title, figure.bbox)
+
+
 def test_trace_needs_tracing(rt):
     with pytest.raises(ferry.UsageError, match="trace=True"):
         rt.trace()
+
+
+def test_a_script_with_a_task_ends_without_leak_warnings(tmp_path):
+    # The task's function refers to the module's globals (the runtime, the
+    # task): a cycle through C++ that the runtime breaks when it closes at exit.
+    import subprocess
+    import sys
+    import textwrap
+
+    script = tmp_path / "script.py"
+    script.write_text(textwrap.dedent("""
+        import ferry
+        rt = ferry.Runtime(workers=1)
+
+        @rt.task(writes=["y"])
+        def fill7(y):
+            y[:] = 7
+
+        y = rt.zeros(3)
+        fill7(y).result()
+        assert (y.numpy() == 7).all()
+    """))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "leaked" not in done.stderr, done.stderr

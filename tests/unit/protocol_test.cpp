@@ -39,8 +39,9 @@ bool same(const Auth& a, const Auth& b) {
 }
 bool same(const Welcome& a, const Welcome& b) {
   return std::tie(a.server, a.memory_quota, a.cpu_workers, a.gpus, a.max_payload, a.mac, a.encrypted,
-                  a.worker_address) == std::tie(b.server, b.memory_quota, b.cpu_workers, b.gpus, b.max_payload, b.mac,
-                                                b.encrypted, b.worker_address);
+                  a.worker_address, a.kernels, a.devices, a.device_key) ==
+         std::tie(b.server, b.memory_quota, b.cpu_workers, b.gpus, b.max_payload, b.mac, b.encrypted,
+                  b.worker_address, b.kernels, b.devices, b.device_key);
 }
 bool same(const Put& a, const Put& b) {
   return std::tie(a.request, a.buffer, a.dtype, a.rows, a.cols, a.offset) ==
@@ -151,6 +152,8 @@ std::vector<Message> samples() {
   welcome.mac.fill(0x88);
   welcome.encrypted = 1;
   welcome.worker_address.assign(max_address_bytes, 0x99);
+  welcome.kernels = {"axpy", "gemm", "my_plugin_kernel"};
+  welcome.devices = {"cpu (16 workers)", "cuda:0 (NVIDIA H100)"};
   out.push_back(welcome);
   out.push_back(Put{.request = 0x0102030405060708,
                     .buffer = std::numeric_limits<std::uint64_t>::max(),
@@ -568,6 +571,27 @@ TEST(ProtocolEncode, RefusesWhatDecodeWouldForDefineKernel) {
   expect_encode_refused(define, "define_kernel.options[1]");
   define.options.assign(max_args, std::string(max_string_bytes, 'x'));
   expect_encode_refused(define, "define_kernel.header");
+}
+
+}  // namespace
+}  // namespace ferry::protocol
+
+namespace ferry::protocol {
+namespace {
+
+// Welcome's kernel list is bounded by max_names (not max_args) and by the header.
+TEST(ProtocolEncode, WelcomeKernelListBounds) {
+  Welcome many;
+  for (std::size_t i = 0; i < 200; ++i) many.kernels.push_back("k" + std::to_string(i));
+  const auto bytes = encode(many);
+  EXPECT_EQ(std::get<Welcome>(decode(bytes)).kernels.size(), 200u);
+  many.kernels.assign(max_names + 1, "k");
+  try {
+    (void)encode(many);
+    ADD_FAILURE() << "513 kernel names were encoded";
+  } catch (const ProtocolError& e) {
+    EXPECT_NE(std::string(e.what()).find("welcome.kernels: 513 items (at most 512)"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -114,6 +115,29 @@ TEST(Trace, ChromeJsonHasOneEventPerTaskAndNamesLanes) {
   EXPECT_EQ(lane_names.at(trace.lane("cpu worker 0", "cpu")), "cpu worker 0");
   EXPECT_EQ(lane_names.at(trace.lane("cuda:0 stream 0", "cuda:0")), "cuda:0 stream 0");
   EXPECT_EQ(lane_names.size(), 4u);
+}
+
+// Each dependency inside the trace is a flow (an arrow in Perfetto): a start
+// on the predecessor's lane and a finish on the task's, sharing an id.
+TEST(Trace, ChromeJsonDrawsDependencyArrows) {
+  Trace trace;
+  diamond(trace);
+  const auto doc = nlohmann::json::parse(trace.chrome_json());
+  std::map<std::uint64_t, std::pair<nlohmann::json, nlohmann::json>> flows;
+  for (const auto& e : doc.at("traceEvents")) {
+    if (e.at("ph") == "s") flows[e.at("id").get<std::uint64_t>()].first = e;
+    if (e.at("ph") == "f") flows[e.at("id").get<std::uint64_t>()].second = e;
+  }
+  // 1->2, 1->3, 2->4, 3->4; 999 is not in the trace.
+  ASSERT_EQ(flows.size(), 4u);
+  std::multiset<std::pair<double, double>> arrows;  // (from start, to start) in µs
+  for (const auto& [id, flow] : flows) {
+    ASSERT_FALSE(flow.first.is_null()) << id;
+    ASSERT_FALSE(flow.second.is_null()) << id;
+    EXPECT_EQ(flow.second.at("bp"), "e");
+    arrows.insert({flow.first.at("ts").get<double>(), flow.second.at("ts").get<double>()});
+  }
+  EXPECT_EQ(arrows, (std::multiset<std::pair<double, double>>{{0, 1}, {0, 1}, {1, 7}, {1, 7}}));
 }
 
 TEST(Trace, EmptyTraceIsValidJsonAndZeroSummary) {

@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -23,6 +24,7 @@
 #include "ferry/runtime/runtime.hpp"
 #include "ferry/units.hpp"
 #include "ferry/transport/identity.hpp"
+#include "ferry/transport/protocol.hpp"
 #include "ferry/transport/worker.hpp"
 #include "authorized_keys.hpp"
 #include "metrics.hpp"
@@ -158,6 +160,41 @@ std::optional<transport::KeyPair> load_host_key(const std::filesystem::path& pat
     log().info("host key {} created", path.string());
   }
   return transport::KeyPair::read(path);
+// The CPU's model name, as /proc/cpuinfo gives it.
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);)
+    if (line.starts_with("model name"))
+      if (const auto colon = line.find(':'); colon != std::string::npos && colon + 2 <= line.size())
+        return line.substr(colon + 2);
+  return "cpu";
+}
+
+// What welcome tells every client: the kernels it may run here (so its
+// scheduler never sends one this host lacks) and the devices, for people.
+void describe_offer(const Runtime& runtime, ServerState& state) {
+  state.kernels = runtime.kernel_names();
+  std::sort(state.kernels.begin(), state.kernels.end());
+  std::vector<std::string> keys;
+  for (const auto& device : runtime.devices()) {
+    const bool cpu = device.kind == DeviceKind::cpu;
+    state.devices.push_back(cpu ? fmt::format("cpu ({} workers)", device.lanes) : device.description);
+    keys.push_back(cpu ? fmt::format("{} x{}", cpu_model(), device.lanes) : device.perf_key);
+  }
+  state.device_key = fmt::format("{}", fmt::join(keys, " + "));
+  try {
+    protocol::Welcome welcome{.server = state.name};
+    welcome.kernels = state.kernels;
+    welcome.devices = state.devices;
+    welcome.device_key = state.device_key;
+    (void)protocol::encode(welcome);
+  } catch (const ProtocolError& e) {
+    // Too many to list: clients then assume the kernels they know, as before the list existed.
+    log().warn("ferryd: the list of {} kernels does not fit in a welcome ({}); clients are not told which kernels "
+               "this host has",
+               state.kernels.size(), e.what());
+    state.kernels.clear();
+  }
 }
 
 // --gpus as Runtime::Options::gpus spells it.
@@ -189,10 +226,6 @@ int serve(const Options& options, int signal_fd) {
   }
 
   Metrics metrics;
-  if (options.metrics_host) {
-    const auto port = metrics.expose(*options.metrics_host, options.metrics_port);
-    log().info("ferryd metrics on http://{}:{}/metrics", *options.metrics_host, port);
-  }
 
   unsigned cpu_workers = 0;
   std::vector<std::string> gpu_names;
@@ -211,6 +244,17 @@ int serve(const Options& options, int signal_fd) {
   state.gpus = static_cast<std::uint32_t>(gpu_names.size());
   std::optional<KeyRing> keys;
   if (!options.authorized_keys.empty()) keys.emplace(options.authorized_keys);
+  describe_offer(runtime, state);
+  metrics.describe_server(config::version, state.kernels.empty() ? runtime.kernel_names() : state.kernels);
+  metrics.limits(options.client_quota, options.memory_limit, state.limits.max_payload, options.handshake_timeout,
+                 cpu_workers, state.gpus);
+  metrics.on_scrape([&runtime](Metrics& m) {
+    for (const auto& device : runtime.devices()) m.queue_depth(device.name, device.queued);
+  });
+  if (options.metrics_host) {
+    const auto port = metrics.serve(*options.metrics_host, options.metrics_port);
+    log().info("ferryd metrics on http://{}:{}/metrics (and /healthz, /readyz)", *options.metrics_host, port);
+  }
   {
     Server server(state, keys ? &*keys : nullptr);
     transport::BootstrapServer::Options bootstrap;
@@ -233,6 +277,7 @@ int serve(const Options& options, int signal_fd) {
                format_bytes(options.client_quota), format_bytes(options.memory_limit),
                format_bytes(state.limits.max_payload));
     log().info("{} GPUs{}{}", gpu_names.size(), gpu_names.empty() ? "" : ": ", fmt::join(gpu_names, ", "));
+    metrics.set_ready(true);
 
     int signo = wait_for_stop_signal(signal_fd);
     for (; signo == SIGHUP; signo = wait_for_stop_signal(signal_fd)) {
@@ -249,6 +294,8 @@ int serve(const Options& options, int signal_fd) {
       }
     }
     log().info("ferryd: {} received, shutting down", strsignal(signo));
+    // First, so a ferryd started right after this one can take the port.
+    metrics.stop_serving();
     const std::size_t clients = server.shut_down("ferryd is shutting down");
     try {
       runtime.wait();  // tasks already answered with shutting_down still finish before their buffers go

@@ -2,11 +2,12 @@
 
 #include <fmt/format.h>
 #include <prometheus/counter.h>
-#include <prometheus/exposer.h>
 #include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
 #include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
 
-#include "ferry/error.hpp"
+#include "metrics_http.hpp"
 
 namespace ferry::ferryd {
 namespace {
@@ -19,6 +20,15 @@ prometheus::Gauge& gauge(prometheus::Registry& registry, const char* name, const
   return prometheus::BuildGauge().Name(name).Help(help).Register(registry).Add({});
 }
 
+// Powers of `factor` from `first`: log-spaced buckets across the range that matters.
+prometheus::Histogram::BucketBoundaries buckets(double first, double factor, int count) {
+  prometheus::Histogram::BucketBoundaries out;
+  for (double b = first; count-- > 0; b *= factor) out.push_back(b);
+  return out;
+}
+
+const char* to_label(Metrics::Direction d) { return d == Metrics::Direction::in ? "in" : "out"; }
+
 }  // namespace
 
 Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
@@ -26,34 +36,139 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
   tasks_ = &counter(r, "ferry_tasks_total", "Tasks run for clients");
   bytes_in_ = &counter(r, "ferry_bytes_in_total", "Payload bytes received from clients");
   bytes_out_ = &counter(r, "ferry_bytes_out_total", "Payload bytes sent to clients");
-  auth_failures_ = &counter(r, "ferry_auth_failures_total", "Clients refused for a bad token");
   protocol_errors_ = &counter(r, "ferry_protocol_errors_total", "Connections closed for malformed or out-of-order messages");
   clients_ = &gauge(r, "ferry_clients", "Authenticated clients connected now");
   memory_ = &gauge(r, "ferry_memory_in_use_bytes", "Bytes of replicas held for all clients");
+  kernel_tasks_ = &prometheus::BuildCounter()
+                       .Name("ferry_kernel_tasks_total")
+                       .Help("Tasks finished, by kernel and status (ok, failed)")
+                       .Register(r);
+  task_seconds_ = &prometheus::BuildHistogram()
+                       .Name("ferry_task_seconds")
+                       .Help("Kernel time of each task on this host, by kernel")
+                       .Register(r);
+  client_tasks_ = &prometheus::BuildCounter()
+                       .Name("ferry_client_tasks_total")
+                       .Help("Tasks finished, by client host")
+                       .Register(r);
+  client_bytes_in_ = &prometheus::BuildCounter()
+                          .Name("ferry_client_bytes_in_total")
+                          .Help("Payload bytes received, by client host")
+                          .Register(r);
+  client_bytes_out_ = &prometheus::BuildCounter()
+                           .Name("ferry_client_bytes_out_total")
+                           .Help("Payload bytes sent, by client host")
+                           .Register(r);
+  transfer_bytes_ = &prometheus::BuildHistogram()
+                         .Name("ferry_transfer_bytes")
+                         .Help("Size of each payload moved, by direction (in: from clients, out: to them)")
+                         .Register(r);
+  transfer_seconds_ = &prometheus::BuildHistogram()
+                           .Name("ferry_transfer_seconds")
+                           .Help("Time each payload took on the wire, by direction")
+                           .Register(r);
+  auth_failures_ = &prometheus::BuildCounter()
+                        .Name("ferry_auth_failures_total")
+                        .Help("Connections refused before authentication, by reason")
+                        .Register(r);
+  quota_refusals_ = &counter(r, "ferry_quota_refusals_total", "Puts refused because a client's quota was reached");
+  queue_depth_ = &prometheus::BuildGauge()
+                      .Name("ferry_queue_depth")
+                      .Help("Tasks assigned to a device of this host and not finished, by device")
+                      .Register(r);
+  limits_ = &prometheus::BuildGauge().Name("ferry_limit").Help("Configured limits, by name").Register(r);
+  build_info_ = &prometheus::BuildGauge()
+                     .Name("ferry_build_info")
+                     .Help("Always 1; the labels say which ferryd this is")
+                     .Register(r);
+  // Present from the start, so a dashboard's rate() has a series before the first failure.
+  for (const char* reason : {"wrong_token", "unknown_key", "handshake_timeout", "version_mismatch", "hung_up", "malformed"})
+    auth_failures_->Add({{"reason", reason}});
 }
 
 Metrics::~Metrics() = default;
 
-std::uint16_t Metrics::expose(const std::string& host, std::uint16_t port) {
-  const std::string address = fmt::format("{}:{}", host, port);
-  try {
-    // One serving thread: a scrape every few seconds needs no more.
-    exposer_ = std::make_unique<prometheus::Exposer>(address, 1);
-  } catch (const std::exception& e) {
-    throw Error(fmt::format("cannot serve metrics on {}: {}", address, e.what()));
-  }
-  exposer_->RegisterCollectable(registry_);
-  const auto ports = exposer_->GetListeningPorts();
-  return ports.empty() ? port : static_cast<std::uint16_t>(ports.front());
+std::uint16_t Metrics::serve(const std::string& host, std::uint16_t port) {
+  http_ = std::make_unique<MetricsHttp>(
+      host, port, MetricsHttp::Routes{[this] { return scrape(); }, [this] { return ready_.load(); }});
+  return http_->port();
 }
 
-void Metrics::task_done() { tasks_->Increment(); }
-void Metrics::bytes_in(std::uint64_t bytes) { bytes_in_->Increment(static_cast<double>(bytes)); }
-void Metrics::bytes_out(std::uint64_t bytes) { bytes_out_->Increment(static_cast<double>(bytes)); }
-void Metrics::auth_failure() { auth_failures_->Increment(); }
+void Metrics::stop_serving() {
+  ready_.store(false);
+  http_.reset();
+}
+
+std::string Metrics::scrape() {
+  std::lock_guard lock(scrape_mutex_);
+  if (refresh_) refresh_(*this);
+  return prometheus::TextSerializer().Serialize(registry_->Collect());
+}
+
+void Metrics::describe_server(const std::string& version, const std::vector<std::string>& kernels) {
+  build_info_->Add({{"version", version}}).Set(1);
+  kernels_ = {kernels.begin(), kernels.end()};
+}
+
+void Metrics::limits(std::uint64_t client_quota, std::uint64_t memory_limit, std::uint64_t max_payload,
+                     double handshake_timeout_seconds, unsigned cpu_workers, unsigned gpus) {
+  limits_->Add({{"limit", "client_quota_bytes"}}).Set(static_cast<double>(client_quota));
+  limits_->Add({{"limit", "memory_limit_bytes"}}).Set(static_cast<double>(memory_limit));
+  limits_->Add({{"limit", "max_payload_bytes"}}).Set(static_cast<double>(max_payload));
+  limits_->Add({{"limit", "handshake_timeout_seconds"}}).Set(handshake_timeout_seconds);
+  limits_->Add({{"limit", "cpu_workers"}}).Set(cpu_workers);
+  limits_->Add({{"limit", "gpus"}}).Set(gpus);
+}
+
+std::string Metrics::kernel_label(const std::string& kernel) const {
+  return kernels_.contains(kernel) ? kernel : "client_defined";
+}
+
+std::string Metrics::client_label(const std::string& client) {
+  // "host:pid" names a process; the host is what an operator watches, and there are few.
+  std::string host = client.substr(0, client.rfind(':'));
+  if (host.empty()) host = "unnamed";
+  std::lock_guard lock(clients_mutex_);
+  if (client_labels_.contains(host)) return host;
+  if (client_labels_.size() >= max_client_labels) return "other";
+  client_labels_.insert(host);
+  return host;
+}
+
+void Metrics::task_done(const std::string& kernel, const std::string& client, double seconds, bool ok) {
+  tasks_->Increment();
+  const std::string k = kernel_label(kernel);
+  kernel_tasks_->Add({{"kernel", k}, {"status", ok ? "ok" : "failed"}}).Increment();
+  static const auto seconds_buckets = buckets(1e-5, 4, 12);  // 10 µs to 42 s
+  if (ok) task_seconds_->Add({{"kernel", k}}, seconds_buckets).Observe(seconds);
+  client_tasks_->Add({{"client", client_label(client)}}).Increment();
+}
+
+void Metrics::bytes_in(std::uint64_t bytes, const std::string& client) {
+  bytes_in_->Increment(static_cast<double>(bytes));
+  client_bytes_in_->Add({{"client", client_label(client)}}).Increment(static_cast<double>(bytes));
+}
+
+void Metrics::bytes_out(std::uint64_t bytes, const std::string& client) {
+  bytes_out_->Increment(static_cast<double>(bytes));
+  client_bytes_out_->Add({{"client", client_label(client)}}).Increment(static_cast<double>(bytes));
+}
+
+void Metrics::transfer(Direction direction, std::uint64_t bytes, double seconds) {
+  static const auto bytes_buckets = buckets(4096, 4, 12);      // 4 KiB to 16 GiB
+  static const auto seconds_buckets = buckets(1e-5, 4, 12);   // 10 µs to 42 s
+  transfer_bytes_->Add({{"direction", to_label(direction)}}, bytes_buckets).Observe(static_cast<double>(bytes));
+  transfer_seconds_->Add({{"direction", to_label(direction)}}, seconds_buckets).Observe(seconds);
+}
+
+void Metrics::auth_failure(const std::string& reason) { auth_failures_->Add({{"reason", reason}}).Increment(); }
+void Metrics::quota_refused() { quota_refusals_->Increment(); }
 void Metrics::protocol_error() { protocol_errors_->Increment(); }
 void Metrics::client_connected() { clients_->Increment(); }
 void Metrics::client_gone() { clients_->Decrement(); }
 void Metrics::memory_in_use(std::uint64_t bytes) { memory_->Set(static_cast<double>(bytes)); }
+void Metrics::queue_depth(const std::string& device, std::size_t tasks) {
+  queue_depth_->Add({{"device", device}}).Set(static_cast<double>(tasks));
+}
 
 }  // namespace ferry::ferryd

@@ -1,50 +1,107 @@
-// ferryd's Prometheus metrics. The counters always exist (updating one is a
-// relaxed atomic add); only with --metrics does an HTTP exposer serve them.
+// ferryd's Prometheus metrics. The metrics always exist (updating one is a
+// relaxed atomic add or a short lock); only with --metrics does the HTTP
+// port (metrics_http.hpp) serve them, with /healthz and /readyz beside them.
+//
+// Labels are bounded: kernels by ferryd's own list (a kernel a client
+// defined from source counts as "client_defined"), clients by their host
+// name, at most max_client_labels of them (then "other").
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <string>
+#include <vector>
 
 namespace prometheus {
 class Counter;
-class Exposer;
 class Gauge;
+class Histogram;
 class Registry;
+template <typename T>
+class Family;
 }  // namespace prometheus
 
 namespace ferry::ferryd {
 
+class MetricsHttp;
+
 class Metrics {
  public:
+  static constexpr std::size_t max_client_labels = 32;
+  enum class Direction { in, out };  // to ferryd (put) or from it (get)
+
   Metrics();
   ~Metrics();
   Metrics(const Metrics&) = delete;
   Metrics& operator=(const Metrics&) = delete;
 
-  // Serves /metrics on host:port (port 0: any free port); returns the port.
-  // Throws ferry::Error naming the address when it cannot bind.
-  std::uint16_t expose(const std::string& host, std::uint16_t port);
+  // Serves /metrics, /healthz and /readyz on host:port (port 0: any free
+  // port); returns the port. Throws ferry::Error naming the address.
+  std::uint16_t serve(const std::string& host, std::uint16_t port);
+  // Closes the HTTP port, so that a ferryd started next can take it at once.
+  void stop_serving();
+  // /readyz answers 200 only while ready (listening, not shutting down).
+  void set_ready(bool ready) noexcept { ready_.store(ready, std::memory_order_relaxed); }
+  // Run before each scrape, for gauges read from elsewhere (queue depths).
+  void on_scrape(std::function<void(Metrics&)> refresh) { refresh_ = std::move(refresh); }
 
-  void task_done();
-  void bytes_in(std::uint64_t bytes);
-  void bytes_out(std::uint64_t bytes);
-  void auth_failure();
+  // What this ferryd is and may do, as constant gauges.
+  void describe_server(const std::string& version, const std::vector<std::string>& kernels);
+  void limits(std::uint64_t client_quota, std::uint64_t memory_limit, std::uint64_t max_payload,
+              double handshake_timeout_seconds, unsigned cpu_workers, unsigned gpus);
+
+  void task_done(const std::string& kernel, const std::string& client, double seconds, bool ok);
+  void bytes_in(std::uint64_t bytes, const std::string& client);
+  void bytes_out(std::uint64_t bytes, const std::string& client);
+  void transfer(Direction direction, std::uint64_t bytes, double seconds);
+  // reason: wrong_token, handshake_timeout, version_mismatch
+  void auth_failure(const std::string& reason);
+  void quota_refused();
   void protocol_error();
   void client_connected();
   void client_gone();
   void memory_in_use(std::uint64_t bytes);
+  void queue_depth(const std::string& device, std::size_t tasks);
+
+  // The text a scrape gets (also what tests read without HTTP).
+  std::string scrape();
 
  private:
+  std::string client_label(const std::string& client);
+  std::string kernel_label(const std::string& kernel) const;
+
   std::shared_ptr<prometheus::Registry> registry_;
   prometheus::Counter* tasks_;
   prometheus::Counter* bytes_in_;
   prometheus::Counter* bytes_out_;
-  prometheus::Counter* auth_failures_;
   prometheus::Counter* protocol_errors_;
   prometheus::Gauge* clients_;
   prometheus::Gauge* memory_;
-  std::unique_ptr<prometheus::Exposer> exposer_;
+  prometheus::Family<prometheus::Counter>* kernel_tasks_;
+  prometheus::Family<prometheus::Histogram>* task_seconds_;
+  prometheus::Family<prometheus::Counter>* client_tasks_;
+  prometheus::Family<prometheus::Counter>* client_bytes_in_;
+  prometheus::Family<prometheus::Counter>* client_bytes_out_;
+  prometheus::Family<prometheus::Histogram>* transfer_bytes_;
+  prometheus::Family<prometheus::Histogram>* transfer_seconds_;
+  prometheus::Family<prometheus::Counter>* auth_failures_;
+  prometheus::Counter* quota_refusals_;
+  prometheus::Family<prometheus::Gauge>* queue_depth_;
+  prometheus::Family<prometheus::Gauge>* limits_;
+  prometheus::Family<prometheus::Gauge>* build_info_;
+
+  std::set<std::string> kernels_;  // set once, before any client
+  std::mutex clients_mutex_;
+  std::set<std::string> client_labels_;
+  std::atomic<bool> ready_{false};
+  std::function<void(Metrics&)> refresh_;
+  std::mutex scrape_mutex_;  // refresh and collect as one, whichever HTTP thread asks
+  std::unique_ptr<MetricsHttp> http_;
 };
 
 }  // namespace ferry::ferryd

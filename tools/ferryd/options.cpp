@@ -83,7 +83,8 @@ Parsed parse_options(int argc, char** argv) {
   app.add_option("--gpu-memory", gpu_memory,
                  "bytes of each GPU for replicas (default: its free memory less a margin)");
   app.add_option("--plugin", o.plugins, "shared library of kernels to load (repeatable)");
-  app.add_option("--metrics", metrics, "serve Prometheus metrics on HOST:PORT (or :PORT)");
+  app.add_option("--metrics", metrics,
+                 "serve Prometheus metrics, /healthz and /readyz on HOST:PORT (:PORT: on 127.0.0.1 only)");
   app.add_option("--memory-limit", memory_limit, "bytes all clients' replicas may take together (default: half the RAM)");
   app.add_option("--client-quota", client_quota, "bytes one client's replicas may take (default: the memory limit)");
   app.add_option("--workers", o.workers, "CPU worker threads (0: one per hardware thread)")->check(CLI::Range(0u, 4096u));
@@ -109,8 +110,9 @@ Parsed parse_options(int argc, char** argv) {
     check_host("--listen", o.listen_host);
     o.gpus = parse_gpus(gpus);
     if (!metrics.empty()) {
-      // ":9400" means every interface, as in the usual exporter flags.
-      if (metrics.front() == ':') metrics = "0.0.0.0" + metrics;
+      // ":9400" means loopback: metrics say who the clients are, so serving
+      // them beyond this host is a choice (--metrics 0.0.0.0:9400).
+      if (metrics.front() == ':') metrics = "127.0.0.1" + metrics;
       std::string host;
       std::tie(host, o.metrics_port) = transport::parse_address(metrics);
       check_host("--metrics", host);

@@ -18,6 +18,21 @@ Server::~Server() {
   state_.worker->call([this] { sessions_.clear(); });
 }
 
+namespace {
+
+// The bootstrap says why in words; the metric's label takes one of a few
+// names, so that a peer cannot grow its cardinality.
+const char* refusal_reason(const std::string& why) {
+  if (why.find("version") != std::string::npos) return "version_mismatch";
+  if (why.find("token") != std::string::npos) return "wrong_token";
+  if (why.find("key") != std::string::npos || why.find("signature") != std::string::npos) return "unknown_key";
+  if (why.find("within") != std::string::npos || why.find("time") != std::string::npos) return "handshake_timeout";
+  if (why.find("hung up") != std::string::npos) return "hung_up";
+  return "malformed";
+}
+
+}  // namespace
+
 std::uint16_t Server::listen(transport::BootstrapServer::Options options) {
   if (keys_ != nullptr) {
     options.authorize = [keys = keys_](const transport::PublicKey& key) -> std::optional<std::string> {
@@ -31,7 +46,7 @@ std::uint16_t Server::listen(transport::BootstrapServer::Options options) {
       [this](const transport::Peer& peer, std::shared_ptr<transport::Connection> connection) {
         return accept(peer, std::move(connection));
       },
-      [this](const std::string&, const std::string&) { state_.metrics.auth_failure(); });
+      [this](const std::string&, const std::string& why) { state_.metrics.auth_failure(refusal_reason(why)); });
   return bootstrap_->port();
 }
 
@@ -51,6 +66,9 @@ protocol::Message Server::accept(const transport::Peer& peer, std::shared_ptr<tr
              peer.encrypted ? fmt::format(" ({})", transport::to_string(peer.cipher)) : std::string(" (plaintext)"));
   protocol::Welcome welcome{state_.name, session->quota(), state_.cpu_workers, grant.gpus ? state_.gpus : 0,
                             state_.limits.max_payload};
+  welcome.kernels = state_.kernels;
+  welcome.devices = state_.devices;
+  welcome.device_key = state_.device_key;
   sessions_.emplace(session.get(), std::move(session));
   return welcome;
 }

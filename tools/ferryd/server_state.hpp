@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 #include <unordered_set>
+#include <vector>
 
 #include "ferry/runtime/runtime.hpp"
 #include "ferry/transport/worker.hpp"
@@ -32,6 +33,10 @@ struct ServerState {
   Limits limits;
   std::uint32_t gpus = 0;  // the runtime's CUDA devices, reported in welcome
   std::unordered_set<std::string> plugin_kernels{};  // kernels --plugin libraries added
+  // Reported in welcome: the kernels runs may name, and what they run on.
+  std::vector<std::string> kernels{};
+  std::vector<std::string> devices{};
+  std::string device_key{};
 
   // Where a client's task runs: a client sends a task here to have it on a
   // GPU, so one with a CUDA variant goes to this host's GPUs when there are

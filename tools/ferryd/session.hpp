@@ -59,6 +59,7 @@ class Session : public std::enable_shared_from_this<Session> {
   struct Run {
     std::uint64_t request = 0;
     std::vector<std::uint64_t> written;  // replicas to mark spoiled if the task fails
+    std::string kernel;                  // for the metrics' kernel label
   };
 
   void on_message(transport::Incoming& incoming);

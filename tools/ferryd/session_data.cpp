@@ -1,6 +1,7 @@
 // Replicas: put (create, quota, store a chunk), get, free, and the client's counters.
 #include <fmt/format.h>
 
+#include <chrono>
 #include <limits>
 
 #include "ferry/error.hpp"
@@ -55,10 +56,12 @@ void Session::on_put(const protocol::Put& put, transport::Incoming& incoming) {
                                                put.offset, put.buffer, bytes));
 
   if (!replica) {
-    if (memory_in_use_ + bytes > quota())
+    if (memory_in_use_ + bytes > quota()) {
+      server_.metrics.quota_refused();
       return refuse(Status::quota_exceeded,
                     fmt::format("buffer {} needs {}; this client holds {} of its {} quota", put.buffer,
                                 format_bytes(bytes), format_bytes(memory_in_use_), format_bytes(quota())));
+    }
     if (server_.memory_in_use + bytes > server_.limits.memory_limit)
       return refuse(Status::out_of_memory, fmt::format("buffer {} needs {}; ferryd holds {} of its {} limit",
                                                        put.buffer, format_bytes(bytes),
@@ -89,8 +92,14 @@ void Session::on_put(const protocol::Put& put, transport::Incoming& incoming) {
   if (payload == 0) return put_stored(put, 0, {});
   std::weak_ptr<Session> weak = weak_from_this();
   // The replica is captured so that a free while the payload is arriving leaves the memory in place.
-  incoming.into(replica->host + put.offset, [weak, put, payload, replica](const std::string& error) {
-    if (auto self = weak.lock()) self->put_stored(put, payload, error);
+  incoming.into(replica->host + put.offset, [weak, put, payload, replica, start = std::chrono::steady_clock::now()](
+                                                 const std::string& error) {
+    auto self = weak.lock();
+    if (!self) return;
+    if (error.empty())
+      self->server_.metrics.transfer(Metrics::Direction::in, payload,
+                                     std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    self->put_stored(put, payload, error);
   });
 }
 
@@ -101,7 +110,7 @@ void Session::put_stored(const protocol::Put& put, std::uint64_t bytes, const st
     return send(protocol::PutAck{put.request, put.buffer, Status::internal, "receiving the payload failed: " + error});
   }
   counters_.bytes_in += bytes;
-  server_.metrics.bytes_in(bytes);
+  server_.metrics.bytes_in(bytes, client_);
   if (auto it = replicas_.find(put.buffer); it != replicas_.end() && bytes > 0) it->second->spoiled.clear();
   send(protocol::PutAck{put.request, put.buffer, Status::ok, {}});
 }
@@ -123,11 +132,14 @@ void Session::on_get(const protocol::Get& get) {
   // Counted when sent, not when the send completes: a client that reads its
   // stats right after the data must see it counted.
   counters_.bytes_out += get.length;
-  server_.metrics.bytes_out(get.length);
+  server_.metrics.bytes_out(get.length, client_);
   const std::string who = describe();
   connection_->send(std::move(header), replica->host + get.offset, get.length,
-                    [replica, who](const std::string& error) {
-                      if (!error.empty()) log().debug("sending data to {} failed: {}", who, error);
+                    [replica, who, &metrics = server_.metrics, bytes = get.length,
+                     start = std::chrono::steady_clock::now()](const std::string& error) {
+                      if (!error.empty()) return log().debug("sending data to {} failed: {}", who, error);
+                      metrics.transfer(Metrics::Direction::out, bytes,
+                                       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
                     });
 }
 

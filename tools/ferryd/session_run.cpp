@@ -60,7 +60,7 @@ void Session::kernel_defined(const protocol::DefineKernel& define, std::string s
   };
   if (!error.empty()) return reply(Status::internal, "receiving the kernel's source failed: " + error);
   counters_.bytes_in += source.size();
-  server_.metrics.bytes_in(source.size());
+  server_.metrics.bytes_in(source.size(), client_);
   if (define.name.empty()) return reply(Status::bad_arguments, "define_kernel: the kernel needs a name");
   if (!grant_.source_kernels)
     return reply(Status::bad_arguments,
@@ -112,7 +112,7 @@ void Session::on_run(const protocol::Run& run) {
 
   std::vector<TaskArg> args;
   args.reserve(run.args.size());
-  Run record{run.request, {}};
+  Run record{run.request, {}, run.kernel};
   for (std::size_t i = 0; i < run.args.size(); ++i) {
     const protocol::RunArg& arg = run.args[i];
     switch (arg.kind) {
@@ -181,9 +181,9 @@ void Session::run_finished(std::uint64_t seq, protocol::Done done) {
         r->second->spoiled = fmt::format("buffer {} was written by a task that failed: {}", id, done.message);
     log().info("client {}: run {} failed: {}", describe(), done.request, done.message);
   }
+  server_.metrics.task_done(it->second.kernel, client_, done.seconds, done.status == Status::ok);
   runs_.erase(it);
   ++counters_.tasks;
-  server_.metrics.task_done();
   send(done);
 }
 

@@ -112,7 +112,7 @@ class Socket {
 };
 
 [[noreturn]] void refused(const std::string& where, const protocol::ErrorMessage& error) {
-  throw RemoteError(fmt::format("ferryd at {} refused this client: {}: {}", where, protocol::to_string(error.status),
+  throw DialRefused(error.status, fmt::format("ferryd at {} refused this client: {}: {}", where, protocol::to_string(error.status),
                                 handshake::printable(error.message, protocol::max_string_bytes)));
 }
 
@@ -143,18 +143,18 @@ Dialed dial(const std::shared_ptr<Worker>& worker, const std::string& host, std:
   if (auto* error = std::get_if<protocol::ErrorMessage>(&message)) refused(where, *error);
   auto* challenge = std::get_if<protocol::Challenge>(&message);
   if (challenge == nullptr)
-    throw RemoteError(fmt::format("ferryd at {} answered hello with {}, not a challenge", where,
+    throw DialRefused(protocol::Status::auth_failed, fmt::format("ferryd at {} answered hello with {}, not a challenge", where,
                                   protocol::to_string(protocol::type_of(message))));
   if (!verify(challenge->host_key, handshake::challenge_digest(hello_body, *challenge), challenge->signature))
-    throw RemoteError(fmt::format("ferryd at {}: its challenge is not signed by the host key it presents ({}): "
+    throw DialRefused(protocol::Status::auth_failed, fmt::format("ferryd at {}: its challenge is not signed by the host key it presents ({}): "
                                   "refused",
                                   where, fingerprint(challenge->host_key)));
   if (!options.known_hosts.empty()) check_host_key(options.known_hosts, where, challenge->host_key, options.pinning);
   if (challenge->cipher == 0 && hello.aes_gcm == 0)
-    throw RemoteError(fmt::format("ferryd at {} chose AES-256-GCM, which this CPU cannot do", where));
+    throw DialRefused(protocol::Status::auth_failed, fmt::format("ferryd at {} chose AES-256-GCM, which this CPU cannot do", where));
   const Cipher cipher = challenge->cipher == 0 ? Cipher::aes256gcm : Cipher::xchacha20poly1305;
   auto channel = handshake::client_channel(exchange, challenge->exchange, cipher);
-  if (!channel) throw RemoteError(fmt::format("ferryd at {} sent an unusable key exchange: refused", where));
+  if (!channel) throw DialRefused(protocol::Status::auth_failed, fmt::format("ferryd at {} sent an unusable key exchange: refused", where));
 
   const auto my_address = worker->address();
   const auto digest = handshake::auth_digest(hello_body, challenge_body, my_address);
@@ -171,21 +171,21 @@ Dialed dial(const std::shared_ptr<Worker>& worker, const std::string& host, std:
   std::vector<std::byte> plain;
   std::uint64_t number = 0;
   if (!channel->open_header(sealed, 0, plain, number))
-    throw RemoteError(fmt::format("ferryd at {}: its answer to auth is not sealed with the agreed keys: refused", where));
+    throw DialRefused(protocol::Status::auth_failed, fmt::format("ferryd at {}: its answer to auth is not sealed with the agreed keys: refused", where));
   message = protocol::decode(plain);
   if (auto* error = std::get_if<protocol::ErrorMessage>(&message)) refused(where, *error);
   auto* welcome = std::get_if<protocol::Welcome>(&message);
   if (welcome == nullptr)
-    throw RemoteError(fmt::format("ferryd at {} answered auth with {}, not a welcome", where,
+    throw DialRefused(protocol::Status::auth_failed, fmt::format("ferryd at {} answered auth with {}, not a welcome", where,
                                   protocol::to_string(protocol::type_of(message))));
   if (!options.identity && !verify_mac(options.token, digest, "server", welcome->mac))
-    throw RemoteError(fmt::format("ferryd at {} does not prove it knows the token: refused", where));
+    throw DialRefused(protocol::Status::auth_failed, fmt::format("ferryd at {} does not prove it knows the token: refused", where));
   const std::string ip = socket.name().substr(0, socket.name().rfind(':'));
   const bool loopback = is_loopback(ip.size() >= 2 && ip.front() == '[' ? ip.substr(1, ip.size() - 2) : ip);
   const bool may_be_plain = options.privacy == protocol::Privacy::plaintext ||
                             (options.privacy == protocol::Privacy::automatic && loopback);
   if (welcome->encrypted == 0 && !may_be_plain)
-    throw RemoteError(fmt::format("ferryd at {} offers an unencrypted link: refused (FERRY_PLAINTEXT=1 allows one "
+    throw DialRefused(protocol::Status::auth_failed, fmt::format("ferryd at {} offers an unencrypted link: refused (FERRY_PLAINTEXT=1 allows one "
                                   "on a trusted network)",
                                   where));
   if (welcome->encrypted == 0 && !loopback)

@@ -170,6 +170,9 @@ void fields(IO& io, M& m) {
   io("mac", m.mac);
   io("encrypted", m.encrypted);
   io("worker_address", m.worker_address);
+  io("kernels", m.kernels, max_names);
+  io("devices", m.devices, max_names);
+  io("device_key", m.device_key);
 }
 template <class IO, Is<Put> M>
 void fields(IO& io, M& m) {
@@ -348,9 +351,9 @@ class Writer : public Location {
     leave_arg();
   }
 
-  void operator()(const char* field, const std::vector<std::string>& items) {
-    if (items.size() > max_args)
-      fail(field, std::to_string(items.size()) + " items (at most " + std::to_string(max_args) + ")");
+  void operator()(const char* field, const std::vector<std::string>& items, std::size_t bound = max_args) {
+    if (items.size() > bound)
+      fail(field, std::to_string(items.size()) + " items (at most " + std::to_string(bound) + ")");
     append_le(out_, static_cast<std::uint32_t>(items.size()));
     for (std::size_t i = 0; i < items.size(); ++i) {
       enter_arg(i, field);
@@ -438,9 +441,9 @@ class Reader : public Location {
     leave_arg();
   }
 
-  void operator()(const char* field, std::vector<std::string>& items) {
+  void operator()(const char* field, std::vector<std::string>& items, std::size_t bound = max_args) {
     const auto count = uint<std::uint32_t>(field);
-    if (count > max_args) fail(field, std::to_string(count) + " items (at most " + std::to_string(max_args) + ")");
+    if (count > bound) fail(field, std::to_string(count) + " items (at most " + std::to_string(bound) + ")");
     items.assign(count, std::string{});
     for (std::size_t i = 0; i < count; ++i) {
       enter_arg(i, field);

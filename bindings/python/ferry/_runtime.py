@@ -56,6 +56,11 @@ class Runtime(_ferry._Runtime):
            trace is written to when the runtime closes.
     gpus: the local GPUs to use: "all" (default), "none" or "0,1" (FERRY_GPUS).
     gpu_memory_limit: bytes of device memory per GPU (FERRY_GPU_MEMORY).
+    remote_policy: "require" (default: the constructor raises RemoteError,
+           naming the host and why, unless every remote answers and
+           authenticates within remote_timeout seconds) or "prefer" (an
+           unusable host is warned about once and its tasks run here)
+           (FERRY_REMOTE_POLICY, FERRY_REMOTE_TIMEOUT).
     Use it as a context manager, or call close().
     """
 
@@ -76,6 +81,8 @@ class Runtime(_ferry._Runtime):
         read_environment: bool = True,
         gpus: str | None = None,
         gpu_memory_limit: int | None = None,
+        remote_policy: str | None = None,
+        remote_timeout: float | None = None,
     ) -> None:
         if isinstance(remotes, str):
             remotes = [remotes]
@@ -86,7 +93,8 @@ class Runtime(_ferry._Runtime):
             token_file=str(token_file) if token_file is not None else None, chunk_bytes=chunk_bytes,
             chunk_window=chunk_window, persist_perf_models=persist_perf_models,
             perf_model_dir=str(perf_model_dir) if perf_model_dir is not None else None,
-            read_environment=read_environment, gpus=gpus, gpu_memory_limit=gpu_memory_limit)
+            read_environment=read_environment, gpus=gpus, gpu_memory_limit=gpu_memory_limit,
+            remote_policy=remote_policy, remote_timeout=remote_timeout)
         _live.add(self)
 
     def __enter__(self) -> "Runtime":
@@ -285,7 +293,8 @@ class Runtime(_ferry._Runtime):
                 except Exception as e:  # noqa: BLE001 - a view must render even when a remote is down
                     rrows += f"<tr><td>{esc(address)}</td><td colspan=4>{esc(str(e))}</td></tr>"
                     continue
-                rrows += (f"<tr><td>{esc(address)}</td><td>{'yes' if s['connected'] else 'no'}</td>"
+                state = "yes" if s["connected"] else f"down: {esc(s['down_reason'])}"
+                rrows += (f"<tr><td>{esc(address)}</td><td>{state}</td>"
                           f"<td>{_mib(s['bytes_shipped'])}</td><td>{_mib(s['bytes_fetched'])}</td>"
                           f"<td>{_mib(s['server_memory_in_use'])}</td></tr>")
             parts.append("<table><tr><th>remote</th><th>connected</th><th>shipped</th><th>fetched</th>"

@@ -71,15 +71,17 @@ class Trace:
             f.write(self._json)
 
     def plot(self, ax: Any = None, *, title: str | None = None) -> Any:
-        """A Gantt chart: one row per lane, tasks coloured by kernel,
-        transfers hatched. Returns the matplotlib Axes."""
+        """A Gantt chart: one row per lane, tasks coloured by kernel and
+        named where there is room, transfers hatched. Returns the matplotlib Axes."""
         import matplotlib.pyplot as plt
         from matplotlib.patches import Patch
 
         used = [lane for lane in self.lanes
                 if any(s.lane == lane for s in self.tasks) or any(x.lane == lane for x in self.transfers)]
         if ax is None:
-            _, ax = plt.subplots(figsize=(10, 0.5 + 0.45 * max(len(used), 1)))
+            # Constrained layout leaves room for the title and the legend,
+            # however few lanes there are.
+            _, ax = plt.subplots(figsize=(10, 1.6 + 0.45 * max(len(used), 1)), layout="constrained")
         row = {lane: i for i, lane in enumerate(used)}
         kernels = sorted({t.kernel for t in self.tasks})
         palette = plt.get_cmap("tab10")
@@ -87,6 +89,13 @@ class Trace:
         for t in self.tasks:
             ax.broken_barh([(t.start * 1e3, max((t.end - t.start) * 1e3, 1e-4))], (row[t.lane] - 0.4, 0.8),
                            facecolors="red" if t.failed else colour[t.kernel], edgecolor="none")
+        # Names inside the bars wide enough to hold them (a 20th of the run).
+        first = min((t.start for t in self.tasks), default=0.0)
+        last = max((t.end for t in self.tasks), default=0.0)
+        for t in self.tasks:
+            if last > first and (t.end - t.start) >= 0.05 * (last - first):
+                ax.text((t.start + t.end) / 2 * 1e3, row[t.lane], t.name, ha="center", va="center",
+                        fontsize="x-small", clip_on=True)
         for x in self.transfers:
             ax.broken_barh([(x.start * 1e3, max((x.end - x.start) * 1e3, 1e-4))], (row[x.lane] - 0.4, 0.8),
                            facecolors="lightgrey", edgecolor="dimgrey", hatch="///", linewidth=0.5)

@@ -3,38 +3,72 @@
     with ferry.testing.local_server() as server:
         with ferry.Runtime(remotes=[server.address], token=server.token) as rt:
             ...
+
+or, in a notebook, server = ferry.testing.local_server() ... server.close().
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import secrets
 import shutil
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass
+import weakref
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Sequence
 
 from ._bin import program
 from ._errors import FerryError
 
 
-@dataclass
 class LocalServer:
-    """A ferryd started by local_server(): where it listens and how to log in."""
+    """A ferryd started by local_server(): where it listens and how to log in.
 
-    address: str
-    token: str
-    token_file: Path
-    log_file: Path
-    process: subprocess.Popen
+    Stop it with close(), or use it as a context manager; one never closed
+    is stopped when Python exits."""
+
+    def __init__(self, address: str, token: str, token_file: Path, log_file: Path, process: subprocess.Popen,
+                 scratch: Path) -> None:
+        self.address = address
+        self.token = token
+        self.token_file = token_file
+        self.log_file = log_file
+        self.process = process
+        self._finalizer = weakref.finalize(self, _stop, process, scratch)
 
     def log(self) -> str:
         """What ferryd has logged so far."""
         return self.log_file.read_text(errors="replace")
+
+    def close(self) -> None:
+        """Stops ferryd (SIGTERM, then SIGKILL after 10 s) and removes its files."""
+        self._finalizer()
+
+    @property
+    def closed(self) -> bool:
+        return not self._finalizer.alive
+
+    def __enter__(self) -> "LocalServer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"LocalServer({self.address!r}{', closed' if self.closed else ''})"
+
+
+def _stop(process: subprocess.Popen, scratch: Path) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    shutil.rmtree(scratch, ignore_errors=True)
 
 
 def find_ferryd() -> str:
@@ -52,7 +86,6 @@ def find_ferryd() -> str:
     raise FerryError("ferryd not found: set FERRY_FERRYD to its path or install ferry with pip (which bundles it)")
 
 
-@contextlib.contextmanager
 def local_server(
     *,
     workers: int = 1,
@@ -60,9 +93,10 @@ def local_server(
     memory_limit: str | None = None,
     extra_args: Sequence[str] = (),
     startup_timeout: float = 30.0,
-) -> Iterator[LocalServer]:
-    """Starts ferryd on 127.0.0.1 (a free port, a fresh token) and stops it
-    (SIGTERM, then SIGKILL after 10 s) when the block ends."""
+) -> LocalServer:
+    """Starts ferryd on 127.0.0.1 (a free port, a fresh token) and returns
+    once it listens. Use it in a with block, or keep it (a notebook) and call
+    close() when done."""
     scratch = Path(tempfile.mkdtemp(prefix="ferryd-"))
     token = secrets.token_hex(32)
     token_file = scratch / "token"
@@ -98,13 +132,7 @@ def local_server(
                 port = port_file.read_text().strip()
             if not port:
                 time.sleep(0.02)
-        yield LocalServer(f"127.0.0.1:{port}", token, token_file, log_file, process)
-    finally:
-        if process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-        shutil.rmtree(scratch, ignore_errors=True)
+    except BaseException:
+        _stop(process, scratch)
+        raise
+    return LocalServer(f"127.0.0.1:{port}", token, token_file, log_file, process, scratch)

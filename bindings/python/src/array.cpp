@@ -104,7 +104,8 @@ nb::object numpy_view(const AnyBuffer& view, const std::vector<std::size_t>& sha
   void* data = nullptr;
   {
     nb::gil_scoped_release unlocked;
-    data = view.host_data();
+    // Read-only views keep the copies on GPUs and remotes valid.
+    data = readonly ? const_cast<void*>(view.host_data_read()) : view.host_data();
   }
   // The capsule owns a reference to the buffer: the memory outlives the
   // array handle for as long as NumPy needs it.
@@ -170,7 +171,8 @@ void bind_array(nb::module_& m) {
            nb::arg("readonly") = false,
            "Waits for the tasks using this array, brings the host copy up to date and returns a NumPy view of it\n"
            "(no copy). Writes through the view change the array; take a fresh view after submitting tasks\n"
-           "that write it.")
+           "that write it. readonly=True gives a view NumPy will not write through, and keeps the array's\n"
+           "copies on GPUs and remote hosts valid, so the next task there moves no data.")
       .def("__array__", [](const Array& a, nb::object dtype, nb::object copy) {
         nb::object view = numpy_view(a.buffer, a.shape, false);
         if (!dtype.is_none()) view = view.attr("astype")(dtype);

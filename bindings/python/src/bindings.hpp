@@ -58,10 +58,28 @@ void bind_array(nb::module_& m);
 void bind_future(nb::module_& m);
 void bind_runtime(nb::module_& m);
 void bind_bench_support(nb::module_& m);
+// The Python function behind an @rt.task kernel. The kernel (C++) holds it,
+// and through its globals it often holds the kernel's own Python objects: a
+// cycle Python's collector cannot see. The runtime releases the function
+// when it closes, so nothing leaks at exit.
+class PythonFunction {
+ public:
+  explicit PythonFunction(nb::object fn) : fn_(std::move(fn)) {}
+  PythonFunction(const PythonFunction&) = delete;
+  PythonFunction& operator=(const PythonFunction&) = delete;
+  ~PythonFunction();
+  // Under the GIL. Empty after release().
+  const nb::object& get() const noexcept { return fn_; }
+  void release();  // under the GIL
+
+ private:
+  nb::object fn_;
+};
+
 // The kernel definition behind @rt.task: `params` are (name, kind) with kind
 // one of read, write, readwrite, real, integer, text.
 KernelDef make_python_kernel(std::string name, const std::vector<std::pair<std::string, std::string>>& params,
-                             nb::object fn, bool returns_scalar);
+                             std::shared_ptr<PythonFunction> fn, bool returns_scalar);
 
 template <typename Done>
 void interruptible_wait(Done&& done, double timeout_seconds) {

@@ -18,23 +18,6 @@ namespace ferry::python {
 
 namespace {
 
-// The callable outlives Python's view of it (task records keep the kernel),
-// and may be released on a worker thread: the GIL is taken to drop it.
-struct Callable {
-  nb::object fn;
-  explicit Callable(nb::object f) : fn(std::move(f)) {}
-  Callable(const Callable&) = delete;
-  Callable& operator=(const Callable&) = delete;
-  ~Callable() {
-    if (!Py_IsInitialized() || FERRY_PY_FINALIZING()) {
-      fn.release();  // the interpreter is going away: leaking beats crashing
-      return;
-    }
-    nb::gil_scoped_acquire locked;
-    fn.reset();
-  }
-};
-
 Param param_for(const std::string& name, const std::string& kind) {
   Param p;
   p.name = name;
@@ -56,17 +39,33 @@ Param param_for(const std::string& name, const std::string& kind) {
 
 }  // namespace
 
+// The function outlives Python's view of it (task records keep the kernel),
+// and may be dropped on a worker thread: the GIL is taken to drop it.
+PythonFunction::~PythonFunction() {
+  if (!fn_.is_valid()) return;
+  if (!Py_IsInitialized() || FERRY_PY_FINALIZING()) {
+    fn_.release();  // the interpreter is going away: leaking beats crashing
+    return;
+  }
+  nb::gil_scoped_acquire locked;
+  fn_.reset();
+}
+
+void PythonFunction::release() { fn_.reset(); }
+
 KernelDef make_python_kernel(std::string name, const std::vector<std::pair<std::string, std::string>>& params,
-                             nb::object fn, bool returns_scalar) {
-  if (!PyCallable_Check(fn.ptr())) throw UsageError(fmt::format("task '{}': the function is not callable", name));
+                             std::shared_ptr<PythonFunction> fn, bool returns_scalar) {
+  if (!fn || !PyCallable_Check(fn->get().ptr()))
+    throw UsageError(fmt::format("task '{}': the function is not callable", name));
   KernelDef k;
   k.name = std::move(name);
   k.summary = "a Python function";
   for (const auto& [param, kind] : params) k.params.push_back(param_for(param, kind));
   k.returns_scalar = returns_scalar;
-  auto callable = std::make_shared<Callable>(std::move(fn));
-  k.cpu = [callable, returns_scalar](ExecContext& ctx) {
+  k.cpu = [callable = std::move(fn), returns_scalar](ExecContext& ctx) {
     nb::gil_scoped_acquire locked;
+    if (!callable->get().is_valid())
+      throw Error("the Python function of this task was released when the runtime that defined it closed");
     try {
       nb::list args;
       for (const Arg& arg : ctx.args.items) {
@@ -76,7 +75,7 @@ KernelDef make_python_kernel(std::string name, const std::vector<std::pair<std::
           std::visit([&](const auto& v) { args.append(nb::cast(v)); }, arg.scalar);
         }
       }
-      nb::object out = callable->fn(*args);
+      nb::object out = callable->get()(*args);
       if (returns_scalar) {
         try {
           ctx.result = nb::cast<double>(out);

@@ -8,6 +8,8 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <functional>
+#include <numeric>
 #include <optional>
 #include <string>
 
@@ -109,7 +111,25 @@ Future submit(RuntimeHandle& h, nb::handle kernel, nb::sequence args, const std:
   const std::size_t n = nb::len(args);
   converted.reserve(n);
   for (std::size_t i = 0; i < n; ++i) converted.push_back(convert_arg(args[i], *def, i));
-  return Future{rt.submit_args(KernelRef{std::move(def)}, std::move(converted), parse_place(on), std::move(name))};
+  try {
+    return Future{rt.submit_args(KernelRef{def}, std::move(converted), parse_place(on), std::move(name))};
+  } catch (const UsageError& e) {
+    // Kernels see an N-D array as rows x last dimension; say so, or a 3-D
+    // array refused by gemm reads as a puzzling 6 x 4.
+    std::string note;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (!nb::isinstance<Array>(args[i])) continue;
+      const auto& shape = nb::cast<const Array&>(args[i]).shape;
+      if (shape.size() <= 2) continue;
+      const std::string param = i < def->params.size() ? fmt::format(" '{}'", def->params[i].name) : "";
+      note += fmt::format("; argument {}{} is a {}-D array of shape ({}), which kernels see as {} x {}", i + 1, param,
+                          shape.size(), fmt::join(shape, ", "),
+                          std::accumulate(shape.begin(), shape.end() - 1, std::size_t{1}, std::multiplies<>()),
+                          shape.back());
+    }
+    if (note.empty()) throw;
+    throw UsageError(e.what() + note);
+  }
 }
 
 nb::dict kernel_info(const KernelDef& k) {
@@ -152,7 +172,8 @@ void bind_runtime(nb::module_& m) {
               std::optional<std::string> token, std::optional<std::string> token_file,
               std::optional<std::size_t> chunk_bytes, std::optional<unsigned> chunk_window,
               std::optional<bool> persist_perf_models, std::optional<std::string> perf_model_dir,
-              bool read_environment, std::optional<std::string> gpus, std::optional<std::size_t> gpu_memory_limit) {
+              bool read_environment, std::optional<std::string> gpus, std::optional<std::size_t> gpu_memory_limit,
+              std::optional<std::string> remote_policy, std::optional<double> remote_timeout) {
              Runtime::Options o;
              o.workers = workers;
              if (policy) o.policy = parse_policy(*policy);
@@ -169,6 +190,15 @@ void bind_runtime(nb::module_& m) {
              o.read_environment = read_environment;
              if (gpus) o.gpus = *gpus;
              if (gpu_memory_limit) o.gpu_memory_limit = *gpu_memory_limit;
+             if (remote_policy) {
+               if (*remote_policy == "require") o.remote_policy = RemotePolicy::require;
+               else if (*remote_policy == "prefer") o.remote_policy = RemotePolicy::prefer;
+               else throw UsageError(fmt::format("remote_policy '{}': expected 'require' or 'prefer'", *remote_policy));
+             }
+             if (remote_timeout) {
+               if (!(*remote_timeout > 0)) throw UsageError("remote_timeout must be a positive number of seconds");
+               o.remote_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(*remote_timeout * 1000));
+             }
              new (self) RuntimeHandle(std::move(o));
            },
            nb::arg("workers") = 0, nb::arg("policy") = nb::none(), nb::arg("trace") = false,
@@ -176,7 +206,8 @@ void bind_runtime(nb::module_& m) {
            nb::arg("token") = nb::none(), nb::arg("token_file") = nb::none(), nb::arg("chunk_bytes") = nb::none(),
            nb::arg("chunk_window") = nb::none(), nb::arg("persist_perf_models") = nb::none(),
            nb::arg("perf_model_dir") = nb::none(), nb::arg("read_environment") = true, nb::arg("gpus") = nb::none(),
-           nb::arg("gpu_memory_limit") = nb::none())
+           nb::arg("gpu_memory_limit") = nb::none(), nb::arg("remote_policy") = nb::none(),
+           nb::arg("remote_timeout") = nb::none())
       .def("close", &RuntimeHandle::close, "Waits for every task, then releases the runtime's devices and memory")
       .def_prop_ro("closed", &RuntimeHandle::closed)
       .def("_empty", [](RuntimeHandle& h, std::vector<std::size_t> shape, const std::string& dtype, bool zero) {
@@ -213,7 +244,7 @@ void bind_runtime(nb::module_& m) {
       .def("_python_kernel", [](RuntimeHandle& h, std::string name,
                                 std::vector<std::pair<std::string, std::string>> params, nb::object fn,
                                 bool returns_scalar) {
-        return Kernel{h.rt().add_kernel(make_python_kernel(std::move(name), params, std::move(fn), returns_scalar))};
+        return Kernel{h.rt().add_kernel(make_python_kernel(std::move(name), params, h.keep(std::move(fn)), returns_scalar))};
       })
       .def("_cuda_kernel", [](RuntimeHandle& h, std::string source, std::string entry, std::vector<std::string> writes,
                               std::vector<std::string> options) {
@@ -250,6 +281,12 @@ void bind_runtime(nb::module_& m) {
         d["server_bytes_in"] = s.server_bytes_in;
         d["server_bytes_out"] = s.server_bytes_out;
         d["server_memory_in_use"] = s.server_memory_in_use;
+        d["server"] = s.server;
+        d["kernels"] = s.kernels;
+        d["server_devices"] = s.server_devices;
+        d["latency_seconds"] = s.latency_seconds;
+        d["bytes_per_second"] = s.bytes_per_second;
+        d["down_reason"] = s.down_reason;
         return d;
       }, nb::arg("address"))
       .def_prop_ro("remotes", [](RuntimeHandle& h) { return h.rt().options().remotes; })

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "bindings.hpp"
 
@@ -34,14 +35,30 @@ class RuntimeHandle {
     return *rt_;
   }
   bool closed() const noexcept { return rt_ == nullptr; }
+  // Under the GIL.
   void close() {
-    std::unique_ptr<Runtime> rt = std::move(rt_);
-    nb::gil_scoped_release unlocked;
-    rt.reset();
+    {
+      std::unique_ptr<Runtime> rt = std::move(rt_);
+      nb::gil_scoped_release unlocked;
+      rt.reset();
+    }
+    // Its tasks are done: drop the functions of its @rt.task kernels, which
+    // would otherwise keep their module's objects alive past exit (PythonFunction).
+    for (auto& weak : functions_)
+      if (auto fn = weak.lock()) fn->release();
+    functions_.clear();
+  }
+
+  // The function of an @rt.task kernel of this runtime, released when it closes.
+  std::shared_ptr<PythonFunction> keep(nb::object fn) {
+    auto kept = std::make_shared<PythonFunction>(std::move(fn));
+    functions_.push_back(kept);
+    return kept;
   }
 
  private:
   std::unique_ptr<Runtime> rt_;
+  std::vector<std::weak_ptr<PythonFunction>> functions_;
 };
 
 }  // namespace ferry::python

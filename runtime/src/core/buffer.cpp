@@ -65,7 +65,7 @@ void BufferBase::set_name(std::string name) {
   state_->name = std::move(name);
 }
 
-void* BufferBase::acquire_host() const {
+void* BufferBase::acquire_host(bool for_writing) const {
   require_valid();
   std::exception_ptr failure;
   for (const detail::Use& use : detail::users_of(*state_)) {
@@ -81,8 +81,8 @@ void* BufferBase::acquire_host() const {
       throw KernelError(fmt::format("buffer '{}' has no valid contents: {}", state_->name, e.what()));
     }
   }
-  // host() hands out a writable view: copies elsewhere become stale.
-  detail::acquire_on_host(*state_, AccessMode::readwrite);
+  // A writable view makes copies elsewhere stale; a read-only one keeps them.
+  detail::acquire_on_host(*state_, for_writing ? AccessMode::readwrite : AccessMode::read);
   return state_->host_data();
 }
 

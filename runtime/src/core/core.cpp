@@ -14,6 +14,7 @@
 #include "devices/cuda/module.hpp"
 #include "data/cuda_unified.hpp"
 #include "devices/remote/remote_device.hpp"
+#include "devices/remote/remote_policy.hpp"
 #include "data/dependencies.hpp"
 #include "ferry/allocator/pinned_pool.hpp"
 #include "ferry/config.hpp"
@@ -89,13 +90,21 @@ void RuntimeCore::start() {
   worker_ = transport::Worker::create(transport::Worker::Options{"ferry-client"});
   for (const std::string& address : options_.remotes) {
     RemoteOptions remote;
-    remote.address = address.starts_with("ucx://") ? address.substr(6) : address;
+    try {
+      remote.address = remote_address(address);
+    } catch (const UsageError& e) {
+      if (options_.remote_policy == RemotePolicy::require) throw;
+      log().warn("{}; it is not used (FERRY_REMOTE_POLICY=prefer)", e.what());
+      continue;
+    }
     remote.dial = dial;
     remote.chunk_bytes = options_.chunk_bytes;
     remote.window = options_.chunk_window;
+    remote.policy = options_.remote_policy;
+    remote.timeout = options_.remote_timeout;
     const auto id = static_cast<DeviceId>(devices_.size());
     auto device = std::make_unique<RemoteDevice>(*this, id, static_cast<MemoryNodeId>(id), remote, worker_);
-    device->start();
+    device->start();  // under require, throws naming the host and why it cannot be used
     devices_.push_back(std::move(device));
   }
 }
@@ -326,7 +335,7 @@ PreparedTask RuntimeCore::prepare(std::shared_ptr<const KernelDef> kernel, Submi
     const bool up = device.available();
     if (runs && fits && up) p.eligible |= std::uint64_t{1} << i;
     else if (runs && fits) pinned_to_a_down_device = true;
-    else why_not += fmt::format("; {}: {}", device.name(), !runs ? "no implementation for it" : "excluded by placement");
+    else why_not += fmt::format("; {}: {}", device.name(), !runs ? device.why_not(*kernel) : "excluded by placement");
   }
   // A host that is down must not stop the program: what was pinned to it
   // runs wherever else it can until the host is back.

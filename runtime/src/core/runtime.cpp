@@ -14,6 +14,7 @@
 #include "ferry/units.hpp"
 #include "devices/cuda/module.hpp"
 #include "devices/remote/remote_device.hpp"
+#include "devices/remote/remote_policy.hpp"
 #include "ferry/error.hpp"
 #include "ferry/log.hpp"
 
@@ -61,6 +62,14 @@ void apply_environment(Runtime::Options& o) {
       begin = end + 1;
     }
   }
+  if (const char* v = env("FERRY_REMOTE_POLICY")) o.remote_policy = detail::parse_remote_policy(v);
+  if (const char* v = env("FERRY_REMOTE_TIMEOUT")) {
+    char* end = nullptr;
+    const double seconds = std::strtod(v, &end);
+    if (end == v || *end != '\0' || !(seconds > 0 && seconds <= 3600))
+      throw UsageError(fmt::format("FERRY_REMOTE_TIMEOUT={} is not a number of seconds (above 0, at most 3600)", v));
+    o.remote_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000));
+  }
   if (const char* v = env("FERRY_TOKEN")) o.token = v;
   if (const char* v = env("FERRY_TOKEN_FILE")) o.token_file = v;
   if (const char* v = env("FERRY_IDENTITY")) o.identity = v;
@@ -107,12 +116,10 @@ std::shared_ptr<detail::BufferState> Runtime::make_buffer(DType dtype, std::size
 
 Task Runtime::submit_named(std::string_view kernel, detail::Submission submission) {
   auto def = core_->find_kernel(kernel);
-  if (!def) {
-    std::string known;
-    for (const auto& name : core_->kernel_names()) known += (known.empty() ? "" : ", ") + name;
+  if (!def)
     throw UsageError(fmt::format("task '{}': unknown kernel '{}' (known: {})",
-                                 submission.name.empty() ? std::string(kernel) : submission.name, kernel, known));
-  }
+                                 submission.name.empty() ? std::string(kernel) : submission.name, kernel,
+                                 fmt::join(core_->kernel_names(), ", ")));
   return core_->submit(core_->prepare(std::move(def), std::move(submission)));
 }
 
@@ -138,7 +145,9 @@ std::vector<std::string> Runtime::kernel_names() const { return core_->kernel_na
 
 KernelRef Runtime::find_kernel(std::string_view name) const {
   auto def = core_->find_kernel(name);
-  if (!def) throw UsageError(fmt::format("unknown kernel '{}'", name));
+  // The list goes with it: bindings pass this message on as it is.
+  if (!def)
+    throw UsageError(fmt::format("unknown kernel '{}' (known: {})", name, fmt::join(core_->kernel_names(), ", ")));
   return KernelRef{std::move(def)};
 }
 
@@ -159,20 +168,33 @@ void Runtime::load_plugin(const std::filesystem::path& path) {
   std::vector<std::string> added;
   std::set_difference(after.begin(), after.end(), before.begin(), before.end(), std::back_inserter(added));
   log().info("plugin {} added kernels: {}", path.string(), fmt::join(added, ", "));
+  for (const auto& d : core_->devices())
+    if (const auto* remote = dynamic_cast<const detail::RemoteDevice*>(d.get())) remote->warn_missing(added);
 }
 
 std::vector<DeviceInfo> Runtime::devices() const {
   std::vector<DeviceInfo> out;
   for (const auto& d : core_->devices()) {
-    DeviceInfo info{d->id(), d->name(), d->kind(), d->node(), d->lanes(), d->tasks_run()};
+    DeviceInfo info{.id = d->id(),
+                    .name = d->name(),
+                    .kind = d->kind(),
+                    .node = d->node(),
+                    .lanes = d->lanes(),
+                    .tasks_run = d->tasks_run(),
+                    .queued = d->snapshot().queued,
+                    .perf_key = d->perf_key(),
+                    .description = d->name()};
     if (const auto* remote = dynamic_cast<const detail::RemoteDevice*>(d.get())) {
       info.bytes_in = remote->bytes_shipped();
       info.bytes_out = remote->bytes_fetched();
+      if (const std::string down = remote->down_reason(); !down.empty())
+        info.description = fmt::format("{} (down: {})", d->name(), down);
     }
     // A GPU device exists only where the CUDA module is loaded.
     if (detail::GpuFacts gpu; d->kind() == DeviceKind::cuda && detail::cuda_module()->facts(*d, gpu)) {
       info.bytes_in = gpu.bytes_to_device;
       info.bytes_out = gpu.bytes_from_device;
+      info.description = gpu.description;
     }
     out.push_back(std::move(info));
   }
@@ -203,6 +225,15 @@ Runtime::RemoteStats Runtime::remote_stats(const std::string& address) const {
   out.bytes_shipped = remote->bytes_shipped();
   out.bytes_fetched = remote->bytes_fetched();
   out.connected = remote->alive();
+  const auto offer = remote->offer();
+  out.server = offer.server;
+  out.kernels = offer.kernels;
+  out.server_devices = offer.devices;
+  out.quota = offer.quota;
+  const auto link = core_->links().get(host_node, remote->node());
+  out.latency_seconds = link.latency_seconds;
+  out.bytes_per_second = link.bytes_per_second;
+  out.down_reason = remote->down_reason();
   if (out.connected) {
     const auto s = remote->stats();
     out.server_bytes_in = s.bytes_in;
@@ -236,6 +267,9 @@ std::string Runtime::describe() const {
     std::string what = fmt::format("{} ({} lanes, {} tasks run)", d->name(), d->lanes(), d->tasks_run());
     if (detail::GpuFacts gpu; d->kind() == DeviceKind::cuda && detail::cuda_module()->facts(*d, gpu))
       what = fmt::format("{}, {} tasks run", gpu.description, d->tasks_run());
+    if (const auto* remote = dynamic_cast<const detail::RemoteDevice*>(d.get()))
+      if (const std::string down = remote->down_reason(); !down.empty())
+        what = fmt::format("{} (down: {}; {} tasks run)", d->name(), down, d->tasks_run());
     devices += (devices.empty() ? "" : ", ") + what;
   }
   return fmt::format("ferry runtime: policy {}; devices: {}", to_string(core_->options().policy), devices);

@@ -33,6 +33,8 @@ class Device {
   const DevicePeak& peak() const noexcept { return peak_; }
 
   virtual bool can_run(const KernelDef& kernel) const = 0;
+  // Why can_run() said no, for the error a task pinned here gets.
+  virtual std::string why_not(const KernelDef& /*kernel*/) const { return "no implementation for it"; }
   // False while the device cannot take tasks (a remote that is down).
   virtual bool available() const noexcept { return true; }
   virtual unsigned lanes() const = 0;
@@ -66,6 +68,11 @@ class Device {
   // trace (if tracing) on `lane`, from `start_ns` until now.
   void trace_transfer(Trace* trace, bool to_device, int lane, std::size_t bytes, std::int64_t start_ns) const;
   std::size_t tasks_run() const noexcept { return tasks_run_.load(std::memory_order_relaxed); }
+
+ protected:
+  // Only before the device is in the runtime's list (a remote learns what it
+  // is when it first connects); afterwards the key is read without a lock.
+  void set_perf_key(std::string key) { perf_key_ = std::move(key); }
 
  private:
   DeviceId id_;

@@ -216,6 +216,23 @@ std::string Trace::chrome_json() const {
                       {"args", {{"kernel", t.kernel}, {"device", t.device}, {"task_id", t.task_id},
                                 {"predecessors", t.predecessors}, {"failed", t.failed}}}});
   }
+  // Dependency arrows: a flow from each predecessor (bound to its slice by
+  // its start) to the task (bound to the slice that begins there).
+  std::unordered_map<std::uint64_t, const TaskSpan*> by_id;
+  for (const TaskSpan& t : tasks) by_id.emplace(t.task_id, &t);
+  std::uint64_t flow = 0;
+  for (const TaskSpan& t : tasks) {
+    for (std::uint64_t pred : t.predecessors) {
+      const auto it = by_id.find(pred);
+      if (it == by_id.end()) continue;  // before the trace began, or not traced
+      ++flow;
+      const TaskSpan& p = *it->second;
+      events.push_back({{"ph", "s"}, {"pid", 1}, {"tid", p.lane}, {"name", "dependency"}, {"cat", "dependency"},
+                        {"id", flow}, {"ts", micros(p.start_ns)}});
+      events.push_back({{"ph", "f"}, {"bp", "e"}, {"pid", 1}, {"tid", t.lane}, {"name", "dependency"},
+                        {"cat", "dependency"}, {"id", flow}, {"ts", micros(t.start_ns)}});
+    }
+  }
   for (const TransferSpan& x : transfers) {
     events.push_back({{"ph", "X"}, {"pid", 1}, {"tid", x.lane}, {"name", x.what.empty() ? x.link : x.what},
                       {"cat", "transfer"}, {"ts", micros(x.start_ns)},

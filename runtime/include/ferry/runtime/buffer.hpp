@@ -45,8 +45,10 @@ class BufferBase {
  protected:
   explicit BufferBase(std::shared_ptr<detail::BufferState> state) : state_(std::move(state)) {}
   // Waits for every task that uses this view (or an overlapping one) and
-  // makes the host replica valid; returns the view's first element.
-  void* acquire_host() const;
+  // makes the host replica valid; returns the view's first element. For
+  // writing, copies elsewhere (GPUs, remotes) become stale; for reading
+  // they stay valid, so the next task there moves no bytes.
+  void* acquire_host(bool for_writing = true) const;
   std::vector<std::shared_ptr<detail::BufferState>> split_states(std::size_t parts) const;
   std::vector<std::shared_ptr<detail::BufferState>> tile_states(std::size_t tile_rows, std::size_t tile_cols,
                                                                 std::size_t& grid_rows, std::size_t& grid_cols) const;
@@ -64,10 +66,17 @@ class Buffer : public BufferBase {
   Buffer() = default;
   explicit Buffer(std::shared_ptr<detail::BufferState> state) : BufferBase(std::move(state)) {}
 
-  // Waits for the tasks using this buffer, then gives the host replica.
+  // Waits for the tasks using this buffer, then gives the host replica to
+  // read and write: copies on GPUs and remotes are dropped.
   HostView<T> host() const {
     T* data = static_cast<T*>(acquire_host());
     return HostView<T>(data, rows(), cols(), ld());
+  }
+  // The same, read-only: copies elsewhere stay valid. Prefer it to look at
+  // results (printing one element of host() throws the GPU copy away).
+  HostView<const T> host_read() const {
+    const T* data = static_cast<const T*>(acquire_host(false));
+    return HostView<const T>(data, rows(), cols(), ld());
   }
 
   // `parts` views of (nearly) equal size: along the elements of a 1-D buffer,
@@ -115,6 +124,8 @@ class AnyBuffer : public BufferBase {
   explicit AnyBuffer(const Buffer<T>& typed) : BufferBase(typed.state()) {}
   // Waits for the tasks using it; the first byte of the view's host replica.
   void* host_data() const { return acquire_host(); }
+  // The same, for reading only: copies elsewhere stay valid.
+  const void* host_data_read() const { return acquire_host(false); }
 
   std::vector<AnyBuffer> split(std::size_t parts) const {
     std::vector<AnyBuffer> out;

@@ -40,9 +40,23 @@ struct DeviceInfo {
   MemoryNodeId node = host_node;
   unsigned lanes = 0;         // CPU workers, or GPU streams
   std::size_t tasks_run = 0;
+  std::size_t queued = 0;     // tasks assigned to it and not finished
+  std::string perf_key;       // which performance models apply to it (ferry models)
   // Bytes copied into and out of its memory node (GPUs and remotes; 0 for the CPU).
   std::size_t bytes_in = 0, bytes_out = 0;
+  // For people: a GPU's model and memory, a remote's state ("down: why").
+  std::string description;
 };
+
+// What a runtime does when a remote GPU host cannot be used.
+//   require: construction throws RemoteError, naming the host and why, unless
+//            every remote answers and authenticates within remote_timeout.
+//   prefer:  the runtime starts anyway; each unusable host is warned about
+//            once, its tasks run here, and it is retried in the background.
+// Under both, a refusal that retrying cannot fix (a wrong token, an address
+// that is not [ucx://]host:port, a protocol mismatch) is never retried, and a
+// host lost after it was reached is retried and failed over, never fatal.
+enum class RemotePolicy { require, prefer };
 
 class Runtime {
  public:
@@ -81,6 +95,8 @@ class Runtime {
     // skip encryption (trusted networks only).   FERRY_ENCRYPT_LOOPBACK=1, FERRY_PLAINTEXT=1
     bool encrypt_loopback = false;
     bool plaintext = false;
+    RemotePolicy remote_policy = RemotePolicy::require;           // FERRY_REMOTE_POLICY=require|prefer
+    std::chrono::milliseconds remote_timeout{10000};              // FERRY_REMOTE_TIMEOUT=seconds
     // Transfers above this are split and pipelined, this many chunks in flight.  FERRY_CHUNK_BYTES, FERRY_CHUNK_WINDOW
     std::size_t chunk_bytes = std::size_t{4} << 20;
     unsigned chunk_window = 4;
@@ -212,6 +228,14 @@ class Runtime {
     std::uint64_t server_memory_in_use = 0;
     std::size_t bytes_shipped = 0, bytes_fetched = 0;
     bool connected = false;
+    // What the host said when it last welcomed us (empty before that).
+    std::string server;                 // "ferryd <version>"
+    std::vector<std::string> kernels;   // the kernels it runs
+    std::vector<std::string> server_devices;
+    std::uint64_t quota = 0;
+    // The link as measured at connect and refined by transfers.
+    double latency_seconds = 0, bytes_per_second = 0;
+    std::string down_reason;  // why it is not connected, when it is not
   };
   RemoteStats remote_stats(const std::string& address) const;
   const Options& options() const noexcept;

@@ -17,6 +17,7 @@
 #include "ferry/transport/address.hpp"
 #include "ferry/units.hpp"
 #include "core/task_record.hpp"
+#include "devices/remote/remote_policy.hpp"
 
 namespace ferry::detail {
 
@@ -70,11 +71,25 @@ RemoteDevice::RemoteDevice(RuntimeCore& core, DeviceId id, MemoryNodeId node, Re
 }
 
 void RemoteDevice::start() {
+  const bool require = options_.policy == RemotePolicy::require;
   try {
-    connect();
+    connect_until(Clock::now() + (require ? options_.timeout : std::chrono::milliseconds(0)));
   } catch (const std::exception& e) {
-    log().warn("remote {}: {}; will keep trying", options_.address, e.what());
+    const bool refused = dynamic_cast<const RemoteRefused*>(&e) != nullptr;
+    if (require)
+      throw RemoteError(fmt::format("remote {} cannot be used: {} (with FERRY_REMOTE_POLICY=prefer the program runs "
+                                    "without it)",
+                                    options_.address, e.what()));
+    if (note_down(e.what(), refused)) {
+      if (refused) log().warn("{}; it is not used (retrying cannot help)", e.what());  // names the host and why
+      else log().warn("remote {} cannot be reached: {}; its tasks run here until it answers (retrying)",
+                      options_.address, e.what());
+    }
   }
+  // Models follow what the host is, not where it listens: a restart on
+  // another port, or an identical host, starts calibrated. Set before the
+  // runtime lists this device; a host down at start keeps its address.
+  if (const std::string key = offer().device_key; !key.empty()) set_perf_key("remote:" + key);
   for (unsigned slot = 0; slot < options_.proxies; ++slot) proxies_.emplace_back([this, slot] { proxy_loop(slot); });
   reconnector_ = std::thread([this] { reconnect_loop(); });
 }
@@ -114,29 +129,106 @@ RemoteDevice::~RemoteDevice() {
 
 // ---- connection ----
 
+void RemoteDevice::connect_until(Clock::time_point deadline) {
+  auto backoff = std::chrono::milliseconds(250);
+  for (;;) {
+    try {
+      return connect();
+    } catch (const RemoteRefused&) {
+      throw;
+    } catch (const std::exception&) {
+      if (Clock::now() + backoff >= deadline) throw;
+    }
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(2000));
+  }
+}
+
+bool RemoteDevice::note_down(const std::string& why, bool refused) {
+  if (refused) refused_.store(true, std::memory_order_release);
+  std::lock_guard lock(offer_mutex_);
+  down_reason_ = why;
+  return !std::exchange(warned_, true);
+}
+
 void RemoteDevice::connect() {
   // Authenticated, keyed and welcomed on the bootstrap socket; UCX connects only then.
   auto dial = options_.dial;
   dial.client = client_name();
-  auto dialed = transport::dial(
-      worker_, host_, port_, dial, [this](transport::Connection&, transport::Incoming& in) { on_message(in); },
-      [this](transport::Connection&, const std::string& reason) { lost(reason); });
+  transport::Dialed dialed;
+  try {
+    dialed = transport::dial(
+        worker_, host_, port_, dial, [this](transport::Connection&, transport::Incoming& in) { on_message(in); },
+        [this](transport::Connection&, const std::string& reason) { lost(reason); });
+  } catch (const transport::DialRefused& e) {
+    // A refusal retrying cannot fix (remote_policy.hpp) is a RemoteRefused.
+    if (permanent(e.status)) throw RemoteRefused(e.what());
+    throw;
+  }
   {
     std::lock_guard lock(connection_mutex_);
     connection_ = dialed.connection;
   }
   const auto* welcome = &dialed.welcome;
+  welcomed(*welcome);
   max_payload_ = welcome->max_payload == 0 ? options_.chunk_bytes : welcome->max_payload;
   quota_ = welcome->memory_quota;
   gpus_.store(welcome->gpus, std::memory_order_relaxed);
   epoch_.fetch_add(1, std::memory_order_acq_rel);
   alive_.store(true, std::memory_order_release);
   measure_link();
+  {
+    std::lock_guard lock(offer_mutex_);
+    down_reason_.clear();
+    warned_ = false;
+  }
   log().info("remote {}: connected to {} ({} CPU workers, {} GPUs, quota {}; {}); link {:.0f} µs, {}/s",
              options_.address, welcome->server, welcome->cpu_workers, welcome->gpus, format_bytes(quota_),
              dialed.connection->encrypted() ? transport::to_string(dialed.cipher) : "plaintext",
              core_.links().get(host_node, node()).latency_seconds * 1e6,
              format_bytes(static_cast<std::size_t>(core_.links().get(host_node, node()).bytes_per_second)));
+}
+
+void RemoteDevice::welcomed(const protocol::Welcome& welcome) {
+  bool first = false;
+  {
+    std::lock_guard lock(offer_mutex_);
+    offer_ = Offer{welcome.server, welcome.kernels, welcome.devices, welcome.memory_quota, welcome.device_key};
+    kernels_ = {welcome.kernels.begin(), welcome.kernels.end()};
+    first = !std::exchange(told_missing_, true);
+  }
+  if (first) warn_missing(KernelRegistry::global().names());
+}
+
+void RemoteDevice::warn_missing(const std::vector<std::string>& kernels) const {
+  std::vector<std::string> missing;
+  {
+    std::lock_guard lock(offer_mutex_);
+    if (kernels_.empty()) return;  // the host did not say
+    for (const std::string& name : kernels)
+      if (!kernels_.contains(name)) missing.push_back(name);
+  }
+  // Typically a plugin this program loaded and ferryd was not started with.
+  if (!missing.empty())
+    log().warn("remote {} lacks kernels this program has: {}; their tasks run here (start ferryd with the --plugin "
+               "that has them)",
+               options_.address, fmt::join(missing, ", "));
+}
+
+RemoteDevice::Offer RemoteDevice::offer() const {
+  std::lock_guard lock(offer_mutex_);
+  return offer_;
+}
+
+std::string RemoteDevice::down_reason() const {
+  std::lock_guard lock(offer_mutex_);
+  if (alive()) return {};
+  return down_reason_.empty() ? "not connected" : down_reason_;
+}
+
+bool RemoteDevice::offers(const std::string& kernel) const {
+  std::lock_guard lock(offer_mutex_);
+  return kernels_.empty() || kernels_.contains(kernel);
 }
 
 void RemoteDevice::measure_link() {
@@ -177,6 +269,10 @@ void RemoteDevice::measure_link() {
 }
 
 void RemoteDevice::lost(const std::string& reason) {
+  {
+    std::lock_guard lock(offer_mutex_);
+    down_reason_ = reason;
+  }
   if (alive_.exchange(false, std::memory_order_acq_rel))
     log().warn("remote {} lost: {}; its tasks run elsewhere until it is back", options_.address, reason);
   std::map<std::uint64_t, std::shared_ptr<Pending>> pending;
@@ -199,7 +295,7 @@ void RemoteDevice::reconnect_loop() {
   auto backoff = std::chrono::milliseconds(250);
   std::unique_lock lock(reconnect_mutex_);
   while (!stopping_.load()) {
-    reconnect_cv_.wait(lock, [&] { return stopping_.load() || !alive(); });
+    reconnect_cv_.wait(lock, [&] { return stopping_.load() || (!alive() && !refused_.load()); });
     if (stopping_.load()) return;
     lock.unlock();
     bool ok = false;
@@ -208,7 +304,10 @@ void RemoteDevice::reconnect_loop() {
       ok = true;
       backoff = std::chrono::milliseconds(250);
       log().info("remote {}: back in service", options_.address);
+    } catch (const RemoteRefused& e) {
+      if (note_down(e.what(), true)) log().warn("{}; it is not used again (retrying cannot help)", e.what());
     } catch (const std::exception& e) {
+      note_down(e.what(), false);
       log().debug("remote {}: reconnect failed: {}", options_.address, e.what());
     }
     lock.lock();
@@ -255,9 +354,11 @@ std::future<protocol::Message> RemoteDevice::request(std::uint64_t id, protocol:
   return future;
 }
 
-protocol::Message RemoteDevice::await(std::future<protocol::Message>& reply, const char* what) {
-  if (reply.wait_for(std::chrono::seconds(120)) != std::future_status::ready)
-    throw RemoteError(fmt::format("remote {}: no reply to {} in 120 s", options_.address, what));
+protocol::Message RemoteDevice::await(std::future<protocol::Message>& reply, const char* what,
+                                      std::chrono::milliseconds limit) {
+  if (reply.wait_for(limit) != std::future_status::ready)
+    throw RemoteError(fmt::format("remote {}: no reply to {} in {:.1f} s", options_.address, what,
+                                  std::chrono::duration<double>(limit).count()));
   return reply.get();
 }
 
@@ -266,7 +367,16 @@ void RemoteDevice::on_message(transport::Incoming& incoming) {
   try {
     message = protocol::decode(incoming.header());
   } catch (const std::exception& e) {
-    lost(fmt::format("undecodable message from ferryd: {}", e.what()));
+    // Not Ferry's protocol, or another version of it: retrying will not help.
+    const std::string why =
+        fmt::format("ferryd at {} sent an undecodable message (another version of Ferry?): {}", options_.address, e.what());
+    std::map<std::uint64_t, std::shared_ptr<Pending>> pending;
+    {
+      std::lock_guard lock(pending_mutex_);
+      pending.swap(pending_);
+    }
+    for (auto& [id, p] : pending) p->reply.set_exception(std::make_exception_ptr(RemoteRefused(why)));
+    lost(why);
     return;
   }
   const auto complete = [&](std::uint64_t id, std::shared_ptr<Pending>* out = nullptr) {
@@ -468,9 +578,19 @@ protocol::StatsReply RemoteDevice::stats() {
 bool RemoteDevice::can_run(const KernelDef& kernel) const {
   // CUDA source travels with its first task: any host with a GPU compiles it.
   if (kernel.cuda_source) return gpus_.load(std::memory_order_relaxed) > 0;
-  // Otherwise only kernels every host knows by name: built-ins and plugins
-  // (which ferryd loads with --plugin). A runtime's own callables stay local.
-  return KernelRegistry::global().find(kernel.name) == &kernel;
+  // Otherwise only kernels known by name: built-ins and plugins (which
+  // ferryd loads with --plugin), and of those only what this host said it has.
+  // A runtime's own callables stay local.
+  return KernelRegistry::global().find(kernel.name) == &kernel && offers(kernel.name);
+}
+
+std::string RemoteDevice::why_not(const KernelDef& kernel) const {
+  if (kernel.cuda_source) return "ferryd there has no GPU to compile CUDA source for";
+  if (KernelRegistry::global().find(kernel.name) != &kernel)
+    return "a kernel defined in this program (a function or lambda) runs only on this machine; a FERRY_KERNEL "
+           "plugin loaded by both sides runs anywhere";
+  if (!offers(kernel.name)) return fmt::format("ferryd there has no kernel '{}' (start it with the --plugin that has it)", kernel.name);
+  return "no implementation for it";
 }
 
 void RemoteDevice::define_kernel(const KernelDef& kernel) {

@@ -30,6 +30,7 @@
 #include "devices/device.hpp"
 #include "ferry/transport/bootstrap.hpp"
 #include "ferry/transport/connection.hpp"
+#include "ferry/runtime/runtime.hpp"
 #include "ferry/transport/protocol.hpp"
 #include "ferry/transport/worker.hpp"
 
@@ -43,6 +44,8 @@ struct RemoteOptions {
   std::size_t chunk_bytes = std::size_t{4} << 20;
   unsigned window = 4;   // chunks in flight per transfer
   unsigned proxies = 4;  // tasks in flight
+  RemotePolicy policy = RemotePolicy::require;
+  std::chrono::milliseconds timeout{10000};  // to connect and authenticate under require
 };
 
 class RemoteDevice final : public Device, public NodeLink {
@@ -51,10 +54,14 @@ class RemoteDevice final : public Device, public NodeLink {
                std::shared_ptr<transport::Worker> worker);
   ~RemoteDevice() override;
 
-  // Connects now; on failure logs why and keeps reconnecting in the background.
+  // Connects now. Under RemotePolicy::require a host that cannot be used
+  // within the timeout throws RemoteError naming it and why; under prefer
+  // it is warned about once and retried in the background (unless it
+  // refused us: remote_policy.hpp).
   void start();
 
   bool can_run(const KernelDef& kernel) const override;
+  std::string why_not(const KernelDef& kernel) const override;
   bool available() const noexcept override { return alive(); }
   unsigned lanes() const override { return options_.proxies; }
   void enqueue(TaskRecord* task) override;
@@ -74,6 +81,17 @@ class RemoteDevice final : public Device, public NodeLink {
   // The server's counters for this client (tests and the demo).
   protocol::StatsReply stats();
   const std::string& address() const noexcept { return options_.address; }
+  // What the host said in its last welcome, and why it is down when it is.
+  struct Offer {
+    std::string server;
+    std::vector<std::string> kernels, devices;
+    std::uint64_t quota = 0;
+    std::string device_key;
+  };
+  Offer offer() const;
+  // Warns when the host lacks any of these kernels (a plugin loaded here only).
+  void warn_missing(const std::vector<std::string>& kernels) const;
+  std::string down_reason() const;
   std::size_t bytes_shipped() const noexcept { return bytes_shipped_.load(std::memory_order_relaxed); }
   std::size_t bytes_fetched() const noexcept { return bytes_fetched_.load(std::memory_order_relaxed); }
 
@@ -91,13 +109,21 @@ class RemoteDevice final : public Device, public NodeLink {
   };
 
   void connect();
+  // Connects, retrying transient failures until `deadline`; a refusal is thrown at once.
+  void connect_until(std::chrono::steady_clock::time_point deadline);
+  void welcomed(const protocol::Welcome& welcome);
+  // Remembers why the host cannot be used; true the first time (to warn once).
+  bool note_down(const std::string& why, bool refused);
+  // Whether the host runs this kernel by name (true when it did not say).
+  bool offers(const std::string& kernel) const;
   void measure_link();
   void reconnect_loop();
   void lost(const std::string& reason);
 
   std::future<protocol::Message> request(std::uint64_t id, protocol::Message message, const void* payload,
                                          std::size_t bytes, void* dest = nullptr);
-  protocol::Message await(std::future<protocol::Message>& reply, const char* what);
+  protocol::Message await(std::future<protocol::Message>& reply, const char* what,
+                          std::chrono::milliseconds limit = std::chrono::seconds(120));
   std::uint64_t next_request() noexcept { return next_request_.fetch_add(1, std::memory_order_relaxed); }
   std::size_t chunk_for(std::size_t bytes) const noexcept;
   void put_chunks(std::uint64_t id, const HostRegion& shape, const std::byte* data, std::size_t bytes);
@@ -133,6 +159,14 @@ class RemoteDevice final : public Device, public NodeLink {
   std::size_t max_payload_ = 0;
   std::uint64_t quota_ = 0;
   std::atomic<std::uint32_t> gpus_{0};  // as the last welcome said
+  std::atomic<bool> refused_{false};    // permanently: never retried
+
+  mutable std::mutex offer_mutex_;
+  Offer offer_;                     // from the last welcome
+  std::set<std::string> kernels_;   // offer_.kernels, for lookups
+  std::string down_reason_;         // empty while connected
+  bool warned_ = false;             // the one warning per host is said
+  bool told_missing_ = false;       // the warning about kernels it lacks is said
 
   std::mutex defined_mutex_;
   std::uint64_t defined_epoch_ = 0;  // the connection defined_ is about

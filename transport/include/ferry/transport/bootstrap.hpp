@@ -95,6 +95,14 @@ struct DialOptions {
   std::chrono::milliseconds timeout{20000};
 };
 
+// The server answered and said no, or answered what cannot be trusted (a
+// host key that is not the pinned one...): `status` says which, so a caller
+// can tell a refusal that retrying cannot fix from one that it may.
+struct DialRefused : RemoteError {
+  DialRefused(protocol::Status why, const std::string& what) : RemoteError(what), status(why) {}
+  protocol::Status status;
+};
+
 struct Dialed {
   std::shared_ptr<Connection> connection;
   protocol::Welcome welcome;
@@ -103,7 +111,7 @@ struct Dialed {
 };
 
 // Connects, authenticates both ways and creates the UCX endpoint. Throws
-// RemoteError saying why the server refused (or was refused: a host key
+// DialRefused saying why the server refused (or was refused: a host key
 // that is not the pinned one, a server without the token, an unencrypted
 // link nobody asked for), UcxError/Error when it cannot be reached.
 Dialed dial(const std::shared_ptr<Worker>& worker, const std::string& host, std::uint16_t port,

@@ -34,6 +34,7 @@ inline constexpr std::uint32_t max_source_bytes = 1u << 20;  // a define_kernel'
 inline constexpr std::size_t key_bytes = 32;         // an X25519 or Ed25519 public key
 inline constexpr std::size_t signature_bytes = 64;   // Ed25519
 inline constexpr std::size_t max_address_bytes = 4096;  // a UCX worker address
+inline constexpr std::size_t max_names = 512;  // welcome's kernel and device lists (the header bound still applies)
 
 enum class Type : std::uint16_t {
   hello = 1,   // client -> server: first message
@@ -125,6 +126,13 @@ struct Welcome {
   std::array<std::uint8_t, mac_bytes> mac{};  // token mode: the server's proof that it knows the token too
   std::uint8_t encrypted = 0;       // 1: every later message is sealed (AEAD)
   Bytes worker_address{};           // the server's UCX worker
+  // Kernels runs may name (built-ins and plugins), sorted; empty when the
+  // list did not fit in the header, and then the client assumes its own.
+  std::vector<std::string> kernels;
+  std::vector<std::string> devices;  // what tasks run on there, one line each, for people
+  // What the host's devices are (GPU models, or CPU model and workers), the
+  // same for every host alike: clients key their performance models by it.
+  std::string device_key;
 };
 
 // A replica is a row-major rows x cols matrix of dtype, identified by a

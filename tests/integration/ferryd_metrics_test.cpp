@@ -1,0 +1,141 @@
+// ferryd's operator port: /metrics, /healthz, /readyz; several serving
+// threads with a deadline per request; a restart that takes the port at once.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "ferryd_process.hpp"
+#include "test_client.hpp"
+
+namespace ferry::test {
+namespace {
+
+using proto::Mode;
+using proto::Status;
+
+// A connected socket to 127.0.0.1:port whose reads give up after `patience`.
+int connect_to(std::uint16_t port, std::chrono::seconds patience = std::chrono::seconds(20)) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) throw std::runtime_error("socket failed");
+  timeval tv{static_cast<time_t>(patience.count()), 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(port);
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0) {
+    close(fd);
+    throw std::runtime_error("cannot connect to port " + std::to_string(port));
+  }
+  return fd;
+}
+
+// The whole response, or what came before the read gave up.
+std::string http_get(std::uint16_t port, const std::string& path,
+                     std::chrono::seconds patience = std::chrono::seconds(20)) {
+  const int fd = connect_to(port, patience);
+  const std::string request = "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+  std::string response;
+  if (write(fd, request.data(), request.size()) == static_cast<ssize_t>(request.size())) {
+    char buffer[4096];
+    for (ssize_t n; (n = read(fd, buffer, sizeof buffer)) > 0;) response.append(buffer, static_cast<std::size_t>(n));
+  }
+  close(fd);
+  return response;
+}
+
+// A request that never finishes: the request line and half a header.
+int half_sent_request(std::uint16_t port) {
+  const int fd = connect_to(port);
+  const std::string part = "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ";
+  if (write(fd, part.data(), part.size()) != static_cast<ssize_t>(part.size())) throw std::runtime_error("write failed");
+  return fd;
+}
+
+std::uint16_t metrics_port(const FerrydProcess& server) {
+  if (!server.wait_for_log("metrics on http://")) throw std::runtime_error("no metrics line:\n" + server.log());
+  std::smatch match;
+  const std::string log = server.log();
+  if (!std::regex_search(log, match, std::regex(R"(metrics on http://127\.0\.0\.1:(\d+)/metrics)")))
+    throw std::runtime_error("no metrics port in:\n" + log);
+  return static_cast<std::uint16_t>(std::stoi(match[1]));
+}
+
+TEST(FerrydMetrics, HealthzAndReadyzAnswer) {
+  FerrydProcess server({"--metrics", "127.0.0.1:0"});
+  const auto port = metrics_port(server);
+  const std::string health = http_get(port, "/healthz");
+  EXPECT_NE(health.find("200 OK"), std::string::npos) << health;
+  const std::string ready = http_get(port, "/readyz");
+  EXPECT_NE(ready.find("200 OK"), std::string::npos) << ready;
+  EXPECT_NE(http_get(port, "/elsewhere").find("404"), std::string::npos);
+}
+
+TEST(FerrydMetrics, PortOnlyMeansLoopback) {
+  const auto port = stable_port();
+  FerrydProcess server({"--metrics", ":" + std::to_string(port)});
+  EXPECT_EQ(metrics_port(server), port) << server.log();
+}
+
+TEST(FerrydMetrics, AHalfSentRequestDoesNotBlockAScrape) {
+  FerrydProcess server({"--metrics", "127.0.0.1:0"});
+  const auto port = metrics_port(server);
+  const int stalled[2] = {half_sent_request(port), half_sent_request(port)};
+  // Well below the old single thread's 30 s request timeout.
+  const std::string body = http_get(port, "/metrics", std::chrono::seconds(4));
+  EXPECT_NE(body.find("200 OK"), std::string::npos) << "a scrape waited behind a half-sent request: '" << body << "'";
+  for (int fd : stalled) close(fd);
+}
+
+TEST(FerrydMetrics, ARestartAtOnceTakesTheSamePort) {
+  const auto port = stable_port();
+  const std::vector<std::string> args{"--metrics", "127.0.0.1:" + std::to_string(port)};
+  FerrydProcess first(args);
+  ASSERT_EQ(metrics_port(first), port);
+  ASSERT_NE(http_get(port, "/metrics").find("200 OK"), std::string::npos);
+  const int stalled = half_sent_request(port);  // what slows a civetweb shutdown
+  first.signal(SIGTERM);
+  // Started at once, while the first may still be letting go of the port.
+  FerrydProcess second(args);
+  EXPECT_EQ(metrics_port(second), port) << second.log();
+  EXPECT_NE(http_get(port, "/healthz").find("200 OK"), std::string::npos) << second.log();
+  EXPECT_EQ(first.wait_exit(std::chrono::seconds(30)), 0) << first.log();
+  close(stalled);
+}
+
+// Every metric docs/deployment.md lists (its "ferry_..." names) is in a scrape.
+TEST(FerrydMetrics, EveryDocumentedMetricIsScraped) {
+  FerrydProcess server({"--metrics", "127.0.0.1:0"});
+  const auto port = metrics_port(server);
+  TestClient client(server.port());
+  client.authenticate(FerrydProcess::default_token);
+  const float x[3] = {1, 2, 3};
+  ASSERT_EQ(client.put(1, proto::DType::f32, 1, 3, x, sizeof x).status, Status::ok);
+  ASSERT_EQ(client.run("sum", {TestClient::buffer(1, Mode::read)}).status, Status::ok);
+  ASSERT_EQ(client.get(1, 0, sizeof x).size(), sizeof x);
+  const std::string body = http_get(port, "/metrics");
+
+  std::ifstream docs(FERRY_SOURCE_DIR "/docs/deployment.md");
+  std::stringstream text;
+  text << docs.rdbuf();
+  const std::string doc = text.str();
+  std::set<std::string> names;
+  const std::regex metric(R"(`(ferry_[a-z_]+)[`{])");
+  for (auto it = std::sregex_iterator(doc.begin(), doc.end(), metric); it != std::sregex_iterator(); ++it)
+    names.insert((*it)[1]);
+  EXPECT_GE(names.size(), 15u) << "docs/deployment.md lists fewer metrics than ferryd has";
+  for (const std::string& name : names)
+    EXPECT_TRUE(std::regex_search(body, std::regex("(\\n|# TYPE )" + name + "(_bucket|_sum|_count)?[ {]")))
+        << name << " is documented but not scraped\n" << body;
+  EXPECT_NE(body.find("ferry_kernel_tasks_total{kernel=\"sum\",status=\"ok\"} 1"), std::string::npos) << body;
+  EXPECT_NE(body.find("ferry_transfer_bytes_count{direction=\"in\"} 1"), std::string::npos) << body;
+}
+
+}  // namespace
+}  // namespace ferry::test

@@ -1,0 +1,275 @@
+// What a runtime does when a named GPU host cannot be used: errors that
+// name the host and the reason under RemotePolicy::require, one warning
+// under prefer; a host's kernel list keeps tasks off hosts that lack them.
+#include <gtest/gtest.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <sstream>
+
+#include "ferry/ferry.hpp"
+#include "ferry/log.hpp"
+#include "ferryd_process.hpp"
+
+namespace {
+
+using ferry::test::FerrydProcess;
+
+ferry::Runtime::Options options_for(const std::string& address, const std::string& token,
+                                    ferry::RemotePolicy policy = ferry::RemotePolicy::require) {
+  ferry::Runtime::Options o;
+  o.workers = 1;
+  o.gpus = "none";
+  o.persist_perf_models = false;
+  o.read_environment = false;
+  o.remotes = {address};
+  o.token = token;
+  o.remote_policy = policy;
+  o.remote_timeout = std::chrono::milliseconds(2000);
+  return o;
+}
+
+// Everything the runtime logs while it lives.
+class LogCapture {
+ public:
+  LogCapture() : sink_(std::make_shared<spdlog::sinks::ostream_sink_mt>(text_)) { ferry::log().sinks().push_back(sink_); }
+  ~LogCapture() { std::erase(ferry::log().sinks(), sink_); }
+  std::string text() {
+    ferry::log().flush();
+    return text_.str();
+  }
+  std::size_t count(const std::string& needle) {
+    const std::string all = text();
+    std::size_t n = 0;
+    for (std::size_t at = all.find(needle); at != std::string::npos; at = all.find(needle, at + 1)) ++n;
+    return n;
+  }
+
+ private:
+  std::ostringstream text_;
+  std::shared_ptr<spdlog::sinks::ostream_sink_mt> sink_;
+};
+
+std::string message_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const ferry::Error& e) {
+    return e.what();
+  }
+  return "(nothing thrown)";
+}
+
+// `ferry check` as an operator runs it.
+int run_cli(const std::string& args, std::string& output) {
+  const std::string command = std::string(FERRY_CLI_PATH) + " " + args + " 2>&1";
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) return -1;
+  char chunk[4096];
+  while (std::size_t n = std::fread(chunk, 1, sizeof chunk, pipe)) output.append(chunk, n);
+  const int status = ::pclose(pipe);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+TEST(RemotePolicy, WrongTokenThrowsUnderRequireNamingTheHostAndTheReason) {
+  FerrydProcess server({}, "the-right-token");
+  const std::string what = message_of([&] { ferry::Runtime rt(options_for(server.address(), "a-wrong-token")); });
+  EXPECT_NE(what.find(server.address()), std::string::npos) << what;
+  EXPECT_NE(what.find("auth_failed"), std::string::npos) << what;
+  EXPECT_THROW(ferry::Runtime rt(options_for(server.address(), "a-wrong-token")), ferry::RemoteError);
+}
+
+TEST(RemotePolicy, WrongTokenWarnsOnceUnderPreferAndIsNotRetried) {
+  FerrydProcess server({}, "the-right-token");
+  LogCapture logs;
+  {
+    ferry::Runtime rt(options_for(server.address(), "a-wrong-token", ferry::RemotePolicy::prefer));
+    auto x = rt.buffer<double>(16);
+    rt.submit("fill", ferry::write(x), 1.0).wait();  // on the CPU: the host refused us
+    EXPECT_EQ(x.host()[0], 1.0);
+    // Longer than the first reconnect backoff: a retry would show in ferryd's log.
+    std::this_thread::sleep_for(std::chrono::milliseconds(700));
+    EXPECT_NE(rt.describe().find("down: "), std::string::npos) << rt.describe();
+    EXPECT_FALSE(rt.remote_stats(server.address()).connected);
+  }
+  EXPECT_EQ(logs.count("refused this client"), 1u) << logs.text();
+  const std::string log = server.log();
+  std::size_t failures = 0;
+  for (std::size_t at = log.find("failed to authenticate"); at != std::string::npos;
+       at = log.find("failed to authenticate", at + 1))
+    ++failures;
+  EXPECT_EQ(failures, 1u) << "a refused client must not retry\n" << log;
+}
+
+TEST(RemotePolicy, MalformedAddressThrowsUnderRequireAndWarnsOnceUnderPrefer) {
+  const std::string what =
+      message_of([] { ferry::Runtime rt(options_for("http://127.0.0.1:7070", "token")); });
+  EXPECT_NE(what.find("http://127.0.0.1:7070"), std::string::npos) << what;
+  EXPECT_NE(what.find("'http://'"), std::string::npos) << what;
+  EXPECT_THROW(ferry::Runtime rt(options_for("127.0.0.1", "token")), ferry::UsageError);
+
+  LogCapture logs;
+  ferry::Runtime rt(options_for("http://127.0.0.1:7070", "token", ferry::RemotePolicy::prefer));
+  auto x = rt.buffer<double>(4);
+  rt.submit("fill", ferry::write(x), 2.0).wait();
+  EXPECT_EQ(x.host()[3], 2.0);
+  EXPECT_EQ(logs.count("http://127.0.0.1:7070"), 1u) << logs.text();
+}
+
+TEST(RemotePolicy, UnreachableHostThrowsUnderRequireAfterTheTimeoutAndIsDownUnderPrefer) {
+  std::string address;
+  {
+    FerrydProcess server;
+    address = server.address();
+    server.stop(SIGKILL);
+  }
+  auto o = options_for(address, FerrydProcess::default_token);
+  o.remote_timeout = std::chrono::milliseconds(600);
+  const std::string what = message_of([&] { ferry::Runtime rt(o); });
+  EXPECT_NE(what.find(address), std::string::npos) << what;
+  EXPECT_NE(what.find("cannot be used"), std::string::npos) << what;
+
+  LogCapture logs;
+  ferry::Runtime rt(options_for(address, FerrydProcess::default_token, ferry::RemotePolicy::prefer));
+  EXPECT_NE(rt.describe().find("remote:" + address + " (down: "), std::string::npos) << rt.describe();
+  EXPECT_EQ(logs.count("cannot be reached"), 1u) << logs.text();
+}
+
+TEST(RemotePolicy, WelcomeListsTheHostsKernelsAndDevices) {
+  FerrydProcess server;
+  ferry::Runtime rt(options_for(server.address(), FerrydProcess::default_token));
+  const auto s = rt.remote_stats(server.address());
+  EXPECT_TRUE(s.connected);
+  EXPECT_NE(std::find(s.kernels.begin(), s.kernels.end(), "axpy"), s.kernels.end());
+  EXPECT_NE(s.server.find("ferryd"), std::string::npos) << s.server;
+  ASSERT_FALSE(s.server_devices.empty());
+  EXPECT_NE(s.server_devices.front().find("cpu (2 workers)"), std::string::npos) << s.server_devices.front();
+  EXPECT_EQ(rt.describe().find("down"), std::string::npos) << rt.describe();
+}
+
+TEST(RemotePolicy, AKernelTheHostLacksNeverGoesThereAndAPinnedTaskSaysWhy) {
+  FerrydProcess server;  // started without the plugin
+  LogCapture logs;
+  ferry::Runtime rt(options_for(server.address(), FerrydProcess::default_token));
+  rt.load_plugin(FERRY_TEST_PLUGIN);
+  EXPECT_EQ(logs.count("lacks kernels this program has: test_plugin_iota"), 1u) << logs.text();
+  auto x = rt.buffer<double>(8);
+  const std::string what = message_of(
+      [&] { rt.submit("test_plugin_iota", ferry::write(x), ferry::on(ferry::remote(server.address()))); });
+  EXPECT_NE(what.find("no kernel 'test_plugin_iota'"), std::string::npos) << what;
+  EXPECT_NE(what.find(server.address()), std::string::npos) << what;
+  // Unpinned, it is never placed there.
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(rt.submit("test_plugin_iota", ferry::write(x)).device(), "cpu");
+  EXPECT_EQ(x.host()[7], 7.0);
+  EXPECT_EQ(rt.remote_stats(server.address()).server_tasks, 0u);
+}
+
+// The plugin path: a FERRY_KERNEL library loaded by both sides runs remotely.
+TEST(RemotePolicy, ASamplePluginLoadedOnBothSidesRunsThere) {
+  FerrydProcess server({"--plugin", FERRY_SAMPLE_PLUGIN});
+  ferry::Runtime rt(options_for(server.address(), FerrydProcess::default_token));
+  rt.load_plugin(FERRY_SAMPLE_PLUGIN);
+  const auto kernels = rt.remote_stats(server.address()).kernels;
+  EXPECT_NE(std::ranges::find(kernels, "clamp"), kernels.end());
+  auto x = rt.buffer<double>(5);
+  for (std::size_t i = 0; i < 5; ++i) x.host()[i] = static_cast<double>(i) - 2.0;
+  auto t = rt.submit("clamp", ferry::readwrite(x), -1.0, 1.0, ferry::on(ferry::remote(server.address())));
+  t.wait();
+  EXPECT_EQ(t.device(), "remote:" + server.address());
+  const auto h = x.host_read();
+  EXPECT_EQ(std::vector<double>(h.begin(), h.end()), (std::vector<double>{-1, -1, 0, 1, 1}));
+}
+
+// Performance models follow what the host is, not its port: a ferryd
+// restarted elsewhere (or an identical host) starts calibrated.
+TEST(RemoteModels, PersistAcrossAPortChange) {
+  const auto dir = std::filesystem::temp_directory_path() / ("ferry-models-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::string key;
+  {
+    FerrydProcess first;
+    auto o = options_for(first.address(), FerrydProcess::default_token);
+    o.persist_perf_models = true;
+    o.perf_model_dir = dir;
+    ferry::Runtime rt(o);
+    auto x = rt.buffer<double>(4096);
+    for (int i = 0; i < 5; ++i) rt.submit("sum", ferry::read(x), ferry::on(ferry::remote(first.address()))).wait();
+    for (const auto& d : rt.devices())
+      if (d.kind == ferry::DeviceKind::remote) key = d.perf_key;
+  }
+  EXPECT_EQ(key.find("127.0.0.1"), std::string::npos) << key;
+  FerrydProcess second;  // another port
+  auto o = options_for(second.address(), FerrydProcess::default_token);
+  o.persist_perf_models = true;
+  o.perf_model_dir = dir;
+  ferry::Runtime rt(o);
+  std::string now;
+  for (const auto& d : rt.devices())
+    if (d.kind == ferry::DeviceKind::remote) now = d.perf_key;
+  EXPECT_EQ(now, key);
+  std::size_t samples = 0;
+  for (const auto& b : rt.perf_models().summary())
+    if (b.kernel == "sum" && b.device_key == now) samples += b.samples;
+  EXPECT_GE(samples, 5u) << "the models learned on the first port were not found for " << now;
+  std::filesystem::remove_all(dir);
+}
+
+// `ferry models` lists, shows and resets what runtimes saved.
+TEST(FerryModels, ListShowReset) {
+  const auto dir = std::filesystem::temp_directory_path() / ("ferry-cli-models-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  {
+    ferry::Runtime::Options o;
+    o.workers = 1;
+    o.gpus = "none";
+    o.read_environment = false;
+    o.perf_model_dir = dir;
+    ferry::Runtime rt(o);
+    auto x = rt.buffer<double>(1024);
+    for (int i = 0; i < 3; ++i) rt.submit("sum", ferry::read(x)).wait();
+  }
+  const std::string where = " --dir " + dir.string();
+  std::string out;
+  ASSERT_EQ(run_cli("models" + where, out), 0) << out;
+  EXPECT_NE(out.find("sum"), std::string::npos) << out;
+  out.clear();
+  ASSERT_EQ(run_cli("models show sum" + where, out), 0) << out;
+  EXPECT_NE(out.find("median"), std::string::npos) << out;
+  out.clear();
+  ASSERT_EQ(run_cli("models reset sum" + where, out), 0) << out;
+  EXPECT_NE(out.find("removed 1 model"), std::string::npos) << out;
+  out.clear();
+  EXPECT_EQ(run_cli("models show sum" + where, out), 1) << out;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(FerryCheck, PrintsTheHostsVersionDevicesKernelsAndLink) {
+  FerrydProcess server;
+  std::string out;
+  ASSERT_EQ(run_cli("check ucx://" + server.address() + " --token-file " + server.token_file().string(), out), 0)
+      << out;
+  for (const char* needle : {"usable", "ferryd", "link:", "cpu (2 workers)", "axpy", "gemm"})
+    EXPECT_NE(out.find(needle), std::string::npos) << needle << "\n" << out;
+}
+
+TEST(FerryCheck, AWrongTokenFailsNamingTheHostAndTheReason) {
+  FerrydProcess server({}, "the-right-token");
+  std::string out;
+  EXPECT_EQ(run_cli("check " + server.address() + " --token not-it", out), 1) << out;
+  EXPECT_NE(out.find(server.address()), std::string::npos) << out;
+  EXPECT_NE(out.find("auth_failed"), std::string::npos) << out;
+}
+
+TEST(FerryCli, NoSubcommandPrintsHelp) {
+  std::string out;
+  EXPECT_EQ(run_cli("", out), 0) << out;
+  EXPECT_NE(out.find("check"), std::string::npos) << out;
+  EXPECT_NE(out.find("info"), std::string::npos) << out;
+  std::string version;
+  EXPECT_EQ(run_cli("--version", version), 0) << version;
+  EXPECT_FALSE(version.empty());
+}
+
+}  // namespace
