@@ -36,8 +36,18 @@ const char* const prelude = R"(
 template <class T> __device__ inline bool fnp_nan(T v) { return v != v; }
 template <class T> __device__ inline T fnp_max(T a, T b) { return fnp_nan(a) || fnp_nan(b) ? a + b : (a > b ? a : b); }
 template <class T> __device__ inline T fnp_min(T a, T b) { return fnp_nan(a) || fnp_nan(b) ? a + b : (a < b ? a : b); }
-__device__ inline float fnp_floordiv(float a, float b) { return floorf(a / b); }
-__device__ inline double fnp_floordiv(double a, double b) { return floor(a / b); }
+template <class T> __device__ inline T fnp_floordiv_real(T a, T b) {
+  if (b == 0) return a / b;
+  T mod = fmod(a, b);
+  T div = (a - mod) / b;
+  if (mod != 0 && ((b < 0) != (mod < 0))) div -= T(1);
+  if (div == 0) return copysign(T(0), a / b);
+  T q = floor(div);
+  if (div - q > T(0.5)) q += T(1);
+  return q;
+}
+__device__ inline float fnp_floordiv(float a, float b) { return fnp_floordiv_real(a, b); }
+__device__ inline double fnp_floordiv(double a, double b) { return fnp_floordiv_real(a, b); }
 template <class T> __device__ inline T fnp_floordiv(T a, T b) {
   if (b == 0) return 0;
   if (T(-1) < T(0) && b == T(-1)) return T(0) - a;

@@ -110,6 +110,9 @@ TEST(Fused, IntegerDivisionRoundsTowardMinusInfinity) {
   std::vector<double> fa{7.5, -7.5, 7.5}, fb{2, 2, -2}, fr(3);
   run({buf(fr, AccessMode::write), buf(fa, AccessMode::read), buf(fb, AccessMode::read)}, "d=3 x0 x1 mod");
   EXPECT_EQ(fr, (std::vector<double>{1.5, 0.5, -0.5}));
+  std::vector<double> one{1.0}, tenth{0.1}, fq(1);
+  run({buf(fq, AccessMode::write), buf(one, AccessMode::read), buf(tenth, AccessMode::read)}, "d=1 x0 x1 floordiv");
+  EXPECT_EQ(fq[0], 9.0);  // as Python and NumPy: 1.0 // 0.1 == 9.0
 
   std::vector<std::int32_t> base{2, -3, 1, 2}, e{10, 3, -5, -1}, p(4);
   run({buf(p, AccessMode::write), buf(base, AccessMode::read), buf(e, AccessMode::read)}, "d=4 x0 x1 pow");

@@ -31,7 +31,17 @@ struct FloorDiv {
   template <class T>
   T operator()(T a, T b) const {
     if constexpr (is_float<T>) {
-      return std::floor(a / b);
+      // NumPy's npy_divmod: floor(a / b) would give 10 for 1.0 // 0.1, not 9.
+      if (b == 0) return a / b;
+      T mod = std::fmod(a, b);
+      T div = (a - mod) / b;
+      if (mod != 0) {
+        if ((b < 0) != (mod < 0)) div -= T(1);
+      }
+      if (div == 0) return std::copysign(T(0), a / b);
+      T q = std::floor(div);
+      if (div - q > T(0.5)) q += T(1);
+      return q;
     } else {
       if (b == 0) return 0;
       if constexpr (std::is_signed_v<T>) {
