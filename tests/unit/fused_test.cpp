@@ -135,6 +135,19 @@ TEST(Fused, ComparisonsWhereClipAndNan) {
   EXPECT_TRUE(std::isnan(clipped[3]));  // NaN goes through clip as NaN
 }
 
+TEST(Fused, WideningResultsDoNotOverwriteTheirOperands) {
+  // A broadcast bool widened to i32, and where() choosing f64 by a bool
+  // computed in the same register: both results are wider than the operand.
+  std::vector<std::int32_t> a{-1, 0, 5, 7}, y(4);
+  std::vector<std::uint8_t> truth{1};
+  run({buf(y, AccessMode::write), buf(a, AccessMode::read), buf(truth, AccessMode::read)},
+      "d=4 s1=0 x0 x1 as:i32 add");
+  EXPECT_EQ(y, (std::vector<std::int32_t>{0, 1, 6, 8}));
+  std::vector<double> w(4);
+  run({buf(w, AccessMode::write), buf(a, AccessMode::read)}, "d=4 x0 i32:0 gt f64:1.5 f64:-1 where");
+  EXPECT_EQ(w, (std::vector<double>{-1, -1, 1.5, 1.5}));
+}
+
 TEST(Fused, CastsFollowNumPy) {
   const double nan = std::numeric_limits<double>::quiet_NaN();
   std::vector<double> x{2.9, -2.9, nan, 1e300, 0};

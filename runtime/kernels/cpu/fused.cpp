@@ -11,6 +11,7 @@
 #include <array>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cpu/support.hpp"
@@ -123,9 +124,15 @@ void execute(Program p, const std::vector<const BufferArg*>& xs, const BufferArg
   if (p.fold != Fold::none) fused::fill_identity(p.fold, y.dtype, y.data, y.elements());
   if (p.elements() == 0) return;
 
-  // A register per stack position, one more for converting the result.
-  std::vector<double> scratch((p.depth + 1) * block);
+  // A register per stack position, one for converting the result, and a
+  // spare: an instruction writes the spare and swaps it with its slot's, as
+  // a result wider than its operand (a cast, where's choice over a bool
+  // condition) would overwrite operand elements not yet read.
+  std::vector<double> scratch((p.depth + 2) * block);
   const auto reg = [&](std::size_t slot) { return static_cast<void*>(scratch.data() + slot * block); };
+  std::vector<void*> store(p.depth);
+  for (std::size_t s = 0; s < p.depth; ++s) store[s] = reg(s);
+  void* spare = reg(p.depth + 1);
   std::vector<std::vector<double>> constants(p.code.size());
   std::vector<fused::OpFn> fns(p.code.size(), nullptr);
   for (std::size_t k = 0; k < p.code.size(); ++k) {
@@ -170,14 +177,14 @@ void execute(Program p, const std::vector<const BufferArg*>& xs, const BufferArg
             if (stride == 1) {
               ptr[s] = src;
             } else {
-              splat(reg(s), src, size_of(x.dtype), n);
-              ptr[s] = reg(s);
+              splat(store[s], src, size_of(x.dtype), n);
+              ptr[s] = store[s];
             }
             break;
           }
           case Op::constant: ptr[s] = constants[k].data(); break;
           case Op::index: {
-            auto* o = static_cast<std::int64_t*>(reg(s));
+            auto* o = static_cast<std::int64_t*>(store[s]);
             const auto d = static_cast<std::size_t>(in.imm);
             const std::int64_t base = p.offsets[d] + static_cast<std::int64_t>(d + 1 == rank ? start : idx[d]);
             for (std::size_t i = 0; i < n; ++i) o[i] = base + (d + 1 == rank ? static_cast<std::int64_t>(i) : 0);
@@ -185,9 +192,14 @@ void execute(Program p, const std::vector<const BufferArg*>& xs, const BufferArg
             break;
           }
           default: {
-            void* out = direct && k + 1 == p.code.size() ? static_cast<void*>(ydst) : reg(s);
-            fns[k](out, &ptr[s], n, in);
-            ptr[s] = out;
+            if (direct && k + 1 == p.code.size()) {
+              fns[k](ydst, &ptr[s], n, in);
+              ptr[s] = ydst;
+            } else {
+              fns[k](spare, &ptr[s], n, in);
+              ptr[s] = spare;
+              std::swap(spare, store[s]);
+            }
           }
         }
       }
