@@ -17,8 +17,10 @@ def explain(x: Any) -> str:
     return "\n".join(lines)
 
 
-def _where(node: Node) -> str:
+def _where(node: Node, fused: bool = False) -> str:
     v = node.value
+    if v is None and fused:
+        return "fused into the task above"
     if v is None or not v.futures:
         return "not run yet" if v is None else "ready"
     places = Counter()
@@ -35,7 +37,7 @@ def _tiles(node: Node) -> str:
     return f"{len(v.tiles)} tile{'s' if len(v.tiles) != 1 else ''}" if v is not None else "tiles"
 
 
-def _walk(node: Node, lines: list[str], depth: int, seen: set[int]) -> None:
+def _walk(node: Node, lines: list[str], depth: int, seen: set[int], fused: bool = False) -> None:
     pad = "  " * depth
     if id(node) in seen:
         lines.append(f"{pad}(shared) {node.describe()} {node.shape}")
@@ -48,7 +50,7 @@ def _walk(node: Node, lines: list[str], depth: int, seen: set[int]) -> None:
     if isinstance(node, (Map, Const, Index)):
         prog = Program(node, dry=True)
         code = prog.text()
-        lines.append(f"{head}: one fused{len(prog.leaves)} task per tile, program `{code}` ({_where(node)})")
+        lines.append(f"{head}: one fused{len(prog.leaves)} task per tile, program `{code}` ({_where(node, fused)})")
         for child in _leaf_nodes(node):
             _walk(child, lines, depth + 1, seen)
         return
@@ -62,7 +64,8 @@ def _walk(node: Node, lines: list[str], depth: int, seen: set[int]) -> None:
     elif isinstance(node, Reshape):
         lines.append(f"{head}: reshape (shares tiles where their bounds allow, else a copy task)")
     for child in node.children():
-        _walk(child, lines, depth + 1, seen)
+        # A reduction runs the elementwise expression below it in its own pass.
+        _walk(child, lines, depth + 1, seen, fused=isinstance(node, Reduce))
 
 
 def _leaf_nodes(node: Node) -> list[Node]:
