@@ -317,7 +317,7 @@ def _elementwise(root: Node, fold: tuple[str, tuple[int, ...], np.dtype] | None)
         text = program_text(hi - lo, lo)
         args = [inp.tiles[i] if tiled else inp.tiles[0] for inp, tiled in zip(inputs, per_tile)]
         if folds_first:
-            partial = rt.empty(_partial_shape(out_shape), dt.STORAGE[out_dtype])
+            partial = rt._empty(list(_partial_shape(out_shape)), dt.STORAGE[out_dtype].name, False)
             partials.append(partial)
             y = partial
         else:

@@ -116,7 +116,9 @@ class Tiled:
         bounds = bounds if bounds is not None else cls.plan(shape, dtype)
         if int(np.prod(shape, dtype=np.int64)) == 0:
             return cls(shape, dtype, rt, [], [0])
-        tiles = [rt.empty(buffer_shape(shape, hi - lo), dt.STORAGE[dtype]) for lo, hi in zip(bounds, bounds[1:])]
+        # rt._empty with the type's name: rt.empty's dtype lookup costs more than the allocation.
+        name = dt.STORAGE[dtype].name
+        tiles = [rt._empty(list(buffer_shape(shape, hi - lo)), name, False) for lo, hi in zip(bounds, bounds[1:])]
         return cls(shape, dtype, rt, tiles, bounds)
 
     @classmethod
