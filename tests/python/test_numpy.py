@@ -19,6 +19,7 @@ from hypothesis.extra import numpy as hnp  # noqa: E402
 
 import ferry  # noqa: E402
 import ferry.numpy as fnp  # noqa: E402
+from ferry.numpy._tiles import DEFAULT_TILE_BYTES  # noqa: E402
 
 DTYPES = [np.bool_, np.int32, np.int64, np.float32, np.float64]
 FLOATS = [np.float32, np.float64]
@@ -27,11 +28,12 @@ EXAMPLES = settings(max_examples=15, deadline=None, derandomize=True)
 
 @pytest.fixture(scope="module", autouse=True)
 def runtime():
-    # Tiny tiles: every multi-tile path runs on small arrays.
-    with ferry.Runtime(workers=2) as rt, fnp.using(rt):
+    # Tiny tiles: every multi-tile path runs on small arrays. Module-wide, so
+    # before conftest's per-test perf-model folder: keep models in memory.
+    with ferry.Runtime(workers=2, persist_perf_models=False) as rt, fnp.using(rt):
         fnp.set_options(tile_bytes=256)
         yield rt
-        fnp.set_options(tile_bytes=16 << 20)
+        fnp.set_options(tile_bytes=DEFAULT_TILE_BYTES)
 
 
 def values(dtype, shape, seed):

@@ -5,6 +5,7 @@ import numpy as np
 
 import ferry
 import ferry.numpy as fnp
+from ferry.numpy._tiles import DEFAULT_TILE_BYTES
 
 
 def test_fused_expressions_run_on_a_remote_ferryd(server):
@@ -24,7 +25,7 @@ def test_fused_expressions_run_on_a_remote_ferryd(server):
                 np.testing.assert_allclose(total.numpy(), np.maximum(x_np @ w_np, 0).sum(axis=0), rtol=1e-4)
                 remote_random = fnp.random.default_rng(5).random((50, 4)).numpy()
             finally:
-                fnp.set_options(tile_bytes=16 << 20, on=None)
+                fnp.set_options(tile_bytes=DEFAULT_TILE_BYTES, on=None)
         assert rt.remote_stats(server.address)["server_tasks"] > 0
     # The same generator gives the same numbers on this machine's CPU workers.
     with ferry.Runtime(workers=1) as rt, fnp.using(rt):
