@@ -324,3 +324,32 @@ def test_bad_input_is_named():
         fnp.ones(6).reshape(4, 2)
     with pytest.raises(TypeError):
         fnp.ones(3) + "text"
+
+
+def test_fused_programs_become_cuda_kernels(runtime):
+    # What a GPU placement submits: the program as CUDA source, read as a
+    # kernel from source (its signature) here; NVRTC compiles it on the GPU's
+    # host (tests/unit/fused_cuda_test.cpp compiles such sources).
+    from ferry.numpy._engine import _cuda_fused
+    k = _cuda_fused(runtime, "d=6,5 s1=0,1 x0 as:f64 x1 mul f64:0 maximum", ["float32", "float64"], "float64")
+    params = k.kernel.info["params"]
+    assert [(p["name"], p["kind"]) for p in params[:4]] == [("n", "integer"), ("y", "array"), ("x0", "array"),
+                                                              ("x1", "array")]
+    assert params[1]["mode"] == "write" and params[1]["dtypes"] == ["float64"]
+    assert params[2]["mode"] == "read" and params[2]["dtypes"] == ["float32"]
+    assert k.kernel.info["cuda"] and not k.kernel.info["cpu"]
+    assert _cuda_fused(runtime, "d=6,5 s1=0,1 x0 as:f64 x1 mul f64:0 maximum", ["float32", "float64"],
+                       "float64") is k  # one kernel per program
+
+
+@pytest.mark.gpu
+def test_fused_expression_on_a_gpu(runtime):
+    if ferry.cuda_device_count() == 0:
+        pytest.skip("no CUDA GPU: " + (ferry._ferry.cuda_unavailable_reason() or "none found"))
+    x_np, y_np = values(np.float32, (300, 7), 3), values(np.float32, (7,), 4)
+    x, y = fnp.asarray(x_np), fnp.asarray(y_np)
+    with fnp.using(runtime, on="gpu"):
+        z = fnp.tanh(x * 2 - y) + fnp.exp(-fnp.abs(x))
+        got = z.numpy()
+    np.testing.assert_allclose(got, np.tanh(x_np * 2 - y_np) + np.exp(-np.abs(x_np)), rtol=1e-5, atol=1e-6)
+    assert "gpu" in fnp.explain(z)

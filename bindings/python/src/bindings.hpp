@@ -58,6 +58,7 @@ void bind_array(nb::module_& m);
 void bind_future(nb::module_& m);
 void bind_runtime(nb::module_& m);
 void bind_bench_support(nb::module_& m);
+void bind_fused(nb::module_& m);
 // The kernel definition behind @rt.task: `params` are (name, kind) with kind
 // one of read, write, readwrite, real, integer, text.
 KernelDef make_python_kernel(std::string name, const std::vector<std::pair<std::string, std::string>>& params,

@@ -13,7 +13,7 @@ import ferry
 
 from . import _dtypes as dt
 from ._graph import Const, Data, Host, Index, Map, MatMul, Node, Reduce, Reshape
-from ._tiles import Tiled, host_task, placement, runtime
+from ._tiles import Tiled, cuda_programs, host_task, placement, runtime
 
 MAX_INPUTS = 8
 MAX_DIMS = 4
@@ -313,6 +313,9 @@ def _elementwise(root: Node, fold: tuple[str, tuple[int, ...], np.dtype] | None)
         return text
 
     submit = rt._submit
+    # Placed on a GPU: the same program as CUDA source (no folds there).
+    gpu = (on.startswith("gpu") or cuda_programs()) and fold is None
+    in_types = [dt.STORAGE[v.dtype].name for v in inputs]
     for i, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
         text = program_text(hi - lo, lo)
         args = [inp.tiles[i] if tiled else inp.tiles[0] for inp, tiled in zip(inputs, per_tile)]
@@ -322,12 +325,33 @@ def _elementwise(root: Node, fold: tuple[str, tuple[int, ...], np.dtype] | None)
             y = partial
         else:
             y = tiles_out[i]
-        futures.append(submit(kernel, (y, *args, text), on, label))
+        if gpu:
+            n = (hi - lo) * (int(np.prod(shape[1:], dtype=np.int64)) if shape else 1)
+            cuda = _cuda_fused(rt, text, in_types, dt.STORAGE[out_dtype].name)
+            futures.append(cuda(n, y, *args, grid=(min(4096, -(-n // 256)),), block=(256,), on=on, name=label))
+        else:
+            futures.append(submit(kernel, (y, *args, text), on, label))
     if folds_first:
         return _combine(partials, futures, out_shape, out_dtype, fold[0], rt, label)
     out.futures = futures
     out.label = label
     return out
+
+
+_cuda_kernels: dict[tuple[int, str, tuple[str, ...], str], Any] = {}
+
+
+def _cuda_fused(rt: ferry.Runtime, text: str, inputs: list[str], y: str) -> Any:
+    """The program as a kernel from CUDA source (NVRTC compiles it on the GPU's
+    host, cached there), one per program and element types."""
+    key = (id(rt), text, tuple(inputs), y)
+    kernel = _cuda_kernels.get(key)
+    if kernel is None:
+        entry = f"fnp_fused_{len(_cuda_kernels)}"
+        source = ferry._ferry._fused_cuda_source(text, inputs, y, entry)
+        kernel = rt.cuda_kernel(source, entry, writes=["y"])
+        _cuda_kernels[key] = kernel
+    return kernel
 
 
 def _csv(values: Sequence[int]) -> str:

@@ -20,7 +20,7 @@ _default: list[ferry.Runtime] = []
 # 4 MiB: a task of a few hundred microseconds at memory speed, many times the
 # ~20 us a task costs, and enough tiles to keep every worker busy.
 DEFAULT_TILE_BYTES = 4 << 20
-_options = {"tile_bytes": DEFAULT_TILE_BYTES, "on": None}
+_options: dict[str, Any] = {"tile_bytes": DEFAULT_TILE_BYTES, "on": None, "cuda": False}
 
 
 def runtime() -> ferry.Runtime:
@@ -51,9 +51,13 @@ def using(rt: ferry.Runtime, on: str | None = None) -> Iterator[ferry.Runtime]:
 _UNSET: Any = object()
 
 
-def set_options(*, tile_bytes: int | None = None, on: Any = _UNSET) -> None:
+def set_options(*, tile_bytes: int | None = None, on: Any = _UNSET, cuda: bool | None = None) -> None:
     """tile_bytes: the size arrays are cut into (default 4 MiB); on: where
-    tasks go by default ("cpu", "remote", ...; None: the scheduler decides)."""
+    tasks go by default ("cpu", "remote", ...; None: the scheduler decides);
+    cuda: run elementwise programs as CUDA source (NVRTC) on a local GPU or a
+    GPU ferryd, wherever the scheduler puts them (on="gpu" implies it)."""
+    if cuda is not None:
+        _options["cuda"] = bool(cuda)
     if tile_bytes is not None:
         if tile_bytes < 1:
             raise ValueError(f"tile_bytes={tile_bytes}: it must be positive")
@@ -64,6 +68,10 @@ def set_options(*, tile_bytes: int | None = None, on: Any = _UNSET) -> None:
 
 def placement() -> str | None:
     return _options["on"]
+
+
+def cuda_programs() -> bool:
+    return bool(_options["cuda"])
 
 
 def tile_rows(shape: tuple[int, ...], itemsize: int) -> int:
@@ -178,6 +186,8 @@ def _forget() -> None:
     _kernels.clear()
     _pending.clear()
     _default.clear()
+    from . import _engine
+    _engine._cuda_kernels.clear()
 
 
 def host_task(rt: ferry.Runtime, inputs: Sequence[Any], outputs: Sequence[Any], fn: Callable[..., None],
