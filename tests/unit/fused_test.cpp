@@ -98,6 +98,20 @@ TEST(Fused, BroadcastsByStrides) {
   }
 }
 
+TEST(Fused, ShortRowsPackIntoBlocks) {
+  // 3000 rows of 3: full, row-broadcast, column-broadcast and scalar inputs,
+  // the case a block of whole rows serves.
+  const std::size_t r = 3000, c = 3;
+  auto m = random_vector<float>(r * c, 7), row = random_vector<float>(c, 8), col = random_vector<float>(r, 9);
+  std::vector<float> one{0.5f}, y(r * c);
+  run({buf(y, AccessMode::write), buf(m, AccessMode::read), buf(row, AccessMode::read), buf(col, AccessMode::read),
+       buf(one, AccessMode::read)},
+      "d=3000,3 s1=0,1 s2=1,0 s3=0,0 x0 x1 sub x2 mul x3 add");
+  for (std::size_t i = 0; i < r; ++i) {
+    for (std::size_t j = 0; j < c; ++j) ASSERT_EQ(y[i * c + j], (m[i * c + j] - row[j]) * col[i] + 0.5f) << i << "," << j;
+  }
+}
+
 TEST(Fused, IntegerDivisionRoundsTowardMinusInfinity) {
   std::vector<std::int64_t> a{7, -7, 7, -7, 5, std::numeric_limits<std::int64_t>::min()};
   std::vector<std::int64_t> b{2, 2, -2, -2, 0, -1};

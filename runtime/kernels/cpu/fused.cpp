@@ -117,6 +117,23 @@ void fill_constant(const Instr& in, double* out) {
   }
 }
 
+// Rows shorter than half a block, each input whole rows, broadcast rows,
+// broadcast columns or one value, y stored row after row: blocks can hold
+// whole rows (see execute).
+bool packs_rows(const Program& p) {
+  if (p.dims.size() != 2 || p.dims[1] > block / 2 || p.fold != Fold::none) return false;
+  const auto cols = static_cast<std::int64_t>(p.dims[1]);
+  if (p.y_strides[0] != cols || p.y_strides[1] != 1) return false;
+  for (const Instr& in : p.code) {
+    if (in.op == Op::index) return false;
+  }
+  for (const auto& s : p.strides) {
+    const bool rows = s[1] == 1 && (s[0] == cols || s[0] == 0);
+    if (!rows && s[1] != 0) return false;
+  }
+  return true;
+}
+
 void execute(Program p, const std::vector<const BufferArg*>& xs, const BufferArg& y) {
   collapse(p);
   const std::size_t rank = p.dims.size(), inner = p.dims.back();
@@ -150,6 +167,71 @@ void execute(Program p, const std::vector<const BufferArg*>& xs, const BufferArg
   const fused::FoldFn fold = p.fold == Fold::none ? nullptr : fused::fold_fn(p.fold, y.dtype, p.y_strides.back() == 0);
 
   std::array<const void*, fused::max_depth> ptr{};
+  // One block of n elements: load(j, s) gives input j's block (filling
+  // store[s] where it must), position(d, s) the positions along d.
+  const auto run_block = [&](std::size_t n, char* ydst, auto&& load, auto&& position) {
+    for (std::size_t k = 0; k < p.code.size(); ++k) {
+      const Instr& in = p.code[k];
+      const std::size_t s = in.slot;
+      switch (in.op) {
+        case Op::load: ptr[s] = load(static_cast<std::size_t>(in.imm), s, n); break;
+        case Op::constant: ptr[s] = constants[k].data(); break;
+        case Op::index: ptr[s] = position(static_cast<std::size_t>(in.imm), s, n); break;
+        default:
+          if (direct && k + 1 == p.code.size()) {
+            fns[k](ydst, &ptr[s], n, in);
+            ptr[s] = ydst;
+          } else {
+            fns[k](spare, &ptr[s], n, in);
+            ptr[s] = spare;
+            std::swap(spare, store[s]);
+          }
+      }
+    }
+    const void* value = ptr[0];
+    if (to_y != nullptr) {
+      to_y(reg(p.depth), &ptr[0], n, last);
+      value = reg(p.depth);
+    }
+    if (fold != nullptr) fold(ydst, value, n);
+    else if (!direct) std::memcpy(ydst, value, n * ysize);
+  };
+  const auto element = [&](std::size_t j, std::int64_t at) {
+    return static_cast<const char*>(xs[j]->data) + at * static_cast<std::int64_t>(size_of(xs[j]->dtype));
+  };
+
+  if (packs_rows(p)) {
+    // Short rows (x - x.mean(axis=0) on a few columns): a block holds whole
+    // rows, row-broadcast inputs are their row repeated once per call, and
+    // column-broadcast ones are spread per block.
+    const std::size_t cols = inner, per = block / cols;
+    std::vector<std::vector<char>> repeated(xs.size());
+    for (std::size_t j = 0; j < xs.size(); ++j) {
+      if (p.strides[j][0] != 0 || p.strides[j][1] != 1) continue;
+      const std::size_t row_bytes = cols * size_of(xs[j]->dtype);
+      repeated[j].resize(per * row_bytes);
+      for (std::size_t r = 0; r < per; ++r) std::memcpy(repeated[j].data() + r * row_bytes, xs[j]->data, row_bytes);
+    }
+    for (std::size_t r0 = 0; r0 < p.dims[0]; r0 += per) {
+      const std::size_t rows = std::min(per, p.dims[0] - r0);
+      const auto load = [&](std::size_t j, std::size_t s, std::size_t) -> const void* {
+        const std::int64_t s0 = p.strides[j][0];
+        if (p.strides[j][1] == 1) {
+          return s0 == 0 ? static_cast<const void*>(repeated[j].data())
+                         : element(j, static_cast<std::int64_t>(r0 * cols));
+        }
+        const std::size_t size = size_of(xs[j]->dtype);
+        char* o = static_cast<char*>(store[s]);
+        for (std::size_t i = 0; i < rows; ++i)
+          splat(o + i * cols * size, element(j, s0 * static_cast<std::int64_t>(r0 + i)), size, cols);
+        return o;
+      };
+      const auto no_position = [](std::size_t, std::size_t, std::size_t) -> const void* { return nullptr; };
+      run_block(rows * cols, static_cast<char*>(y.data) + r0 * cols * ysize, load, no_position);
+    }
+    return;
+  }
+
   std::vector<std::size_t> idx(rank, 0);  // the outer position; idx[rank - 1] stays 0
   std::vector<std::int64_t> off(xs.size());
   for (;;) {
@@ -163,53 +245,21 @@ void execute(Program p, const std::vector<const BufferArg*>& xs, const BufferArg
       const std::size_t n = std::min(block, inner - start);
       char* ydst = static_cast<char*>(y.data) +
                    (yoff + static_cast<std::int64_t>(start) * p.y_strides.back()) * static_cast<std::int64_t>(ysize);
-      for (std::size_t k = 0; k < p.code.size(); ++k) {
-        const Instr& in = p.code[k];
-        const std::size_t s = in.slot;
-        switch (in.op) {
-          case Op::load: {
-            const auto j = static_cast<std::size_t>(in.imm);
-            const BufferArg& x = *xs[j];
-            const std::int64_t stride = p.strides[j].back();
-            const char* src = static_cast<const char*>(x.data) +
-                              (off[j] + static_cast<std::int64_t>(start) * stride) *
-                                  static_cast<std::int64_t>(size_of(x.dtype));
-            if (stride == 1) {
-              ptr[s] = src;
-            } else {
-              splat(store[s], src, size_of(x.dtype), n);
-              ptr[s] = store[s];
-            }
-            break;
-          }
-          case Op::constant: ptr[s] = constants[k].data(); break;
-          case Op::index: {
-            auto* o = static_cast<std::int64_t*>(store[s]);
-            const auto d = static_cast<std::size_t>(in.imm);
-            const std::int64_t base = p.offsets[d] + static_cast<std::int64_t>(d + 1 == rank ? start : idx[d]);
-            for (std::size_t i = 0; i < n; ++i) o[i] = base + (d + 1 == rank ? static_cast<std::int64_t>(i) : 0);
-            ptr[s] = o;
-            break;
-          }
-          default: {
-            if (direct && k + 1 == p.code.size()) {
-              fns[k](ydst, &ptr[s], n, in);
-              ptr[s] = ydst;
-            } else {
-              fns[k](spare, &ptr[s], n, in);
-              ptr[s] = spare;
-              std::swap(spare, store[s]);
-            }
-          }
-        }
-      }
-      const void* value = ptr[0];
-      if (to_y != nullptr) {
-        to_y(reg(p.depth), &ptr[0], n, last);
-        value = reg(p.depth);
-      }
-      if (fold != nullptr) fold(ydst, value, n);
-      else if (!direct) std::memcpy(ydst, value, n * ysize);
+      const auto load = [&](std::size_t j, std::size_t s, std::size_t count) -> const void* {
+        const std::int64_t stride = p.strides[j].back();
+        const char* src = element(j, off[j] + static_cast<std::int64_t>(start) * stride);
+        if (stride == 1) return src;
+        splat(store[s], src, size_of(xs[j]->dtype), count);
+        return store[s];
+      };
+      const auto position = [&](std::size_t d, std::size_t s, std::size_t count) -> const void* {
+        auto* o = static_cast<std::int64_t*>(store[s]);
+        const bool innermost = d + 1 == rank;
+        const std::int64_t base = p.offsets[d] + static_cast<std::int64_t>(innermost ? start : idx[d]);
+        for (std::size_t i = 0; i < count; ++i) o[i] = base + (innermost ? static_cast<std::int64_t>(i) : 0);
+        return o;
+      };
+      run_block(n, ydst, load, position);
     }
     // The next outer position, last dimension but one fastest.
     std::size_t d = rank - 1;
