@@ -22,16 +22,16 @@ from . import linalg, random
 from ._array import ndarray
 from ._dtypes import bool_, float32, float64, int32, int64
 from ._explain import explain
-from ._functions import (abs, absolute, add, all, amax, amin, any, arange, argmax, argmin, array, asarray,  # noqa: A004
-                         astype, bitwise_and, bitwise_invert, bitwise_or, bitwise_xor, broadcast_arrays,
-                         broadcast_to, ceil, clip, compute, concat, concatenate, cos, divide, dot, empty, empty_like,
-                         equal, exp, expand_dims, expm1, eye, floor, floor_divide, from_dlpack, full, full_like,
-                         greater, greater_equal, invert, isfinite, isinf, isnan, less, less_equal, linspace, log,
-                         log1p, log2, log10, logical_and, logical_not, logical_or, logical_xor, matmul,
-                         matrix_transpose, max, maximum, mean, min, minimum, mod, multiply, negative, not_equal,
-                         ones, ones_like, outer, permute_dims, positive, pow, power, prod, remainder, reshape,
-                         sigmoid, sign, sin, sqrt, square, squeeze, stack, std, subtract, sum, swapaxes, tanh,
-                         tensordot, transpose, true_divide, var, vdot, vecdot, where, zeros, zeros_like)
+from ._creation import (arange, empty, empty_like, eye, full, full_like, linspace, ones, ones_like, zeros,
+    zeros_like)
+from ._functions import (abs, absolute, add, all, amax, amin, any, argmax, argmin, array, asarray, astype,  # noqa: A004
+    bitwise_and, bitwise_invert, bitwise_or, bitwise_xor, broadcast_arrays, broadcast_to, ceil, clip, compute,
+    concat, concatenate, cos, divide, dot, equal, exp, expand_dims, expm1, floor, floor_divide, from_dlpack,
+    greater, greater_equal, invert, isfinite, isinf, isnan, less, less_equal, log, log1p, log2, log10,
+    logical_and, logical_not, logical_or, logical_xor, matmul, matrix_transpose, max, maximum, mean, min,
+    minimum, mod, multiply, negative, not_equal, outer, permute_dims, positive, pow, power, prod, remainder,
+    reshape, sigmoid, sign, sin, sqrt, square, squeeze, stack, std, subtract, sum, swapaxes, tanh, tensordot,
+    transpose, true_divide, var, vdot, vecdot, where)
 from ._tiles import runtime, set_options, using
 
 __array_api_version__ = "2023.12"

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from . import _creation as c
 from . import _functions as f
 from . import linalg
 
@@ -85,10 +86,10 @@ _FUNCTIONS: dict[Any, Any] = {
     np.stack: lambda arrays, axis=0: f.stack(arrays, axis=axis),
     np.expand_dims: lambda x, axis: f.expand_dims(x, axis), np.squeeze: lambda x, axis=None: f.squeeze(x, axis),
     np.broadcast_to: lambda x, shape: f.broadcast_to(x, shape), np.swapaxes: f.swapaxes,
-    np.zeros_like: lambda x, dtype=None: f.zeros_like(x, dtype=dtype),
-    np.ones_like: lambda x, dtype=None: f.ones_like(x, dtype=dtype),
-    np.full_like: lambda x, fill_value, dtype=None: f.full_like(x, fill_value, dtype=dtype),
-    np.empty_like: lambda x, dtype=None: f.empty_like(x, dtype=dtype),
+    np.zeros_like: lambda x, dtype=None: c.zeros_like(x, dtype=dtype),
+    np.ones_like: lambda x, dtype=None: c.ones_like(x, dtype=dtype),
+    np.full_like: lambda x, fill_value, dtype=None: c.full_like(x, fill_value, dtype=dtype),
+    np.empty_like: lambda x, dtype=None: c.empty_like(x, dtype=dtype),
     np.ravel: lambda x: f.reshape(x, (-1,)), np.shape: lambda x: x.shape, np.ndim: lambda x: x.ndim,
     np.size: lambda x: x.size,
     np.linalg.norm: lambda x, ord=None, axis=None, keepdims=False: linalg.norm(x, ord=ord, axis=axis,

@@ -12,7 +12,8 @@ import numpy as np
 
 from . import _dtypes as dt
 from ._array import ndarray, wrap
-from ._functions import _shape, astype, flat_index, floor
+from ._creation import flat_index
+from ._functions import _shape, astype, floor
 from ._graph import Map
 
 __all__ = ["Generator", "default_rng", "normal", "random", "seed", "standard_normal", "uniform"]
