@@ -23,6 +23,7 @@ void register_builtin_kernels(KernelRegistry& registry) {
   kernels::register_gemm_kernels(staging);
   kernels::register_cholesky_kernels(staging);
   kernels::register_elementwise_kernels(staging);
+  kernels::register_fused_kernels(staging);
   for (const std::string& name : staging.names()) {
     KernelDef def = *staging.find(name);
     if (config::with_cuda && std::ranges::find(cuda_builtin_variants, name) != std::end(cuda_builtin_variants)) {

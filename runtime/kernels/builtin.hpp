@@ -1,5 +1,5 @@
 // The built-in kernel library: blas1, gemm, the Cholesky set,
-// elementwise map/reduce, fill and copy.
+// elementwise map/reduce, fill and copy, and the fused elementwise programs.
 #pragma once
 
 namespace ferry {

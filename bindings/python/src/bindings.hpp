@@ -76,6 +76,7 @@ class PythonFunction {
   nb::object fn_;
 };
 
+void bind_fused(nb::module_& m);
 // The kernel definition behind @rt.task: `params` are (name, kind) with kind
 // one of read, write, readwrite, real, integer, text.
 KernelDef make_python_kernel(std::string name, const std::vector<std::pair<std::string, std::string>>& params,

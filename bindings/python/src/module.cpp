@@ -15,4 +15,5 @@ NB_MODULE(_ferry, m) {
   ferry::python::bind_future(m);
   ferry::python::bind_runtime(m);
   ferry::python::bind_bench_support(m);
+  ferry::python::bind_fused(m);
 }

@@ -152,5 +152,6 @@ void register_blas1_kernels(KernelRegistry& registry);
 void register_gemm_kernels(KernelRegistry& registry);
 void register_cholesky_kernels(KernelRegistry& registry);
 void register_elementwise_kernels(KernelRegistry& registry);
+void register_fused_kernels(KernelRegistry& registry);
 
 }  // namespace ferry::kernels

@@ -1,0 +1,95 @@
+"""ferry.numpy's creation functions: constants, positions (arange, eye,
+linspace) and *_like, all fused programs without inputs."""
+
+from __future__ import annotations
+
+import builtins
+import math
+from typing import Any
+
+import numpy as np
+
+from . import _dtypes as dt
+from ._array import ndarray, wrap
+from ._functions import _cast, _node, _shape, astype, where
+from ._graph import Const, Index, Map, Node
+
+def full(shape: Any, fill_value: Any, dtype: Any = None, *, device: Any = None) -> ndarray:
+    t = dt.dtype(dtype) if dtype is not None else dt.result_type(fill_value)
+    return wrap(Const(fill_value, t, _shape(shape)))
+
+
+def zeros(shape: Any, dtype: Any = dt.float64, *, device: Any = None) -> ndarray:
+    return full(shape, 0, dtype or dt.float64)
+
+
+def ones(shape: Any, dtype: Any = dt.float64, *, device: Any = None) -> ndarray:
+    return full(shape, 1, dtype or dt.float64)
+
+
+def empty(shape: Any, dtype: Any = dt.float64, *, device: Any = None) -> ndarray:
+    """Like zeros: a fused fill costs one pass, and undefined values help no one."""
+    return zeros(shape, dtype)
+
+
+def _like(x: Any, dtype: Any) -> tuple[tuple[int, ...], np.dtype]:
+    n = _node(x)
+    return n.shape, dt.dtype(dtype) if dtype is not None else n.dtype
+
+
+def zeros_like(x: Any, /, *, dtype: Any = None, device: Any = None) -> ndarray:
+    return full(*_like(x, dtype)[:1], 0, _like(x, dtype)[1])
+
+
+def ones_like(x: Any, /, *, dtype: Any = None, device: Any = None) -> ndarray:
+    return full(*_like(x, dtype)[:1], 1, _like(x, dtype)[1])
+
+
+def empty_like(x: Any, /, *, dtype: Any = None, device: Any = None) -> ndarray:
+    return zeros_like(x, dtype=dtype)
+
+
+def full_like(x: Any, /, fill_value: Any, *, dtype: Any = None, device: Any = None) -> ndarray:
+    shape, t = _like(x, dtype)
+    return full(shape, fill_value, t)
+
+
+def arange(start: Any, stop: Any = None, step: Any = 1, *, dtype: Any = None, device: Any = None) -> ndarray:
+    if stop is None:
+        start, stop = 0, start
+    t = dt.dtype(dtype) if dtype is not None else dt.result_type(start, stop, step)
+    n = builtins.max(0, int(math.ceil((stop - start) / step)))
+    work = t if dt.is_float(t) else dt.int64
+    i = _cast(Index((n,), 0), work)
+    return astype(wrap(i) * step + start, t) if n else zeros((0,), t)
+
+
+def linspace(start: Any, stop: Any, num: int, *, dtype: Any = None, device: Any = None,
+             endpoint: bool = True) -> ndarray:
+    t = dt.dtype(dtype) if dtype is not None else dt.float64
+    div = (num - 1) if endpoint else num
+    step = (stop - start) / div if div > 0 else 0.0
+    i = wrap(_cast(Index((num,), 0), dt.float64))
+    values = i * step + start
+    if endpoint and num > 1:
+        values = where(wrap(Index((num,), 0)) == num - 1, float(stop), values)
+    return astype(values, t)
+
+
+def eye(n_rows: int, n_cols: int | None = None, /, *, k: int = 0, dtype: Any = None, device: Any = None) -> ndarray:
+    m = n_rows if n_cols is None else n_cols
+    t = dt.dtype(dtype) if dtype is not None else dt.float64
+    shape = (n_rows, m)
+    diagonal = wrap(Index(shape, 0)) + k == wrap(Index(shape, 1))
+    return astype(diagonal, t)
+
+
+def flat_index(shape: tuple[int, ...]) -> Node:
+    """Each element's C-order position (the random generators' counter)."""
+    if not shape:
+        return Const(0, dt.int64)
+    strides = [int(np.prod(shape[d + 1:], dtype=np.int64)) for d in range(len(shape))]
+    total: Node = Index(shape, len(shape) - 1)
+    for d in range(len(shape) - 1):
+        total = Map("add", [Map("mul", [Index(shape, d), Const(strides[d], dt.int64)], dt.int64), total], dt.int64)
+    return total

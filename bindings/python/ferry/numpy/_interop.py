@@ -1,0 +1,107 @@
+"""NumPy calling back into ferry.numpy: np.exp(x), np.sum(x), np.concatenate
+([x, y]) on ferry.numpy arrays run in Ferry. What ferry.numpy lacks raises
+NotImplementedError naming the function; nothing falls back to NumPy
+silently (that would copy the arrays home)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from . import _creation as c
+from . import _functions as f
+from . import linalg
+
+_UFUNCS = {
+    "add": f.add, "subtract": f.subtract, "multiply": f.multiply, "divide": f.divide, "true_divide": f.divide,
+    "floor_divide": f.floor_divide, "remainder": f.remainder, "power": f.pow, "maximum": f.maximum,
+    "minimum": f.minimum, "equal": f.equal, "not_equal": f.not_equal, "less": f.less, "less_equal": f.less_equal,
+    "greater": f.greater, "greater_equal": f.greater_equal, "logical_and": f.logical_and,
+    "logical_or": f.logical_or, "logical_xor": f.logical_xor, "logical_not": f.logical_not,
+    "bitwise_and": f.bitwise_and, "bitwise_or": f.bitwise_or, "bitwise_xor": f.bitwise_xor,
+    "invert": f.bitwise_invert, "negative": f.negative, "positive": f.positive, "absolute": f.abs,
+    "square": f.square, "sign": f.sign, "floor": f.floor, "ceil": f.ceil, "exp": f.exp, "expm1": f.expm1,
+    "log": f.log, "log1p": f.log1p, "log2": f.log2, "log10": f.log10, "sqrt": f.sqrt, "sin": f.sin, "cos": f.cos,
+    "tanh": f.tanh, "isnan": f.isnan, "isfinite": f.isfinite, "isinf": f.isinf, "matmul": f.matmul,
+}
+
+_REDUCE = {"add": f.sum, "multiply": f.prod, "maximum": f.max, "minimum": f.min, "logical_or": f.any,
+           "logical_and": f.all}
+
+
+def array_ufunc(ufunc: Any, method: str, inputs: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    name = getattr(ufunc, "__name__", str(ufunc))
+    if kwargs.get("out") is not None:
+        raise NotImplementedError(f"numpy.{name}(..., out=...) on ferry.numpy arrays: they are immutable")
+    extra = {k: v for k, v in kwargs.items() if k not in ("out",)}
+    if method == "__call__" and name in _UFUNCS and not extra:
+        return _UFUNCS[name](*inputs)
+    if method == "reduce" and name in _REDUCE and len(inputs) == 1:
+        axis = extra.pop("axis", 0)
+        keepdims = extra.pop("keepdims", False)
+        if not extra:
+            return _REDUCE[name](inputs[0], axis=axis, keepdims=keepdims)
+    detail = f".{method}" if method != "__call__" else ""
+    raise NotImplementedError(f"ferry.numpy does not implement numpy.{name}{detail}"
+                              f"{' with ' + ', '.join(extra) if extra else ''}")
+
+
+def _reduction(fn: Any) -> Any:
+    def call(x: Any, axis: Any = None, dtype: Any = None, out: Any = None, keepdims: bool = False, **kw: Any) -> Any:
+        if out is not None:
+            raise NotImplementedError(f"numpy.{fn.__name__}(..., out=...) on ferry.numpy arrays")
+        if dtype is not None:
+            return fn(x, axis=axis, keepdims=keepdims, dtype=dtype, **kw)
+        return fn(x, axis=axis, keepdims=keepdims, **kw)
+    return call
+
+
+def _plain(fn: Any, *names: str) -> Any:
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs)
+    return call
+
+
+_FUNCTIONS: dict[Any, Any] = {
+    np.sum: _reduction(f.sum), np.prod: _reduction(f.prod), np.mean: _reduction(f.mean),
+    np.min: lambda x, axis=None, keepdims=False, **k: f.min(x, axis=axis, keepdims=keepdims),
+    np.max: lambda x, axis=None, keepdims=False, **k: f.max(x, axis=axis, keepdims=keepdims),
+    np.amin: lambda x, axis=None, keepdims=False, **k: f.min(x, axis=axis, keepdims=keepdims),
+    np.amax: lambda x, axis=None, keepdims=False, **k: f.max(x, axis=axis, keepdims=keepdims),
+    np.any: lambda x, axis=None, keepdims=False, **k: f.any(x, axis=axis, keepdims=keepdims),
+    np.all: lambda x, axis=None, keepdims=False, **k: f.all(x, axis=axis, keepdims=keepdims),
+    np.std: lambda x, axis=None, dtype=None, out=None, ddof=0, keepdims=False: f.std(x, axis=axis, ddof=ddof,
+                                                                                     keepdims=keepdims),
+    np.var: lambda x, axis=None, dtype=None, out=None, ddof=0, keepdims=False: f.var(x, axis=axis, ddof=ddof,
+                                                                                     keepdims=keepdims),
+    np.argmin: lambda x, axis=None, out=None, keepdims=False: f.argmin(x, axis=axis, keepdims=keepdims),
+    np.argmax: lambda x, axis=None, out=None, keepdims=False: f.argmax(x, axis=axis, keepdims=keepdims),
+    np.where: lambda c, a, b: f.where(c, a, b),
+    np.clip: lambda x, a_min=None, a_max=None, **k: f.clip(x, k.get("min", a_min), k.get("max", a_max)),
+    np.dot: lambda a, b: f.dot(a, b), np.vdot: f.vdot, np.matmul: f.matmul,
+    np.tensordot: lambda a, b, axes=2: f.tensordot(a, b, axes=axes), np.outer: f.outer,
+    np.transpose: lambda x, axes=None: f.transpose(x, axes), np.reshape: lambda x, *a, **k: f.reshape(x, *a, **k),
+    np.concatenate: lambda arrays, axis=0: f.concat(arrays, axis=axis),
+    np.stack: lambda arrays, axis=0: f.stack(arrays, axis=axis),
+    np.expand_dims: lambda x, axis: f.expand_dims(x, axis), np.squeeze: lambda x, axis=None: f.squeeze(x, axis),
+    np.broadcast_to: lambda x, shape: f.broadcast_to(x, shape), np.swapaxes: f.swapaxes,
+    np.zeros_like: lambda x, dtype=None: c.zeros_like(x, dtype=dtype),
+    np.ones_like: lambda x, dtype=None: c.ones_like(x, dtype=dtype),
+    np.full_like: lambda x, fill_value, dtype=None: c.full_like(x, fill_value, dtype=dtype),
+    np.empty_like: lambda x, dtype=None: c.empty_like(x, dtype=dtype),
+    np.ravel: lambda x: f.reshape(x, (-1,)), np.shape: lambda x: x.shape, np.ndim: lambda x: x.ndim,
+    np.size: lambda x: x.size,
+    np.linalg.norm: lambda x, ord=None, axis=None, keepdims=False: linalg.norm(x, ord=ord, axis=axis,
+                                                                               keepdims=keepdims),
+    np.linalg.cholesky: lambda x: linalg.cholesky(x), np.linalg.solve: lambda a, b: linalg.solve(a, b),
+}
+
+
+def array_function(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    impl = _FUNCTIONS.get(func)
+    if impl is None:
+        module = getattr(func, "__module__", None) or "numpy"
+        module = ".".join(part for part in module.split(".") if not part.startswith("_"))
+        raise NotImplementedError(f"ferry.numpy does not implement {module}.{func.__name__}")
+    return impl(*args, **kwargs)

@@ -1,0 +1,115 @@
+"""ferry.numpy.linalg: cholesky (Ferry's potrf kernel), solve (LAPACK in a
+CPU task), norm (fused reductions), and matmul-family re-exports."""
+
+from __future__ import annotations
+
+import builtins
+import math
+from typing import Any
+
+import numpy as np
+
+from . import _dtypes as dt
+from ._array import wrap
+from ._engine import _matrix_tiles, _whole, materialize
+from ._functions import (abs, asarray, astype, matmul, matrix_transpose, max, min, sqrt, sum, tensordot,  # noqa: A004
+                         vecdot, where)
+from ._graph import Data, Index
+from ._tiles import Tiled, placement
+
+__all__ = ["cholesky", "matmul", "matrix_norm", "matrix_transpose", "norm", "solve", "tensordot", "vecdot",
+           "vector_norm"]
+
+
+def _square(a: Any, name: str) -> Any:
+    x = asarray(a)
+    if x.ndim != 2 or x.shape[0] != x.shape[1]:
+        raise NotImplementedError(f"linalg.{name} of an array of shape {x.shape}: ferry.numpy takes one square "
+                                  "matrix (stacks of matrices are not supported)")
+    t = x.dtype if dt.is_float(x.dtype) else dt.float64
+    return astype(x, t)
+
+
+def cholesky(x: Any, /, *, upper: bool = False) -> Any:
+    """The lower factor L with x = L @ L.T (Ferry's potrf kernel; a matrix
+    that is not positive definite makes the task fail with KernelError)."""
+    a = _square(x, "cholesky")
+    n = a.shape[0]
+    if n == 0:
+        return a
+    v = _matrix_tiles(_whole(materialize(a._node), materialize(a._node).rt), materialize(a._node).rt)
+    rt = v.rt
+    on = placement() or ""
+    factor = rt.empty((n, n), a.dtype)
+    futures = [rt.copy(v.tiles[0], factor, on=on, name="fnp:cholesky-copy"),
+               rt.potrf(factor, on=on, name="fnp:cholesky")]
+    full = wrap(Data(Tiled((n, n), a.dtype, rt, [factor], [0, n], futures, "fnp:cholesky")))
+    lower = wrap(Index((n, n), 0)) >= wrap(Index((n, n), 1))
+    low = where(lower, full, 0)
+    return matrix_transpose(low) if upper else low
+
+
+def solve(a: Any, b: Any, /) -> Any:
+    """x with a @ x = b (LAPACK gesv, in a Python task on the CPU workers)."""
+    x = _square(a, "solve")
+    y = asarray(b)
+    t = dt.result_type(x, y)
+    t = t if dt.is_float(t) else dt.float64
+    if y.shape[0] != x.shape[0] or y.ndim > 2:
+        raise ValueError(f"solve: a is {x.shape} but b is {y.shape}")
+    from ._functions import _host
+    return _host("solve", lambda p, q: np.linalg.solve(p, q), [astype(x, t), astype(y, t)], y.shape, t)
+
+
+def vector_norm(x: Any, /, *, axis: Any = None, keepdims: bool = False, ord: Any = 2) -> Any:  # noqa: A002
+    a = asarray(x)
+    t = dt.float_of(a.dtype) if a.dtype != dt.bool_ else dt.float64
+    a = astype(a, t)
+    if ord == 2:
+        return sqrt(sum(a * a, axis=axis, keepdims=keepdims))
+    if ord == math.inf:
+        return max(abs(a), axis=axis, keepdims=keepdims)
+    if ord == -math.inf:
+        return min(abs(a), axis=axis, keepdims=keepdims)
+    if ord == 1:
+        return sum(abs(a), axis=axis, keepdims=keepdims)
+    if ord == 0:
+        return astype(sum(a != 0, axis=axis, keepdims=keepdims), t)
+    if isinstance(ord, (int, float)):
+        return sum(abs(a) ** float(ord), axis=axis, keepdims=keepdims) ** (1.0 / ord)
+    raise ValueError(f"vector norm order {ord!r} is not a number")
+
+
+def matrix_norm(x: Any, /, *, keepdims: bool = False, ord: Any = "fro") -> Any:  # noqa: A002
+    a = asarray(x)
+    axes = (a.ndim - 2, a.ndim - 1)
+    if ord == "fro":
+        return vector_norm(a, axis=axes, keepdims=keepdims)
+    t = dt.float_of(a.dtype) if a.dtype != dt.bool_ else dt.float64
+    a = abs(astype(a, t))
+    if ord in (1, -1):
+        col = sum(a, axis=axes[0], keepdims=True)
+        out = max(col, axis=axes[1], keepdims=True) if ord == 1 else min(col, axis=axes[1], keepdims=True)
+    elif ord in (math.inf, -math.inf):
+        row = sum(a, axis=axes[1], keepdims=True)
+        out = max(row, axis=axes[0], keepdims=True) if ord == math.inf else min(row, axis=axes[0], keepdims=True)
+    else:
+        raise NotImplementedError(f"matrix norm ord={ord!r} (needs singular values)")
+    from ._functions import reshape
+    return out if keepdims else reshape(out, a.shape[:-2])
+
+
+def norm(x: Any, ord: Any = None, axis: Any = None, keepdims: bool = False) -> Any:  # noqa: A002
+    """NumPy's numpy.linalg.norm for vectors and matrices (not 2 / nuc)."""
+    a = asarray(x)
+    if axis is None and ord is None:
+        flat = vector_norm(a, keepdims=keepdims)
+        return flat
+    if axis is None:
+        axis = tuple(range(a.ndim))
+    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    if len(axes) == 1:
+        return vector_norm(a, axis=axes[0], keepdims=keepdims, ord=2 if ord is None else ord)
+    if len(axes) == 2 and builtins.sorted(int(v) % a.ndim for v in axes) == [a.ndim - 2, a.ndim - 1]:
+        return matrix_norm(a, keepdims=keepdims, ord="fro" if ord is None else ord)
+    raise NotImplementedError(f"linalg.norm over axes {axis}")

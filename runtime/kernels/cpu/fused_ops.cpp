@@ -1,0 +1,430 @@
+// The fused kernel's block loops, NumPy's semantics for each operation:
+// floor division and modulo round toward minus infinity, integer division
+// by zero gives 0, maximum/minimum propagate NaN, float-to-integer casts of
+// NaN or out-of-range values give the type's minimum.
+#include "fused_ops.hpp"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <numbers>
+#include <type_traits>
+
+#include "ferry/error.hpp"
+
+namespace ferry::kernels::fused {
+namespace {
+
+template <typename T>
+constexpr bool is_float = std::is_floating_point_v<T>;
+
+// ---- elementwise functors ----
+
+struct Add { template <class T> T operator()(T a, T b) const { return static_cast<T>(a + b); } };
+struct Sub { template <class T> T operator()(T a, T b) const { return static_cast<T>(a - b); } };
+struct Mul { template <class T> T operator()(T a, T b) const { return static_cast<T>(a * b); } };
+struct Div { template <class T> T operator()(T a, T b) const { return a / b; } };
+struct FloorDiv {
+  template <class T>
+  T operator()(T a, T b) const {
+    if constexpr (is_float<T>) {
+      // NumPy's npy_divmod: floor(a / b) would give 10 for 1.0 // 0.1, not 9.
+      if (b == 0) return a / b;
+      T mod = std::fmod(a, b);
+      T div = (a - mod) / b;
+      if (mod != 0) {
+        if ((b < 0) != (mod < 0)) div -= T(1);
+      }
+      if (div == 0) return std::copysign(T(0), a / b);
+      T q = std::floor(div);
+      if (div - q > T(0.5)) q += T(1);
+      return q;
+    } else {
+      if (b == 0) return 0;
+      if constexpr (std::is_signed_v<T>) {
+        if (b == -1) return static_cast<T>(0u - static_cast<std::make_unsigned_t<T>>(a));  // no overflow trap
+      }
+      T q = static_cast<T>(a / b);
+      if (static_cast<T>(a % b) != 0 && ((a < 0) != (b < 0))) --q;
+      return q;
+    }
+  }
+};
+struct Mod {
+  template <class T>
+  T operator()(T a, T b) const {
+    if constexpr (is_float<T>) {
+      T r = std::fmod(a, b);
+      if (r != 0 && ((r < 0) != (b < 0))) r += b;
+      return r == 0 ? std::copysign(T(0), b) : r;
+    } else {
+      if (b == 0) return 0;
+      if constexpr (std::is_signed_v<T>) {
+        if (b == -1) return 0;
+      }
+      T r = static_cast<T>(a % b);
+      if (r != 0 && ((r < 0) != (b < 0))) r = static_cast<T>(r + b);
+      return r;
+    }
+  }
+};
+struct Pow {
+  template <class T>
+  T operator()(T a, T b) const {
+    if constexpr (is_float<T>) {
+      return std::pow(a, b);
+    } else {
+      if constexpr (std::is_signed_v<T>) {
+        if (b < 0) return a == 1 ? T(1) : a == -1 ? (b % 2 ? T(-1) : T(1)) : T(0);
+      }
+      using U = std::make_unsigned_t<T>;  // wraps like NumPy instead of overflowing
+      U result = 1, base = static_cast<U>(a);
+      for (auto e = static_cast<std::uint64_t>(b); e != 0; e >>= 1) {
+        if (e & 1) result = static_cast<U>(result * base);
+        base = static_cast<U>(base * base);
+      }
+      return static_cast<T>(result);
+    }
+  }
+};
+struct Maximum {
+  template <class T>
+  T operator()(T a, T b) const {
+    if constexpr (is_float<T>) {
+      if (std::isnan(a) || std::isnan(b)) return a + b;
+    }
+    return a > b ? a : b;
+  }
+};
+struct Minimum {
+  template <class T>
+  T operator()(T a, T b) const {
+    if constexpr (is_float<T>) {
+      if (std::isnan(a) || std::isnan(b)) return a + b;
+    }
+    return a < b ? a : b;
+  }
+};
+struct And { template <class T> T operator()(T a, T b) const { return static_cast<T>(a & b); } };
+struct Or { template <class T> T operator()(T a, T b) const { return static_cast<T>(a | b); } };
+struct Xor { template <class T> T operator()(T a, T b) const { return static_cast<T>(a ^ b); } };
+struct Eq { template <class T> std::uint8_t operator()(T a, T b) const { return a == b; } };
+struct Ne { template <class T> std::uint8_t operator()(T a, T b) const { return a != b; } };
+struct Lt { template <class T> std::uint8_t operator()(T a, T b) const { return a < b; } };
+struct Le { template <class T> std::uint8_t operator()(T a, T b) const { return a <= b; } };
+struct Gt { template <class T> std::uint8_t operator()(T a, T b) const { return a > b; } };
+struct Ge { template <class T> std::uint8_t operator()(T a, T b) const { return a >= b; } };
+
+struct Neg { template <class T> T operator()(T a) const { return static_cast<T>(-a); } };
+struct Abs {
+  template <class T>
+  T operator()(T a) const {
+    if constexpr (std::is_unsigned_v<T>) return a;
+    else return a < 0 ? static_cast<T>(-a) : a;
+  }
+};
+struct Square { template <class T> T operator()(T a) const { return static_cast<T>(a * a); } };
+struct Sign {
+  template <class T>
+  T operator()(T a) const {
+    if constexpr (is_float<T>) {
+      if (std::isnan(a)) return a;
+    }
+    return static_cast<T>((T(0) < a) - (a < T(0)));
+  }
+};
+struct Floor {
+  template <class T> T operator()(T a) const { if constexpr (is_float<T>) return std::floor(a); else return a; }
+};
+struct Ceil {
+  template <class T> T operator()(T a) const { if constexpr (is_float<T>) return std::ceil(a); else return a; }
+};
+struct Exp { template <class T> T operator()(T a) const { return std::exp(a); } };
+struct Log { template <class T> T operator()(T a) const { return std::log(a); } };
+struct Log1p { template <class T> T operator()(T a) const { return std::log1p(a); } };
+struct Sqrt { template <class T> T operator()(T a) const { return std::sqrt(a); } };
+struct Sin { template <class T> T operator()(T a) const { return std::sin(a); } };
+struct Cos { template <class T> T operator()(T a) const { return std::cos(a); } };
+struct Tanh { template <class T> T operator()(T a) const { return std::tanh(a); } };
+struct Sigmoid { template <class T> T operator()(T a) const { return T(1) / (T(1) + std::exp(-a)); } };
+struct Not { template <class T> std::uint8_t operator()(T a) const { return a == 0; } };
+struct IsNan {
+  template <class T> std::uint8_t operator()(T a) const { if constexpr (is_float<T>) return std::isnan(a); else return 0; }
+};
+struct IsFinite {
+  template <class T> std::uint8_t operator()(T a) const { if constexpr (is_float<T>) return std::isfinite(a); else return 1; }
+};
+
+// ---- block loops ----
+
+template <class T, class R, class F>
+void unary(void* out, const void* const* in, std::size_t n, const Instr&) {
+  R* __restrict o = static_cast<R*>(out);
+  const T* a = static_cast<const T*>(in[0]);
+  for (std::size_t i = 0; i < n; ++i) o[i] = F{}(a[i]);
+}
+
+template <class T, class R, class F>
+void binary(void* out, const void* const* in, std::size_t n, const Instr&) {
+  R* o = static_cast<R*>(out);
+  const T* a = static_cast<const T*>(in[0]);
+  const T* b = static_cast<const T*>(in[1]);
+  for (std::size_t i = 0; i < n; ++i) o[i] = F{}(a[i], b[i]);
+}
+
+template <class T>
+void where(void* out, const void* const* in, std::size_t n, const Instr&) {
+  T* o = static_cast<T*>(out);
+  const auto* c = static_cast<const std::uint8_t*>(in[0]);
+  const T* a = static_cast<const T*>(in[1]);
+  const T* b = static_cast<const T*>(in[2]);
+  for (std::size_t i = 0; i < n; ++i) o[i] = c[i] ? a[i] : b[i];
+}
+
+template <class T>
+void clip(void* out, const void* const* in, std::size_t n, const Instr&) {
+  T* o = static_cast<T*>(out);
+  const T* x = static_cast<const T*>(in[0]);
+  const T* lo = static_cast<const T*>(in[1]);
+  const T* hi = static_cast<const T*>(in[2]);
+  for (std::size_t i = 0; i < n; ++i) o[i] = Minimum{}(Maximum{}(x[i], lo[i]), hi[i]);
+}
+
+template <class From, class To>
+To convert(From v) {
+  if constexpr (std::is_same_v<To, std::uint8_t>) {
+    return v != From(0);
+  } else if constexpr (is_float<From> && !is_float<To>) {
+    // 2^(digits) is exact in any float; NaN fails both comparisons.
+    constexpr double lo = static_cast<double>(std::numeric_limits<To>::min());
+    const double hi = std::ldexp(1.0, std::numeric_limits<To>::digits);
+    const auto d = static_cast<double>(v);
+    return d >= lo && d < hi ? static_cast<To>(v) : std::numeric_limits<To>::min();
+  } else {
+    return static_cast<To>(v);
+  }
+}
+
+template <class From, class To>
+void cast(void* out, const void* const* in, std::size_t n, const Instr&) {
+  To* o = static_cast<To*>(out);
+  const From* a = static_cast<const From*>(in[0]);
+  if constexpr (std::is_same_v<From, To>) {
+    std::memcpy(o, a, n * sizeof(To));
+  } else {
+    for (std::size_t i = 0; i < n; ++i) o[i] = convert<From, To>(a[i]);
+  }
+}
+
+template <bool Normal>
+void generate(void* out, const void* const* in, std::size_t n, const Instr& instr) {
+  double* o = static_cast<double*>(out);
+  const auto* c = static_cast<const std::int64_t*>(in[0]);
+  const auto seed = static_cast<std::uint64_t>(instr.imm);
+  for (std::size_t i = 0; i < n; ++i) o[i] = Normal ? normal(seed, c[i]) : uniform(seed, c[i]);
+}
+
+template <typename Fn>
+OpFn any_type(DType t, Fn&& fn) {
+  switch (t) {
+    case DType::f32: return fn(std::type_identity<float>{});
+    case DType::f64: return fn(std::type_identity<double>{});
+    case DType::i32: return fn(std::type_identity<std::int32_t>{});
+    case DType::i64: return fn(std::type_identity<std::int64_t>{});
+    case DType::u8: return fn(std::type_identity<std::uint8_t>{});
+  }
+  return nullptr;
+}
+
+template <class F>
+OpFn same(DType t) {
+  return any_type(t, []<class T>(std::type_identity<T>) -> OpFn { return &binary<T, T, F>; });
+}
+template <class F>
+OpFn integral_only(DType t) {
+  return any_type(t, []<class T>(std::type_identity<T>) -> OpFn {
+    if constexpr (is_float<T>) return nullptr;
+    else return &binary<T, T, F>;
+  });
+}
+template <class F>
+OpFn compare(DType t) {
+  return any_type(t, []<class T>(std::type_identity<T>) -> OpFn { return &binary<T, std::uint8_t, F>; });
+}
+template <class F>
+OpFn map(DType t) {
+  return any_type(t, []<class T>(std::type_identity<T>) -> OpFn { return &unary<T, T, F>; });
+}
+template <class F>
+OpFn floating_map(DType t) {
+  return any_type(t, []<class T>(std::type_identity<T>) -> OpFn {
+    if constexpr (is_float<T>) return &unary<T, T, F>;
+    else return nullptr;
+  });
+}
+template <class F>
+OpFn test(DType t) {
+  return any_type(t, []<class T>(std::type_identity<T>) -> OpFn { return &unary<T, std::uint8_t, F>; });
+}
+
+template <class T, Fold F>
+T combine(T a, T b) {
+  if constexpr (F == Fold::add) return static_cast<T>(a + b);
+  else if constexpr (F == Fold::mul) return static_cast<T>(a * b);
+  else if constexpr (F == Fold::min) return Minimum{}(a, b);
+  else return Maximum{}(a, b);
+}
+
+template <class T, Fold F>
+void fold_each(void* y, const void* v, std::size_t n) {
+  T* o = static_cast<T*>(y);
+  const T* a = static_cast<const T*>(v);
+  for (std::size_t i = 0; i < n; ++i) o[i] = combine<T, F>(o[i], a[i]);
+}
+
+// Eight partial results keep the loop vectorisable and, for sums, the
+// rounding error closer to NumPy's pairwise summation than one accumulator.
+template <class T, Fold F>
+void fold_one(void* y, const void* v, std::size_t n) {
+  const T* a = static_cast<const T*>(v);
+  if (n == 0) return;
+  T acc = a[0];
+  std::size_t i = 1;
+  if (n >= 16) {
+    T part[8];
+    for (std::size_t j = 0; j < 8; ++j) part[j] = a[j];
+    for (i = 8; i + 8 <= n; i += 8) {
+      for (std::size_t j = 0; j < 8; ++j) part[j] = combine<T, F>(part[j], a[i + j]);
+    }
+    acc = part[0];
+    for (std::size_t j = 1; j < 8; ++j) acc = combine<T, F>(acc, part[j]);
+  }
+  for (; i < n; ++i) acc = combine<T, F>(acc, a[i]);
+  T* o = static_cast<T*>(y);
+  *o = combine<T, F>(*o, acc);
+}
+
+std::uint64_t splitmix64(std::uint64_t z) {
+  z += 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+double uniform(std::uint64_t seed, std::int64_t counter) {
+  const std::uint64_t bits = splitmix64(splitmix64(seed) ^ static_cast<std::uint64_t>(counter));
+  return static_cast<double>(bits >> 11) * 0x1.0p-53;
+}
+
+double normal(std::uint64_t seed, std::int64_t counter) {
+  const double u1 = uniform(seed, 2 * counter), u2 = uniform(seed, 2 * counter + 1);
+  return std::sqrt(-2.0 * std::log1p(-u1)) * std::cos(2.0 * std::numbers::pi * u2);
+}
+
+OpFn resolve(const Instr& instr) {
+  const DType t = instr.operand;
+  OpFn fn = nullptr;
+  switch (instr.op) {
+    case Op::add: fn = same<Add>(t); break;
+    case Op::sub: fn = same<Sub>(t); break;
+    case Op::mul: fn = same<Mul>(t); break;
+    case Op::div: fn = same<Div>(t); break;
+    case Op::floordiv: fn = same<FloorDiv>(t); break;
+    case Op::mod: fn = same<Mod>(t); break;
+    case Op::pow: fn = same<Pow>(t); break;
+    case Op::maximum: fn = same<Maximum>(t); break;
+    case Op::minimum: fn = same<Minimum>(t); break;
+    case Op::land: fn = integral_only<And>(t); break;
+    case Op::lor: fn = integral_only<Or>(t); break;
+    case Op::lxor: fn = integral_only<Xor>(t); break;
+    case Op::eq: fn = compare<Eq>(t); break;
+    case Op::ne: fn = compare<Ne>(t); break;
+    case Op::lt: fn = compare<Lt>(t); break;
+    case Op::le: fn = compare<Le>(t); break;
+    case Op::gt: fn = compare<Gt>(t); break;
+    case Op::ge: fn = compare<Ge>(t); break;
+    case Op::neg: fn = map<Neg>(t); break;
+    case Op::abs: fn = map<Abs>(t); break;
+    case Op::square: fn = map<Square>(t); break;
+    case Op::sign: fn = map<Sign>(t); break;
+    case Op::floor: fn = map<Floor>(t); break;
+    case Op::ceil: fn = map<Ceil>(t); break;
+    case Op::exp: fn = floating_map<Exp>(t); break;
+    case Op::log: fn = floating_map<Log>(t); break;
+    case Op::log1p: fn = floating_map<Log1p>(t); break;
+    case Op::sqrt: fn = floating_map<Sqrt>(t); break;
+    case Op::sin: fn = floating_map<Sin>(t); break;
+    case Op::cos: fn = floating_map<Cos>(t); break;
+    case Op::tanh: fn = floating_map<Tanh>(t); break;
+    case Op::sigmoid: fn = floating_map<Sigmoid>(t); break;
+    case Op::lnot: fn = test<Not>(t); break;
+    case Op::isnan: fn = test<IsNan>(t); break;
+    case Op::isfinite: fn = test<IsFinite>(t); break;
+    case Op::cast: fn = cast_fn(t, instr.type); break;
+    case Op::uniform: fn = &generate<false>; break;
+    case Op::normal: fn = &generate<true>; break;
+    case Op::where: fn = any_type(t, []<class T>(std::type_identity<T>) -> OpFn { return &where<T>; }); break;
+    case Op::clip: fn = any_type(t, []<class T>(std::type_identity<T>) -> OpFn { return &clip<T>; }); break;
+    case Op::load:
+    case Op::constant:
+    case Op::index: break;
+  }
+  if (fn == nullptr) throw Error(fmt::format("fused: no loop for {} on {}", op_name(instr.op), to_string(t)));
+  return fn;
+}
+
+OpFn cast_fn(DType from, DType to) {
+  return any_type(from, [to]<class F>(std::type_identity<F>) -> OpFn {
+    return any_type(to, []<class T>(std::type_identity<T>) -> OpFn { return &cast<F, T>; });
+  });
+}
+
+FoldFn fold_fn(Fold fold, DType type, bool into_one) {
+  const auto pick = [&]<class T>(std::type_identity<T>) -> FoldFn {
+    switch (fold) {
+      case Fold::add: return into_one ? &fold_one<T, Fold::add> : &fold_each<T, Fold::add>;
+      case Fold::mul: return into_one ? &fold_one<T, Fold::mul> : &fold_each<T, Fold::mul>;
+      case Fold::min: return into_one ? &fold_one<T, Fold::min> : &fold_each<T, Fold::min>;
+      case Fold::max: return into_one ? &fold_one<T, Fold::max> : &fold_each<T, Fold::max>;
+      case Fold::none: break;
+    }
+    return nullptr;
+  };
+  switch (type) {
+    case DType::f32: return pick(std::type_identity<float>{});
+    case DType::f64: return pick(std::type_identity<double>{});
+    case DType::i32: return pick(std::type_identity<std::int32_t>{});
+    case DType::i64: return pick(std::type_identity<std::int64_t>{});
+    case DType::u8: return pick(std::type_identity<std::uint8_t>{});
+  }
+  return nullptr;
+}
+
+void fill_identity(Fold fold, DType type, void* y, std::size_t n) {
+  const auto fill = [&]<class T>(std::type_identity<T>) {
+    T value{};
+    if (fold == Fold::mul) value = T(1);
+    if (fold == Fold::min || fold == Fold::max) {
+      constexpr bool boolean = std::is_same_v<T, std::uint8_t>;  // u8 holds bools: all() starts true
+      if constexpr (is_float<T>) value = fold == Fold::min ? std::numeric_limits<T>::infinity()
+                                                            : -std::numeric_limits<T>::infinity();
+      else value = fold == Fold::min ? (boolean ? T(1) : std::numeric_limits<T>::max()) : std::numeric_limits<T>::min();
+    }
+    T* o = static_cast<T*>(y);
+    for (std::size_t i = 0; i < n; ++i) o[i] = value;
+  };
+  switch (type) {
+    case DType::f32: return fill(std::type_identity<float>{});
+    case DType::f64: return fill(std::type_identity<double>{});
+    case DType::i32: return fill(std::type_identity<std::int32_t>{});
+    case DType::i64: return fill(std::type_identity<std::int64_t>{});
+    case DType::u8: return fill(std::type_identity<std::uint8_t>{});
+  }
+}
+
+}  // namespace ferry::kernels::fused

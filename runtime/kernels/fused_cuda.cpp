@@ -1,0 +1,263 @@
+// Generating CUDA source from a fused program: each stack slot becomes a
+// local variable, each instruction one statement, with helpers giving the
+// CPU interpreter's semantics (fused_ops.cpp): NumPy's floor division and
+// modulo, NaN-propagating maximum/minimum, range-checked float-to-integer
+// casts, and the same splitmix64 generators.
+#include "fused_cuda.hpp"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "cpu/fused_program.hpp"
+#include "ferry/error.hpp"
+
+namespace ferry::kernels {
+namespace {
+
+using fused::Instr;
+using fused::Op;
+
+const char* ctype(DType t) {
+  switch (t) {
+    case DType::f32: return "float";
+    case DType::f64: return "double";
+    case DType::i32: return "int";
+    case DType::i64: return "long long";
+    case DType::u8: return "unsigned char";
+  }
+  return "?";
+}
+
+bool floating(DType t) { return t == DType::f32 || t == DType::f64; }
+
+const char* const prelude = R"(
+template <class T> __device__ inline bool fnp_nan(T v) { return v != v; }
+template <class T> __device__ inline T fnp_max(T a, T b) { return fnp_nan(a) || fnp_nan(b) ? a + b : (a > b ? a : b); }
+template <class T> __device__ inline T fnp_min(T a, T b) { return fnp_nan(a) || fnp_nan(b) ? a + b : (a < b ? a : b); }
+template <class T> __device__ inline T fnp_floordiv_real(T a, T b) {
+  if (b == 0) return a / b;
+  T mod = fmod(a, b);
+  T div = (a - mod) / b;
+  if (mod != 0 && ((b < 0) != (mod < 0))) div -= T(1);
+  if (div == 0) return copysign(T(0), a / b);
+  T q = floor(div);
+  if (div - q > T(0.5)) q += T(1);
+  return q;
+}
+__device__ inline float fnp_floordiv(float a, float b) { return fnp_floordiv_real(a, b); }
+__device__ inline double fnp_floordiv(double a, double b) { return fnp_floordiv_real(a, b); }
+template <class T> __device__ inline T fnp_floordiv(T a, T b) {
+  if (b == 0) return 0;
+  if (T(-1) < T(0) && b == T(-1)) return T(0) - a;
+  T q = a / b;
+  if (a % b != 0 && ((a < 0) != (b < 0))) --q;
+  return q;
+}
+__device__ inline float fnp_mod(float a, float b) {
+  float r = fmodf(a, b);
+  if (r != 0 && ((r < 0) != (b < 0))) r += b;
+  return r == 0 ? copysignf(0.0f, b) : r;
+}
+__device__ inline double fnp_mod(double a, double b) {
+  double r = fmod(a, b);
+  if (r != 0 && ((r < 0) != (b < 0))) r += b;
+  return r == 0 ? copysign(0.0, b) : r;
+}
+template <class T> __device__ inline T fnp_mod(T a, T b) {
+  if (b == 0 || (T(-1) < T(0) && b == T(-1))) return 0;
+  T r = a % b;
+  if (r != 0 && ((r < 0) != (b < 0))) r += b;
+  return r;
+}
+__device__ inline float fnp_pow(float a, float b) { return powf(a, b); }
+__device__ inline double fnp_pow(double a, double b) { return pow(a, b); }
+template <class T> __device__ inline T fnp_pow(T a, T b) {
+  if (b < 0) return a == 1 ? T(1) : a == T(-1) ? ((b % 2) ? T(-1) : T(1)) : T(0);
+  unsigned long long r = 1, base = (unsigned long long)a;
+  for (unsigned long long e = (unsigned long long)b; e != 0; e >>= 1) {
+    if (e & 1) r *= base;
+    base *= base;
+  }
+  return (T)r;
+}
+template <class T> __device__ inline T fnp_sign(T a) { return fnp_nan(a) ? a : (T)((T(0) < a) - (a < T(0))); }
+template <class T> __device__ inline T fnp_abs(T a) { return a < T(0) ? T(-a) : a; }
+template <class To, class From> __device__ inline To fnp_to_int(From v, double lo, double hi) {
+  double d = (double)v;
+  return d >= lo && d < hi ? (To)v : (To)lo;
+}
+__device__ inline unsigned long long fnp_mix(unsigned long long z) {
+  z += 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+__device__ inline double fnp_uniform(unsigned long long seed, long long c) {
+  return (double)(fnp_mix(fnp_mix(seed) ^ (unsigned long long)c) >> 11) * 0x1.0p-53;
+}
+__device__ inline double fnp_normal(unsigned long long seed, long long c) {
+  double u1 = fnp_uniform(seed, 2 * c), u2 = fnp_uniform(seed, 2 * c + 1);
+  return sqrt(-2.0 * log1p(-u1)) * cos(6.283185307179586 * u2);
+}
+)";
+
+std::string literal(const Instr& in) {
+  switch (in.type) {
+    case DType::f32:
+    case DType::f64: {
+      const char* suffix = in.type == DType::f32 ? "f" : "";
+      if (std::isnan(in.value)) return in.type == DType::f32 ? "__int_as_float(0x7fc00000)" : "__longlong_as_double(0x7ff8000000000000LL)";
+      if (std::isinf(in.value)) {
+        const std::string inf = in.type == DType::f32 ? "__int_as_float(0x7f800000)" : "__longlong_as_double(0x7ff0000000000000LL)";
+        return in.value > 0 ? inf : "(-" + inf + ")";
+      }
+      return fmt::format("{:.17g}{}", in.value, suffix).find_first_of(".e") == std::string::npos
+                 ? fmt::format("{:.17g}.0{}", in.value, suffix)
+                 : fmt::format("{:.17g}{}", in.value, suffix);
+    }
+    case DType::i32: return fmt::format("{}", static_cast<std::int32_t>(in.ivalue));
+    case DType::i64:
+      // -2^63 has no literal of its own.
+      return in.ivalue == INT64_MIN ? "(-9223372036854775807LL - 1)" : fmt::format("{}LL", in.ivalue);
+    case DType::u8: return in.ivalue != 0 ? "1" : "0";
+  }
+  return "0";
+}
+
+std::string cast_expr(const std::string& v, DType from, DType to) {
+  if (from == to) return v;
+  if (to == DType::u8) return fmt::format("(unsigned char)({} != 0)", v);
+  if (floating(from) && !floating(to)) {
+    const double lo = to == DType::i32 ? -2147483648.0 : -9223372036854775808.0;
+    const double hi = to == DType::i32 ? 2147483648.0 : 9223372036854775808.0;
+    return fmt::format("fnp_to_int<{}>({}, {:.1f}, {:.1f})", ctype(to), v, lo, hi);
+  }
+  return fmt::format("({}){}", ctype(to), v);
+}
+
+std::string unary(Op op, const std::string& a, DType t) {
+  const bool f32 = t == DType::f32;
+  const auto fn = [&](const char* name) { return fmt::format("{}{}({})", name, f32 ? "f" : "", a); };
+  switch (op) {
+    case Op::neg: return fmt::format("({})(-{})", ctype(t), a);
+    case Op::abs: return t == DType::u8 ? a : fmt::format("fnp_abs({})", a);
+    case Op::square: return fmt::format("({})({} * {})", ctype(t), a, a);
+    case Op::sign: return fmt::format("fnp_sign({})", a);
+    case Op::floor: return floating(t) ? fn("floor") : a;
+    case Op::ceil: return floating(t) ? fn("ceil") : a;
+    case Op::exp: return fn("exp");
+    case Op::log: return fn("log");
+    case Op::log1p: return fn("log1p");
+    case Op::sqrt: return fn("sqrt");
+    case Op::sin: return fn("sin");
+    case Op::cos: return fn("cos");
+    case Op::tanh: return fn("tanh");
+    case Op::sigmoid: return fmt::format("({0})1 / (({0})1 + {1})", ctype(t), unary(Op::exp, "(-" + a + ")", t));
+    case Op::lnot: return fmt::format("(unsigned char)({} == 0)", a);
+    case Op::isnan: return floating(t) ? fmt::format("(unsigned char)fnp_nan({})", a) : "(unsigned char)0";
+    case Op::isfinite:
+      return floating(t) ? fmt::format("(unsigned char)isfinite({})", a) : "(unsigned char)1";
+    default: break;
+  }
+  throw Error(fmt::format("fused CUDA source: {} is not unary", fused::op_name(op)));
+}
+
+std::string binary(Op op, const std::string& a, const std::string& b, DType t) {
+  const char* c = ctype(t);
+  switch (op) {
+    case Op::add: return fmt::format("({})({} + {})", c, a, b);
+    case Op::sub: return fmt::format("({})({} - {})", c, a, b);
+    case Op::mul: return fmt::format("({})({} * {})", c, a, b);
+    case Op::div: return fmt::format("({} / {})", a, b);
+    case Op::floordiv: return fmt::format("fnp_floordiv({}, {})", a, b);
+    case Op::mod: return fmt::format("fnp_mod({}, {})", a, b);
+    case Op::pow: return fmt::format("fnp_pow({}, {})", a, b);
+    case Op::maximum: return fmt::format("fnp_max({}, {})", a, b);
+    case Op::minimum: return fmt::format("fnp_min({}, {})", a, b);
+    case Op::land: return fmt::format("({})({} & {})", c, a, b);
+    case Op::lor: return fmt::format("({})({} | {})", c, a, b);
+    case Op::lxor: return fmt::format("({})({} ^ {})", c, a, b);
+    case Op::eq: return fmt::format("(unsigned char)({} == {})", a, b);
+    case Op::ne: return fmt::format("(unsigned char)({} != {})", a, b);
+    case Op::lt: return fmt::format("(unsigned char)({} < {})", a, b);
+    case Op::le: return fmt::format("(unsigned char)({} <= {})", a, b);
+    case Op::gt: return fmt::format("(unsigned char)({} > {})", a, b);
+    case Op::ge: return fmt::format("(unsigned char)({} >= {})", a, b);
+    default: break;
+  }
+  throw Error(fmt::format("fused CUDA source: {} is not binary", fused::op_name(op)));
+}
+
+}  // namespace
+
+std::string fused_cuda_source(const std::string& program, const std::vector<DType>& inputs, DType y,
+                              const std::string& entry) {
+  const fused::Program p = fused::parse(program, inputs);
+  if (p.fold != fused::Fold::none)
+    throw UsageError("fused program: folds (reductions) run on the CPU kernel; the CUDA source has none");
+  const std::size_t rank = p.dims.size();
+  std::string params = fmt::format("long long n, {}* __restrict__ y", ctype(y));
+  for (std::size_t k = 0; k < inputs.size(); ++k)
+    params += fmt::format(", const {}* __restrict__ x{}", ctype(inputs[k]), k);
+
+  std::string body;
+  // The position along each dimension, from the flat index of y's element.
+  body += "    long long r = e;\n";
+  for (std::size_t d = rank; d-- > 0;) {
+    if (d > 0) body += fmt::format("    const long long p{0} = r % {1}LL; r /= {1}LL;\n", d, p.dims[d]);
+    else body += "    const long long p0 = r;\n";
+  }
+  for (std::size_t k = 0; k < inputs.size(); ++k) {
+    std::string offset = "0";
+    for (std::size_t d = 0; d < rank; ++d) {
+      if (p.strides[k][d] != 0) offset += fmt::format(" + p{} * {}LL", d, p.strides[k][d]);
+    }
+    body += fmt::format("    const long long o{} = {};\n", k, offset);
+  }
+  std::string ypos = "0";
+  for (std::size_t d = 0; d < rank; ++d) {
+    if (p.y_strides[d] != 0) ypos += fmt::format(" + p{} * {}LL", d, p.y_strides[d]);
+  }
+
+  // Slot s of the stack at instruction i is variable v<i>; track which.
+  std::vector<std::string> stack;
+  std::vector<DType> types;
+  for (std::size_t i = 0; i < p.code.size(); ++i) {
+    const Instr& in = p.code[i];
+    const std::string v = fmt::format("v{}", i);
+    std::vector<std::string> ops(stack.end() - in.arity, stack.end());
+    const std::vector<DType> op_types(types.end() - in.arity, types.end());
+    stack.resize(stack.size() - in.arity);
+    types.resize(types.size() - in.arity);
+    std::string expr;
+    switch (in.op) {
+      case Op::load: expr = fmt::format("x{0}[o{0}]", in.imm); break;
+      case Op::constant: expr = literal(in); break;
+      case Op::index: expr = fmt::format("(p{} + {}LL)", in.imm, p.offsets[static_cast<std::size_t>(in.imm)]); break;
+      case Op::cast: expr = cast_expr(ops[0], op_types[0], in.type); break;
+      case Op::uniform:
+      case Op::normal:
+        expr = fmt::format("fnp_{}({}ULL, {})", in.op == Op::uniform ? "uniform" : "normal",
+                           static_cast<std::uint64_t>(in.imm), ops[0]);
+        break;
+      case Op::where: expr = fmt::format("({} ? {} : {})", ops[0], ops[1], ops[2]); break;
+      case Op::clip: expr = fmt::format("fnp_min(fnp_max({}, {}), {})", ops[0], ops[1], ops[2]); break;
+      default:
+        expr = in.arity == 1 ? unary(in.op, ops[0], in.operand) : binary(in.op, ops[0], ops[1], in.operand);
+    }
+    body += fmt::format("    const {} {} = {};\n", ctype(in.type), v, expr);
+    stack.push_back(v);
+    types.push_back(in.type);
+  }
+  body += fmt::format("    y[{}] = {};\n", ypos, cast_expr(stack.back(), types.back(), y));
+
+  return fmt::format(
+      "// ferry.numpy fused program: {}\n{}\nextern \"C\" __global__ void {}({}) {{\n"
+      "  for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < n;\n"
+      "       e += (long long)gridDim.x * blockDim.x) {{\n{}  }}\n}}\n",
+      program, prelude, entry, params, body);
+}
+
+}  // namespace ferry::kernels

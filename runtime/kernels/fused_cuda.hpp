@@ -1,0 +1,21 @@
+// CUDA C++ source for a fused elementwise program (fused_program.hpp): the
+// same expression the CPU interpreter runs, as one thread per element, to
+// be compiled by NVRTC where the GPU is (ferry::Runtime::cuda_kernel ships
+// it to a GPU ferryd with define_kernel).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "ferry/runtime/dtype.hpp"
+
+namespace ferry::kernels {
+
+// An extern "C" __global__ function `entry(long long n, Y* y, const X0* x0,
+// ...)` computing y[e] for e < n = the program's element count, with the
+// program's dimensions, strides and offsets as constants. Throws UsageError
+// for a bad program, or one that folds (reductions run on the CPU kernel).
+std::string fused_cuda_source(const std::string& program, const std::vector<DType>& inputs, DType y,
+                              const std::string& entry);
+
+}  // namespace ferry::kernels

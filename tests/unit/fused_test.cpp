@@ -1,0 +1,314 @@
+// The fused elementwise kernels (fused0 ... fused8) against scalar loops:
+// arithmetic with NumPy's rounding rules, broadcasting by strides, casts,
+// folds (reductions), positions and the counter-based generators, and the
+// errors a bad program gets.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ferry/error.hpp"
+#include "ferry/runtime/kernel.hpp"
+#include "fused_cuda.hpp"
+
+namespace {
+
+using ferry::AccessMode;
+using ferry::Arg;
+using ferry::BufferArg;
+using ferry::DType;
+using ferry::KernelArgs;
+
+template <typename T>
+Arg buf(std::vector<T>& v, AccessMode mode) {
+  Arg a;
+  a.kind = Arg::Kind::buffer;
+  a.buffer = BufferArg{v.data(), ferry::dtype_of<T>(), 1, v.size(), v.size(), mode};
+  return a;
+}
+Arg text(std::string s) {
+  Arg a;
+  a.scalar = std::move(s);
+  return a;
+}
+
+const ferry::KernelDef& fused(std::size_t inputs) {
+  return *ferry::KernelRegistry::global().find("fused" + std::to_string(inputs));
+}
+
+void run(std::vector<Arg> buffers, const std::string& program) {
+  const std::size_t inputs = buffers.size() - 1;
+  buffers.push_back(text(program));
+  KernelArgs args{std::move(buffers)};
+  ferry::check_arguments(fused(inputs), args, "t");
+  const std::string task = "t";
+  ferry::ExecContext ctx{.args = args, .task_name = task, .worker = 0, .stream = nullptr, .device = -1,
+                         .result = std::nullopt};
+  fused(inputs).cpu(ctx);
+}
+
+std::string rejection(std::vector<Arg> buffers, const std::string& program) {
+  try {
+    run(std::move(buffers), program);
+  } catch (const ferry::UsageError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+#define EXPECT_CONTAINS(text, part) EXPECT_NE(std::string(text).find(part), std::string::npos) << (text)
+
+template <typename T>
+std::vector<T> random_vector(std::size_t n, unsigned seed, double lo = -2, double hi = 2) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<double> dist(lo, hi);
+  std::vector<T> v(n);
+  for (T& x : v) x = static_cast<T>(dist(gen));
+  return v;
+}
+
+TEST(Fused, ChainOverManyBlocksMatchesScalarLoop) {
+  const std::size_t n = 5000;  // several 1024-element blocks and a partial one
+  auto a = random_vector<float>(n, 1), b = random_vector<float>(n, 2);
+  std::vector<float> y(n);
+  run({buf(y, AccessMode::write), buf(a, AccessMode::read), buf(b, AccessMode::read)},
+      "d=5000 x0 f32:2 mul x1 sub sigmoid x0 abs neg exp add x1 f32:0.5 maximum mul");
+  for (std::size_t i = 0; i < n; ++i) {
+    const float s = 1.0f / (1.0f + std::exp(-(a[i] * 2.0f - b[i])));
+    const float want = (s + std::exp(-std::abs(a[i]))) * std::max(b[i], 0.5f);
+    ASSERT_NEAR(y[i], want, 1e-6f * std::max(1.0f, std::abs(want))) << i;
+  }
+}
+
+TEST(Fused, BroadcastsByStrides) {
+  // y (3 x 1500) = x0 (3 x 1500) * x1 (1500, a row) + x2 (3, a column) + x3 (one value)
+  const std::size_t r = 3, c = 1500;
+  auto m = random_vector<double>(r * c, 3), row = random_vector<double>(c, 4), col = random_vector<double>(r, 5);
+  std::vector<double> one{10.0}, y(r * c);
+  run({buf(y, AccessMode::write), buf(m, AccessMode::read), buf(row, AccessMode::read), buf(col, AccessMode::read),
+       buf(one, AccessMode::read)},
+      "d=3,1500 s1=0,1 s2=1,0 s3=0,0 x0 x1 mul x2 add x3 add");
+  for (std::size_t i = 0; i < r; ++i) {
+    for (std::size_t j = 0; j < c; ++j) ASSERT_DOUBLE_EQ(y[i * c + j], m[i * c + j] * row[j] + col[i] + 10.0);
+  }
+}
+
+TEST(Fused, ShortRowsPackIntoBlocks) {
+  // 3000 rows of 3: full, row-broadcast, column-broadcast and scalar inputs,
+  // the case a block of whole rows serves.
+  const std::size_t r = 3000, c = 3;
+  auto m = random_vector<float>(r * c, 7), row = random_vector<float>(c, 8), col = random_vector<float>(r, 9);
+  std::vector<float> one{0.5f}, y(r * c);
+  run({buf(y, AccessMode::write), buf(m, AccessMode::read), buf(row, AccessMode::read), buf(col, AccessMode::read),
+       buf(one, AccessMode::read)},
+      "d=3000,3 s1=0,1 s2=1,0 s3=0,0 x0 x1 sub x2 mul x3 add");
+  for (std::size_t i = 0; i < r; ++i) {
+    for (std::size_t j = 0; j < c; ++j) ASSERT_EQ(y[i * c + j], (m[i * c + j] - row[j]) * col[i] + 0.5f) << i << "," << j;
+  }
+}
+
+TEST(Fused, IntegerDivisionRoundsTowardMinusInfinity) {
+  std::vector<std::int64_t> a{7, -7, 7, -7, 5, std::numeric_limits<std::int64_t>::min()};
+  std::vector<std::int64_t> b{2, 2, -2, -2, 0, -1};
+  std::vector<std::int64_t> q(a.size()), r(a.size());
+  run({buf(q, AccessMode::write), buf(a, AccessMode::read), buf(b, AccessMode::read)}, "d=6 x0 x1 floordiv");
+  run({buf(r, AccessMode::write), buf(a, AccessMode::read), buf(b, AccessMode::read)}, "d=6 x0 x1 mod");
+  EXPECT_EQ(q, (std::vector<std::int64_t>{3, -4, -4, 3, 0, std::numeric_limits<std::int64_t>::min()}));
+  EXPECT_EQ(r, (std::vector<std::int64_t>{1, 1, -1, -1, 0, 0}));
+
+  std::vector<double> fa{7.5, -7.5, 7.5}, fb{2, 2, -2}, fr(3);
+  run({buf(fr, AccessMode::write), buf(fa, AccessMode::read), buf(fb, AccessMode::read)}, "d=3 x0 x1 mod");
+  EXPECT_EQ(fr, (std::vector<double>{1.5, 0.5, -0.5}));
+  std::vector<double> one{1.0}, tenth{0.1}, fq(1);
+  run({buf(fq, AccessMode::write), buf(one, AccessMode::read), buf(tenth, AccessMode::read)}, "d=1 x0 x1 floordiv");
+  EXPECT_EQ(fq[0], 9.0);  // as Python and NumPy: 1.0 // 0.1 == 9.0
+
+  std::vector<std::int32_t> base{2, -3, 1, 2}, e{10, 3, -5, -1}, p(4);
+  run({buf(p, AccessMode::write), buf(base, AccessMode::read), buf(e, AccessMode::read)}, "d=4 x0 x1 pow");
+  EXPECT_EQ(p, (std::vector<std::int32_t>{1024, -27, 1, 0}));
+}
+
+TEST(Fused, ComparisonsWhereClipAndNan) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  std::vector<double> x{-3, 0.5, 4, nan}, y(4);
+  std::vector<std::uint8_t> flags(4);
+  run({buf(flags, AccessMode::write), buf(x, AccessMode::read)}, "d=4 x0 f64:0 gt x0 isnan or");
+  EXPECT_EQ(flags, (std::vector<std::uint8_t>{0, 1, 1, 1}));
+  run({buf(y, AccessMode::write), buf(x, AccessMode::read)}, "d=4 x0 f64:1 lt x0 f64:-1 f64:1 clip f64:7 where");
+  EXPECT_EQ(y[0], -1);
+  EXPECT_EQ(y[1], 0.5);
+  EXPECT_EQ(y[2], 7);
+  EXPECT_EQ(y[3], 7);  // nan < 1 is false
+  std::vector<double> clipped(4);
+  run({buf(clipped, AccessMode::write), buf(x, AccessMode::read)}, "d=4 x0 f64:-1 f64:1 clip");
+  EXPECT_TRUE(std::isnan(clipped[3]));  // NaN goes through clip as NaN
+}
+
+TEST(Fused, WideningResultsDoNotOverwriteTheirOperands) {
+  // A broadcast bool widened to i32, and where() choosing f64 by a bool
+  // computed in the same register: both results are wider than the operand.
+  std::vector<std::int32_t> a{-1, 0, 5, 7}, y(4);
+  std::vector<std::uint8_t> truth{1};
+  run({buf(y, AccessMode::write), buf(a, AccessMode::read), buf(truth, AccessMode::read)},
+      "d=4 s1=0 x0 x1 as:i32 add");
+  EXPECT_EQ(y, (std::vector<std::int32_t>{0, 1, 6, 8}));
+  std::vector<double> w(4);
+  run({buf(w, AccessMode::write), buf(a, AccessMode::read)}, "d=4 x0 i32:0 gt f64:1.5 f64:-1 where");
+  EXPECT_EQ(w, (std::vector<double>{-1, -1, 1.5, 1.5}));
+}
+
+TEST(Fused, CastsFollowNumPy) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  std::vector<double> x{2.9, -2.9, nan, 1e300, 0};
+  std::vector<std::int32_t> i(5);
+  std::vector<std::uint8_t> b(5);
+  run({buf(i, AccessMode::write), buf(x, AccessMode::read)}, "d=5 x0 as:i32");
+  EXPECT_EQ(i, (std::vector<std::int32_t>{2, -2, std::numeric_limits<std::int32_t>::min(),
+                                          std::numeric_limits<std::int32_t>::min(), 0}));
+  run({buf(b, AccessMode::write), buf(x, AccessMode::read)}, "d=5 x0 as:u8");
+  EXPECT_EQ(b, (std::vector<std::uint8_t>{1, 1, 1, 1, 0}));
+  // The result meets y's element type at the end: f64 into f32.
+  std::vector<float> f(5);
+  run({buf(f, AccessMode::write), buf(x, AccessMode::read)}, "d=5 x0 f64:2 mul");
+  EXPECT_FLOAT_EQ(f[0], 5.8f);
+}
+
+TEST(Fused, FoldsReduceAlongZeroStrides) {
+  const std::size_t r = 4, c = 3000;
+  auto m = random_vector<double>(r * c, 6);
+  std::vector<double> rows(r), cols(c), all(1), mx(1);
+  run({buf(rows, AccessMode::write), buf(m, AccessMode::read)}, "d=4,3000 y=1,0 f=add x0");
+  run({buf(cols, AccessMode::write), buf(m, AccessMode::read)}, "d=4,3000 y=0,1 f=add x0");
+  run({buf(all, AccessMode::write), buf(m, AccessMode::read)}, "d=12000 y=0 f=add x0 square");
+  run({buf(mx, AccessMode::write), buf(m, AccessMode::read)}, "d=12000 y=0 f=max x0");
+  double total = 0, biggest = -1e300;
+  for (std::size_t i = 0; i < r; ++i) {
+    double s = 0;
+    for (std::size_t j = 0; j < c; ++j) s += m[i * c + j];
+    EXPECT_NEAR(rows[i], s, 1e-9);
+  }
+  for (std::size_t j = 0; j < c; ++j) {
+    double s = 0;
+    for (std::size_t i = 0; i < r; ++i) s += m[i * c + j];
+    EXPECT_NEAR(cols[j], s, 1e-12);
+  }
+  for (double v : m) {
+    total += v * v;
+    biggest = std::max(biggest, v);
+  }
+  EXPECT_NEAR(all[0], total, 1e-8);
+  EXPECT_EQ(mx[0], biggest);
+
+  // An argmin: the first position holding the minimum.
+  std::vector<double> x{3, 1, 2, 1}, low{1};
+  std::vector<std::int64_t> arg(1);
+  run({buf(arg, AccessMode::write), buf(x, AccessMode::read), buf(low, AccessMode::read)},
+      "d=4 s1=0 y=0 f=min x0 x1 eq i0 i64:9223372036854775807 where");
+  EXPECT_EQ(arg[0], 1);
+
+  // Nothing to fold: y holds the identity (sum of none is 0, all() of none is true).
+  std::vector<double> empty, zero{5};
+  std::vector<std::uint8_t> truth{0};
+  run({buf(zero, AccessMode::write), buf(empty, AccessMode::read)}, "d=0 y=0 f=add x0");
+  run({buf(truth, AccessMode::write), buf(empty, AccessMode::read)}, "d=0 y=0 f=min x0 f64:0 ne");
+  EXPECT_EQ(zero[0], 0);
+  EXPECT_EQ(truth[0], 1);
+}
+
+TEST(Fused, PositionsAndGeneratorsDoNotDependOnTiling) {
+  // arange and a 3 x 4 identity from positions alone (fused0).
+  std::vector<double> ar(5);
+  run({buf(ar, AccessMode::write)}, "d=5 o=10 i0 as:f64 f64:0.5 mul");
+  EXPECT_EQ(ar, (std::vector<double>{5, 5.5, 6, 6.5, 7}));
+  std::vector<float> eye(12);
+  run({buf(eye, AccessMode::write)}, "d=3,4 i0 i1 eq as:f32");
+  for (std::size_t i = 0; i < 3; ++i) {
+    for (std::size_t j = 0; j < 4; ++j) EXPECT_EQ(eye[i * 4 + j], i == j ? 1.0f : 0.0f);
+  }
+  // 3000 uniforms at once, or as two tiles with offsets: the same numbers.
+  std::vector<double> whole(3000), first(1000), second(2000);
+  run({buf(whole, AccessMode::write)}, "d=3000 i0 uniform:42");
+  run({buf(first, AccessMode::write)}, "d=1000 i0 uniform:42");
+  run({buf(second, AccessMode::write)}, "d=2000 o=1000 i0 uniform:42");
+  double mean = 0;
+  for (std::size_t i = 0; i < 3000; ++i) {
+    ASSERT_EQ(whole[i], i < 1000 ? first[i] : second[i - 1000]);
+    ASSERT_GE(whole[i], 0.0);
+    ASSERT_LT(whole[i], 1.0);
+    mean += whole[i] / 3000;
+  }
+  EXPECT_NEAR(mean, 0.5, 0.03);
+  std::vector<double> normals(4000), other_seed(4000);
+  run({buf(normals, AccessMode::write)}, "d=4000 i0 normal:7");
+  run({buf(other_seed, AccessMode::write)}, "d=4000 i0 normal:8");
+  double m = 0, sq = 0;
+  for (double v : normals) {
+    m += v / 4000;
+    sq += v * v / 4000;
+  }
+  EXPECT_NEAR(m, 0.0, 0.08);
+  EXPECT_NEAR(sq, 1.0, 0.1);
+  EXPECT_NE(normals, other_seed);
+}
+
+TEST(Fused, ThreeDimensionalBroadcastWalksEveryPosition) {
+  // (2, 3, 4) + (2, 1, 4): the middle dimension broadcasts, so nothing merges.
+  std::vector<std::int32_t> a(24), b(8), y(24);
+  for (int i = 0; i < 24; ++i) a[static_cast<std::size_t>(i)] = i;
+  for (int i = 0; i < 8; ++i) b[static_cast<std::size_t>(i)] = 100 * i;
+  run({buf(y, AccessMode::write), buf(a, AccessMode::read), buf(b, AccessMode::read)}, "d=2,3,4 s1=4,0,1 x0 x1 add");
+  for (int i = 0; i < 2; ++i) {
+    for (int j = 0; j < 3; ++j) {
+      for (int k = 0; k < 4; ++k) EXPECT_EQ(y[static_cast<std::size_t>(i * 12 + j * 4 + k)], i * 12 + j * 4 + k + 100 * (i * 4 + k));
+    }
+  }
+}
+
+TEST(Fused, BadProgramsAreRefusedNamingTheToken) {
+  std::vector<float> x(4), y(4);
+  std::vector<double> d(4);
+  const auto out = [&] { return buf(y, AccessMode::write); };
+  EXPECT_CONTAINS(rejection({out(), buf(x, AccessMode::read)}, "d=4 x0 frobnicate"), "'frobnicate' is no instruction");
+  EXPECT_CONTAINS(rejection({out(), buf(x, AccessMode::read), buf(d, AccessMode::read)}, "d=4 x0 x1 add"),
+                  "one element type");
+  EXPECT_CONTAINS(rejection({out(), buf(x, AccessMode::read)}, "d=4 x0 x0"), "leaves 2 values");
+  EXPECT_CONTAINS(rejection({out(), buf(x, AccessMode::read)}, "d=4 add"), "needs 2 operands");
+  EXPECT_CONTAINS(rejection({out(), buf(x, AccessMode::read)}, "d=8 x0"), "holds 4 elements");
+  EXPECT_CONTAINS(rejection({out(), buf(x, AccessMode::read)}, "d=4 x1"), "loads input 1");
+  EXPECT_CONTAINS(rejection({out(), buf(x, AccessMode::read)}, "d=4 y=0 x0"), "no fold");
+  EXPECT_CONTAINS(rejection({out(), buf(x, AccessMode::read)}, "d=4 x0 as:i32 exp"), "takes f32 or f64");
+  EXPECT_CONTAINS(rejection({out(), buf(x, AccessMode::read)}, "d=4 x0 f32:abc add"), "not a number");
+  EXPECT_CONTAINS(rejection({out(), buf(x, AccessMode::read)}, "x0"), "before the code");
+  EXPECT_EQ(rejection({out(), buf(x, AccessMode::read)}, "d=4 x0 f32:1 add"), "");
+}
+
+// The CUDA source of a program: the same expression, statement by statement
+// (NVRTC compiles it in fused_cuda_test where the build has CUDA).
+TEST(FusedCudaSource, FollowsTheProgram) {
+  const std::string src = ferry::kernels::fused_cuda_source(
+      "d=3,1500 s1=0,1 x0 x1 mul f32:0.5 maximum i1 as:f32 add", {DType::f32, DType::f32}, DType::f64, "k");
+  EXPECT_CONTAINS(src, "extern \"C\" __global__ void k(long long n, double* __restrict__ y, "
+                       "const float* __restrict__ x0, const float* __restrict__ x1)");
+  EXPECT_CONTAINS(src, "const long long p1 = r % 1500LL; r /= 1500LL;");
+  EXPECT_CONTAINS(src, "const long long o0 = 0 + p0 * 1500LL + p1 * 1LL;");
+  EXPECT_CONTAINS(src, "const long long o1 = 0 + p1 * 1LL;");  // broadcast along the rows
+  EXPECT_CONTAINS(src, "const float v2 = (float)(v0 * v1);");
+  EXPECT_CONTAINS(src, "const float v4 = fnp_max(v2, v3);");
+  EXPECT_CONTAINS(src, "const float v3 = 0.5f;");
+  EXPECT_CONTAINS(src, "const long long v5 = (p1 + 0LL);");
+  EXPECT_CONTAINS(src, "y[0 + p0 * 1500LL + p1 * 1LL] = (double)v7;");
+  const std::string ints = ferry::kernels::fused_cuda_source("d=4 x0 i64:3 floordiv as:u8", {DType::i64},
+                                                             DType::u8, "q");
+  EXPECT_CONTAINS(ints, "fnp_floordiv(v0, v1)");
+  EXPECT_CONTAINS(ints, "(unsigned char)(v2 != 0)");
+  EXPECT_THROW(ferry::kernels::fused_cuda_source("d=4 y=0 f=add x0", {DType::f32}, DType::f32, "r"),
+               ferry::UsageError);
+  EXPECT_THROW(ferry::kernels::fused_cuda_source("d=4 x0 nope", {DType::f32}, DType::f32, "r"), ferry::UsageError);
+}
+
+}  // namespace
