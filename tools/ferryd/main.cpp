@@ -48,7 +48,8 @@ int install_stop_signals() {
   action.sa_handler = on_stop_signal;
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESTART;
-  if (sigaction(SIGTERM, &action, nullptr) != 0 || sigaction(SIGINT, &action, nullptr) != 0)
+  if (sigaction(SIGTERM, &action, nullptr) != 0 || sigaction(SIGINT, &action, nullptr) != 0 ||
+      sigaction(SIGHUP, &action, nullptr) != 0)
     throw_system_error("sigaction", errno);
   // A client or a scraper that hangs up mid-write must not kill the server.
   signal(SIGPIPE, SIG_IGN);
@@ -142,6 +143,7 @@ int serve(const Options& options, int signal_fd) {
   state.limits.handshake_timeout =
       std::chrono::milliseconds(static_cast<std::int64_t>(options.handshake_timeout * 1000.0));
   state.gpus = static_cast<std::uint32_t>(gpu_names.size());
+  if (!options.audit_log.empty()) state.audit->open(options.audit_log);
   {
     Server server(state);
     const std::uint16_t port = server.listen(options.listen_host, options.listen_port);
@@ -152,7 +154,9 @@ int serve(const Options& options, int signal_fd) {
                format_bytes(state.limits.max_payload));
     log().info("{} GPUs{}{}", gpu_names.size(), gpu_names.empty() ? "" : ": ", fmt::join(gpu_names, ", "));
 
-    const int signo = wait_for_stop_signal(signal_fd);
+    int signo = wait_for_stop_signal(signal_fd);
+    // SIGHUP: logrotate moved the audit log; anything else stops ferryd.
+    for (; signo == SIGHUP; signo = wait_for_stop_signal(signal_fd)) state.audit->reopen();
     log().info("ferryd: {} received, shutting down", strsignal(signo));
     const std::size_t clients = server.shut_down("ferryd is shutting down");
     try {
