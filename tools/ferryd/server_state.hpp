@@ -46,7 +46,7 @@ struct ServerState {
   // Off unless --audit-log; shared with task continuations, which may outlive a session.
   std::shared_ptr<AuditLog> audit = std::make_shared<AuditLog>();
   // Last, so it stops first: its jobs post to the worker and read nothing else here.
-  Background background;
+  Background background{};
 };
 
 }  // namespace ferry::ferryd
