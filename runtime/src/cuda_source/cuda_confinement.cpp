@@ -2,9 +2,9 @@
 // files for #include and for some options, and puts what it read (or the
 // paths it tried) in its log, which goes back to the client. So options are
 // taken from a list of those that touch no file, every include is checked
-// before NVRTC runs, and --no-source-include keeps NVRTC from searching the
-// server's working folder: what a client's source can include is what NVRTC
-// was handed in memory (its built-in headers), nothing on disk.
+// before NVRTC runs (an absolute path is opened whatever the search list),
+// and --no-source-include keeps NVRTC from searching the server's working
+// folder: with no -I either, no file on disk can be included.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -134,8 +134,8 @@ class IncludeScan {
     }
     if (absolute || parent)
       refuse(what + " " + std::string(s_.substr(at, end - at + 1)),
-             "a remote host compiles a client's source with no access to its files; include only headers NVRTC "
-             "provides, and put your own in the source");
+             "a remote host compiles a client's source with no access to its files; put the headers it needs "
+             "into the source");
   }
 
   [[noreturn]] void refuse(const std::string& what, const char* why) const {
