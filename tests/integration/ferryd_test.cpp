@@ -141,7 +141,7 @@ TEST(Ferryd, OversizedPayloadIsMalformed) {
 TEST(FerrydCommandLine, BadCommandLinesExitWithTwo) {
   const auto dir = make_temp_dir();
   const auto token = (dir / "token").string();
-  std::ofstream(token) << "t\n";
+  std::ofstream(token) << "a token long enough to be accepted\n";
   chmod(token.c_str(), 0600);
   const auto empty = (dir / "empty").string();
   std::ofstream(empty).flush();

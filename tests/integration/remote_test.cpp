@@ -163,7 +163,7 @@ TEST(Remote, ReconnectsAndUsesTheHostAgain) {
 }
 
 TEST(Remote, WrongTokenLeavesTheHostUnusedAndSaysWhy) {
-  FerrydProcess server({}, "the-right-token");
+  FerrydProcess server({}, "the-right-token-for-this-test");
   auto options = remote_options(server);
   options.token_file.clear();
   options.token = "a-wrong-token";

@@ -56,7 +56,7 @@ int install_stop_signals() {
   action.sa_handler = on_stop_signal;
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESTART;
-  // SIGHUP comes the same way: it rereads --authorized-keys.
+  // SIGHUP comes the same way: it rereads --authorized-keys and reopens --audit-log.
   if (sigaction(SIGTERM, &action, nullptr) != 0 || sigaction(SIGINT, &action, nullptr) != 0 ||
       sigaction(SIGHUP, &action, nullptr) != 0)
     throw_system_error("sigaction", errno);
@@ -244,6 +244,7 @@ int serve(const Options& options, int signal_fd) {
   state.gpus = static_cast<std::uint32_t>(gpu_names.size());
   std::optional<KeyRing> keys;
   if (!options.authorized_keys.empty()) keys.emplace(options.authorized_keys);
+  if (!options.audit_log.empty()) state.audit->open(options.audit_log);
   describe_offer(runtime, state);
   metrics.describe_server(config::version, state.kernels.empty() ? runtime.kernel_names() : state.kernels);
   metrics.limits(options.client_quota, options.memory_limit, state.limits.max_payload, options.handshake_timeout,
@@ -280,9 +281,12 @@ int serve(const Options& options, int signal_fd) {
     metrics.set_ready(true);
 
     int signo = wait_for_stop_signal(signal_fd);
+    // SIGHUP: logrotate moved the audit log, or the operator changed
+    // --authorized-keys; anything else stops ferryd.
     for (; signo == SIGHUP; signo = wait_for_stop_signal(signal_fd)) {
+      state.audit->reopen();
       if (!keys) {
-        log().info("SIGHUP: no --authorized-keys to reread");
+        log().info("SIGHUP: audit log reopened; no --authorized-keys to reread");
         continue;
       }
       try {

@@ -89,6 +89,9 @@ Parsed parse_options(int argc, char** argv) {
   app.add_option("--client-quota", client_quota, "bytes one client's replicas may take (default: the memory limit)");
   app.add_option("--workers", o.workers, "CPU worker threads (0: one per hardware thread)")->check(CLI::Range(0u, 4096u));
   app.add_option("--port-file", o.port_file, "write the port actually listened on to this file");
+  app.add_option("--audit-log", o.audit_log,
+                 "append a JSON line per connection, authentication, kernel definition, task, quota refusal and "
+                 "disconnection to FILE (reopened on SIGHUP)");
   app.add_option("--handshake-timeout", o.handshake_timeout, "seconds a client has to authenticate before it is dropped")
       ->check(CLI::Range(0.05, 3600.0))
       ->capture_default_str();

@@ -29,6 +29,7 @@ struct Options {
   unsigned workers = 0;            // 0: one per hardware thread
   double handshake_timeout = 10;   // seconds a client has to authenticate
   std::filesystem::path port_file;
+  std::filesystem::path audit_log;  // empty: no audit log
 };
 
 // The parsed options, or the exit status when main should stop here: 0

@@ -46,7 +46,12 @@ std::uint16_t Server::listen(transport::BootstrapServer::Options options) {
       [this](const transport::Peer& peer, std::shared_ptr<transport::Connection> connection) {
         return accept(peer, std::move(connection));
       },
-      [this](const std::string&, const std::string& why) { state_.metrics.auth_failure(refusal_reason(why)); });
+      [this](const std::string& address, const std::string& client, const std::string& why) {
+        const char* reason = refusal_reason(why);
+        state_.metrics.auth_failure(reason);
+        if (state_.audit->enabled() && !client.empty())  // silent or garbage peers: the metric counts them
+          state_.audit->record("authenticate", {{"peer", address}, {"client", client}, {"result", reason}, {"why", why}});
+      });
   return bootstrap_->port();
 }
 
@@ -62,6 +67,12 @@ protocol::Message Server::accept(const transport::Peer& peer, std::shared_ptr<tr
   auto session = std::make_shared<Session>(state_, std::move(connection), peer, grant,
                                            [this](Session& s) { sessions_.erase(&s); });
   session->start();
+  if (state_.audit->enabled())
+    state_.audit->record("authenticate", {{"peer", peer.address},
+                                          {"client", peer.client},
+                                          {"key", peer.key_name},
+                                          {"result", "ok"},
+                                          {"cipher", peer.encrypted ? transport::to_string(peer.cipher) : "plaintext"}});
   log().info("client {} authenticated{}", session->describe(),
              peer.encrypted ? fmt::format(" ({})", transport::to_string(peer.cipher)) : std::string(" (plaintext)"));
   protocol::Welcome welcome{state_.name, session->quota(), state_.cpu_workers, grant.gpus ? state_.gpus : 0,

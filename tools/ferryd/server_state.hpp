@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "ferry/runtime/runtime.hpp"
+#include "audit.hpp"
+#include "background.hpp"
 #include "ferry/transport/worker.hpp"
 #include "metrics.hpp"
 
@@ -46,6 +48,11 @@ struct ServerState {
   // Progress thread only.
   std::uint64_t memory_in_use = 0;
   bool shutting_down = false;
+
+  // Off unless --audit-log; shared with task continuations, which may outlive a session.
+  std::shared_ptr<AuditLog> audit = std::make_shared<AuditLog>();
+  // Last, so it stops first: its jobs post to the worker and read nothing else here.
+  Background background{};
 };
 
 }  // namespace ferry::ferryd

@@ -9,6 +9,8 @@
 
 #include "ferry/error.hpp"
 #include "ferry/log.hpp"
+#include "ferry/printable.hpp"
+#include "ferry/units.hpp"
 
 namespace ferry::ferryd {
 
@@ -27,14 +29,24 @@ Session::Session(ServerState& server, std::shared_ptr<transport::Connection> con
   server_.metrics.client_connected();
 }
 
-Session::~Session() { release_replicas(); }
+Session::~Session() { release_memory(); }
 
+// The client's name is its own choice, and logged before it authenticates: printable() only.
 std::string Session::describe() const {
   return client_.empty() ? fmt::format("{} ({})", peer_, grant_.name)
-                         : fmt::format("{} ({}, {})", peer_, client_, grant_.name);
+                         : fmt::format("{} ({}, {})", peer_, printable(client_), grant_.name);
+}
+
+void Session::audit(std::string_view event, nlohmann::json fields) const {
+  if (!server_.audit->enabled()) return;
+  fields["peer"] = peer_;
+  if (!client_.empty()) fields["client"] = client_;
+  if (!grant_.name.empty()) fields["key"] = grant_.name;
+  server_.audit->record(event, std::move(fields));
 }
 
 void Session::start() {
+  audit("connect", nlohmann::json::object());
   // Weak: the connection holds its handlers, and must not keep its session alive.
   std::weak_ptr<Session> weak = weak_from_this();
   connection_->set_handlers(
@@ -44,7 +56,7 @@ void Session::start() {
       [weak](transport::Connection&, const std::string& reason) {
         if (auto self = weak.lock()) {
           if (self->state_ == State::closed) return;
-          log().info("client {} went away: {}", self->describe(), reason);
+          log().info("client {} went away: {}", self->describe(), printable(reason));
           self->close(reason);
         }
       });
@@ -77,7 +89,8 @@ void Session::dispatch(protocol::Message& message, transport::Incoming& incoming
   }
   if (type == Type::error) {
     const auto& error = std::get<protocol::ErrorMessage>(message);
-    log().warn("client {} reported an error ({}): {}", describe(), protocol::to_string(error.status), error.message);
+    log().warn("client {} reported an error ({}): {}", describe(), protocol::to_string(error.status),
+               printable(error.message, 1024));
     return close("the client reported an error");
   }
   // The handshake's messages belong on the bootstrap socket, never here.
@@ -126,7 +139,8 @@ void Session::send(const protocol::Message& message) {
 
 void Session::fail(Status status, const std::string& message) {
   server_.metrics.protocol_error();
-  log().warn("closing the connection from {}: {} ({})", describe(), message, protocol::to_string(status));
+  log().warn("closing the connection from {}: {} ({})", describe(), printable(message, 1024),
+             protocol::to_string(status));
   send(protocol::ErrorMessage{status, message});
   close(message);
 }
@@ -143,21 +157,59 @@ void Session::close(const std::string& why) {
   if (state_ == State::closed) return;
   server_.metrics.client_gone();
   state_ = State::closed;
-  log().debug("session {} closed: {}", describe(), why);
+  log().debug("session {} closed: {}", describe(), printable(why, 1024));
+  audit("disconnect", {{"reason", why},
+                       {"bytes_in", counters_.bytes_in},
+                       {"bytes_out", counters_.bytes_out},
+                       {"tasks", counters_.tasks}});
   connection_->close();
   runs_.clear();
-  release_replicas();
+  release_memory();
   // Last: the handler may drop the server's reference to this session.
   if (auto handler = std::exchange(on_closed_, nullptr)) handler(*this);
 }
 
-void Session::release_replicas() {
-  if (replicas_.empty()) return;
+void Session::release_memory() {
+  // Sends and receives still in flight hold their own references to the
+  // replica; tasks hold the kernels they run.
+  replicas_.clear();
+  kernels_.clear();
+  if (memory_in_use_ == 0) return;
   server_.memory_in_use -= memory_in_use_;
   server_.metrics.memory_in_use(server_.memory_in_use);
   memory_in_use_ = 0;
-  // Sends and receives still in flight hold their own references to the replica.
-  replicas_.clear();
+}
+
+std::optional<std::pair<Status, std::string>> Session::admit(std::uint64_t bytes, std::string_view what,
+                                                             std::string_view request) {
+  if (memory_in_use_ + bytes > quota()) {
+    server_.metrics.quota_refused();
+    audit("quota_refused", {{"request", request},
+                            {"what", what},
+                            {"bytes", bytes},
+                            {"held", memory_in_use_},
+                            {"quota", quota()}});
+    return std::pair{Status::quota_exceeded,
+                     fmt::format("{} needs {}; this client holds {} of its {} quota", what, format_bytes(bytes),
+                                 format_bytes(memory_in_use_), format_bytes(quota()))};
+  }
+  if (server_.memory_in_use + bytes > server_.limits.memory_limit)
+    return std::pair{Status::out_of_memory,
+                     fmt::format("{} needs {}; ferryd holds {} of its {} limit", what, format_bytes(bytes),
+                                 format_bytes(server_.memory_in_use), format_bytes(server_.limits.memory_limit))};
+  return std::nullopt;
+}
+
+void Session::charge(std::uint64_t bytes) {
+  memory_in_use_ += bytes;
+  server_.memory_in_use += bytes;
+  server_.metrics.memory_in_use(server_.memory_in_use);
+}
+
+void Session::uncharge(std::uint64_t bytes) {
+  memory_in_use_ -= bytes;
+  server_.memory_in_use -= bytes;
+  server_.metrics.memory_in_use(server_.memory_in_use);
 }
 
 }  // namespace ferry::ferryd

@@ -10,7 +10,10 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <unordered_map>
 
 #include "ferry/runtime/buffer.hpp"
@@ -20,6 +23,7 @@
 #include "ferry/transport/connection.hpp"
 #include "ferry/transport/protocol.hpp"
 #include "server_state.hpp"
+#include "written_ranges.hpp"
 
 namespace ferry::ferryd {
 
@@ -33,6 +37,8 @@ struct Replica {
   std::uint64_t rows = 0, cols = 0;
   // Set when a task that wrote it failed: its contents are not to be trusted.
   std::string spoiled;
+  // Which bytes hold the client's data; the rest is zeroed before anything reads it.
+  WrittenRanges written{0};
 };
 
 class Session : public std::enable_shared_from_this<Session> {
@@ -70,17 +76,31 @@ class Session : public std::enable_shared_from_this<Session> {
   void on_get(const protocol::Get& get);
   void on_run(const protocol::Run& run);
   void on_define_kernel(const protocol::DefineKernel& define, transport::Incoming& incoming);
-  void kernel_defined(const protocol::DefineKernel& define, std::string source, const std::string& error);
+  void kernel_received(const protocol::DefineKernel& define, std::string source, const std::string& error);
+  // Back on the progress thread from the background thread that read the source.
+  void kernel_parsed(const protocol::DefineKernel& define, std::shared_ptr<KernelDef> def, protocol::Status status,
+                     const std::string& error, std::uint64_t charged);
   void on_free(const protocol::Free& free);
   void on_stats(const protocol::StatsRequest& request);
-  void put_stored(const protocol::Put& put, std::uint64_t bytes, const std::string& error);
+  void put_stored(const protocol::Put& put, const std::shared_ptr<Replica>& replica, std::uint64_t bytes,
+                  const std::string& error);
   void run_finished(std::uint64_t seq, protocol::Done done);
+
+  // Memory this client holds (replicas and kernel sources), against its
+  // quota and ferryd's limit. admit() says why `bytes` more cannot be held,
+  // or nothing; a quota refusal is audited.
+  std::optional<std::pair<protocol::Status, std::string>> admit(std::uint64_t bytes, std::string_view what,
+                                                                std::string_view request);
+  void charge(std::uint64_t bytes);
+  void uncharge(std::uint64_t bytes);
+  // An audit record naming this connection.
+  void audit(std::string_view event, nlohmann::json fields) const;
 
   void send(const protocol::Message& message);
   // Sends an error, counts a protocol error, logs and closes.
   void fail(protocol::Status status, const std::string& message);
   void close(const std::string& why);
-  void release_replicas();
+  void release_memory();
 
   ServerState& server_;
   std::shared_ptr<transport::Connection> connection_;

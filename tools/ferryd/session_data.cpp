@@ -56,20 +56,14 @@ void Session::on_put(const protocol::Put& put, transport::Incoming& incoming) {
                                                put.offset, put.buffer, bytes));
 
   if (!replica) {
-    if (memory_in_use_ + bytes > quota()) {
-      server_.metrics.quota_refused();
-      return refuse(Status::quota_exceeded,
-                    fmt::format("buffer {} needs {}; this client holds {} of its {} quota", put.buffer,
-                                format_bytes(bytes), format_bytes(memory_in_use_), format_bytes(quota())));
-    }
-    if (server_.memory_in_use + bytes > server_.limits.memory_limit)
-      return refuse(Status::out_of_memory, fmt::format("buffer {} needs {}; ferryd holds {} of its {} limit",
-                                                       put.buffer, format_bytes(bytes),
-                                                       format_bytes(server_.memory_in_use),
-                                                       format_bytes(server_.limits.memory_limit)));
+    if (auto refusal = admit(bytes, fmt::format("buffer {}", put.buffer), "put"))
+      return refuse(refusal->first, std::move(refusal->second));
     replica = std::make_shared<Replica>();
     try {
-      // Puts overwrite it whole: zeroing first would only double the memory traffic.
+      // Not zeroed: puts usually overwrite it whole, and zeroing first would
+      // double the memory traffic. Whatever a put leaves unwritten is zeroed
+      // before it is read (Replica::written), so another client's data that
+      // the pool's memory held never shows.
       replica->buffer =
           server_.runtime.buffer(static_cast<DType>(put.dtype), put.rows, put.cols, ferry::Runtime::Fill::none);
       // Taken once: the buffer is new, so no task uses it and this does not wait.
@@ -83,13 +77,12 @@ void Session::on_put(const protocol::Put& put, transport::Incoming& incoming) {
     replica->dtype = put.dtype;
     replica->rows = put.rows;
     replica->cols = put.cols;
+    replica->written = WrittenRanges(bytes);
     replicas_.emplace(put.buffer, replica);
-    memory_in_use_ += bytes;
-    server_.memory_in_use += bytes;
-    server_.metrics.memory_in_use(server_.memory_in_use);
+    charge(bytes);
   }
 
-  if (payload == 0) return put_stored(put, 0, {});
+  if (payload == 0) return put_stored(put, replica, 0, {});
   std::weak_ptr<Session> weak = weak_from_this();
   // The replica is captured so that a free while the payload is arriving leaves the memory in place.
   incoming.into(replica->host + put.offset, [weak, put, payload, replica, start = std::chrono::steady_clock::now()](
@@ -99,11 +92,14 @@ void Session::on_put(const protocol::Put& put, transport::Incoming& incoming) {
     if (error.empty())
       self->server_.metrics.transfer(Metrics::Direction::in, payload,
                                      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-    self->put_stored(put, payload, error);
+    self->put_stored(put, replica, payload, error);
   });
 }
 
-void Session::put_stored(const protocol::Put& put, std::uint64_t bytes, const std::string& error) {
+// `replica` is the one the payload went to, which a free and a put of the
+// same id since may have replaced: only its bytes count as written.
+void Session::put_stored(const protocol::Put& put, const std::shared_ptr<Replica>& replica, std::uint64_t bytes,
+                         const std::string& error) {
   if (state_ == State::closed) return;
   if (!error.empty()) {
     log().warn("client {}: receiving {} bytes for buffer {} failed: {}", describe(), bytes, put.buffer, error);
@@ -111,7 +107,11 @@ void Session::put_stored(const protocol::Put& put, std::uint64_t bytes, const st
   }
   counters_.bytes_in += bytes;
   server_.metrics.bytes_in(bytes, client_);
-  if (auto it = replicas_.find(put.buffer); it != replicas_.end() && bytes > 0) it->second->spoiled.clear();
+  if (bytes > 0) {
+    replica->spoiled.clear();
+    replica->written.add(put.offset, bytes);
+    if (replica->written.too_fragmented()) replica->written.zero_unwritten(replica->host);
+  }
   send(protocol::PutAck{put.request, put.buffer, Status::ok, {}});
 }
 
@@ -128,6 +128,8 @@ void Session::on_get(const protocol::Get& get) {
   if (!replica->spoiled.empty())
     return send(protocol::Data{get.request, get.buffer, get.offset, Status::kernel_failed, replica->spoiled});
 
+  // Bytes no put or task wrote read as zeros, not as what the memory held before.
+  replica->written.zero_unwritten(replica->host, get.offset, get.length);
   auto header = protocol::encode(protocol::Data{get.request, get.buffer, get.offset, Status::ok, {}});
   // Counted when sent, not when the send completes: a client that reads its
   // stats right after the data must see it counted.
@@ -149,9 +151,7 @@ void Session::on_free(const protocol::Free& free) {
     log().debug("client {} freed buffer {}, which it does not hold", describe(), free.buffer);
     return;
   }
-  memory_in_use_ -= it->second->bytes;
-  server_.memory_in_use -= it->second->bytes;
-  server_.metrics.memory_in_use(server_.memory_in_use);
+  uncharge(it->second->bytes);
   // Tasks using it hold the runtime buffer; transfers hold the replica.
   replicas_.erase(it);
 }

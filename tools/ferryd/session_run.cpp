@@ -5,6 +5,8 @@
 
 #include "ferry/error.hpp"
 #include "ferry/log.hpp"
+#include "ferry/printable.hpp"
+#include "ferry/transport/auth.hpp"
 #include "ferry/runtime/cuda_source.hpp"
 #include "ferry/runtime/runtime.hpp"
 #include "session.hpp"
@@ -44,39 +46,87 @@ void Session::on_define_kernel(const protocol::DefineKernel& define, transport::
   // decode() bounded source_bytes; the payload must be exactly that long.
   if (payload != define.source_bytes)
     return fail(Status::malformed, fmt::format("define_kernel '{}' announces {} bytes of source, but {} came with it",
-                                               define.name, define.source_bytes, payload));
+                                               printable(define.name), define.source_bytes, payload));
+  // A definition's source stays for the connection's life: it counts
+  // against the quota like a replica, from before it is received.
+  if (auto refusal = admit(payload, fmt::format("kernel '{}'", define.name), "define_kernel")) {
+    audit("define_kernel", {{"kernel", define.name}, {"bytes", payload}, {"status", protocol::to_string(refusal->first)}});
+    return send(protocol::Done{define.request, refusal->first, 0.0, std::nullopt, clip(std::move(refusal->second))});
+  }
+  charge(payload);
   auto source = std::make_shared<std::string>(payload, '\0');
-  if (payload == 0) return kernel_defined(define, {}, {});
+  if (payload == 0) return kernel_received(define, {}, {});
   std::weak_ptr<Session> weak = weak_from_this();
   incoming.into(source->data(), [weak, define, source](const std::string& error) {
-    if (auto self = weak.lock()) self->kernel_defined(define, std::move(*source), error);
+    if (auto self = weak.lock()) self->kernel_received(define, std::move(*source), error);
   });
 }
 
-void Session::kernel_defined(const protocol::DefineKernel& define, std::string source, const std::string& error) {
+void Session::kernel_received(const protocol::DefineKernel& define, std::string source, const std::string& error) {
   if (state_ == State::closed) return;
-  const auto reply = [&](Status status, std::string message) {
-    send(protocol::Done{define.request, status, 0.0, std::nullopt, clip(std::move(message))});
-  };
-  if (!error.empty()) return reply(Status::internal, "receiving the kernel's source failed: " + error);
+  const std::uint64_t charged = source.size();
+  if (!error.empty())
+    return kernel_parsed(define, nullptr, Status::internal, "receiving the kernel's source failed: " + error, charged);
   counters_.bytes_in += source.size();
   server_.metrics.bytes_in(source.size(), client_);
-  if (define.name.empty()) return reply(Status::bad_arguments, "define_kernel: the kernel needs a name");
+  if (define.name.empty())
+    return kernel_parsed(define, nullptr, Status::bad_arguments, "define_kernel: the kernel needs a name", charged);
   if (!grant_.source_kernels)
-    return reply(Status::bad_arguments,
-                 fmt::format("key '{}' may not define kernels from source (its source-kernels option)", grant_.name));
+    return kernel_parsed(
+        define, nullptr, Status::bad_arguments,
+        fmt::format("key '{}' may not define kernels from source (its source-kernels option)", grant_.name), charged);
 
-  KernelDef def;
-  try {
-    // Parsed now, so a bad signature is reported here; NVRTC compiles at the first run on a GPU.
-    def = make_cuda_source_kernel(CudaSource{std::move(source), define.entry, define.options}, define.writes);
-  } catch (const UsageError& e) {
-    log().info("client {}: kernel '{}' refused: {}", describe(), define.name, e.what());
-    return reply(Status::bad_arguments, e.what());
+  // Reading a megabyte of source is not for the progress thread, which
+  // every client's messages wait on: a worker reads it and posts back.
+  std::weak_ptr<Session> weak = weak_from_this();
+  std::weak_ptr<transport::Worker> worker = server_.worker;
+  server_.background.post([weak, worker, define, charged, source = std::move(source)]() mutable {
+    std::shared_ptr<KernelDef> def;
+    Status status = Status::ok;
+    std::string error;
+    try {
+      CudaSource cuda{std::move(source), define.entry, define.options};
+      // Before anything compiles it: NVRTC is to read no file of this host's.
+      confine_cuda_source(cuda);
+      // Parsed now, so a bad signature is reported here; NVRTC compiles at the first run on a GPU.
+      def = std::make_shared<KernelDef>(make_cuda_source_kernel(std::move(cuda), define.writes));
+    } catch (const UsageError& e) {
+      status = Status::bad_arguments;
+      error = e.what();
+    } catch (const std::exception& e) {
+      status = Status::internal;
+      error = e.what();
+    }
+    if (auto w = worker.lock())
+      w->post([weak, define, def = std::move(def), status, error = std::move(error), charged]() mutable {
+        if (auto self = weak.lock()) self->kernel_parsed(define, std::move(def), status, error, charged);
+      });
+  });
+}
+
+void Session::kernel_parsed(const protocol::DefineKernel& define, std::shared_ptr<KernelDef> def, Status status,
+                            const std::string& error, std::uint64_t charged) {
+  // Closed: the charge went with the rest of the client's memory.
+  if (state_ == State::closed) return;
+  const std::string sha256 = def ? transport::sha256_hex(def->cuda_source->source) : std::string();
+  // `kept`: the definition stays, and so does its charge against the quota.
+  const auto reply = [&](Status s, std::string message, bool kept = false) {
+    nlohmann::json record = {{"kernel", define.name}, {"entry", define.entry}, {"bytes", charged},
+                             {"status", protocol::to_string(s)}};
+    if (!sha256.empty()) record["sha256"] = sha256;
+    if (!message.empty()) record["message"] = message;
+    audit("define_kernel", std::move(record));
+    if (!kept) uncharge(charged);
+    send(protocol::Done{define.request, s, 0.0, std::nullopt, clip(std::move(message))});
+  };
+  if (status != Status::ok) {
+    log().info("client {}: kernel '{}' refused: {}", describe(), printable(define.name), printable(error, 1024));
+    return reply(status, error);
   }
-  def.name = define.name;
+  def->name = define.name;
   if (auto it = kernels_.find(define.name); it != kernels_.end()) {
-    if (same_definition(*it->second.def, def)) return reply(Status::ok, {});
+    // The same again: nothing new is kept, so nothing more is charged.
+    if (same_definition(*it->second.def, *def)) return reply(Status::ok, {});
     return reply(Status::bad_arguments,
                  fmt::format("kernel '{}' is already defined on this connection with another source, entry, options "
                              "or writes; give the new one another name",
@@ -86,14 +136,15 @@ void Session::kernel_defined(const protocol::DefineKernel& define, std::string s
     return reply(Status::bad_arguments, fmt::format("kernel '{}': this connection already defined {} kernels, the most "
                                                     "ferryd keeps for one client",
                                                     define.name, max_session_kernels));
-  log().info("client {}: defined kernel '{}' (CUDA entry {}, {} bytes of source)", describe(), define.name,
-             define.entry, def.cuda_source->source.size());
-  kernels_.emplace(define.name, KernelRef{std::make_shared<const KernelDef>(std::move(def))});
-  reply(Status::ok, {});
+  log().info("client {}: defined kernel '{}' (CUDA entry {}, {} bytes of source)", describe(), printable(define.name),
+             printable(define.entry), def->cuda_source->source.size());
+  kernels_.emplace(define.name, KernelRef{std::shared_ptr<const KernelDef>(std::move(def))});
+  reply(Status::ok, {}, /*kept=*/true);
 }
 
 void Session::on_run(const protocol::Run& run) {
   auto refuse = [&](Status status, std::string message) {
+    audit("task", {{"kernel", run.kernel}, {"task", run.task}, {"status", protocol::to_string(status)}, {"message", message}});
     send(protocol::Done{run.request, status, 0.0, std::nullopt, clip(std::move(message))});
   };
   KernelRef kernel;
@@ -110,9 +161,15 @@ void Session::on_run(const protocol::Run& run) {
                     fmt::format("kernel '{}' comes from a plugin, which key '{}' may not use", run.kernel, grant_.name));
   }
 
+  // On a GPU, a write-only buffer gets fresh device memory that is not
+  // uploaded first, and what the kernel leaves unwritten there (another
+  // client's data, from the pool) would come back: so it is uploaded, as
+  // readwrite, from host memory that holds only this client's bytes or zeros.
+  const bool on_gpu = server_.gpus > 0 && kernel.def->cuda;
   std::vector<TaskArg> args;
   args.reserve(run.args.size());
   Run record{run.request, {}, run.kernel};
+  std::uint64_t bytes_in = 0, bytes_out = 0;
   for (std::size_t i = 0; i < run.args.size(); ++i) {
     const protocol::RunArg& arg = run.args[i];
     switch (arg.kind) {
@@ -121,9 +178,15 @@ void Session::on_run(const protocol::Run& run) {
         if (it == replicas_.end())
           return refuse(Status::unknown_buffer,
                         fmt::format("argument {}: buffer {} is not held for this client", i + 1, arg.buffer));
-        const auto mode = static_cast<AccessMode>(arg.mode);  // the two enums share their order
+        auto mode = static_cast<AccessMode>(arg.mode);  // the two enums share their order
+        Replica& replica = *it->second;
+        // A task reads what no put wrote as zeros (and writes it whole, for all ferryd knows).
+        replica.written.zero_unwritten(replica.host);
         if (writes(mode)) record.written.push_back(arg.buffer);
-        args.emplace_back(BufferAccess{it->second->buffer.state(), mode});
+        if (reads(mode)) bytes_in += replica.bytes;
+        if (writes(mode)) bytes_out += replica.bytes;
+        if (on_gpu && mode == AccessMode::write) mode = AccessMode::readwrite;
+        args.emplace_back(BufferAccess{replica.buffer.state(), mode});
         break;
       }
       case protocol::RunArg::Kind::real: args.emplace_back(std::in_place_type<ScalarValue>, arg.real); break;
@@ -153,16 +216,31 @@ void Session::on_run(const protocol::Run& run) {
   const bool scalar = kernel.def->returns_scalar;
   std::weak_ptr<Session> session = weak_from_this();
   std::weak_ptr<transport::Worker> worker = server_.worker;
+  // Audited from the task's own thread (the log is thread-safe), so a task
+  // is recorded even when its client has gone by the time it finishes.
+  std::shared_ptr<AuditLog> audit_log = server_.audit->enabled() ? server_.audit : nullptr;
+  nlohmann::json audit_record;
+  if (audit_log)
+    audit_record = {{"peer", peer_}, {"client", client_}, {"kernel", run.kernel}, {"task", run.task},
+                    {"bytes_in", bytes_in}, {"bytes_out", bytes_out}};
   // Runs on the runtime worker that finished the task: only read the task
   // here; the session is touched on the progress thread.
-  task.then([session, worker, seq, scalar, request = run.request](const Task& t) {
+  task.then([session, worker, seq, scalar, request = run.request, audit_log, audit_record](const Task& t) mutable {
     protocol::Done done{request, Status::ok, t.run_seconds(), std::nullopt, {}};
     try {
       t.wait();  // already finished: throws at once if it failed
       if (scalar) done.result = t.result();
     } catch (const std::exception& e) {
       done.status = Status::kernel_failed;
-      done.message = clip(e.what());
+      // A compile log names the headers NVRTC read or tried: not for the client.
+      done.message = clip(without_paths(e.what()));
+    }
+    if (audit_log) {
+      audit_record["device"] = t.device();
+      audit_record["duration_s"] = t.run_seconds();
+      audit_record["status"] = protocol::to_string(done.status);
+      if (!done.message.empty()) audit_record["message"] = done.message;
+      audit_log->record("task", std::move(audit_record));
     }
     if (auto w = worker.lock())
       w->post([session, seq, done = std::move(done)]() mutable {
@@ -179,7 +257,7 @@ void Session::run_finished(std::uint64_t seq, protocol::Done done) {
     for (std::uint64_t id : it->second.written)
       if (auto r = replicas_.find(id); r != replicas_.end())
         r->second->spoiled = fmt::format("buffer {} was written by a task that failed: {}", id, done.message);
-    log().info("client {}: run {} failed: {}", describe(), done.request, done.message);
+    log().info("client {}: run {} failed: {}", describe(), done.request, printable(done.message, 1024));
   }
   server_.metrics.task_done(it->second.kernel, client_, done.seconds, done.status == Status::ok);
   runs_.erase(it);

@@ -52,17 +52,38 @@ std::string read_token_file(const std::filesystem::path& path) {
     throw Error(fmt::format("token file {}: does not exist", path.string()));
   if (!std::filesystem::is_regular_file(status))
     throw Error(fmt::format("token file {}: not a regular file", path.string()));
+  using std::filesystem::perms;
+  // Whoever may write the file may choose the token and so authenticate:
+  // refused, as ssh refuses such a key, rather than a warning nobody reads.
+  if ((status.permissions() & (perms::group_write | perms::others_write)) != perms::none)
+    throw Error(fmt::format("token file {}: group or others may write it (mode {:03o}), so they could choose the "
+                            "token; chmod 600 it",
+                            path.string(), static_cast<unsigned>(status.permissions() & perms::mask)));
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(fmt::format("token file {}: cannot be read", path.string()));
   std::string token{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
   if (in.bad()) throw Error(fmt::format("token file {}: read failed", path.string()));
-  if (!token.empty() && token.back() == '\n') token.pop_back();
+  // One line ending, as `echo` (or an editor on Windows) leaves it.
+  if (token.ends_with("\r\n")) token.resize(token.size() - 2);
+  else if (token.ends_with('\n') || token.ends_with('\r')) token.pop_back();
   if (token.empty()) throw Error(fmt::format("token file {}: is empty", path.string()));
+  if (token.size() < min_token_bytes)
+    throw Error(fmt::format("token file {}: the token is {} bytes, fewer than the {} a token needs to resist "
+                            "guessing; write a random one, e.g. head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n'",
+                            path.string(), token.size(), min_token_bytes));
 
-  using std::filesystem::perms;
   if ((status.permissions() & (perms::group_read | perms::others_read)) != perms::none)
     log().warn("token file {} is readable by others than its owner; chmod 600 it", path.string());
   return token;
+}
+
+std::string sha256_hex(std::string_view data) {
+  ensure_sodium();
+  unsigned char digest[crypto_hash_sha256_BYTES];
+  crypto_hash_sha256(digest, reinterpret_cast<const unsigned char*>(data.data()), data.size());
+  char hex[2 * sizeof digest + 1];
+  sodium_bin2hex(hex, sizeof hex, digest, sizeof digest);
+  return hex;
 }
 
 Nonce random_nonce() {

@@ -284,7 +284,7 @@ class BootstrapServer::Impl {
   void refused(const Pending& peer, const std::string& why) {
     if (!on_refused_) return;
     try {
-      on_refused_(peer.address, why);
+      on_refused_(peer.address, handshake::printable(peer.hello.client, protocol::max_string_bytes), why);
     } catch (const std::exception& e) {
       log().error("bootstrap: refusal handler threw: {}", e.what());
     }

@@ -1,5 +1,7 @@
 #include "handshake.hpp"
 
+#include "ferry/printable.hpp"
+
 #include <sodium.h>
 
 #include "sodium_init.hpp"
@@ -86,10 +88,6 @@ std::unique_ptr<SecureChannel> server_channel(const Exchange& mine, const protoc
   return channel;
 }
 
-std::string printable(std::string_view text, std::size_t limit) {
-  std::string out;
-  for (char c : text.substr(0, limit)) out += (c >= 0x20 && c < 0x7f) ? c : '?';
-  return out;
-}
+std::string printable(std::string_view text, std::size_t limit) { return ferry::printable(text, limit); }
 
 }  // namespace ferry::transport::handshake

@@ -41,7 +41,7 @@ struct Exchange {
 std::unique_ptr<SecureChannel> client_channel(const Exchange& mine, const protocol::Key& server, Cipher cipher);
 std::unique_ptr<SecureChannel> server_channel(const Exchange& mine, const protocol::Key& client, Cipher cipher);
 
-// For logs: the text with every byte outside printable ASCII as '?', at most `limit` bytes.
+// For logs: ferry::printable (control characters escaped, the length capped).
 std::string printable(std::string_view text, std::size_t limit = 64);
 
 }  // namespace ferry::transport::handshake

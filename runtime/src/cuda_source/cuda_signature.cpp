@@ -13,6 +13,8 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <unordered_map>
+#include <unordered_set>
 #include <variant>
 
 #include "ferry/error.hpp"
@@ -151,8 +153,11 @@ class Tokenizer {
 
   // R"delim( ... )delim"
   Token raw_string(std::size_t start) {
+    // C++ caps the delimiter at 16 characters; a longer one is not a raw
+    // string, and searching for it could cost its length per byte.
+    constexpr std::size_t max_delimiter = 16;
     const std::size_t open = s_.find('(', pos_);
-    if (open == std::string_view::npos) {
+    if (open == std::string_view::npos || open - pos_ - 1 > max_delimiter) {
       pos_ = s_.size();
       return {Token::Kind::literal, s_.substr(start)};
     }
@@ -281,12 +286,15 @@ const char* const usable_types =
 class SignatureParser {
  public:
   SignatureParser(std::string_view source, std::string_view entry)
-      : entry_(entry), tokens_(Tokenizer(source).run()) {}
+      : entry_(entry), tokens_(Tokenizer(source).run()) {
+    index();
+  }
 
   CudaSignature parse() {
     std::vector<std::size_t> definitions, declarations;
     bool named_elsewhere = false;
     std::vector<std::string> kernels;
+    std::unordered_set<std::string_view> listed;
     for (std::size_t i = 0; i + 1 < tokens_.size(); ++i) {
       const Token& t = tokens_[i];
       if (t.kind != Token::Kind::identifier || !is(tokens_[i + 1], "(")) continue;
@@ -296,8 +304,7 @@ class SignatureParser {
         continue;
       }
       // Listed for the error message; __launch_bounds__(...) and the like are not kernels.
-      if (!t.text.starts_with("__") && std::find(kernels.begin(), kernels.end(), t.text) == kernels.end())
-        kernels.emplace_back(t.text);
+      if (!t.text.starts_with("__") && listed.insert(t.text).second) kernels.emplace_back(t.text);
       if (t.text != entry_) continue;
       if (prefix.templated)
         fail("the entry is a template; Ferry launches a kernel by name, so write a non-template __global__ function "
@@ -322,14 +329,14 @@ class SignatureParser {
     signature.entry = std::string(entry_);
     const auto pieces = parameter_tokens(at + 1);
     for (std::size_t p = 0; p < pieces.size(); ++p) signature.params.push_back(parameter(pieces[p], p));
+    std::unordered_map<std::string_view, std::size_t> first_named;
     for (std::size_t a = 0; a < signature.params.size(); ++a) {
       const std::string& name = signature.params[a].name;
       if (std::find(launch_param_names.begin(), launch_param_names.end(), name) != launch_param_names.end())
         fail(fmt::format("parameter {} is named '{}', which Ferry reserves for the launch configuration; rename it",
                          a + 1, name));
-      for (std::size_t b = 0; b < a; ++b)
-        if (signature.params[b].name == name)
-          fail(fmt::format("parameters {} and {} are both named '{}'", b + 1, a + 1, name));
+      if (const auto [it, fresh] = first_named.emplace(name, a); !fresh)
+        fail(fmt::format("parameters {} and {} are both named '{}'", it->second + 1, a + 1, name));
     }
     return signature;
   }
@@ -344,42 +351,71 @@ class SignatureParser {
     throw UsageError(fmt::format("cuda_kernel '{}': {}", entry_, what));
   }
 
-  // The words of the declaration before the name, back to the previous
-  // statement or block boundary: "extern "C" __global__ void".
-  Prefix prefix_of(std::size_t name) const {
-    Prefix p;
-    int angle = 0;
-    for (std::size_t j = name; j-- > 0;) {
+  // Everything below answers in constant or logarithmic time from tables
+  // built in one pass, because a client's source is untrusted: a walk over
+  // earlier tokens per name made `f(f(f(...` quadratic, and ferryd parses
+  // what clients send.
+  void index() {
+    const std::size_t n = tokens_.size();
+    globals_before_.assign(n + 1, 0);
+    templates_before_.assign(n + 1, 0);
+    angle_before_.assign(n + 1, 0);
+    match_.assign(n, npos);
+    std::vector<std::size_t> open;
+    for (std::size_t j = 0; j < n; ++j) {
       const Token& t = tokens_[j];
-      if (is(t, ">")) ++angle;
-      if (is(t, "<")) --angle;
-      if (angle <= 0 && (is(t, ";") || is(t, "{") || is(t, "}"))) break;
-      if (is(t, "__global__")) p.global = true;
-      if (is(t, "template")) p.templated = true;
+      globals_before_[j + 1] = globals_before_[j] + (is(t, "__global__") ? 1 : 0);
+      templates_before_[j + 1] = templates_before_[j] + (is(t, "template") ? 1 : 0);
+      angle_before_[j + 1] = angle_before_[j] + (is(t, ">") ? 1 : is(t, "<") ? -1 : 0);
+      if (is(t, "(")) open.push_back(j);
+      if (is(t, ")") && !open.empty()) {
+        match_[open.back()] = j;
+        open.pop_back();
+      }
     }
-    return p;
+    // body_after_[j]: scanning from j at parenthesis depth 0, a '{' comes
+    // before any ';', '}' or unmatched ')'. A parenthesised group is skipped
+    // whole, so each entry is found from a later one.
+    body_after_.assign(n + 1, 0);
+    for (std::size_t j = n; j-- > 0;) {
+      const Token& t = tokens_[j];
+      if (is(t, "{")) body_after_[j] = 1;
+      else if (is(t, ";") || is(t, "}") || is(t, ")")) body_after_[j] = 0;
+      else if (is(t, "(")) body_after_[j] = match_[j] == npos ? 0 : body_after_[match_[j] + 1];
+      else body_after_[j] = body_after_[j + 1];
+    }
+  }
+
+  // The words of the declaration before the name, back to the previous
+  // statement or block boundary outside angle brackets: "extern "C" __global__ void".
+  Prefix prefix_of(std::size_t name) {
+    // The boundary is the last ';', '{' or '}' before the name with no more
+    // '<' than '>' between it and the name. Boundaries are pushed as the
+    // names are met in order; one that a later boundary at no lower angle
+    // count follows can never be the answer again, so the stack's counts fall
+    // from bottom to top and the answer is found by bisection.
+    for (; boundaries_seen_ < name; ++boundaries_seen_) {
+      const Token& t = tokens_[boundaries_seen_];
+      if (!(is(t, ";") || is(t, "{") || is(t, "}"))) continue;
+      const int level = angle_before_[boundaries_seen_ + 1];
+      while (!boundaries_.empty() && angle_before_[boundaries_.back() + 1] <= level) boundaries_.pop_back();
+      boundaries_.push_back(boundaries_seen_);
+    }
+    const int level = angle_before_[name];
+    // The first element whose count is below `level`; the one before it is the answer.
+    const auto it = std::partition_point(boundaries_.begin(), boundaries_.end(),
+                                         [&](std::size_t b) { return angle_before_[b + 1] >= level; });
+    const std::size_t from = it == boundaries_.begin() ? 0 : *(it - 1) + 1;
+    return {globals_before_[name] > globals_before_[from], templates_before_[name] > templates_before_[from]};
   }
 
   std::size_t matching_paren(std::size_t open) const {
-    int depth = 0;
-    for (std::size_t j = open; j < tokens_.size(); ++j) {
-      if (is(tokens_[j], "(")) ++depth;
-      if (is(tokens_[j], ")") && --depth == 0) return j;
-    }
-    fail("the parameter list is not closed");
+    if (match_[open] == npos) fail("the parameter list is not closed");
+    return match_[open];
   }
 
   // A body follows the parameter list (after attributes or qualifiers).
-  bool is_definition(std::size_t open) const {
-    int depth = 0;
-    for (std::size_t j = matching_paren(open) + 1; j < tokens_.size(); ++j) {
-      if (is(tokens_[j], "(")) ++depth;
-      if (is(tokens_[j], ")")) --depth;
-      if (depth == 0 && is(tokens_[j], "{")) return true;
-      if (depth == 0 && (is(tokens_[j], ";") || is(tokens_[j], "}"))) return false;
-    }
-    return false;
-  }
+  bool is_definition(std::size_t open) const { return body_after_[matching_paren(open) + 1] != 0; }
 
   // The parameters' tokens, split at commas outside brackets.
   std::vector<std::vector<Token>> parameter_tokens(std::size_t open) const {
@@ -463,8 +499,15 @@ class SignatureParser {
            w == "__grid_constant__" || w == "const";
   }
 
+  static constexpr std::size_t npos = static_cast<std::size_t>(-1);
   std::string_view entry_;
   std::vector<Token> tokens_;
+  std::vector<std::size_t> globals_before_, templates_before_;  // counts in tokens [0, j)
+  std::vector<int> angle_before_;                               // '>' less '<' in tokens [0, j)
+  std::vector<std::size_t> match_;                              // each '(' its ')'
+  std::vector<char> body_after_;
+  std::vector<std::size_t> boundaries_;  // see prefix_of
+  std::size_t boundaries_seen_ = 0;
 };
 
 // ---- calls ----

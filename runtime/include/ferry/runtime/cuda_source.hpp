@@ -46,4 +46,14 @@ struct CudaLaunch {
 // kernel to a remote GPU host; only running it locally needs NVRTC.
 KernelDef make_cuda_source_kernel(CudaSource source, std::vector<std::string> writes = {});
 
+// For a server compiling a stranger's source (ferryd): throws UsageError
+// naming an option that could touch the server's files (anything not on a
+// list of harmless ones: -I, --include-path, -include, --pre-include, --pch,
+// --time, ...) or an include that could (an absolute path, one with "..",
+// one a macro computes, also in __has_include); then adds
+// --no-source-include, so NVRTC looks for includes in no folder of the
+// server's (it opens an absolute path whatever the search list, hence the
+// refusal). Linear in the source's size.
+void confine_cuda_source(CudaSource& source);
+
 }  // namespace ferry

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <filesystem>
 #include <string>
@@ -16,10 +17,18 @@ namespace ferry::transport {
 using Nonce = std::array<std::uint8_t, 32>;
 using Mac = std::array<std::uint8_t, 32>;
 
-// The token in `path`, without one trailing newline (files written by
-// `echo` end in one). Throws ferry::Error naming the file when it is missing,
-// unreadable or empty; warns when others than its owner may read it.
+// Shorter tokens are refused: a token is the only secret in token mode.
+inline constexpr std::size_t min_token_bytes = 16;
+
+// The token in `path`, without one trailing line ending ("\n", "\r\n" or
+// "\r": files written by `echo` or a Windows editor end in one). Throws
+// ferry::Error naming the file when it is missing, unreadable, empty,
+// shorter than min_token_bytes, or writable by its group or others; warns
+// when others than its owner may read it.
 std::string read_token_file(const std::filesystem::path& path);
+
+// SHA-256 of `data` as 64 lowercase hex digits (for audit records).
+std::string sha256_hex(std::string_view data);
 
 // Cryptographically random (libsodium randombytes).
 Nonce random_nonce();

@@ -35,7 +35,7 @@ class Worker;
 // Who came in, once authenticated.
 struct Peer {
   std::string address;   // "ip:port"
-  std::string client;    // the name it gave, with anything unprintable replaced
+  std::string client;    // the name it gave, control characters escaped (ferry::printable)
   std::string key_name;  // its name in the authorized keys; "token" when it used the shared token
   std::optional<PublicKey> key;  // none in token mode
   bool encrypted = false;
@@ -64,8 +64,11 @@ class BootstrapServer {
   // and addresses), or an error message to refuse with (the connection is
   // then closed).
   using AcceptHandler = std::function<protocol::Message(const Peer&, std::shared_ptr<Connection>)>;
-  // Bootstrap thread: a peer that did not get in, and why (for metrics).
-  using RefusedHandler = std::function<void(const std::string& address, const std::string& why)>;
+  // Bootstrap thread: a peer that did not get in, the name it gave (empty
+  // before its hello; control characters escaped), and why (for
+  // metrics and the audit log).
+  using RefusedHandler =
+      std::function<void(const std::string& address, const std::string& client, const std::string& why)>;
 
   // Listens at once; throws Error naming the address when it cannot.
   BootstrapServer(std::shared_ptr<Worker> worker, Options options, AcceptHandler on_accept,
