@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include "ferry/transport/listener.hpp"
+#include "ferry/transport/address.hpp"
 
 namespace ferry::detail {
 

@@ -23,6 +23,7 @@
 #include <optional>
 #include <string>
 
+#include "ferry/error.hpp"
 #include "ferry/transport/connection.hpp"
 #include "ferry/transport/identity.hpp"
 #include "ferry/transport/known_hosts.hpp"
