@@ -10,6 +10,7 @@
 #include "ferry/config.hpp"
 #include "ferry/error.hpp"
 #include "ferry/runtime/kernel.hpp"
+#include "runtime_test_support.hpp"
 
 namespace {
 
@@ -21,16 +22,12 @@ using ferry::KernelArgs;
 const std::vector<std::string> builtins{"axpy", "copy", "dot",  "fill",  "gemm", "map",
                                         "nrm2", "potrf", "scal", "sum", "syrk", "trsm"};
 
-const ferry::KernelDef& kernel(const std::string& name) {
-  const ferry::KernelDef* k = ferry::KernelRegistry::global().find(name);
-  if (k == nullptr) throw std::runtime_error("no built-in kernel " + name);
-  return *k;
-}
+const ferry::KernelDef& kernel(const std::string& name) { return ferry::testing::builtin_kernel(name); }
 
-Arg buf(const BufferArg& b) { return Arg{Arg::Kind::buffer, b, ferry::ScalarValue{}}; }
+Arg buf(const BufferArg& b) { return Arg{b}; }
 Arg text(std::string s) {
   Arg a;
-  a.scalar = std::move(s);
+  a.emplace<ferry::ScalarValue>(std::move(s));
   return a;
 }
 
