@@ -13,11 +13,6 @@ namespace {
 
 using ferry::test::FerrydProcess;
 
-bool has_cuda_variant(const char* kernel) {
-  const ferry::KernelDef* def = ferry::KernelRegistry::global().find(kernel);
-  return def != nullptr && static_cast<bool>(def->cuda);
-}
-
 ferry::Runtime::Options client_options(FerrydProcess& server) {
   ferry::Runtime::Options o;
   o.workers = 2;
@@ -32,7 +27,6 @@ ferry::Runtime::Options client_options(FerrydProcess& server) {
 
 TEST(FerrydGpu, GemmPlacedRemoteRunsOnItsGpu) {
   if (ferry::cuda::device_count() == 0) GTEST_SKIP() << ferry::cuda::unavailable_reason();
-  if (!has_cuda_variant("gemm")) GTEST_SKIP() << "gemm has no CUDA variant yet";
   FerrydProcess server({"--gpus", "all"});
   ASSERT_TRUE(server.wait_for_log("GPUs: cuda:0")) << server.log();
   ferry::Runtime rt(client_options(server));
