@@ -46,7 +46,7 @@ class RuntimeCore : public std::enable_shared_from_this<RuntimeCore> {
   void start();  // devices; separate from the constructor so they may use shared_from_this
   void shutdown();
 
-  // `unified`: managed memory a local GPU uses in place, where this runtime
+  // `flags.unified`: managed memory a local GPU uses in place, where this runtime
   // has a GPU; an ordinary host buffer where it has none.
   std::shared_ptr<BufferState> make_buffer(DType dtype, std::size_t rows, std::size_t cols, BufferFlags flags);
 
