@@ -11,6 +11,7 @@
 
 #include "ferry/cuda_probe.hpp"
 #include "ferry/ferry.hpp"
+#include "runtime_test_support.hpp"
 
 namespace ferry {
 namespace {
@@ -30,17 +31,7 @@ std::size_t cuda_devices(const Runtime& rt) {
   return n;
 }
 
-// Sets an environment variable for one scope.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) { ::setenv(name, value, 1); }
-  ~ScopedEnv() { ::unsetenv(name_); }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-};
+using testing::ScopedEnv;
 
 std::string usage_error_of(const Runtime::Options& o) {
   try {

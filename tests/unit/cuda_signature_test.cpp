@@ -1,6 +1,8 @@
 // Kernels from CUDA source without a GPU: reading the entry's signature from
 // the source, the definition built from it, the checks a call goes through,
 // the bytes each argument is passed as and the automatic launch.
+#include "cuda_source/cuda_signature.hpp"
+
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -8,12 +10,12 @@
 #include <string>
 #include <vector>
 
-#include "cuda_source/cuda_signature.hpp"
 #include "ferry/config.hpp"
 #include "ferry/cuda_probe.hpp"
 #include "ferry/error.hpp"
 #include "ferry/ferry.hpp"
 #include "ferry/runtime/cuda_source.hpp"
+#include "runtime_test_support.hpp"
 
 namespace ferry {
 namespace {
@@ -29,21 +31,12 @@ extern "C" __global__ void saxpy(int n, float a, const float* __restrict__ x, fl
 )";
 
 // What check_arguments sees at submission: shapes and modes, no data.
-Arg buffer(DType dtype, std::size_t n, AccessMode mode) {
-  Arg a;
-  a.kind = Arg::Kind::buffer;
-  a.buffer = BufferArg{nullptr, dtype, 1, n, n, mode};
-  return a;
-}
+Arg buffer(DType dtype, std::size_t n, AccessMode mode) { return Arg{BufferArg{nullptr, dtype, 1, n, n, mode}}; }
 Arg view(DType dtype, std::size_t rows, std::size_t cols, std::size_t ld, AccessMode mode) {
-  Arg a = buffer(dtype, 0, mode);
-  a.buffer.rows = rows;
-  a.buffer.cols = cols;
-  a.buffer.ld = ld;
-  return a;
+  return Arg{BufferArg{nullptr, dtype, rows, cols, ld, mode}};
 }
-Arg real(double v) { return Arg{Arg::Kind::scalar, {}, ScalarValue{v}}; }
-Arg integer(std::int64_t v) { return Arg{Arg::Kind::scalar, {}, ScalarValue{v}}; }
+Arg real(double v) { return Arg{ScalarValue{v}}; }
+Arg integer(std::int64_t v) { return Arg{ScalarValue{v}}; }
 
 KernelArgs call(std::vector<Arg> items) {
   KernelArgs args;
@@ -398,7 +391,7 @@ TEST(CudaSourceKernel, ArgumentsArePackedAsTheirExactCType) {
   float data[4] = {};
   KernelArgs args = call({real(2.5), real(-0.125), integer(-3), integer(4000000000), integer(-(std::int64_t{1} << 40)),
                           integer(200), integer(1), integer(-7), integer(123456789012), buffer(DType::f32, 4, AccessMode::readwrite)});
-  args.items[9].buffer.data = data;
+  std::get<BufferArg>(args.items[9]).data = data;
   const detail::PackedArguments packed = detail::pack_arguments(sig, args);
   ASSERT_EQ(packed.slots.size(), 10u);
   ASSERT_EQ(packed.pointers.size(), 10u);
@@ -417,16 +410,8 @@ TEST(CudaSourceKernel, ArgumentsArePackedAsTheirExactCType) {
 
 // ---- through a runtime ----
 
-Runtime::Options quiet() {
-  Runtime::Options o;
-  o.workers = 1;
-  o.persist_perf_models = false;
-  o.read_environment = false;
-  return o;
-}
-
 TEST(CudaSourceKernel, RuntimeRegistersItAndRefusesWhatItCannotParse) {
-  Runtime rt(quiet());
+  Runtime rt(testing::quiet_options(1));
   const KernelRef k = rt.cuda_kernel(saxpy, "saxpy", {"y"});
   ASSERT_TRUE(k.def);
   EXPECT_EQ(rt.find_kernel("saxpy").def, k.def);

@@ -1,7 +1,10 @@
-// Dependencies inferred from accesses: every hazard kind, views, many readers.
+// Dependencies inferred from accesses: every hazard kind, views, many
+// readers. Each ordering is checked in the trace (the edge was recorded and
+// the later task started after the earlier one ended), not by sleeping.
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <latch>
 #include <thread>
 
 #include "runtime_test_support.hpp"
@@ -15,40 +18,49 @@ using ferry::Out;
 
 class Dependencies : public ::testing::Test {
  protected:
-  ferry::Runtime rt{ferry::testing::quiet_options(2)};
-  // Writes `value` everywhere after a pause, so a reader that does not wait sees the old value.
-  ferry::KernelRef slow_fill = rt.kernel("slow_fill", [](Out<double> x, double value) {
-    std::this_thread::sleep_for(30ms);
+  ferry::Runtime rt{ferry::testing::traced_options(2)};
+  ferry::KernelRef fill = rt.kernel("fill_with", [](Out<double> x, double value) {
     for (std::size_t i = 0; i < x.rows(); ++i)
       for (std::size_t j = 0; j < x.cols(); ++j) x(i, j) = value;
   });
   ferry::KernelRef first = rt.kernel("first", [](In<double> x) { return x(0, 0); });
+
+  // After every task finished: whether `later` waited for `earlier`.
+  ::testing::AssertionResult waited(const ferry::Task& later, const ferry::Task& earlier) {
+    rt.wait();
+    return ferry::testing::waited_for(rt, later, earlier);
+  }
+  ::testing::AssertionResult independent(const ferry::Task& a, const ferry::Task& b) {
+    rt.wait();
+    return ferry::testing::independent(rt, a, b);
+  }
 };
 
 TEST_F(Dependencies, ReadAfterWriteSeesTheWrite) {
   auto x = rt.buffer<double>(16);
-  rt.submit(slow_fill, ferry::write(x), 7.0);
-  EXPECT_EQ(rt.submit(first, ferry::read(x)).result(), 7.0);
+  auto writer = rt.submit(fill, ferry::write(x), 7.0);
+  auto reader = rt.submit(first, ferry::read(x));
+  EXPECT_EQ(reader.result(), 7.0);
+  EXPECT_TRUE(waited(reader, writer));
 }
 
 TEST_F(Dependencies, WriteAfterReadWaitsForTheReader) {
   auto x = rt.buffer<double>(16);
-  auto slow_first = rt.kernel("slow_first", [](In<double> x) {
-    std::this_thread::sleep_for(30ms);
-    return x[0];
-  });
-  rt.submit(slow_fill, ferry::write(x), 1.0);
-  auto reader = rt.submit(slow_first, ferry::read(x));
-  rt.submit(rt.kernel("fast_fill", [](Out<double> x) { x[0] = 2.0; }), ferry::write(x));
+  auto writer = rt.submit(fill, ferry::write(x), 1.0);
+  auto reader = rt.submit(first, ferry::read(x));
+  auto overwrite = rt.submit(fill, ferry::write(x), 2.0);
   EXPECT_EQ(reader.result(), 1.0);
   EXPECT_EQ(x.host()[0], 2.0);
+  EXPECT_TRUE(waited(reader, writer));
+  EXPECT_TRUE(waited(overwrite, reader));
 }
 
 TEST_F(Dependencies, WriteAfterWriteKeepsProgramOrder) {
   auto x = rt.buffer<double>(16);
-  rt.submit(slow_fill, ferry::write(x), 1.0);
-  rt.submit(rt.kernel("fast_fill", [](Out<double> x) { x[0] = 2.0; }), ferry::write(x));
+  auto earlier = rt.submit(fill, ferry::write(x), 1.0);
+  auto later = rt.submit(fill, ferry::write(x), 2.0);
   EXPECT_EQ(x.host()[0], 2.0);
+  EXPECT_TRUE(waited(later, earlier));
 }
 
 TEST_F(Dependencies, ReadwriteChainRunsInOrder) {
@@ -60,21 +72,25 @@ TEST_F(Dependencies, ReadwriteChainRunsInOrder) {
 
 TEST_F(Dependencies, ManyReadersRunTogetherThenTheWriterWaitsForAll) {
   auto x = rt.buffer<double>(4);
-  rt.submit(slow_fill, ferry::write(x), 3.0);
+  auto writer = rt.submit(fill, ferry::write(x), 3.0);
   ferry::testing::Rendezvous both(2);
   std::atomic<int> met{0}, saw_three{0};
   auto reader = rt.kernel("reader", [&](In<double> x) {
     if (both.meet(5s)) met.fetch_add(1);
-    std::this_thread::sleep_for(20ms);
     if (x[0] == 3.0) saw_three.fetch_add(1);
   });
-  rt.submit(reader, ferry::read(x));
-  rt.submit(reader, ferry::read(x));
-  rt.submit(rt.kernel("overwrite", [](Out<double> x) { x[0] = 4.0; }), ferry::write(x));
+  auto r1 = rt.submit(reader, ferry::read(x));
+  auto r2 = rt.submit(reader, ferry::read(x));
+  auto overwrite = rt.submit(fill, ferry::write(x), 4.0);
   rt.wait();
   EXPECT_EQ(met.load(), 2) << "two readers of one buffer were serialised";
-  EXPECT_EQ(saw_three.load(), 2) << "the writer ran before a reader finished";
+  EXPECT_EQ(saw_three.load(), 2);
   EXPECT_EQ(x.host()[0], 4.0);
+  EXPECT_TRUE(waited(r1, writer));
+  EXPECT_TRUE(waited(r2, writer));
+  EXPECT_TRUE(independent(r1, r2));
+  EXPECT_TRUE(waited(overwrite, r1));
+  EXPECT_TRUE(waited(overwrite, r2));
 }
 
 TEST_F(Dependencies, DisjointViewsRunInParallel) {
@@ -86,10 +102,11 @@ TEST_F(Dependencies, DisjointViewsRunInParallel) {
     if (both.meet(5s)) met.fetch_add(1);
     t(0, 0) = v;
   });
-  rt.submit(touch, ferry::readwrite(tiles(0, 0)), 1.0);
-  rt.submit(touch, ferry::readwrite(tiles(1, 0)), 2.0);
+  auto top = rt.submit(touch, ferry::readwrite(tiles(0, 0)), 1.0);
+  auto bottom = rt.submit(touch, ferry::readwrite(tiles(1, 0)), 2.0);
   rt.wait();
   EXPECT_EQ(met.load(), 2) << "writers of disjoint tiles were serialised";
+  EXPECT_TRUE(independent(top, bottom));
   EXPECT_EQ(m.host()(0, 0), 1.0);
   EXPECT_EQ(m.host()(4, 0), 2.0);
 }
@@ -98,20 +115,28 @@ TEST_F(Dependencies, OverlappingViewsAreOrdered) {
   auto m = rt.buffer<double>(8, 8);
   auto halves = m.split(2);          // rows 0-3 and 4-7
   auto quarter = m.tiles(2, 8)(1, 0);  // rows 2-3: inside the first half
-  rt.submit(slow_fill, ferry::write(m), 5.0);                  // the whole matrix
-  EXPECT_EQ(rt.submit(first, ferry::read(quarter)).result(), 5.0);  // RAW through a view
-  rt.submit(slow_fill, ferry::write(halves[0]), 6.0);
-  EXPECT_EQ(rt.submit(first, ferry::read(quarter)).result(), 6.0);
-  EXPECT_EQ(rt.submit(first, ferry::read(halves[1])).result(), 5.0);
+  auto whole = rt.submit(fill, ferry::write(m), 5.0);
+  auto through_view = rt.submit(first, ferry::read(quarter));  // RAW through a view
+  EXPECT_EQ(through_view.result(), 5.0);
+  EXPECT_TRUE(waited(through_view, whole));
+  auto top = rt.submit(fill, ferry::write(halves[0]), 6.0);
+  auto inside = rt.submit(first, ferry::read(quarter));
+  auto outside = rt.submit(first, ferry::read(halves[1]));
+  EXPECT_EQ(inside.result(), 6.0);
+  EXPECT_EQ(outside.result(), 5.0);
+  EXPECT_TRUE(waited(inside, top));
+  EXPECT_TRUE(independent(outside, top));
   // A write of the small view, then a read of the big one, must see it.
-  rt.submit(slow_fill, ferry::write(quarter), 9.0);
+  auto small = rt.submit(fill, ferry::write(quarter), 9.0);
   auto count_nines = rt.kernel("count_nines", [](In<double> x) {
     double n = 0;
     for (std::size_t i = 0; i < x.rows(); ++i)
       for (std::size_t j = 0; j < x.cols(); ++j) n += x(i, j) == 9.0;
     return n;
   });
-  EXPECT_EQ(rt.submit(count_nines, ferry::read(m)).result(), 16.0);
+  auto big = rt.submit(count_nines, ferry::read(m));
+  EXPECT_EQ(big.result(), 16.0);
+  EXPECT_TRUE(waited(big, small));
 }
 
 TEST_F(Dependencies, SplitCoversTheBufferExactly) {
@@ -134,8 +159,22 @@ TEST_F(Dependencies, SplitCoversTheBufferExactly) {
 
 TEST_F(Dependencies, HostWaitsForPendingWriters) {
   auto x = rt.buffer<double>(4);
-  rt.submit(slow_fill, ferry::write(x), 8.0);
-  EXPECT_EQ(x.host()[3], 8.0);  // no explicit wait()
+  // The writer is held until after host() was called: a host() that did not
+  // wait would return the zeros. Passing never depends on the pause.
+  std::latch gate(1);
+  auto gated = rt.kernel("gated_fill", [&](Out<double> x, double value) {
+    gate.wait();
+    for (auto& e : x) e = value;
+  });
+  auto writer = rt.submit(gated, ferry::write(x), 8.0);
+  std::thread opener([&] {
+    std::this_thread::sleep_for(20ms);
+    gate.count_down();
+  });
+  const double seen = x.host()[3];  // no explicit wait()
+  opener.join();
+  EXPECT_EQ(seen, 8.0);
+  EXPECT_TRUE(writer.done());
 }
 
 TEST_F(Dependencies, LongReadOnlyRunsKeepHistoriesShort) {
@@ -144,7 +183,7 @@ TEST_F(Dependencies, LongReadOnlyRunsKeepHistoriesShort) {
   for (int i = 0; i < 20000; ++i) rt.submit(noop, ferry::read(x));
   rt.wait();
   EXPECT_EQ(x.host()[0], 0.0);  // and a later writer still works
-  rt.submit(slow_fill, ferry::write(x), 1.0);
+  rt.submit(fill, ferry::write(x), 1.0);
   EXPECT_EQ(x.host()[0], 1.0);
 }
 

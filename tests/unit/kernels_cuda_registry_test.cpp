@@ -12,6 +12,7 @@
 #include "ferry/config.hpp"
 #include "ferry/error.hpp"
 #include "ferry/runtime/kernel.hpp"
+#include "runtime_test_support.hpp"
 
 namespace {
 
@@ -25,16 +26,12 @@ const std::vector<std::string> builtins{"axpy", "copy", "dot",  "fill",  "gemm",
 const std::vector<std::string> cpu_only{"fused0", "fused1", "fused2", "fused3", "fused4",
                                         "fused5", "fused6", "fused7", "fused8"};
 
-const ferry::KernelDef& kernel(const std::string& name) {
-  const ferry::KernelDef* k = ferry::KernelRegistry::global().find(name);
-  if (k == nullptr) throw std::runtime_error("no built-in kernel " + name);
-  return *k;
-}
+const ferry::KernelDef& kernel(const std::string& name) { return ferry::testing::builtin_kernel(name); }
 
-Arg buf(const BufferArg& b) { return Arg{Arg::Kind::buffer, b, ferry::ScalarValue{}}; }
+Arg buf(const BufferArg& b) { return Arg{b}; }
 Arg text(std::string s) {
   Arg a;
-  a.scalar = std::move(s);
+  a.emplace<ferry::ScalarValue>(std::move(s));
   return a;
 }
 

@@ -189,8 +189,8 @@ struct Call {
 
   template <typename T>
   Call& buffer(Twin<T>& t, AccessMode mode) {
-    cpu.push_back(Arg{Arg::Kind::buffer, t.cpu(mode), ferry::ScalarValue{}});
-    gpu.push_back(Arg{Arg::Kind::buffer, t.gpu(mode), ferry::ScalarValue{}});
+    cpu.push_back(Arg{t.cpu(mode)});
+    gpu.push_back(Arg{t.gpu(mode)});
     return *this;
   }
   Call& real(double v) { return scalar(v); }
@@ -202,7 +202,7 @@ struct Call {
   template <typename V>
   Call& scalar(V v) {
     Arg a;
-    a.scalar = std::move(v);
+    a.emplace<ferry::ScalarValue>(std::move(v));
     cpu.push_back(a);
     gpu.push_back(a);
     return *this;

@@ -10,23 +10,16 @@
 #include "ferry/cuda_probe.hpp"
 #include "ferry/error.hpp"
 #include "ferry/ferry.hpp"
+#include "runtime_test_support.hpp"
 
 namespace ferry {
 namespace {
-
-Runtime::Options quiet() {
-  Runtime::Options o;
-  o.workers = 2;
-  o.persist_perf_models = false;
-  o.read_environment = false;
-  return o;
-}
 
 class NvrtcGpu : public ::testing::Test {
  protected:
   void SetUp() override {
     if (cuda::device_count() == 0) GTEST_SKIP() << cuda::unavailable_reason();
-    rt_ = std::make_unique<Runtime>(quiet());
+    rt_ = std::make_unique<Runtime>(testing::quiet_options(2));
     bool has_gpu = false;
     for (const auto& d : rt_->devices()) has_gpu = has_gpu || d.kind == DeviceKind::cuda;
     if (!has_gpu) GTEST_SKIP() << "this runtime has no CUDA device: " << rt_->describe();

@@ -3,6 +3,7 @@
 #include "ferry/runtime/perf_model.hpp"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdlib>
@@ -12,7 +13,7 @@
 #include <thread>
 #include <vector>
 
-#include <unistd.h>
+#include "runtime_test_support.hpp"
 
 namespace ferry {
 namespace {
@@ -31,31 +32,7 @@ fs::path temp_dir() {
   return dir;
 }
 
-// Sets an environment variable for one scope and restores it after.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value != nullptr) {
-      ::setenv(name, value, 1);
-    } else {
-      ::unsetenv(name);
-    }
-  }
-  ~ScopedEnv() {
-    if (old_) {
-      ::setenv(name_, old_->c_str(), 1);
-    } else {
-      ::unsetenv(name_);
-    }
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+using testing::ScopedEnv;
 
 TEST(SizeBucket, IsFloorLog2) {
   EXPECT_EQ(size_bucket(0), 0u);

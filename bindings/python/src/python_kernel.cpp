@@ -69,10 +69,10 @@ KernelDef make_python_kernel(std::string name, const std::vector<std::pair<std::
     try {
       nb::list args;
       for (const Arg& arg : ctx.args.items) {
-        if (arg.kind == Arg::Kind::buffer) {
-          args.append(numpy_of(arg.buffer, arg.buffer.mode == AccessMode::read));
+        if (const auto* buffer = std::get_if<BufferArg>(&arg)) {
+          args.append(numpy_of(*buffer, buffer->mode == AccessMode::read));
         } else {
-          std::visit([&](const auto& v) { args.append(nb::cast(v)); }, arg.scalar);
+          std::visit([&](const auto& v) { args.append(nb::cast(v)); }, std::get<ScalarValue>(arg));
         }
       }
       nb::object out = callable->get()(*args);

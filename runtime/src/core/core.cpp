@@ -213,8 +213,8 @@ void RuntimeCore::shutdown() {
   }
 }
 
-std::shared_ptr<BufferState> RuntimeCore::make_buffer(DType dtype, std::size_t rows, std::size_t cols, bool zero,
-                                                      bool unified) {
+std::shared_ptr<BufferState> RuntimeCore::make_buffer(DType dtype, std::size_t rows, std::size_t cols,
+                                                      BufferFlags flags) {
   const std::size_t element = size_of(dtype);
   if (cols != 0 && rows > SIZE_MAX / cols / element)
     throw UsageError(fmt::format("a {} x {} buffer of {} does not fit in memory", rows, cols, to_string(dtype)));
@@ -222,7 +222,7 @@ std::shared_ptr<BufferState> RuntimeCore::make_buffer(DType dtype, std::size_t r
   root->runtime_id = id_;
   root->runtime = weak_from_this();
   root->memory = memory_;
-  if (unified) {
+  if (flags.unified) {
     if (auto managed = unified_memory()) {
       root->memory = std::move(managed);
       root->unified = true;
@@ -234,7 +234,7 @@ std::shared_ptr<BufferState> RuntimeCore::make_buffer(DType dtype, std::size_t r
   root->bytes = rows * cols * element;
   root->host = root->memory->allocate(root->bytes);
   // Buffers start zeroed, so a forgotten initialisation is visible, not random.
-  if (zero) std::memset(root->host, 0, root->bytes);
+  if (flags.zero) std::memset(root->host, 0, root->bytes);
 
   auto state = std::make_shared<BufferState>();
   state->root = std::move(root);
@@ -281,56 +281,62 @@ PreparedTask RuntimeCore::prepare(std::shared_ptr<const KernelDef> kernel, Submi
   PreparedTask p;
   p.name = submission.name.empty() ? kernel->name : std::move(submission.name);
   p.place = std::move(submission.place);
+  p.kernel = std::move(kernel);
+  collect_arguments(p, submission);
+  check_aliasing(p);
+  find_eligible_devices(p);
+  return p;
+}
+
+void RuntimeCore::collect_arguments(PreparedTask& p, Submission& submission) const {
+  const KernelDef& kernel = *p.kernel;
   p.args.items.reserve(submission.args.size());
   for (std::size_t i = 0; i < submission.args.size(); ++i) {
     auto& arg = submission.args[i];
-    if (auto* access = std::get_if<BufferAccess>(&arg)) {
-      const auto where = [&] {
-        return fmt::format("task '{}' (kernel {}): argument {} '{}'", p.name, kernel->name, i + 1, param_name(*kernel, i));
-      };
-      if (!access->state) throw UsageError(fmt::format("{}: the buffer is empty (default-constructed)", where()));
-      const BufferRoot& root = *access->state->root;
-      if (root.runtime_id != id_)
-        throw UsageError(fmt::format("{}: buffer '{}' belongs to another runtime{}", where(), access->state->name,
-                                     root.runtime.expired() ? ", which no longer exists" : ""));
-      Arg a;
-      a.kind = Arg::Kind::buffer;
-      a.buffer = BufferArg{nullptr, root.dtype, access->state->region.rows, access->state->region.cols, root.cols,
-                           access->mode};
-      p.bytes += a.buffer.bytes();
-      p.buffers.push_back(std::move(access->state));
-      p.buffer_args.push_back(static_cast<std::uint32_t>(i));
-      p.args.items.push_back(std::move(a));
-    } else {
-      Arg a;
-      a.kind = Arg::Kind::scalar;
-      a.scalar = std::move(std::get<ScalarValue>(arg));
-      p.args.items.push_back(std::move(a));
+    auto* access = std::get_if<BufferAccess>(&arg);
+    if (access == nullptr) {
+      p.args.items.emplace_back(std::move(std::get<ScalarValue>(arg)));
+      continue;
     }
+    const auto where = [&] { return fmt::format("{}: argument {} '{}'", p.label(), i + 1, param_name(kernel, i)); };
+    if (!access->state) throw UsageError(fmt::format("{}: the buffer is empty (default-constructed)", where()));
+    const BufferRoot& root = *access->state->root;
+    if (root.runtime_id != id_)
+      throw UsageError(fmt::format("{}: buffer '{}' belongs to another runtime{}", where(), access->state->name,
+                                   root.runtime.expired() ? ", which no longer exists" : ""));
+    const Region& region = access->state->region;
+    const BufferArg buffer{nullptr, root.dtype, region.rows, region.cols, root.cols, access->mode};
+    p.bytes += buffer.bytes();
+    p.buffers.push_back(std::move(access->state));
+    p.buffer_args.push_back(static_cast<std::uint32_t>(i));
+    p.args.items.emplace_back(buffer);
   }
-  check_arguments(*kernel, p.args, p.name);
+  check_arguments(kernel, p.args, p.name);
+}
 
-  // Two views of one buffer, one of them written, would alias inside a kernel.
+// Two views of one buffer, one of them written, would alias inside a kernel.
+void RuntimeCore::check_aliasing(const PreparedTask& p) {
   for (std::size_t a = 0; a < p.buffers.size(); ++a) {
     for (std::size_t b = a + 1; b < p.buffers.size(); ++b) {
       const auto& x = *p.buffers[a];
       const auto& y = *p.buffers[b];
-      const AccessMode mx = p.args.items[p.buffer_args[a]].buffer.mode;
-      const AccessMode my = p.args.items[p.buffer_args[b]].buffer.mode;
-      if (x.root == y.root && x.region.overlaps(y.region) && (writes(mx) || writes(my)))
+      if (x.root == y.root && x.region.overlaps(y.region) &&
+          (writes(p.buffer_arg(a).mode) || writes(p.buffer_arg(b).mode)))
         throw UsageError(fmt::format(
-            "task '{}' (kernel {}): arguments {} '{}' and {} '{}' are the same memory ('{}' and '{}') and one is "
-            "written; pass a copy",
-            p.name, kernel->name, p.buffer_args[a] + 1, param_name(*kernel, p.buffer_args[a]), p.buffer_args[b] + 1,
-            param_name(*kernel, p.buffer_args[b]), x.name, y.name));
+            "{}: arguments {} '{}' and {} '{}' are the same memory ('{}' and '{}') and one is written; pass a copy",
+            p.label(), p.buffer_args[a] + 1, param_name(*p.kernel, p.buffer_args[a]), p.buffer_args[b] + 1,
+            param_name(*p.kernel, p.buffer_args[b]), x.name, y.name));
     }
   }
+}
 
+void RuntimeCore::find_eligible_devices(PreparedTask& p) const {
+  const KernelDef& kernel = *p.kernel;
   std::string why_not;
   bool pinned_to_a_down_device = false;
   for (std::size_t i = 0; i < devices_.size(); ++i) {
     const Device& device = *devices_[i];
-    const bool runs = device.can_run(*kernel);
+    const bool runs = device.can_run(kernel);
     const bool fits = device.matches(p.place);
     const bool up = device.available();
     if (runs && fits && up) p.eligible |= std::uint64_t{1} << i;
@@ -341,14 +347,12 @@ PreparedTask RuntimeCore::prepare(std::shared_ptr<const KernelDef> kernel, Submi
   // runs wherever else it can until the host is back.
   if (p.eligible == 0 && pinned_to_a_down_device) {
     for (std::size_t i = 0; i < devices_.size(); ++i)
-      if (devices_[i]->can_run(*kernel) && devices_[i]->available()) p.eligible |= std::uint64_t{1} << i;
-    log().debug("task '{}' (kernel {}): {} is down; placing it elsewhere", p.name, kernel->name, p.place.describe());
+      if (devices_[i]->can_run(kernel) && devices_[i]->available()) p.eligible |= std::uint64_t{1} << i;
+    log().debug("{}: {} is down; placing it elsewhere", p.label(), p.place.describe());
   }
   if (p.eligible == 0)
-    throw UsageError(fmt::format("task '{}' (kernel {}) placed {}: no device of this runtime can run it{}", p.name,
-                                 kernel->name, p.place.describe(), why_not));
-  p.kernel = std::move(kernel);
-  return p;
+    throw UsageError(
+        fmt::format("{} placed {}: no device of this runtime can run it{}", p.label(), p.place.describe(), why_not));
 }
 
 Task RuntimeCore::submit(const PreparedTask& prepared) { return launch(prepared); }
@@ -369,7 +373,7 @@ Task RuntimeCore::launch(Prepared&& prepared) {
   in_flight_.fetch_add(1, std::memory_order_seq_cst);
 
   for (std::size_t i = 0; i < task->buffers.size(); ++i)
-    register_access(task, *task->buffers[i], task->args.items[task->buffer_args[i]].buffer.mode);
+    register_access(task, *task->buffers[i], task->buffer_arg(i).mode);
   place(task, prepared.eligible);
   task->device->prefetch(task);
 
@@ -396,26 +400,14 @@ void RuntimeCore::place(TaskRecord* task, std::uint64_t eligible) {
       s.can_run = (eligible >> i) & 1;
       in.devices.push_back(std::move(s));
     }
+    // Every local GPU reads a unified buffer in place: a prefetch, not a copy.
+    std::vector<MemoryNodeId> in_place;
+    for (const auto& device : devices_)
+      if (device->kind() == DeviceKind::cuda) in_place.push_back(device->node());
     for (std::size_t i = 0; i < task->buffers.size(); ++i) {
-      const BufferArg& b = task->args.items[task->buffer_args[i]].buffer;
+      const BufferArg& b = task->buffer_arg(i);
       if (!reads(b.mode)) continue;
-      InputSnapshot input;
-      input.bytes = b.bytes();
-      const BufferState& view = *task->buffers[i];
-      BufferRoot& root = *view.root;
-      std::lock_guard lock(root.transfer_mutex);
-      bool host_valid = true;
-      for (const auto& copy : root.copies) {
-        if (!copy->region.overlaps(view.region)) continue;
-        host_valid = host_valid && !copy->modified;
-        if (copy->region == view.region) input.valid_on.push_back(copy->link->node());
-      }
-      if (host_valid) input.valid_on.push_back(host_node);
-      // Every local GPU reads a unified buffer in place: a prefetch, not a copy.
-      if (host_valid && root.unified)
-        for (const auto& device : devices_)
-          if (device->kind() == DeviceKind::cuda) input.valid_on.push_back(device->node());
-      in.inputs.push_back(std::move(input));
+      in.inputs.push_back(InputSnapshot{b.bytes(), valid_nodes(*task->buffers[i], in_place)});
     }
     in.models = &models_;
     in.links = &links_;
@@ -427,9 +419,9 @@ void RuntimeCore::place(TaskRecord* task, std::uint64_t eligible) {
     for (const Candidate& c : decision.candidates)
       if (c.device == decision.device) task->estimate_ns = static_cast<std::int64_t>(c.exec.seconds * 1e9);
     task->explanation = explain(decision);
-    if (options_.explain) log().info("task '{}' (kernel {}):\n{}", task->name, task->kernel->name, task->explanation);
+    if (options_.explain) log().info("{}:\n{}", task->label(), task->explanation);
   } else if (options_.explain) {
-    log().info("task '{}' (kernel {}) -> {}: the only eligible device", task->name, task->kernel->name, chosen->name());
+    log().info("{} -> {}: the only eligible device", task->label(), chosen->name());
   }
   task->device = chosen;
   task->device_name = chosen->name();
@@ -441,14 +433,13 @@ void RuntimeCore::place(TaskRecord* task, std::uint64_t eligible) {
 void RuntimeCore::execute(TaskRecord* task, Device& device, int worker, int lane) {
   for (std::size_t i = 0; i < task->buffers.size(); ++i) {
     const BufferState& view = *task->buffers[i];
-    BufferArg& arg = task->args.items[task->buffer_args[i]].buffer;
+    BufferArg& arg = task->buffer_arg(i);
     // Data another node modified comes home first; a write makes copies elsewhere stale.
     try {
       acquire_on_host(view, arg.mode);
     } catch (const std::exception& e) {
-      task->error = std::make_exception_ptr(KernelError(fmt::format(
-          "task '{}' (kernel {}): input '{}' could not be brought to the host: {}", task->name, task->kernel->name,
-          view.name, e.what())));
+      task->error = std::make_exception_ptr(KernelError(
+          fmt::format("{}: input '{}' could not be brought to the host: {}", task->label(), view.name, e.what())));
       return;
     }
     arg.data = view.host_data();
@@ -461,11 +452,10 @@ void RuntimeCore::execute(TaskRecord* task, Device& device, int worker, int lane
     task->result = context.result;
   } catch (const std::exception& e) {
     task->error = std::make_exception_ptr(
-        KernelError(fmt::format("task '{}' (kernel {}) failed on {}: {}", task->name, task->kernel->name, device.name(),
-                                e.what())));
+        KernelError(fmt::format("{} failed on {}: {}", task->label(), device.name(), e.what())));
   } catch (...) {
-    task->error = std::make_exception_ptr(KernelError(
-        fmt::format("task '{}' (kernel {}) failed on {}: unknown exception", task->name, task->kernel->name, device.name())));
+    task->error = std::make_exception_ptr(
+        KernelError(fmt::format("{} failed on {}: unknown exception", task->label(), device.name())));
   }
   const auto end = std::chrono::steady_clock::now();
   task->start_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(start.time_since_epoch()).count();
@@ -499,9 +489,9 @@ void RuntimeCore::ready(TaskRecord* task, Device* current, TaskRecord*& bypass, 
 
 void RuntimeCore::fail_skipped(TaskRecord* task) {
   const TaskRecord* cause = task->failed_input.load(std::memory_order_acquire);
-  task->error = std::make_exception_ptr(KernelError(
-      fmt::format("task '{}' (kernel {}) did not run: its input comes from task '{}' (kernel {}), which failed: {}",
-                  task->name, task->kernel->name, cause->name, cause->kernel->name, what_of(cause->error))));
+  task->error =
+      std::make_exception_ptr(KernelError(fmt::format("{} did not run: its input comes from {}, which failed: {}",
+                                                      task->label(), cause->label(), what_of(cause->error))));
 }
 
 TaskRecord* RuntimeCore::finish(TaskRecord* task, Device* current) {

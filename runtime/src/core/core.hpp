@@ -33,6 +33,9 @@ struct PreparedTask {
   std::size_t bytes = 0;
   Place place;
   std::uint64_t eligible = 0;  // bit i: devices()[i] may run it
+
+  const BufferArg& buffer_arg(std::size_t i) const { return detail::buffer_arg(args, buffer_args, i); }
+  std::string label() const { return task_label(name, kernel->name); }
 };
 
 class RuntimeCore : public std::enable_shared_from_this<RuntimeCore> {
@@ -43,10 +46,9 @@ class RuntimeCore : public std::enable_shared_from_this<RuntimeCore> {
   void start();  // devices; separate from the constructor so they may use shared_from_this
   void shutdown();
 
-  // `unified`: managed memory a local GPU uses in place, where this runtime
+  // `flags.unified`: managed memory a local GPU uses in place, where this runtime
   // has a GPU; an ordinary host buffer where it has none.
-  std::shared_ptr<BufferState> make_buffer(DType dtype, std::size_t rows, std::size_t cols, bool zero,
-                                           bool unified = false);
+  std::shared_ptr<BufferState> make_buffer(DType dtype, std::size_t rows, std::size_t cols, BufferFlags flags);
 
   // This runtime's kernels first, then the global registry; null if unknown.
   std::shared_ptr<const KernelDef> find_kernel(std::string_view name) const;
@@ -80,6 +82,12 @@ class RuntimeCore : public std::enable_shared_from_this<RuntimeCore> {
   void release_task(TaskRecord* task) noexcept;
 
  private:
+  // prepare()'s three phases: the arguments read and checked against the
+  // kernel, no written buffer aliased by another argument, the devices that
+  // may run it.
+  void collect_arguments(PreparedTask& p, Submission& submission) const;
+  static void check_aliasing(const PreparedTask& p);
+  void find_eligible_devices(PreparedTask& p) const;
   void ready(TaskRecord* task, Device* current, TaskRecord*& bypass, std::vector<TaskRecord*>& skipped);
   template <typename Prepared>
   Task launch(Prepared&& prepared);

@@ -11,13 +11,13 @@ Graph& Graph::operator=(Graph&&) noexcept = default;
 
 void Graph::add_prepared(const KernelRef& kernel, detail::Submission submission) {
   if (!kernel.def) throw UsageError("Graph::add: the KernelRef is empty");
-  tasks_.push_back(std::make_unique<detail::PreparedTask>(runtime_->core().prepare(kernel.def, std::move(submission))));
+  tasks_.push_back(std::make_unique<detail::PreparedTask>(runtime_->core_->prepare(kernel.def, std::move(submission))));
 }
 
 std::vector<Task> Graph::run() {
   std::vector<Task> handles;
   handles.reserve(tasks_.size());
-  for (const auto& task : tasks_) handles.push_back(runtime_->core().submit(*task));
+  for (const auto& task : tasks_) handles.push_back(runtime_->core_->submit(*task));
   return handles;
 }
 

@@ -110,8 +110,8 @@ Runtime::Runtime(Options options) : core_(make_core(std::move(options))) {}
 Runtime::~Runtime() { core_->shutdown(); }
 
 std::shared_ptr<detail::BufferState> Runtime::make_buffer(DType dtype, std::size_t rows, std::size_t cols,
-                                                         bool zero, bool unified) {
-  return core_->make_buffer(dtype, rows, cols, zero, unified);
+                                                          detail::BufferFlags flags) {
+  return core_->make_buffer(dtype, rows, cols, flags);
 }
 
 Task Runtime::submit_named(std::string_view kernel, detail::Submission submission) {

@@ -119,8 +119,7 @@ bool Task::done() const noexcept { return record_ != nullptr && record_->done.lo
 
 double Task::result() const {
   wait();
-  if (!record_->kernel->returns_scalar)
-    throw UsageError(fmt::format("task '{}' (kernel {}) returns no scalar result", record_->name, record_->kernel->name));
+  if (!record_->kernel->returns_scalar) throw UsageError(fmt::format("{} returns no scalar result", record_->label()));
   return record_->result.value_or(0.0);
 }
 

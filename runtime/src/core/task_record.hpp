@@ -12,8 +12,10 @@
 #include <string>
 #include <vector>
 
+#include "core/task_label.hpp"
 #include "data/buffer_state.hpp"
 #include "ferry/runtime/kernel.hpp"
+#include "registry/buffer_args.hpp"
 
 namespace ferry::detail {
 
@@ -63,6 +65,11 @@ struct TaskRecord {
   std::int64_t start_ns = 0, end_ns = 0;
 
   bool failed() const noexcept { return error != nullptr; }
+  // The i-th buffer argument, the one buffers[i] is passed as.
+  BufferArg& buffer_arg(std::size_t i) { return detail::buffer_arg(args, buffer_args, i); }
+  const BufferArg& buffer_arg(std::size_t i) const { return detail::buffer_arg(args, buffer_args, i); }
+  // "task 'x' (kernel y)", for messages.
+  std::string label() const { return task_label(name, kernel->name); }
 };
 
 inline void retain(TaskRecord* task) noexcept { task->refs.fetch_add(1, std::memory_order_relaxed); }

@@ -561,15 +561,15 @@ void check_cuda_arguments(const CudaSignature& signature, const KernelArgs& args
     const CudaParam& p = signature.params[i];
     const Arg& arg = args[i];
     if (p.pointer) {
-      const BufferArg& b = arg.buffer;
+      const BufferArg& b = std::get<BufferArg>(arg);
       if (!b.contiguous())
         throw UsageError(fmt::format(
             "{} is a {} x {} view whose rows are {} elements apart; a CUDA kernel gets a bare pointer, so pass a "
             "buffer (or a view of whole rows) whose rows are packed",
             argument(i, p.name), b.rows, b.cols, b.ld));
-    } else if (!fits(p.type, arg.scalar)) {
-      const auto shown = std::holds_alternative<double>(arg.scalar) ? fmt::format("{}", std::get<double>(arg.scalar))
-                                                                    : fmt::format("{}", std::get<std::int64_t>(arg.scalar));
+    } else if (const auto& scalar = std::get<ScalarValue>(arg); !fits(p.type, scalar)) {
+      const auto shown = std::holds_alternative<double>(scalar) ? fmt::format("{}", std::get<double>(scalar))
+                                                                : fmt::format("{}", std::get<std::int64_t>(scalar));
       throw UsageError(fmt::format("{} is {}, which does not fit in the kernel's {}", argument(i, p.name), shown,
                                    p.spelling));
     }

@@ -59,7 +59,7 @@ KernelDef make_cuda_source_kernel(CudaSource source, std::vector<std::string> wr
   def.cost = [](const KernelArgs& args) {
     Cost cost;
     for (const Arg& arg : args.items)
-      if (arg.kind == Arg::Kind::buffer) cost.bytes += static_cast<double>(arg.buffer.bytes());
+      if (const auto* b = std::get_if<BufferArg>(&arg)) cost.bytes += static_cast<double>(b->bytes());
     return cost;
   };
   auto shared = std::make_shared<const CudaSource>(std::move(source));

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <mutex>
 
+#include "core/task_label.hpp"
 #include "data/cuda_unified.hpp"
 #include "ferry/error.hpp"
 #include "ferry/log.hpp"
@@ -44,7 +45,7 @@ void replay(LineageEntry& entry) {
     BufferState view;
     view.root = root;
     view.region = entry.regions[i];
-    BufferArg& arg = args.items[entry.buffer_args[i]].buffer;
+    BufferArg& arg = buffer_arg(args, entry.buffer_args, i);
     acquire_on_host(view, reads(arg.mode) ? AccessMode::read : AccessMode::write);
     arg.data = host_region(*root, entry.regions[i]).data;
     held.push_back(std::move(root));
@@ -52,11 +53,12 @@ void replay(LineageEntry& entry) {
   // A GPU-only kernel (CUDA source, or a plugin without a CPU variant) cannot
   // be replayed here: the data is lost, and the error says which task made it.
   if (!entry.kernel->cpu)
-    throw RemoteError(fmt::format("task '{}' (kernel {}) wrote data held only by a lost node, and its kernel has no CPU "
-                                  "variant to recompute it on the host",
-                                  entry.name, entry.kernel->name));
+    throw RemoteError(
+        fmt::format("{} wrote data held only by a lost node, and its kernel has no CPU variant to "
+                    "recompute it on the host",
+                    task_label(entry.name, entry.kernel->name)));
   ExecContext context{args, entry.name, -1, nullptr, -1, std::nullopt};
-  log().debug("recomputing task '{}' (kernel {}) on the host", entry.name, entry.kernel->name);
+  log().debug("recomputing {} on the host", task_label(entry.name, entry.kernel->name));
   entry.kernel->cpu(context);
 }
 
@@ -238,7 +240,7 @@ void written_on_node(const BufferState& view, NodeLink& link, std::uint64_t id, 
   // Its read-only inputs must not change under it until it is home. Each
   // input is locked on its own, never while holding this root's lock.
   for (std::size_t i = 0; i < lineage->buffer_args.size(); ++i) {
-    if (writes(lineage->args.items[lineage->buffer_args[i]].buffer.mode)) continue;
+    if (writes(lineage->buffer_arg(i).mode)) continue;
     auto input = lineage->roots[i].lock();
     if (!input || input.get() == &root) continue;
     RootLock input_lock(input->transfer_mutex);
@@ -325,6 +327,21 @@ void discard_on_node(const BufferState& view, NodeLink& link, std::uint64_t id) 
   RootLock lock(root.transfer_mutex);
   for (auto& copy : std::vector(root.copies))
     if (copy->link == &link && copy->id == id && copy->pins == 0) remove_copy(root, copy, /*drop=*/true);
+}
+
+std::vector<MemoryNodeId> valid_nodes(const BufferState& view, const std::vector<MemoryNodeId>& in_place) {
+  std::vector<MemoryNodeId> nodes;
+  BufferRoot& root = *view.root;
+  RootLock lock(root.transfer_mutex);
+  bool host_valid = true;
+  for (const auto& copy : root.copies) {
+    if (!copy->region.overlaps(view.region)) continue;
+    host_valid = host_valid && !copy->modified;
+    if (copy->region == view.region) nodes.push_back(copy->link->node());
+  }
+  if (host_valid) nodes.push_back(host_node);
+  if (host_valid && root.unified) nodes.insert(nodes.end(), in_place.begin(), in_place.end());
+  return nodes;
 }
 
 void drop_copies(BufferRoot& root) noexcept {

@@ -20,6 +20,7 @@
 #include "ferry/runtime/access.hpp"
 #include "ferry/runtime/kernel.hpp"
 #include "ferry/runtime/place.hpp"
+#include "registry/buffer_args.hpp"
 
 namespace ferry::detail {
 
@@ -60,6 +61,8 @@ struct LineageEntry {
   std::vector<std::weak_ptr<BufferRoot>> roots;  // parallel to buffer_args
   std::vector<Region> regions;
   std::atomic<bool> replayed{false};
+
+  const BufferArg& buffer_arg(std::size_t i) const { return detail::buffer_arg(args, buffer_args, i); }
 };
 
 struct RemoteCopy {
@@ -73,6 +76,12 @@ struct RemoteCopy {
   int pins = 0;                // tasks running with it: not evictable
   std::vector<std::shared_ptr<LineageEntry>> lineage;
 };
+
+// Where the view's current data is, for placement: the nodes holding a copy
+// of exactly its region, the host unless a modified copy overlaps it, and,
+// for a unified root the host holds, every node in `in_place` (local GPUs,
+// which read it where it is).
+std::vector<MemoryNodeId> valid_nodes(const BufferState& view, const std::vector<MemoryNodeId>& in_place);
 
 // Before a task runs on `link`'s node: the view's data there, as a copy id,
 // pinned until release_on_node.

@@ -9,6 +9,7 @@
 #include <string_view>
 #include <variant>
 
+#include "core/task_label.hpp"
 #include "ferry/error.hpp"
 #include "ferry/runtime/kernel.hpp"
 
@@ -42,7 +43,8 @@ std::string describe(const ScalarValue& value) {
 }
 
 std::string describe(const Arg& arg) {
-  return arg.kind == Arg::Kind::buffer ? std::string("a buffer") : describe(arg.scalar);
+  const auto* scalar = std::get_if<ScalarValue>(&arg);
+  return scalar == nullptr ? std::string("a buffer") : describe(*scalar);
 }
 
 std::string show_default(const ScalarValue& value) {
@@ -64,7 +66,7 @@ std::string signature(const KernelDef& kernel) {
 
 std::string prefix(const KernelDef& kernel, std::string_view task_name) {
   if (task_name.empty()) return fmt::format("kernel {}: ", kernel.name);
-  return fmt::format("task '{}' (kernel {}): ", task_name, kernel.name);
+  return detail::task_label(task_name, kernel.name) + ": ";
 }
 
 std::string argument(std::size_t index, const Param& param) {
@@ -126,16 +128,17 @@ std::string check_scalar(ScalarValue& value, const Param& param, std::size_t ind
 
 const BufferArg& KernelArgs::buffer(std::size_t i) const {
   if (i >= items.size()) throw Error(fmt::format("kernel bug: argument {} read but only {} given", i + 1, items.size()));
-  if (items[i].kind != Arg::Kind::buffer) wrong_kind(i, "a buffer", items[i]);
-  return items[i].buffer;
+  const auto* buffer = std::get_if<BufferArg>(&items[i]);
+  if (buffer == nullptr) wrong_kind(i, "a buffer", items[i]);
+  return *buffer;
 }
 
 double KernelArgs::real(std::size_t i) const {
   if (i >= items.size()) throw Error(fmt::format("kernel bug: argument {} read but only {} given", i + 1, items.size()));
   const Arg& arg = items[i];
-  if (arg.kind == Arg::Kind::scalar) {
-    if (const auto* d = std::get_if<double>(&arg.scalar)) return *d;
-    if (const auto* n = std::get_if<std::int64_t>(&arg.scalar)) return static_cast<double>(*n);
+  if (const auto* scalar = std::get_if<ScalarValue>(&arg)) {
+    if (const auto* d = std::get_if<double>(scalar)) return *d;
+    if (const auto* n = std::get_if<std::int64_t>(scalar)) return static_cast<double>(*n);
   }
   wrong_kind(i, "a real number", arg);
 }
@@ -143,8 +146,8 @@ double KernelArgs::real(std::size_t i) const {
 std::int64_t KernelArgs::integer(std::size_t i) const {
   if (i >= items.size()) throw Error(fmt::format("kernel bug: argument {} read but only {} given", i + 1, items.size()));
   const Arg& arg = items[i];
-  if (arg.kind == Arg::Kind::scalar) {
-    if (const auto* n = std::get_if<std::int64_t>(&arg.scalar)) return *n;
+  if (const auto* scalar = std::get_if<ScalarValue>(&arg)) {
+    if (const auto* n = std::get_if<std::int64_t>(scalar)) return *n;
   }
   wrong_kind(i, "an integer", arg);
 }
@@ -152,8 +155,8 @@ std::int64_t KernelArgs::integer(std::size_t i) const {
 const std::string& KernelArgs::text(std::size_t i) const {
   if (i >= items.size()) throw Error(fmt::format("kernel bug: argument {} read but only {} given", i + 1, items.size()));
   const Arg& arg = items[i];
-  if (arg.kind == Arg::Kind::scalar) {
-    if (const auto* s = std::get_if<std::string>(&arg.scalar)) return *s;
+  if (const auto* scalar = std::get_if<ScalarValue>(&arg)) {
+    if (const auto* s = std::get_if<std::string>(scalar)) return *s;
   }
   wrong_kind(i, "a string", arg);
 }
@@ -168,18 +171,18 @@ void check_arguments(const KernelDef& kernel, KernelArgs& args, std::string_view
   for (std::size_t i = args.size(); i < expected; ++i) {
     const Param& param = kernel.params[i];
     if (!param.default_value) fail(fmt::format("{} is missing; the kernel takes {}", argument(i, param), signature(kernel)));
-    args.items.push_back(Arg{Arg::Kind::scalar, BufferArg{}, *param.default_value});
+    args.items.emplace_back(*param.default_value);
   }
 
   for (std::size_t i = 0; i < expected; ++i) {
     const Param& param = kernel.params[i];
     Arg& arg = args.items[i];
     const bool wants_buffer = param.kind == ParamKind::buffer;
-    if (wants_buffer != (arg.kind == Arg::Kind::buffer)) {
+    if (wants_buffer != std::holds_alternative<BufferArg>(arg)) {
       fail(fmt::format("{} must be {}, got {}", argument(i, param), kind_name(param.kind), describe(arg)));
     }
-    const std::string problem =
-        wants_buffer ? check_buffer(arg.buffer, param, i) : check_scalar(arg.scalar, param, i);
+    const std::string problem = wants_buffer ? check_buffer(std::get<BufferArg>(arg), param, i)
+                                             : check_scalar(std::get<ScalarValue>(arg), param, i);
     if (!problem.empty()) fail(problem);
   }
 

@@ -53,7 +53,7 @@ void check_params(const KernelDef& def) {
 Cost bytes_only(const KernelArgs& args) {
   Cost cost;
   for (const Arg& arg : args.items) {
-    if (arg.kind == Arg::Kind::buffer) cost.bytes += static_cast<double>(arg.buffer.bytes());
+    if (const auto* b = std::get_if<BufferArg>(&arg)) cost.bytes += static_cast<double>(b->bytes());
   }
   return cost;
 }

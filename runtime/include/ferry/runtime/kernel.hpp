@@ -44,12 +44,8 @@ struct BufferArg {
 
 using ScalarValue = std::variant<double, std::int64_t, std::string>;
 
-struct Arg {
-  enum class Kind : std::uint8_t { buffer, scalar };
-  Kind kind = Kind::scalar;
-  BufferArg buffer;
-  ScalarValue scalar;
-};
+// One argument of a call: a buffer or a scalar.
+using Arg = std::variant<BufferArg, ScalarValue>;
 
 class KernelArgs {
  public:

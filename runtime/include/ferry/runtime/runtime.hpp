@@ -31,6 +31,12 @@ namespace ferry {
 
 namespace detail {
 class RuntimeCore;
+// How a new buffer starts: zeroed or left as the allocator gave it, in host
+// memory or in unified (managed) memory.
+struct BufferFlags {
+  bool zero = true;
+  bool unified = false;
+};
 }
 
 struct DeviceInfo {
@@ -135,7 +141,7 @@ class Runtime {
   // zeroing, for contents about to be overwritten whole (like numpy.empty).
   enum class Fill { zeros, none };
   AnyBuffer buffer(DType dtype, std::size_t rows, std::size_t cols, Fill fill = Fill::zeros) {
-    return AnyBuffer(make_buffer(dtype, rows, cols, fill == Fill::zeros));
+    return AnyBuffer(make_buffer(dtype, rows, cols, {.zero = fill == Fill::zeros}));
   }
   // Unified buffers: CUDA managed memory that a local GPU uses in place
   // (pages are prefetched to the GPU a task runs on instead of copied; host
@@ -143,14 +149,14 @@ class Runtime {
   // local GPU they are ordinary host buffers (a debug log line says so).
   template <typename T>
   Buffer<T> unified(std::size_t n) {
-    return Buffer<T>(make_buffer(dtype_of<T>(), 1, n, true, true));
+    return Buffer<T>(make_buffer(dtype_of<T>(), 1, n, {.unified = true}));
   }
   template <typename T>
   Buffer<T> unified(std::size_t rows, std::size_t cols) {
-    return Buffer<T>(make_buffer(dtype_of<T>(), rows, cols, true, true));
+    return Buffer<T>(make_buffer(dtype_of<T>(), rows, cols, {.unified = true}));
   }
   AnyBuffer unified(DType dtype, std::size_t rows, std::size_t cols, Fill fill = Fill::zeros) {
-    return AnyBuffer(make_buffer(dtype, rows, cols, fill == Fill::zeros, true));
+    return AnyBuffer(make_buffer(dtype, rows, cols, {.zero = fill == Fill::zeros, .unified = true}));
   }
   // A 1-D buffer holding a copy of `values`.
   template <typename T>
@@ -248,12 +254,11 @@ class Runtime {
   void write_trace(const std::filesystem::path& path) const;
   std::string describe() const;
 
-  // For Graph, which validates once and submits many times.
-  detail::RuntimeCore& core() const noexcept { return *core_; }
-
  private:
-  std::shared_ptr<detail::BufferState> make_buffer(DType dtype, std::size_t rows, std::size_t cols, bool zero = true,
-                                                   bool unified = false);
+  friend class Graph;  // validates once through the core and submits many times
+
+  std::shared_ptr<detail::BufferState> make_buffer(DType dtype, std::size_t rows, std::size_t cols,
+                                                   detail::BufferFlags flags = {});
   Task submit_named(std::string_view kernel, detail::Submission submission);
   Task submit_def(const std::shared_ptr<const KernelDef>& kernel, detail::Submission submission);
 

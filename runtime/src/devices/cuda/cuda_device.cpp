@@ -372,8 +372,7 @@ void CudaDevice::prefetch(TaskRecord* task) {
   if (!alive()) return;
   Prefetch job;
   for (std::size_t i = 0; i < task->buffers.size(); ++i)
-    if (reads(task->args.items[task->buffer_args[i]].buffer.mode) && !task->buffers[i]->root->unified)
-      job.inputs.push_back(task->buffers[i]);
+    if (reads(task->buffer_arg(i).mode) && !task->buffers[i]->root->unified) job.inputs.push_back(task->buffers[i]);
   if (job.inputs.empty()) return;
   retain(task);
   job.task = task;
@@ -495,7 +494,7 @@ void CudaDevice::prefetch_inputs(const Prefetch& job) {
 
 void CudaDevice::restore_host_args(TaskRecord* task) {
   for (std::size_t i = 0; i < task->buffers.size(); ++i) {
-    BufferArg& arg = task->args.items[task->buffer_args[i]].buffer;
+    BufferArg& arg = task->buffer_arg(i);
     arg.data = nullptr;
     arg.ld = task->buffers[i]->ld();
   }
@@ -519,7 +518,7 @@ bool CudaDevice::stage_buffers(TaskRecord* task, InFlight& flight, Lane& lane) {
   try {
     for (; i < task->buffers.size(); ++i) {
       const BufferState& view = *task->buffers[i];
-      BufferArg& arg = task->args.items[task->buffer_args[i]].buffer;
+      BufferArg& arg = task->buffer_arg(i);
       if (view.root->unified) {
         // In place: remote copies settle as for host use, then the pages
         // move here on this task's stream, ahead of its kernel.
@@ -538,21 +537,19 @@ bool CudaDevice::stage_buffers(TaskRecord* task, InFlight& flight, Lane& lane) {
     unpin(task, flight.ids);
     restore_host_args(task);
     if (task->kernel->cpu) {
-      log().warn("task '{}' (kernel {}): its data does not fit on {} ({}); running it on the CPU", task->name,
-                 task->kernel->name, name(), e.what());
+      log().warn("{}: its data does not fit on {} ({}); running it on the CPU", task->label(), name(), e.what());
       core_.reschedule(task, *this);
       one_done();
       return false;
     }
-    task->error = std::make_exception_ptr(KernelError(fmt::format(
-        "task '{}' (kernel {}): its data does not fit on {}, and the kernel has no CPU implementation: {}", task->name,
-        task->kernel->name, name(), e.what())));
+    task->error = std::make_exception_ptr(
+        KernelError(fmt::format("{}: its data does not fit on {}, and the kernel has no CPU implementation: {}",
+                                task->label(), name(), e.what())));
   } catch (const std::exception& e) {
     unpin(task, flight.ids);
     restore_host_args(task);
-    task->error = std::make_exception_ptr(KernelError(
-        fmt::format("task '{}' (kernel {}): buffer '{}' could not be moved to {}: {}", task->name, task->kernel->name,
-                    task->buffers[i]->name, name(), e.what())));
+    task->error = std::make_exception_ptr(KernelError(fmt::format(
+        "{}: buffer '{}' could not be moved to {}: {}", task->label(), task->buffers[i]->name, name(), e.what())));
   }
   finish_unlaunched(task, {});
   return false;
@@ -565,8 +562,7 @@ void CudaDevice::launch(TaskRecord* task) {
       one_done();
     } else {
       task->error = std::make_exception_ptr(KernelError(fmt::format(
-          "task '{}' (kernel {}) cannot run: {} failed earlier and the kernel has no CPU implementation", task->name,
-          task->kernel->name, name())));
+          "{} cannot run: {} failed earlier and the kernel has no CPU implementation", task->label(), name())));
       finish_unlaunched(task, {});
     }
     return;
@@ -579,16 +575,15 @@ void CudaDevice::launch(TaskRecord* task) {
     flight.start = std::make_unique<Event>(/*timing=*/true);
     flight.end = std::make_unique<Event>(/*timing=*/true);
   } catch (const std::exception& e) {
-    task->error = std::make_exception_ptr(KernelError(
-        fmt::format("task '{}' (kernel {}) could not start on {}: {}", task->name, task->kernel->name, name(), e.what())));
+    task->error = std::make_exception_ptr(
+        KernelError(fmt::format("{} could not start on {}: {}", task->label(), name(), e.what())));
     finish_unlaunched(task, {});
     return;
   }
   if (!stage_buffers(task, flight, lane)) return;
 
   const auto failed = [&](const std::string& what) {
-    task->error = std::make_exception_ptr(
-        KernelError(fmt::format("task '{}' (kernel {}) failed on {}: {}", task->name, task->kernel->name, name(), what)));
+    task->error = std::make_exception_ptr(KernelError(fmt::format("{} failed on {}: {}", task->label(), name(), what)));
   };
   ExecContext context{task->args, task->name, -1, lane.stream.get(), options_.ordinal, std::nullopt, pool_.get()};
   flight.launched_ns = now_ns();
@@ -657,7 +652,7 @@ void CudaDevice::completer_loop(Lane& lane) {
 
 void CudaDevice::settle_outputs(TaskRecord* task, const std::vector<std::uint64_t>& ids) {
   for (std::size_t i = 0; i < ids.size(); ++i) {
-    if (ids[i] == 0 || !writes(task->args.items[task->buffer_args[i]].buffer.mode)) continue;
+    if (ids[i] == 0 || !writes(task->buffer_arg(i).mode)) continue;
     const BufferState& view = *task->buffers[i];
     if (options_.write_through) {
       fetch(ids[i], host_region(view));
@@ -675,8 +670,8 @@ void CudaDevice::complete(InFlight& flight, Lane& lane, cudaError_t status) {
   double seconds = 0;
   if (status != cudaSuccess) {
     if (!task->error)
-      task->error = std::make_exception_ptr(KernelError(fmt::format(
-          "task '{}' (kernel {}) failed on {}: {}", task->name, task->kernel->name, name(), cuda_text(status))));
+      task->error = std::make_exception_ptr(
+          KernelError(fmt::format("{} failed on {}: {}", task->label(), name(), cuda_text(status))));
     if (sticky(status)) lost(cuda_text(status));
   } else if (flight.end) {
     float ms = 0;
@@ -687,16 +682,15 @@ void CudaDevice::complete(InFlight& flight, Lane& lane, cudaError_t status) {
     try {
       settle_outputs(task, flight.ids);
     } catch (const std::exception& e) {
-      task->error = std::make_exception_ptr(KernelError(fmt::format(
-          "task '{}' (kernel {}) ran on {}, but its outputs could not be kept: {}", task->name, task->kernel->name,
-          name(), e.what())));
+      task->error = std::make_exception_ptr(KernelError(
+          fmt::format("{} ran on {}, but its outputs could not be kept: {}", task->label(), name(), e.what())));
     }
   }
   unpin(task, flight.ids);
   if (task->error) {
     // A half-written copy must not pass for the host's data later.
     for (std::size_t i = 0; i < flight.ids.size(); ++i)
-      if (flight.ids[i] != 0 && writes(task->args.items[task->buffer_args[i]].buffer.mode))
+      if (flight.ids[i] != 0 && writes(task->buffer_arg(i).mode))
         discard_on_node(*task->buffers[i], *this, flight.ids[i]);
   }
   task->end_ns = now_ns();

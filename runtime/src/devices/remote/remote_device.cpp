@@ -632,10 +632,10 @@ bool RemoteDevice::fall_back(TaskRecord* task, const std::string& why) {
     core_.reschedule(task, *this);
     return true;
   }
-  task->error = std::make_exception_ptr(KernelError(
-      fmt::format("task '{}' (kernel {}) could not run on {} ({}), and the kernel has no CPU implementation to run "
-                  "instead",
-                  task->name, task->kernel->name, name(), why)));
+  task->error = std::make_exception_ptr(
+      KernelError(fmt::format("{} could not run on {} ({}), and the kernel has no CPU implementation to run "
+                              "instead",
+                              task->label(), name(), why)));
   return false;
 }
 
@@ -652,7 +652,7 @@ void RemoteDevice::prefetch(TaskRecord* task) {
   if (!alive()) return;
   std::vector<std::shared_ptr<BufferState>> inputs;
   for (std::size_t i = 0; i < task->buffers.size(); ++i)
-    if (reads(task->args.items[task->buffer_args[i]].buffer.mode)) inputs.push_back(task->buffers[i]);
+    if (reads(task->buffer_arg(i).mode)) inputs.push_back(task->buffers[i]);
   if (inputs.empty()) return;
   retain(task);
   active_.fetch_add(1, std::memory_order_relaxed);
@@ -728,21 +728,23 @@ bool RemoteDevice::run_here(TaskRecord* task, unsigned slot) {
     for (std::size_t i = 0; i < task->args.items.size(); ++i) {
       const Arg& arg = task->args.items[i];
       protocol::RunArg out;
-      if (arg.kind == Arg::Kind::buffer) {
-        ids[b] = acquire_on_node(*task->buffers[b], arg.buffer.mode, *this);
+      const auto* scalar = std::get_if<ScalarValue>(&arg);
+      if (scalar == nullptr) {
+        const AccessMode mode = std::get<BufferArg>(arg).mode;
+        ids[b] = acquire_on_node(*task->buffers[b], mode, *this);
         out.kind = protocol::RunArg::Kind::buffer;
         out.buffer = ids[b];
-        out.mode = wire(arg.buffer.mode);
+        out.mode = wire(mode);
         ++b;
-      } else if (const auto* d = std::get_if<double>(&arg.scalar)) {
+      } else if (const auto* d = std::get_if<double>(scalar)) {
         out.kind = protocol::RunArg::Kind::real;
         out.real = *d;
-      } else if (const auto* n = std::get_if<std::int64_t>(&arg.scalar)) {
+      } else if (const auto* n = std::get_if<std::int64_t>(scalar)) {
         out.kind = protocol::RunArg::Kind::integer;
         out.integer = *n;
       } else {
         out.kind = protocol::RunArg::Kind::text;
-        out.text = std::get<std::string>(arg.scalar);
+        out.text = std::get<std::string>(*scalar);
       }
       run.args.push_back(std::move(out));
     }
@@ -764,29 +766,26 @@ bool RemoteDevice::run_here(TaskRecord* task, unsigned slot) {
         lineage->regions.push_back(view->region);
       }
       for (std::size_t i = 0; i < task->buffers.size(); ++i)
-        if (writes(task->args.items[task->buffer_args[i]].buffer.mode))
-          written_on_node(*task->buffers[i], *this, ids[i], lineage);
+        if (writes(task->buffer_arg(i).mode)) written_on_node(*task->buffers[i], *this, ids[i], lineage);
       task->result = done->result;
       core_.models().record(task->kernel->name, perf_key(), task->bytes, round_trip);
     } else if (done->status == protocol::Status::kernel_failed) {
-      task->error = std::make_exception_ptr(KernelError(fmt::format(
-          "task '{}' (kernel {}) failed on {}: {}", task->name, task->kernel->name, name(), done->message)));
+      task->error = std::make_exception_ptr(
+          KernelError(fmt::format("{} failed on {}: {}", task->label(), name(), done->message)));
     } else {
       throw RemoteError(fmt::format("{}: {}", protocol::to_string(done->status), done->message));
     }
   } catch (const RemoteError& e) {
     if (task->kernel->cpu)  // before handing it over: the CPU may finish and free it at once
-      log().warn("task '{}' (kernel {}): {} failed ({}); running it on the CPU", task->name, task->kernel->name,
-                 name(), e.what());
+      log().warn("{}: {} failed ({}); running it on the CPU", task->label(), name(), e.what());
     if (fall_back(task, e.what())) return false;
   } catch (const ProtocolError& e) {  // e.g. arguments too large for one message
     if (task->kernel->cpu)
-      log().warn("task '{}' (kernel {}) cannot be sent to {} ({}); running it on the CPU", task->name,
-                 task->kernel->name, name(), e.what());
+      log().warn("{} cannot be sent to {} ({}); running it on the CPU", task->label(), name(), e.what());
     if (fall_back(task, e.what())) return false;
   } catch (const std::exception& e) {
-    task->error = std::make_exception_ptr(
-        KernelError(fmt::format("task '{}' (kernel {}) failed on {}: {}", task->name, task->kernel->name, name(), e.what())));
+    task->error =
+        std::make_exception_ptr(KernelError(fmt::format("{} failed on {}: {}", task->label(), name(), e.what())));
   }
   const auto end = Clock::now();
   task->start_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(start.time_since_epoch()).count();

@@ -1,0 +1,217 @@
+// The coherence layer on its own: copies on a memory node, the host made
+// stale and brought up to date, a node lost with and without lineage. The
+// node is a test double for a GPU or a remote host (its memory is a map of
+// byte vectors, and it can be lost or reconnected); the buffers are real
+// buffers of a real runtime.
+#include "data/coherence.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "ferry/error.hpp"
+#include "runtime_test_support.hpp"
+
+namespace ferry::detail {
+namespace {
+
+class FakeNode final : public NodeLink {
+ public:
+  explicit FakeNode(MemoryNodeId node) : node_(node) {}
+
+  MemoryNodeId node() const noexcept override { return node_; }
+  bool alive() const noexcept override { return alive_; }
+  std::uint64_t epoch() const noexcept override { return epoch_; }
+  // A real node keeps the roots to bring them home at shutdown; counting is enough here.
+  void hold(const std::shared_ptr<BufferRoot>&) override { ++holds; }
+  std::uint64_t ship(const HostRegion& source) override {
+    require_alive();
+    ++ships;
+    const std::uint64_t id = next_id_++;
+    std::vector<char>& bytes = memory[id];
+    bytes.resize(source.bytes());
+    const std::size_t row = source.cols * size_of(source.dtype);
+    for (std::size_t r = 0; r < source.rows; ++r)
+      std::memcpy(bytes.data() + r * row, static_cast<const char*>(source.data) + r * source.ld * size_of(source.dtype),
+                  row);
+    return id;
+  }
+  std::uint64_t allocate(const HostRegion& shape) override {
+    require_alive();
+    const std::uint64_t id = next_id_++;
+    memory[id].assign(shape.bytes(), 0);
+    return id;
+  }
+  void fetch(std::uint64_t id, const HostRegion& dest) override {
+    require_alive();
+    ++fetches;
+    const std::vector<char>& bytes = memory.at(id);
+    const std::size_t row = dest.cols * size_of(dest.dtype);
+    for (std::size_t r = 0; r < dest.rows; ++r)
+      std::memcpy(static_cast<char*>(dest.data) + r * dest.ld * size_of(dest.dtype), bytes.data() + r * row, row);
+  }
+  void drop(std::uint64_t id) noexcept override {
+    ++drops;
+    memory.erase(id);
+  }
+
+  // What a crashed host or a failed GPU looks like from here: everything it held is gone.
+  void lose() {
+    alive_ = false;
+    memory.clear();
+  }
+  // Back, as a new session: copies of the old one do not exist any more.
+  void reconnect() {
+    alive_ = true;
+    ++epoch_;
+    memory.clear();
+  }
+  // What a kernel running on the node would do to a copy.
+  void write(std::uint64_t id, double value) {
+    auto& bytes = memory.at(id);
+    std::vector<double> values(bytes.size() / sizeof(double), value);
+    std::memcpy(bytes.data(), values.data(), bytes.size());
+  }
+
+  std::map<std::uint64_t, std::vector<char>> memory;
+  int ships = 0, fetches = 0, drops = 0, holds = 0;
+
+ private:
+  void require_alive() const {
+    if (!alive_) throw RemoteError("fake node: lost");
+  }
+  MemoryNodeId node_;
+  bool alive_ = true;
+  std::uint64_t epoch_ = 1;
+  std::uint64_t next_id_ = 1;
+};
+
+class Coherence : public ::testing::Test {
+ protected:
+  FakeNode node{7};  // outlives the runtime and its buffers, which drop their copies on it
+  Runtime rt{testing::quiet_options(1)};
+  Buffer<double> x = rt.buffer<double>(4, 4);
+  BufferState& view = *x.state();
+
+  void fill_host(double value) { std::fill_n(static_cast<double*>(view.root->host), 16, value); }
+  bool host_holds(double value) {
+    const double* data = static_cast<const double*>(view.root->host);
+    return std::all_of(data, data + 16, [&](double v) { return v == value; });
+  }
+  std::vector<MemoryNodeId> where() { return valid_nodes(view, {}); }
+  bool valid_on(MemoryNodeId n) {
+    const auto nodes = where();
+    return std::find(nodes.begin(), nodes.end(), n) != nodes.end();
+  }
+};
+
+TEST_F(Coherence, ShipsOnceAndReusesTheCopy) {
+  fill_host(1.0);
+  const std::uint64_t id = acquire_on_node(view, AccessMode::read, node);
+  release_on_node(view, node, id);
+  EXPECT_EQ(acquire_on_node(view, AccessMode::read, node), id);
+  release_on_node(view, node, id);
+  EXPECT_EQ(node.ships, 1);
+  EXPECT_TRUE(valid_on(7));
+  EXPECT_TRUE(valid_on(host_node)) << "a shared copy leaves the host valid";
+}
+
+TEST_F(Coherence, WrittenOnTheNodeTheHostIsStaleUntilFetched) {
+  fill_host(1.0);
+  const std::uint64_t id = acquire_on_node(view, AccessMode::readwrite, node);
+  node.write(id, 5.0);
+  written_on_node(view, node, id, nullptr);
+  release_on_node(view, node, id);
+  EXPECT_FALSE(valid_on(host_node));
+  EXPECT_TRUE(valid_on(7));
+
+  acquire_on_host(view, AccessMode::read);
+  EXPECT_EQ(node.fetches, 1);
+  EXPECT_TRUE(host_holds(5.0));
+  EXPECT_TRUE(valid_on(host_node));
+  EXPECT_TRUE(valid_on(7)) << "a read on the host keeps the node's copy";
+}
+
+TEST_F(Coherence, AHostWriteDropsTheNodesCopies) {
+  const std::uint64_t id = acquire_on_node(view, AccessMode::read, node);
+  release_on_node(view, node, id);
+  acquire_on_host(view, AccessMode::write);
+  EXPECT_EQ(node.drops, 1);
+  EXPECT_TRUE(node.memory.empty());
+  EXPECT_FALSE(valid_on(7));
+}
+
+TEST_F(Coherence, ALostNodesDataIsRecomputedFromLineage) {
+  const KernelDef* fill = KernelRegistry::global().find("fill");
+  ASSERT_NE(fill, nullptr);
+  const std::uint64_t id = acquire_on_node(view, AccessMode::write, node);
+  node.write(id, 5.0);
+  auto lineage = std::make_shared<LineageEntry>();
+  lineage->name = "remote fill";
+  lineage->kernel = std::shared_ptr<const KernelDef>(std::shared_ptr<const KernelDef>{}, fill);
+  lineage->args.items = {Arg{BufferArg{nullptr, DType::f64, 4, 4, 4, AccessMode::write}}, Arg{ScalarValue{5.0}}};
+  lineage->buffer_args = {0};
+  lineage->roots = {view.root};
+  lineage->regions = {view.region};
+  written_on_node(view, node, id, lineage);
+  release_on_node(view, node, id);
+
+  node.lose();
+  acquire_on_host(view, AccessMode::read);
+  EXPECT_EQ(node.fetches, 0) << "nothing can be fetched from a lost node";
+  EXPECT_TRUE(host_holds(5.0)) << "the fill was not replayed on the host";
+  EXPECT_TRUE(lineage->replayed.load());
+}
+
+TEST_F(Coherence, ALostNodesDataWithoutLineageIsAClearError) {
+  const std::uint64_t id = acquire_on_node(view, AccessMode::write, node);
+  written_on_node(view, node, id, nullptr);
+  release_on_node(view, node, id);
+  node.lose();
+  try {
+    acquire_on_host(view, AccessMode::read);
+    FAIL() << "no error for data that is gone";
+  } catch (const RemoteError& e) {
+    EXPECT_NE(std::string(e.what()).find("no lineage"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(Coherence, AReconnectedNodeGetsTheDataShippedAgain) {
+  fill_host(3.0);
+  const std::uint64_t first = acquire_on_node(view, AccessMode::read, node);
+  release_on_node(view, node, first);
+  node.reconnect();
+  const std::uint64_t second = acquire_on_node(view, AccessMode::read, node);
+  release_on_node(view, node, second);
+  EXPECT_NE(first, second);
+  EXPECT_EQ(node.ships, 2);
+  EXPECT_EQ(node.drops, 0) << "a copy of an old session is not dropped on the new one";
+}
+
+TEST_F(Coherence, AModifiedCopyOfAnOverlappingRegionMakesTheHostStale) {
+  auto halves = x.split(2);
+  BufferState& top = *halves[0].state();
+  const std::uint64_t id = acquire_on_node(top, AccessMode::write, node);
+  written_on_node(top, node, id, nullptr);
+  release_on_node(top, node, id);
+  const auto nodes = where();  // the whole buffer
+  EXPECT_EQ(std::count(nodes.begin(), nodes.end(), host_node), 0) << "half of the host's data is stale";
+  EXPECT_EQ(std::count(nodes.begin(), nodes.end(), MemoryNodeId{7}), 0) << "the node holds only half";
+  EXPECT_TRUE(valid_nodes(*halves[1].state(), {}) == std::vector<MemoryNodeId>{host_node});
+}
+
+TEST_F(Coherence, LocalGpusReadAUnifiedBufferInPlace) {
+  // Without a GPU a unified buffer is an ordinary host buffer; marked
+  // unified here, the query must list the in-place readers it is given.
+  view.root->unified = true;
+  const auto nodes = valid_nodes(view, {3, 4});
+  EXPECT_TRUE((nodes == std::vector<MemoryNodeId>{host_node, 3, 4}));
+  view.root->unified = false;
+}
+
+}  // namespace
+}  // namespace ferry::detail
