@@ -206,6 +206,7 @@ Runtime::RemoteStats Runtime::remote_stats(const std::string& address) const {
   out.bytes_shipped = remote->bytes_shipped();
   out.bytes_fetched = remote->bytes_fetched();
   out.connected = remote->alive();
+  out.tasks_forwarded = remote->tasks_forwarded();
   if (out.connected) {
     const auto s = remote->stats();
     out.server_bytes_in = s.bytes_in;

@@ -53,6 +53,9 @@ struct TaskRecord {
   };
   std::vector<Edge> successors;
   std::atomic<TaskRecord*> failed_input{nullptr};  // a predecessor that failed (referenced)
+  // Ids of the predecessors this task had to wait for when it was submitted
+  // (written only while it is submitted): a remote forwards it behind them.
+  std::vector<std::uint64_t> waits_on;
 
   std::atomic<bool> done{false};
   std::exception_ptr error;

@@ -197,6 +197,7 @@ class Runtime {
     std::uint64_t server_memory_in_use = 0;
     std::size_t bytes_shipped = 0, bytes_fetched = 0;
     bool connected = false;
+    std::uint64_t tasks_forwarded = 0;  // sent behind their predecessors, before they were ready
   };
   RemoteStats remote_stats(const std::string& address) const;
   const Options& options() const noexcept;

@@ -95,6 +95,11 @@ RemoteDevice::~RemoteDevice() {
       log().error("remote {}: could not bring a buffer home at shutdown: {}", options_.address, e.what());
     }
   }
+  {
+    std::lock_guard lock(forward_mutex_);
+    for (auto& [id, task] : waiting_) release(task);
+    waiting_.clear();
+  }
   stopping_.store(true);
   queue_cv_.notify_all();
   reconnect_cv_.notify_all();
@@ -233,6 +238,7 @@ void RemoteDevice::reconnect_loop() {
 
 std::future<protocol::Message> RemoteDevice::request(std::uint64_t id, protocol::Message message, const void* payload,
                                                      std::size_t bytes, void* dest) {
+  auto header = protocol::encode(message);  // first: a message that cannot be encoded leaves nothing pending
   auto pending = std::make_shared<Pending>();
   pending->dest = dest;
   auto future = pending->reply.get_future();
@@ -250,7 +256,7 @@ std::future<protocol::Message> RemoteDevice::request(std::uint64_t id, protocol:
     std::lock_guard lock(pending_mutex_);
     pending_[id] = pending;
   }
-  connection->send(protocol::encode(message), payload, bytes, [this, id](const std::string& error) {
+  connection->send(std::move(header), payload, bytes, [this, id](const std::string& error) {
     if (error.empty()) return;
     std::shared_ptr<Pending> p;
     {
@@ -540,6 +546,7 @@ void RemoteDevice::enqueue(TaskRecord* task) {
 
 void RemoteDevice::prefetch(TaskRecord* task) {
   if (!alive()) return;
+  if (forward_or_hold(task)) return;  // its inputs are there already
   std::vector<std::shared_ptr<BufferState>> inputs;
   for (std::size_t i = 0; i < task->buffers.size(); ++i)
     if (reads(task->args.items[task->buffer_args[i]].buffer.mode)) inputs.push_back(task->buffers[i]);
@@ -593,77 +600,118 @@ void RemoteDevice::prefetch_inputs(TaskRecord* task, const std::vector<std::shar
   }
 }
 
+void RemoteDevice::marshal(TaskRecord* task, const std::vector<std::shared_ptr<BufferState>>& views,
+                           Marshalled& out) {
+  protocol::Run& run = out.run;
+  run.request = next_request();
+  run.kernel = task->kernel->name;
+  run.task = task->name;
+  out.ids.assign(task->buffers.size(), 0);
+  std::size_t b = 0;
+  for (std::size_t i = 0; i < task->args.items.size(); ++i) {
+    const Arg& arg = task->args.items[i];
+    protocol::RunArg wire_arg;
+    if (arg.kind == Arg::Kind::buffer) {
+      out.ids[b] = acquire_on_node(*views[b], arg.buffer.mode, *this);
+      wire_arg.kind = protocol::RunArg::Kind::buffer;
+      wire_arg.buffer = out.ids[b];
+      wire_arg.mode = wire(arg.buffer.mode);
+      ++b;
+    } else if (const auto* d = std::get_if<double>(&arg.scalar)) {
+      wire_arg.kind = protocol::RunArg::Kind::real;
+      wire_arg.real = *d;
+    } else if (const auto* n = std::get_if<std::int64_t>(&arg.scalar)) {
+      wire_arg.kind = protocol::RunArg::Kind::integer;
+      wire_arg.integer = *n;
+    } else {
+      wire_arg.kind = protocol::RunArg::Kind::text;
+      wire_arg.text = std::get<std::string>(arg.scalar);
+    }
+    run.args.push_back(std::move(wire_arg));
+  }
+}
+
+void RemoteDevice::unpin(const std::vector<std::shared_ptr<BufferState>>& views,
+                         const std::vector<std::uint64_t>& ids) noexcept {
+  for (std::size_t i = 0; i < ids.size() && i < views.size(); ++i)
+    if (ids[i] != 0) release_on_node(*views[i], *this, ids[i]);
+}
+
+void RemoteDevice::settle(TaskRecord* task, const protocol::Done& done, const std::vector<std::uint64_t>& ids) {
+  if (done.status == protocol::Status::kernel_failed) {
+    task->error = std::make_exception_ptr(KernelError(
+        fmt::format("task '{}' (kernel {}) failed on {}: {}", task->name, task->kernel->name, name(), done.message)));
+    return;
+  }
+  if (done.status != protocol::Status::ok)
+    throw RemoteError(fmt::format("{}: {}", protocol::to_string(done.status), done.message));
+  // What the task wrote now lives only there; its lineage recomputes it if the host is lost.
+  auto lineage = std::make_shared<LineageEntry>();
+  lineage->task_id = task->id;
+  lineage->name = task->name;
+  lineage->kernel = task->kernel;
+  lineage->args = task->args;
+  lineage->buffer_args = task->buffer_args;
+  for (const auto& view : task->buffers) {
+    lineage->roots.push_back(view->root);
+    lineage->regions.push_back(view->region);
+  }
+  for (std::size_t i = 0; i < task->buffers.size(); ++i)
+    if (writes(task->args.items[task->buffer_args[i]].buffer.mode))
+      written_on_node(*task->buffers[i], *this, ids[i], lineage);
+  task->result = done.result;
+}
+
+void RemoteDevice::trace_run(TaskRecord* task, unsigned slot, Clock::time_point start, std::int64_t start_ns) {
+  const auto end = Clock::now();
+  task->start_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(start.time_since_epoch()).count();
+  task->end_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(end.time_since_epoch()).count();
+  Trace* trace = core_.trace();
+  if (trace == nullptr) return;
+  TaskSpan span;
+  span.task_id = task->id;
+  span.name = task->name;
+  span.kernel = task->kernel->name;
+  span.device = name();
+  span.lane = lanes_.empty() ? 0 : lanes_[slot % lanes_.size()];
+  span.start_ns = start_ns;
+  span.end_ns = trace->now_ns();
+  span.predecessors = std::move(task->predecessors);
+  span.failed = task->error != nullptr;
+  trace->record(std::move(span));
+}
+
 bool RemoteDevice::run_here(TaskRecord* task, unsigned slot) {
+  // Sent ahead behind its predecessors: only its reply is left to take.
+  if (std::shared_ptr<Forwarded> forwarded = claim(task)) {
+    if (finish_forwarded(task, *forwarded, slot)) return true;
+  }
   if (!alive()) return !fall_back(task, "not connected");
   const auto start = Clock::now();
   const std::int64_t start_ns = core_.trace() ? core_.trace()->now_ns() : 0;
+  Marshalled m;
   try {
-    protocol::Run run;
-    run.request = next_request();
-    run.kernel = task->kernel->name;
-    run.task = task->name;
-    if (task->kernel->cuda_source) define_kernel(*task->kernel);
-    std::vector<std::uint64_t> ids(task->buffers.size());
     // Unpinned however the run ends, so the copies can be evicted again.
     struct Unpin {
       RemoteDevice& self;
       TaskRecord* task;
-      std::vector<std::uint64_t>& ids;
+      Marshalled& m;
       ~Unpin() {
-        for (std::size_t i = 0; i < ids.size(); ++i)
-          if (ids[i] != 0) release_on_node(*task->buffers[i], self, ids[i]);
+        self.sent_done(task);
+        self.unpin(task->buffers, m.ids);
       }
-    } unpin{*this, task, ids};
-    std::size_t b = 0;
-    for (std::size_t i = 0; i < task->args.items.size(); ++i) {
-      const Arg& arg = task->args.items[i];
-      protocol::RunArg out;
-      if (arg.kind == Arg::Kind::buffer) {
-        ids[b] = acquire_on_node(*task->buffers[b], arg.buffer.mode, *this);
-        out.kind = protocol::RunArg::Kind::buffer;
-        out.buffer = ids[b];
-        out.mode = wire(arg.buffer.mode);
-        ++b;
-      } else if (const auto* d = std::get_if<double>(&arg.scalar)) {
-        out.kind = protocol::RunArg::Kind::real;
-        out.real = *d;
-      } else if (const auto* n = std::get_if<std::int64_t>(&arg.scalar)) {
-        out.kind = protocol::RunArg::Kind::integer;
-        out.integer = *n;
-      } else {
-        out.kind = protocol::RunArg::Kind::text;
-        out.text = std::get<std::string>(arg.scalar);
-      }
-      run.args.push_back(std::move(out));
-    }
+    } unpin_at_exit{*this, task, m};
+    if (task->kernel->cuda_source) define_kernel(*task->kernel);
+    marshal(task, task->buffers, m);
     const auto sent = Clock::now();
-    auto future = request(run.request, run, nullptr, 0);
+    auto future = send_run(task, m.run);
     protocol::Message reply = await(future, "run");
     const double round_trip = seconds_since(sent);
     const auto* done = std::get_if<protocol::Done>(&reply);
     if (done == nullptr) throw RemoteError("no run reply");
-    if (done->status == protocol::Status::ok) {
-      auto lineage = std::make_shared<LineageEntry>();
-      lineage->task_id = task->id;
-      lineage->name = task->name;
-      lineage->kernel = task->kernel;
-      lineage->args = task->args;
-      lineage->buffer_args = task->buffer_args;
-      for (const auto& view : task->buffers) {
-        lineage->roots.push_back(view->root);
-        lineage->regions.push_back(view->region);
-      }
-      for (std::size_t i = 0; i < task->buffers.size(); ++i)
-        if (writes(task->args.items[task->buffer_args[i]].buffer.mode))
-          written_on_node(*task->buffers[i], *this, ids[i], lineage);
-      task->result = done->result;
+    settle(task, *done, m.ids);
+    if (done->status == protocol::Status::ok)
       core_.models().record(task->kernel->name, perf_key(), task->bytes, round_trip);
-    } else if (done->status == protocol::Status::kernel_failed) {
-      task->error = std::make_exception_ptr(KernelError(fmt::format(
-          "task '{}' (kernel {}) failed on {}: {}", task->name, task->kernel->name, name(), done->message)));
-    } else {
-      throw RemoteError(fmt::format("{}: {}", protocol::to_string(done->status), done->message));
-    }
   } catch (const RemoteError& e) {
     if (task->kernel->cpu)  // before handing it over: the CPU may finish and free it at once
       log().warn("task '{}' (kernel {}): {} failed ({}); running it on the CPU", task->name, task->kernel->name,
@@ -678,22 +726,7 @@ bool RemoteDevice::run_here(TaskRecord* task, unsigned slot) {
     task->error = std::make_exception_ptr(
         KernelError(fmt::format("task '{}' (kernel {}) failed on {}: {}", task->name, task->kernel->name, name(), e.what())));
   }
-  const auto end = Clock::now();
-  task->start_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(start.time_since_epoch()).count();
-  task->end_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(end.time_since_epoch()).count();
-  if (Trace* trace = core_.trace()) {
-    TaskSpan span;
-    span.task_id = task->id;
-    span.name = task->name;
-    span.kernel = task->kernel->name;
-    span.device = name();
-    span.lane = lanes_.empty() ? 0 : lanes_[slot % lanes_.size()];
-    span.start_ns = start_ns;
-    span.end_ns = trace->now_ns();
-    span.predecessors = std::move(task->predecessors);
-    span.failed = task->error != nullptr;
-    trace->record(std::move(span));
-  }
+  trace_run(task, slot, start, start_ns);
   return true;
 }
 

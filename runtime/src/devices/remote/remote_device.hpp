@@ -9,6 +9,10 @@
 // few threads give enough tasks in flight to overlap transfers with compute
 // (docs/architecture.md says why).
 //
+// A task whose predecessors were all sent here is forwarded at once, with
+// their request ids, and ferryd runs it behind them: a chain on one host
+// costs one round trip, not one per task (chain_forwarding.cpp).
+//
 // If the host goes away, tasks in flight here run on the CPU instead, data
 // only it held is recomputed from lineage, and a background thread
 // reconnects with backoff; the scheduler uses the host again once it is back.
@@ -24,6 +28,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "data/coherence.hpp"
@@ -75,6 +80,7 @@ class RemoteDevice final : public Device, public NodeLink {
   const std::string& address() const noexcept { return options_.address; }
   std::size_t bytes_shipped() const noexcept { return bytes_shipped_.load(std::memory_order_relaxed); }
   std::size_t bytes_fetched() const noexcept { return bytes_fetched_.load(std::memory_order_relaxed); }
+  std::uint64_t tasks_forwarded() const noexcept { return forwarded_count_.load(std::memory_order_relaxed); }
 
  private:
   struct Pending {
@@ -105,9 +111,49 @@ class RemoteDevice final : public Device, public NodeLink {
   std::uint64_t ship_now(const HostRegion& source);
   void get_chunks(std::uint64_t id, std::byte* dest, std::size_t bytes);
 
+  // A task's run message, its buffers acquired here (pinned) as it is made.
+  struct Marshalled {
+    protocol::Run run;
+    std::vector<std::uint64_t> ids;  // per buffer; 0 where not acquired (yet)
+  };
+  // A run sent before its task was ready (chain_forwarding.cpp).
+  struct Forwarded {
+    std::future<protocol::Message> reply;
+    std::vector<std::shared_ptr<BufferState>> views;  // the task drops its own at finish
+    std::vector<std::uint64_t> ids;
+    std::chrono::steady_clock::time_point start;
+    std::int64_t start_ns = 0;
+  };
+  struct Sent {
+    std::uint64_t request = 0;
+    std::uint64_t epoch = 0;
+  };
+
   void proxy_loop(unsigned slot);
   // Runs the task there; false when it was handed to another device instead.
   bool run_here(TaskRecord* task, unsigned slot);
+  void marshal(TaskRecord* task, const std::vector<std::shared_ptr<BufferState>>& views, Marshalled& out);
+  void unpin(const std::vector<std::shared_ptr<BufferState>>& views, const std::vector<std::uint64_t>& ids) noexcept;
+  // A run's reply: lineage and coherence for ok, the task's error for
+  // kernel_failed; throws RemoteError for anything else.
+  void settle(TaskRecord* task, const protocol::Done& done, const std::vector<std::uint64_t>& ids);
+  void trace_run(TaskRecord* task, unsigned slot, std::chrono::steady_clock::time_point start, std::int64_t start_ns);
+
+  // ---- chains (chain_forwarding.cpp) ----
+  // Sends a run and records it as sent, so its successors may follow it at once.
+  std::future<protocol::Message> send_run(TaskRecord* task, const protocol::Run& run);
+  void sent_done(TaskRecord* task);
+  // At submission: forwards the task if it can go now, or holds it until its predecessors are sent.
+  bool forward_or_hold(TaskRecord* task);
+  bool try_forward(TaskRecord* task);  // forward_mutex_ held
+  void forward_held();                 // forward_mutex_ held
+  bool in_place(const BufferState& view, AccessMode mode) const;
+  // Takes the task's forwarded run, if any; it is no longer held either way.
+  std::shared_ptr<Forwarded> claim(TaskRecord* task);
+  // False when the forwarded run did not happen there (refused, host lost): run it again.
+  bool finish_forwarded(TaskRecord* task, Forwarded& forwarded, unsigned slot);
+  // At the task's finish: what a forwarded run it never claimed still pins.
+  void forget_forwarded(std::uint64_t task_id);
   // Sends a CUDA source kernel's definition once per connection.
   void define_kernel(const KernelDef& kernel);
   // Hands the task to the CPU (true), or fails it naming why (false) when
@@ -149,6 +195,15 @@ class RemoteDevice final : public Device, public NodeLink {
   std::vector<std::thread> proxies_;
   std::vector<int> lanes_;
   int lane_out_ = 0, lane_in_ = 0;  // trace lanes of the link's two directions
+
+  // Chains: runs sent and not yet answered, by task id; runs forwarded and
+  // not yet claimed; tasks waiting for their predecessors to be sent, in
+  // submission order (referenced). One lock, so runs go out in a valid order.
+  std::mutex forward_mutex_;
+  std::unordered_map<std::uint64_t, Sent> sent_;
+  std::unordered_map<std::uint64_t, std::shared_ptr<Forwarded>> forwarded_;
+  std::map<std::uint64_t, TaskRecord*> waiting_;
+  std::atomic<std::uint64_t> forwarded_count_{0};
 
   std::mutex held_mutex_;
   std::vector<std::weak_ptr<BufferRoot>> held_;

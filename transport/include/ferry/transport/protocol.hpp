@@ -31,6 +31,7 @@ inline constexpr std::uint64_t max_buffer_bytes = std::uint64_t{1} << 40;  // 1 
 inline constexpr std::size_t nonce_bytes = 32;
 inline constexpr std::size_t mac_bytes = 32;  // HMAC-SHA-256 (libsodium crypto_auth_hmacsha256)
 inline constexpr std::uint32_t max_source_bytes = 1u << 20;  // a define_kernel's CUDA source (its payload)
+inline constexpr std::size_t max_after = 256;  // a run's predecessors on the same connection
 
 enum class Type : std::uint16_t {
   hello = 1,   // client -> server: first message
@@ -149,6 +150,10 @@ struct Run {
   std::string kernel;
   std::string task;  // the task's name, for the server's logs and errors
   std::vector<RunArg> args;
+  // Earlier runs of this connection (by request) that this one waits for: a
+  // run forwarded before they finished. Optional on the wire (absent: none),
+  // at most max_after.
+  std::vector<std::uint64_t> after{};  // {}: designated initializers may leave it out
 };
 
 struct Done {
