@@ -56,6 +56,7 @@ RemoteDevice::RemoteDevice(RuntimeCore& core, DeviceId id, MemoryNodeId node, Re
     : Device(id, "remote:" + options.address, DeviceKind::remote, node, "remote:" + options.address, remote_peak()),
       core_(core),
       options_(std::move(options)),
+      rpc_(options_.address),
       worker_(std::move(worker)) {
   std::tie(host_, port_) = transport::parse_address(options_.address);
   if (options_.chunk_bytes == 0) throw UsageError("remote chunk size must be positive");
@@ -194,13 +195,7 @@ void RemoteDevice::measure_link() {
 void RemoteDevice::lost(const std::string& reason) {
   if (alive_.exchange(false, std::memory_order_acq_rel))
     log().warn("remote {} lost: {}; its tasks run elsewhere until it is back", options_.address, reason);
-  std::map<std::uint64_t, std::shared_ptr<Pending>> pending;
-  {
-    std::lock_guard lock(pending_mutex_);
-    pending.swap(pending_);
-  }
-  for (auto& [id, p] : pending)
-    p->reply.set_exception(std::make_exception_ptr(RemoteError(fmt::format("remote {}: {}", options_.address, reason))));
+  rpc_.fail_all(reason);
   std::shared_ptr<transport::Connection> connection;
   {
     std::lock_guard lock(connection_mutex_);
@@ -236,45 +231,14 @@ void RemoteDevice::reconnect_loop() {
 
 // ---- requests ----
 
-std::future<protocol::Message> RemoteDevice::request(std::uint64_t id, protocol::Message message, const void* payload,
-                                                     std::size_t bytes, void* dest) {
-  auto header = protocol::encode(message);  // first: a message that cannot be encoded leaves nothing pending
-  auto pending = std::make_shared<Pending>();
-  pending->dest = dest;
-  auto future = pending->reply.get_future();
+std::future<protocol::Message> RemoteDevice::request(std::uint64_t id, const protocol::Message& message,
+                                                     const void* payload, std::size_t bytes, void* dest) {
   std::shared_ptr<transport::Connection> connection;
   {
     std::lock_guard lock(connection_mutex_);
     connection = connection_;
   }
-  if (!connection) {
-    pending->reply.set_exception(
-        std::make_exception_ptr(RemoteError(fmt::format("remote {}: not connected", options_.address))));
-    return future;
-  }
-  {
-    std::lock_guard lock(pending_mutex_);
-    pending_[id] = pending;
-  }
-  connection->send(std::move(header), payload, bytes, [this, id](const std::string& error) {
-    if (error.empty()) return;
-    std::shared_ptr<Pending> p;
-    {
-      std::lock_guard lock(pending_mutex_);
-      if (auto it = pending_.find(id); it != pending_.end()) {
-        p = it->second;
-        pending_.erase(it);
-      }
-    }
-    if (p) p->reply.set_exception(std::make_exception_ptr(RemoteError(fmt::format("send failed: {}", error))));
-  });
-  return future;
-}
-
-protocol::Message RemoteDevice::await(std::future<protocol::Message>& reply, const char* what) {
-  if (reply.wait_for(std::chrono::seconds(120)) != std::future_status::ready)
-    throw RemoteError(fmt::format("remote {}: no reply to {} in 120 s", options_.address, what));
-  return reply.get();
+  return rpc_.request(connection, id, message, payload, bytes, dest);
 }
 
 void RemoteDevice::on_message(transport::Incoming& incoming) {
@@ -285,41 +249,18 @@ void RemoteDevice::on_message(transport::Incoming& incoming) {
     lost(fmt::format("undecodable message from ferryd: {}", e.what()));
     return;
   }
-  const auto complete = [&](std::uint64_t id, std::shared_ptr<Pending>* out = nullptr) {
-    std::shared_ptr<Pending> p;
-    {
-      std::lock_guard lock(pending_mutex_);
-      if (auto it = pending_.find(id); it != pending_.end()) {
-        p = it->second;
-        pending_.erase(it);
-      }
-    }
-    if (out != nullptr) *out = p;
-    else if (p) p->reply.set_value(message);
-    return p != nullptr;
-  };
   std::visit(
       [&](auto& m) {
         using M = std::decay_t<decltype(m)>;
-        if constexpr (std::is_same_v<M, protocol::Data>) {
-          std::shared_ptr<Pending> p;
-          complete(m.request, &p);
-          if (!p) return;
-          if (incoming.payload_bytes() == 0 || p->dest == nullptr) {
-            p->reply.set_value(message);
-            return;
-          }
-          incoming.into(p->dest, [p, message](const std::string& error) {
-            if (error.empty()) p->reply.set_value(message);
-            else p->reply.set_exception(std::make_exception_ptr(RemoteError("receiving data: " + error)));
-          });
-        } else if constexpr (std::is_same_v<M, protocol::PutAck> || std::is_same_v<M, protocol::Done> ||
-                             std::is_same_v<M, protocol::Pong> || std::is_same_v<M, protocol::StatsReply>) {
-          complete(m.request);
+        if constexpr (std::is_same_v<M, protocol::Data> || std::is_same_v<M, protocol::PutAck> ||
+                      std::is_same_v<M, protocol::Done> || std::is_same_v<M, protocol::Pong> ||
+                      std::is_same_v<M, protocol::StatsReply>) {
+          rpc_.complete(m.request, message, incoming);
         } else if constexpr (std::is_same_v<M, protocol::Challenge> || std::is_same_v<M, protocol::Welcome>) {
-          complete(0);
+          rpc_.complete(0, message, incoming);  // the handshake's replies carry no request id
         } else if constexpr (std::is_same_v<M, protocol::ErrorMessage>) {
-          if (!complete(0)) lost(fmt::format("ferryd error {}: {}", protocol::to_string(m.status), m.message));
+          if (!rpc_.complete(0, message, incoming))
+            lost(fmt::format("ferryd error {}: {}", protocol::to_string(m.status), m.message));
         } else if constexpr (std::is_same_v<M, protocol::Bye>) {
           lost(fmt::format("ferryd closed the session: {}", m.message));
         } else {
@@ -341,50 +282,59 @@ std::size_t RemoteDevice::chunk_for(std::size_t bytes) const noexcept {
   return std::min(limit, std::max(spread, std::min(floor, limit)));
 }
 
-void RemoteDevice::put_chunks(std::uint64_t id, const HostRegion& shape, const std::byte* data, std::size_t bytes) {
+template <typename Send, typename Check>
+void RemoteDevice::in_chunks(std::size_t bytes, const char* what, Send send, Check check) {
   const std::size_t chunk = chunk_for(bytes);
   std::deque<std::future<protocol::Message>> window;
-  const auto settle = [&] {
-    protocol::Message reply = await(window.front(), "put");
+  const auto settle_one = [&] {
+    protocol::Message reply = await(window.front(), what);
     window.pop_front();
-    const auto* ack = std::get_if<protocol::PutAck>(&reply);
-    if (ack != nullptr && (ack->status == protocol::Status::quota_exceeded || ack->status == protocol::Status::out_of_memory))
-      throw NoRoom(fmt::format("remote {} has no room: {}", options_.address, ack->message));
-    if (ack == nullptr || ack->status != protocol::Status::ok)
-      throw RemoteError(fmt::format("remote {} refused data: {}: {}", options_.address,
-                                    ack ? protocol::to_string(ack->status) : "no acknowledgement",
-                                    ack ? ack->message : ""));
+    check(reply);
   };
   std::size_t offset = 0;
-  do {
+  do {  // at least once: an empty put still makes the replica
     const std::size_t len = std::min(chunk, bytes - offset);
-    if (window.size() >= options_.window) settle();
-    const std::uint64_t req = next_request();
-    protocol::Put put{req, id, wire(shape.dtype), shape.rows, shape.cols, offset};
-    window.push_back(request(req, put, data + offset, len));
+    if (window.size() >= options_.window) settle_one();
+    window.push_back(send(offset, len));
     offset += len;
   } while (offset < bytes);
-  while (!window.empty()) settle();
+  while (!window.empty()) settle_one();
+}
+
+void RemoteDevice::put_chunks(std::uint64_t id, const HostRegion& shape, const std::byte* data, std::size_t bytes) {
+  in_chunks(
+      bytes, "put",
+      [&](std::size_t offset, std::size_t len) {
+        const std::uint64_t req = next_request();
+        return request(req, protocol::Put{req, id, wire(shape.dtype), shape.rows, shape.cols, offset},
+                       data + offset, len);
+      },
+      [&](const protocol::Message& reply) {
+        const auto* ack = std::get_if<protocol::PutAck>(&reply);
+        if (ack != nullptr &&
+            (ack->status == protocol::Status::quota_exceeded || ack->status == protocol::Status::out_of_memory))
+          throw NoRoom(fmt::format("remote {} has no room: {}", options_.address, ack->message));
+        if (ack == nullptr || ack->status != protocol::Status::ok)
+          throw RemoteError(fmt::format("remote {} refused data: {}: {}", options_.address,
+                                        ack ? protocol::to_string(ack->status) : "no acknowledgement",
+                                        ack ? ack->message : ""));
+      });
 }
 
 void RemoteDevice::get_chunks(std::uint64_t id, std::byte* dest, std::size_t bytes) {
-  const std::size_t chunk = chunk_for(bytes);
-  std::deque<std::future<protocol::Message>> window;
-  const auto settle = [&] {
-    protocol::Message reply = await(window.front(), "get");
-    window.pop_front();
-    const auto* data = std::get_if<protocol::Data>(&reply);
-    if (data == nullptr || data->status != protocol::Status::ok)
-      throw RemoteError(fmt::format("remote {} could not send data back: {}: {}", options_.address,
-                                    data ? protocol::to_string(data->status) : "no data", data ? data->message : ""));
-  };
-  for (std::size_t offset = 0; offset < bytes; offset += chunk) {
-    const std::size_t len = std::min(chunk, bytes - offset);
-    if (window.size() >= options_.window) settle();
-    const std::uint64_t req = next_request();
-    window.push_back(request(req, protocol::Get{req, id, offset, len}, nullptr, 0, dest + offset));
-  }
-  while (!window.empty()) settle();
+  in_chunks(
+      bytes, "get",
+      [&](std::size_t offset, std::size_t len) {
+        const std::uint64_t req = next_request();
+        return request(req, protocol::Get{req, id, offset, len}, nullptr, 0, dest + offset);
+      },
+      [&](const protocol::Message& reply) {
+        const auto* data = std::get_if<protocol::Data>(&reply);
+        if (data == nullptr || data->status != protocol::Status::ok)
+          throw RemoteError(fmt::format("remote {} could not send data back: {}: {}", options_.address,
+                                        data ? protocol::to_string(data->status) : "no data",
+                                        data ? data->message : ""));
+      });
 }
 
 template <typename Put>

@@ -35,6 +35,7 @@
 #include "devices/device.hpp"
 #include "ferry/transport/connection.hpp"
 #include "ferry/transport/protocol.hpp"
+#include "ferry/transport/rpc_client.hpp"
 #include "ferry/transport/worker.hpp"
 
 namespace ferry::detail {
@@ -83,10 +84,6 @@ class RemoteDevice final : public Device, public NodeLink {
   std::uint64_t tasks_forwarded() const noexcept { return forwarded_count_.load(std::memory_order_relaxed); }
 
  private:
-  struct Pending {
-    std::promise<protocol::Message> reply;
-    void* dest = nullptr;  // where a data reply's payload goes
-  };
   struct Job {
     TaskRecord* task = nullptr;
     bool prefetch = false;  // ship the task's inputs early, do not run it
@@ -100,11 +97,16 @@ class RemoteDevice final : public Device, public NodeLink {
   void reconnect_loop();
   void lost(const std::string& reason);
 
-  std::future<protocol::Message> request(std::uint64_t id, protocol::Message message, const void* payload,
+  // On the current connection (rpc_ matches the replies).
+  std::future<protocol::Message> request(std::uint64_t id, const protocol::Message& message, const void* payload,
                                          std::size_t bytes, void* dest = nullptr);
-  protocol::Message await(std::future<protocol::Message>& reply, const char* what);
-  std::uint64_t next_request() noexcept { return next_request_.fetch_add(1, std::memory_order_relaxed); }
+  protocol::Message await(std::future<protocol::Message>& reply, const char* what) { return rpc_.await(reply, what); }
+  std::uint64_t next_request() noexcept { return rpc_.next_id(); }
   std::size_t chunk_for(std::size_t bytes) const noexcept;
+  // Bulk data either way, in chunks with a window of them in flight: `send`
+  // issues the request for [offset, offset + length), `check` judges its reply.
+  template <typename Send, typename Check>
+  void in_chunks(std::size_t bytes, const char* what, Send send, Check check);
   void put_chunks(std::uint64_t id, const HostRegion& shape, const std::byte* data, std::size_t bytes);
   template <typename Put>
   std::uint64_t with_room(std::size_t bytes, Put put);
@@ -164,6 +166,7 @@ class RemoteDevice final : public Device, public NodeLink {
 
   RuntimeCore& core_;
   RemoteOptions options_;
+  transport::RpcClient rpc_;
   std::shared_ptr<transport::Worker> worker_;
   std::string host_;
   std::uint16_t port_ = 0;
@@ -183,9 +186,6 @@ class RemoteDevice final : public Device, public NodeLink {
   std::uint64_t defined_epoch_ = 0;  // the connection defined_ is about
   std::set<std::string> defined_;    // kernels defined there
 
-  std::mutex pending_mutex_;
-  std::map<std::uint64_t, std::shared_ptr<Pending>> pending_;
-  std::atomic<std::uint64_t> next_request_{1};
   std::atomic<std::uint64_t> next_copy_{1};
 
   std::mutex queue_mutex_;
