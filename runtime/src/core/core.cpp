@@ -41,6 +41,14 @@ std::string what_of(const std::exception_ptr& error) {
   }
 }
 
+// Options::inline_below_seconds: whether a ready task runs on the submitting thread.
+bool runs_inline(const TaskRecord& task, const PerfModels& models, double below_seconds) {
+  if (below_seconds <= 0 || task.device->kind() != DeviceKind::cpu) return false;
+  const Cost hint = task.kernel->cost ? task.kernel->cost(task.args) : Cost{};
+  const Estimate e = models.estimate(task.kernel->name, task.device->perf_key(), task.bytes, hint, task.device->peak());
+  return e.calibrated && e.seconds < below_seconds;
+}
+
 std::string param_name(const KernelDef& kernel, std::size_t index) {
   return index < kernel.params.size() ? kernel.params[index].name : fmt::format("#{}", index + 1);
 }
@@ -350,8 +358,13 @@ Task RuntimeCore::launch(Prepared&& prepared) {
   if (task->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) {
     TaskRecord* bypass = nullptr;
     std::vector<TaskRecord*> skipped;
-    ready(task, nullptr, bypass, skipped);
+    Device* here = runs_inline(*task, models_, options_.inline_below_seconds) ? task->device : nullptr;
+    ready(task, here, bypass, skipped);
     for (TaskRecord* t : skipped) finish(t, nullptr);
+    if (bypass != nullptr) {
+      execute(bypass, *here, -1, -1);
+      finish(bypass, nullptr);  // its successors go to the workers: only the short task runs here
+    }
   }
   return handle;
 }

@@ -83,6 +83,11 @@ class Runtime {
     // copy stays valid): for programs that read host replicas without
     // host() (ferryd); others bring data home only when it is needed.
     bool gpu_write_through = false;
+    // A task placed on the CPU alone, ready when submitted, whose calibrated
+    // estimate there is below this, runs on the submitting thread instead of
+    // being handed to a worker and back (ferryd: on its progress thread,
+    // which answers the run at once). 0: never.
+    double inline_below_seconds = 0;
     // FERRY_* variables override the fields above unless this is false.
     bool read_environment = true;
   };
