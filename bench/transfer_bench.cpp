@@ -1,4 +1,4 @@
-// bulk transfer to a remote reaches >= 95 % of ucx_perftest's
+// bulk transfer to and from a remote reaches >= 95 % of ucx_perftest's
 // bandwidth (>= 4 MiB, same transport), and an empty remote task's round trip
 // is <= 2x UCX's ping-pong round trip; a 10,000-task chain pinned to the
 // remote costs <= 3 us per task (beside the same chain on the local CPU); a
@@ -89,20 +89,24 @@ ferry::Runtime::Options options(const Config& c, std::size_t chunk_bytes, unsign
   return o;
 }
 
-// Duration of the newest "ship" transfer span of `bytes`, from the trace.
-double last_ship_seconds(const ferry::Runtime& rt, std::size_t bytes) {
+// Duration of the newest ship (to the remote) or fetch transfer span of `bytes`, from the trace.
+double last_transfer_seconds(const ferry::Runtime& rt, std::size_t bytes, bool ship = true) {
   const auto doc = nlohmann::json::parse(rt.trace()->chrome_json());
   double us = -1;
-  for (const auto& e : doc["traceEvents"])
-    if (e.value("cat", "") == "transfer" && e["args"].value("link", "").starts_with("host->") &&
+  for (const auto& e : doc["traceEvents"]) {
+    const std::string link = e.contains("args") ? e["args"].value("link", "") : "";
+    if (e.value("cat", "") == "transfer" && (ship ? link.starts_with("host->") : link.ends_with("->host")) &&
         e["args"].value("bytes", std::size_t{0}) == bytes)
       us = e["dur"].get<double>();
-  if (us < 0) throw std::runtime_error(fmt::format("no ship of {} bytes in the trace", bytes));
+  }
+  if (us < 0) throw std::runtime_error(fmt::format("no {} of {} bytes in the trace", ship ? "ship" : "fetch", bytes));
   return us * 1e-6;
 }
+double last_ship_seconds(const ferry::Runtime& rt, std::size_t bytes) { return last_transfer_seconds(rt, bytes); }
 
 struct Ship {
   double seconds = 1e300, end_to_end = 1e300;  // best of reps
+  double fetch_seconds = 1e300;                 // bringing a buffer the remote wrote home
 };
 
 // Ships a buffer of `mib_size` MiB `reps` times; each time x.host() leaves the
@@ -125,7 +129,15 @@ Ship ship(const Config& c, std::size_t mib_size, std::size_t chunk_bytes, unsign
     best.end_to_end = std::min(best.end_to_end, std::chrono::duration<double>(Clock::now() - t).count());
     best.seconds = std::min(best.seconds, last_ship_seconds(rt, bytes));
   }
+  // Fetch: the remote writes x (scal by 1), then host() brings it home.
+  for (int r = 0; r < c.reps; ++r) {
+    rt.submit("scal", ferry::readwrite(x), 1.0, remote).wait();
+    (void)x.host();
+    best.fetch_seconds = std::min(best.fetch_seconds, last_transfer_seconds(rt, bytes, false));
+  }
   const auto stats = rt.remote_stats(c.remote);
+  if (stats.bytes_fetched < bytes * static_cast<std::size_t>(c.reps))
+    throw std::runtime_error(fmt::format("only {} bytes fetched", stats.bytes_fetched));
   if (stats.bytes_shipped < bytes * static_cast<std::size_t>(c.reps + 1))
     throw std::runtime_error(fmt::format("only {} bytes shipped; the remote copy was reused", stats.bytes_shipped));
   return best;
@@ -210,18 +222,22 @@ int main(int argc, char** argv) try {
 
   std::printf("bulk transfer to a remote (UCX_TLS=%s), default chunk %zu MiB, window %u, best of %d\n", c.tls.c_str(),
               defaults.chunk_bytes >> 20, defaults.chunk_window, c.reps);
-  std::printf("%8s %11s %13s %13s %9s %s\n", "size", "ship GB/s", "e2e GB/s", "perftest GB/s", "ratio", "(>= 95% from 4 MiB)");
+  std::printf("%8s %11s %13s %11s %13s %9s %9s %s\n", "size", "ship GB/s", "e2e GB/s", "fetch GB/s", "perftest GB/s",
+              "ship", "fetch", "(ratios; >= 95% from 4 MiB)");
   nlohmann::json bulk = nlohmann::json::array();
   for (std::size_t m : c.sizes) {
     const Ship s = ship(c, m, 0, 0);
     const auto peer = c.peer_mbps.find(m);
     const double peer_gbps = peer == c.peer_mbps.end() ? 0 : peer->second * mib / 1e9;
     const double ratio = peer_gbps > 0 ? gbps(m, s.seconds) / peer_gbps : 0;
-    const std::string v = peer_gbps <= 0 ? "no peer" : m < 4 ? "info" : verdict(ratio >= 0.95);
-    std::printf("%5zu MiB %11.2f %13.2f %13.2f %8.1f%% %s\n", m, gbps(m, s.seconds), gbps(m, s.end_to_end), peer_gbps,
-                100 * ratio, v.c_str());
+    const double fetch_ratio = peer_gbps > 0 ? gbps(m, s.fetch_seconds) / peer_gbps : 0;
+    const std::string v =
+        peer_gbps <= 0 ? "no peer" : m < 4 ? "info" : verdict(ratio >= 0.95 && fetch_ratio >= 0.95);
+    std::printf("%5zu MiB %11.2f %13.2f %11.2f %13.2f %8.1f%% %8.1f%% %s\n", m, gbps(m, s.seconds),
+                gbps(m, s.end_to_end), gbps(m, s.fetch_seconds), peer_gbps, 100 * ratio, 100 * fetch_ratio, v.c_str());
     bulk.push_back({{"mib", m}, {"ship_gbps", gbps(m, s.seconds)}, {"end_to_end_gbps", gbps(m, s.end_to_end)},
-                    {"perftest_gbps", peer_gbps}, {"ratio", ratio}, {"verdict", v}});
+                    {"fetch_gbps", gbps(m, s.fetch_seconds)}, {"perftest_gbps", peer_gbps}, {"ratio", ratio},
+                    {"fetch_ratio", fetch_ratio}, {"verdict", v}});
   }
   j["bulk"] = bulk;
 
