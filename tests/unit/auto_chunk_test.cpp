@@ -5,8 +5,11 @@
 
 #include <cmath>
 #include <numeric>
+#include <set>
+#include <string>
 
 #include "ferry/error.hpp"
+#include "ferry/runtime/kernel.hpp"
 
 namespace ferry {
 namespace {
@@ -143,6 +146,21 @@ TEST(AutoChunk, RangesCoverUnevenExtentsLikeSplit) {
   }
   EXPECT_THROW(chunk_ranges(3, 4), UsageError);
   EXPECT_THROW(chunk_ranges(3, 0), UsageError);
+}
+
+// Pieces of a chunkable task are independent tasks on disjoint ranges: true of
+// elementwise kernels only, never of a reduction, whose result would be one piece's.
+TEST(AutoChunk, ChunkableBuiltinsAreElementwise) {
+  auto& registry = KernelRegistry::global();
+  const std::set<std::string> elementwise{"fill", "copy", "map", "axpy", "scal"};
+  for (const char* name : {"axpy", "scal", "dot", "nrm2", "gemm", "potrf", "trsm", "syrk", "fill", "copy", "map", "sum"}) {
+    const KernelDef* k = registry.find(name);
+    ASSERT_NE(k, nullptr) << name;
+    EXPECT_EQ(k->chunkable, elementwise.contains(name)) << name;
+  }
+  for (const std::string& name : registry.names())
+    EXPECT_FALSE(registry.find(name)->chunkable && registry.find(name)->returns_scalar)
+        << name << " returns a scalar and is marked chunkable";
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include "data/cuda_unified.hpp"
 #include "devices/remote/remote_device.hpp"
 #include "data/dependencies.hpp"
+#include "scheduling/chunked_submission.hpp"
 #include "ferry/allocator/pinned_pool.hpp"
 #include "ferry/config.hpp"
 #include "ferry/cuda_probe.hpp"
@@ -349,10 +350,14 @@ Task RuntimeCore::launch(Prepared&& prepared) {
   task->bytes = prepared.bytes;
   in_flight_.fetch_add(1, std::memory_order_seq_cst);
 
-  for (std::size_t i = 0; i < task->buffers.size(); ++i)
-    register_access(task, *task->buffers[i], task->args.items[task->buffer_args[i]].buffer.mode);
   place(task, prepared.eligible);
-  task->device->prefetch(task);
+  task->join = !prepared.piece && submit_pieces(*task) > 0;
+  for (std::size_t i = 0; i < task->buffers.size(); ++i) {
+    const AccessMode mode = task->args.items[task->buffer_args[i]].buffer.mode;
+    // A join reads what its pieces wrote: a failed piece fails it (a data edge).
+    register_access(task, *task->buffers[i], task->join && writes(mode) ? AccessMode::readwrite : mode);
+  }
+  if (!task->join) task->device->prefetch(task);
 
   Task handle(task);
   if (task->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) {
@@ -474,7 +479,7 @@ void RuntimeCore::execute(TaskRecord* task, Device& device, int worker, int lane
 }
 
 void RuntimeCore::ready(TaskRecord* task, Device* current, TaskRecord*& bypass, std::vector<TaskRecord*>& skipped) {
-  if (task->failed_input.load(std::memory_order_acquire) != nullptr) {
+  if (task->failed_input.load(std::memory_order_acquire) != nullptr || task->join) {
     skipped.push_back(task);
   } else if (task->device == current && bypass == nullptr) {
     bypass = task;
@@ -485,6 +490,10 @@ void RuntimeCore::ready(TaskRecord* task, Device* current, TaskRecord*& bypass, 
 
 void RuntimeCore::fail_skipped(TaskRecord* task) {
   const TaskRecord* cause = task->failed_input.load(std::memory_order_acquire);
+  if (task->join) {  // a piece failed: the task failed, with the piece's reason
+    task->error = cause->error;
+    return;
+  }
   task->error = std::make_exception_ptr(KernelError(
       fmt::format("task '{}' (kernel {}) did not run: its input comes from task '{}' (kernel {}), which failed: {}",
                   task->name, task->kernel->name, cause->name, cause->kernel->name, what_of(cause->error))));

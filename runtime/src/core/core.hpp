@@ -33,6 +33,7 @@ struct PreparedTask {
   std::size_t bytes = 0;
   Place place;
   std::uint64_t eligible = 0;  // bit i: devices()[i] may run it
+  bool piece = false;          // a piece of an automatically split task: not split again
 };
 
 class RuntimeCore : public std::enable_shared_from_this<RuntimeCore> {

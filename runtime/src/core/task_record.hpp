@@ -42,6 +42,8 @@ struct TaskRecord {
   std::string device_name;  // outlives the device, for handles kept past the runtime
   std::int64_t estimate_ns = 0;  // counted in the device's expected backlog until done
   std::string explanation;
+  // Split automatically: its pieces run, it only waits for them (chunked_submission.hpp).
+  bool join = false;
 
   // Unfinished predecessors, plus one held by submit until all edges exist.
   std::atomic<int> pending{1};

@@ -88,6 +88,10 @@ class Runtime {
     // being handed to a worker and back (ferryd: on its progress thread,
     // which answers the run at once). 0: never.
     double inline_below_seconds = 0;
+    // Split a large task of a chunkable kernel (elementwise, row-wise) placed
+    // on a remote or a GPU into pieces whose transfers and kernels overlap,
+    // when the measured link and perf model say it pays.   FERRY_AUTO_CHUNK=0
+    bool auto_chunk = true;
     // FERRY_* variables override the fields above unless this is false.
     bool read_environment = true;
   };
