@@ -205,7 +205,9 @@ int main(int argc, char** argv) try {
   // Automatic chunking at the first window, beside the rows above.
   double automatic = 1e300;
   {
-    ferry::Runtime rt(options(c.windows.front(), false, c, true));
+    Config traced = c;  // its own trace beside the hand-split one: shows the pieces
+    if (!traced.trace.empty()) traced.trace += ".auto.json";
+    ferry::Runtime rt(options(c.windows.front(), !traced.trace.empty(), traced, true));
     auto x = rt.buffer<float>(n);
     auto h = x.host();
     for (std::size_t i = 0; i < n; ++i) h[i] = float(i % 1024);

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <bit>
 #include <memory>
+#include <optional>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -31,6 +33,27 @@ std::shared_ptr<BufferState> piece_view(const BufferState& parent, bool by_rows,
   view->id = parent.id;
   view->name = fmt::format("{}[{}:{}]", parent.name, begin, end);
   return view;
+}
+
+// Reads a piece's output on the CPU and does nothing with it: running it
+// brings that range home (acquire_on_host) while later pieces still compute,
+// which is the pipeline's third stage. Not in any registry: never named by users.
+std::shared_ptr<const KernelDef> bring_home_kernel() {
+  static const auto kernel = [] {
+    auto k = std::make_shared<KernelDef>();
+    k->name = "bring_home";
+    k->summary = "brings a piece of an automatically split task home";
+    k->params = {Param{"x", ParamKind::buffer, AccessMode::read, {}, std::nullopt}};
+    k->cpu = [](ExecContext&) {};
+    return std::shared_ptr<const KernelDef>(std::move(k));
+  }();
+  return kernel;
+}
+
+std::uint64_t cpu_bit(const RuntimeCore& core) {
+  for (std::size_t i = 0; i < core.devices().size(); ++i)
+    if (core.devices()[i]->kind() == DeviceKind::cpu) return std::uint64_t{1} << i;
+  return 0;
 }
 
 }  // namespace
@@ -89,7 +112,28 @@ std::size_t submit_pieces(TaskRecord& whole) {
       piece.bytes += b.bytes();
       piece.buffers.push_back(piece_view(*whole.buffers[i], by_rows, begin, end));
     }
+    std::vector<std::shared_ptr<BufferState>> outputs;
+    for (std::size_t i = 0; i < piece.buffers.size(); ++i)
+      if (writes(piece.args.items[piece.buffer_args[i]].buffer.mode)) outputs.push_back(piece.buffers[i]);
     core.submit(std::move(piece));
+    // Each output comes home as soon as its piece is done, on a CPU worker.
+    const std::uint64_t cpu = cpu_bit(core);
+    for (std::size_t o = 0; cpu != 0 && o < outputs.size(); ++o) {
+      PreparedTask home;
+      home.kernel = bring_home_kernel();
+      home.name = fmt::format("{}[{}/{}] home", whole.name, p + 1, ranges.size());
+      Arg arg;
+      arg.kind = Arg::Kind::buffer;
+      const BufferState& view = *outputs[o];
+      arg.buffer = BufferArg{nullptr, view.root->dtype, view.region.rows, view.region.cols, view.ld(), AccessMode::read};
+      home.bytes = arg.buffer.bytes();
+      home.args.items.push_back(std::move(arg));
+      home.buffers.push_back(outputs[o]);
+      home.buffer_args.push_back(0);
+      home.eligible = cpu;
+      home.piece = true;
+      core.submit(std::move(home));
+    }
   }
   whole.explanation += fmt::format("{}automatically split: {}", whole.explanation.empty() ? "" : "\n", plan.reason);
   return ranges.size();
