@@ -7,7 +7,8 @@
 //   ferry_bench_pipeline [--mib=256] [--chunks=8,16,32] [--windows=2,4,8] [--reps=3]
 //                        [--op=sqrt] [--link=TEXT] [--trace=FILE] [--out=bench-pipeline.json]
 // FERRY_CHUNK_WINDOW / FERRY_CHUNK_BYTES, when set, replace the window sweep /
-// the transfer chunk size.
+// the transfer chunk size. The hand-split rows run with automatic chunking
+// off; a last line runs the whole map with it on ("no user split()").
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -70,9 +71,10 @@ std::vector<std::string> list_remotes(const std::string& s) {
 
 // One runtime per window: the window is fixed when a remote connects. The
 // environment is read here, not by the runtime, so that the sweep's window wins.
-ferry::Runtime::Options options(unsigned window, bool trace, const Config& c) {
+ferry::Runtime::Options options(unsigned window, bool trace, const Config& c, bool auto_chunk = false) {
   ferry::Runtime::Options o;
   o.read_environment = false;
+  o.auto_chunk = auto_chunk;  // off for the hand-split rows: they measure split() alone
   o.persist_perf_models = false;  // every task is pinned; nothing to learn
   if (const char* r = std::getenv("FERRY_REMOTES")) o.remotes = list_remotes(r);
   if (const char* t = std::getenv("FERRY_TOKEN_FILE")) o.token_file = t;
@@ -140,6 +142,19 @@ double pipeline(ferry::Runtime& rt, ferry::Buffer<float>& x, ferry::Buffer<float
   return ms;
 }
 
+// No user split(): one map over the whole of x on the remote and one CPU sum
+// of y; automatic chunking decides the pieces. Returns ms as pipeline() does.
+double unsplit(ferry::Runtime& rt, ferry::Buffer<float>& x, ferry::Buffer<float>& y, const Config& c, double expect) {
+  (void)x.host();
+  const auto t = Clock::now();
+  rt.submit("map", ferry::read(x), ferry::write(y), c.op, ferry::on(ferry::remote()));
+  const double total = rt.submit("sum", ferry::read(y), ferry::on(ferry::cpu())).result();
+  const double ms = ms_since(t);
+  if (std::abs(total - expect) > 1e-3 * std::abs(expect))
+    throw std::runtime_error(fmt::format("wrong total with automatic chunking: {} (expected {})", total, expect));
+  return ms;
+}
+
 struct Row {
   std::size_t chunk_mib;
   unsigned window;
@@ -187,6 +202,19 @@ int main(int argc, char** argv) try {
     }
   }
 
+  // Automatic chunking at the first window, beside the rows above.
+  double automatic = 1e300;
+  {
+    Config traced = c;  // its own trace beside the hand-split one: shows the pieces
+    if (!traced.trace.empty()) traced.trace += ".auto.json";
+    ferry::Runtime rt(options(c.windows.front(), !traced.trace.empty(), traced, true));
+    auto x = rt.buffer<float>(n);
+    auto h = x.host();
+    for (std::size_t i = 0; i < n; ++i) h[i] = float(i % 1024);
+    auto y = rt.buffer<float>(n);
+    for (int r = 0; r < c.reps; ++r) automatic = std::min(automatic, unsplit(rt, x, y, c, expect));
+  }
+
   const double bound = stages.bound();
   std::printf("chunked pipeline, %zu MiB float32, op %s, link %s, best of %d\n", c.mib, c.op.c_str(), c.link.c_str(),
               c.reps);
@@ -221,6 +249,16 @@ int main(int argc, char** argv) try {
     j["best"] = {{"chunk_mib", best->chunk_mib}, {"window", best->window}, {"ms", best->ms}, {"efficiency", eff},
                  {"target_met", eff >= 0.9}};
   }
+  double unchunked_first = 0;
+  for (const Row& r : rows)
+    if (r.chunk_mib == c.mib && r.window == c.windows.front()) unchunked_first = r.ms;
+  std::printf("no user split() (automatic chunking), window %u: %.1f ms = %.1f %% of the bound (target >= 90 %%: %s), "
+              "%.2fx unchunked\n",
+              c.windows.front(), automatic, 100 * bound / automatic,
+              bound / automatic >= 0.9 ? "met" : fmt::format("missed by {:.1f} points", 100 * (0.9 - bound / automatic)).c_str(),
+              unchunked_first / automatic);
+  j["automatic"] = {{"window", c.windows.front()}, {"ms", automatic}, {"efficiency", bound / automatic},
+                    {"target_met", bound / automatic >= 0.9}};
   std::ofstream(c.out) << j.dump(2) << '\n';
   std::printf("JSON written to %s\n", c.out.c_str());
   return 0;

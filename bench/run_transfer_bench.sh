@@ -2,7 +2,10 @@
 # "bulk transfer" and "remote empty task round trip" against
 # ucx_perftest on the same transport: for each UCX_TLS row, a local ferryd and
 # ucx_perftest (ucp_am_bw per size, ucp_am_lat for latency) run under that
-# UCX_TLS, then ferry_bench_transfer compares against them.
+# UCX_TLS, then ferry_bench_transfer compares against them, and prints a
+# 10,000-task chain pinned to the ferryd (beside the same chain on the local
+# CPU) and the idle CPU of a runtime with the remote connected. Extra args go
+# to ferry_bench_transfer (e.g. --sweep-mib= to skip the chunk sweep).
 #   run_transfer_bench.sh BUILD_DIR [ferry_bench_transfer args...]
 # Env: TRANSFER_TLS ("tcp default"; "default" leaves UCX_TLS unset, so UCX may
 # pick shared memory), TRANSFER_SIZES (MiB, "1 4 16 64 256"), PERFTEST_REPS (3:

@@ -1,14 +1,19 @@
-// bulk transfer to a remote reaches >= 95 % of ucx_perftest's
+// bulk transfer to and from a remote reaches >= 95 % of ucx_perftest's
 // bandwidth (>= 4 MiB, same transport), and an empty remote task's round trip
-// is <= 2x UCX's ping-pong round trip. Needs a ferryd; the peer's numbers come
+// is <= 2x UCX's ping-pong round trip; a 10,000-task chain pinned to the
+// remote costs <= 3 us per task (beside the same chain on the local CPU); a
+// runtime idling with a connected remote uses < 1 % of a core. Needs a ferryd; the peer's numbers come
 // from ucx_perftest run by bench/run_transfer_bench.sh under the same UCX_TLS.
 //   ferry_bench_transfer --remote=HOST:PORT --token-file=F [--tls=LABEL]
 //     [--sizes=1,4,16,64,256] [--chunks=1,4,16,64] [--windows=1,2,4,8] [--sweep-mib=16,256]
-//     [--reps=5] [--tasks=2000] [--peer-bw=MIB:MBps,...] [--peer-lat-us=ONE_WAY]
+//     [--reps=5] [--tasks=2000] [--chain=10000] [--idle-s=2] [--peer-bw=MIB:MBps,...] [--peer-lat-us=ONE_WAY]
 //     [--out=bench-transfer.json]
 // Sizes and chunks are MiB; the peer's MB/s are ucx_perftest's (MiB/s).
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <chrono>
+#include <thread>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -35,7 +40,8 @@ struct Config {
   std::string remote, token_file, tls = "default", out = "bench-transfer.json";
   std::vector<std::size_t> sizes = {1, 4, 16, 64, 256}, chunks = {1, 4, 16, 64}, sweep = {16, 256};
   std::vector<unsigned> windows = {1, 2, 4, 8};
-  int reps = 5, tasks = 2000;
+  int reps = 5, tasks = 2000, chain = 10000;
+  double idle_s = 2;
   std::map<std::size_t, double> peer_mbps;  // size MiB -> ucx_perftest ucp_am_bw MiB/s
   double peer_lat_us = 0;                   // ucx_perftest ucp_am_lat one-way µs (median)
 };
@@ -55,6 +61,8 @@ Config parse(int argc, char** argv) {
     else if (auto v = value("--windows=")) c.windows = ferry::bench::list<unsigned>(*v);
     else if (auto v = value("--reps=")) c.reps = std::max(1, std::stoi(*v));
     else if (auto v = value("--tasks=")) c.tasks = std::max(1, std::stoi(*v));
+    else if (auto v = value("--chain=")) c.chain = std::max(1, std::stoi(*v));
+    else if (auto v = value("--idle-s=")) c.idle_s = std::max(0.1, std::stod(*v));
     else if (auto v = value("--peer-lat-us=")) c.peer_lat_us = std::stod(*v);
     else if (auto v = value("--peer-bw=")) {
       for (std::size_t b = 0; b < v->size();) {
@@ -81,20 +89,24 @@ ferry::Runtime::Options options(const Config& c, std::size_t chunk_bytes, unsign
   return o;
 }
 
-// Duration of the newest "ship" transfer span of `bytes`, from the trace.
-double last_ship_seconds(const ferry::Runtime& rt, std::size_t bytes) {
+// Duration of the newest ship (to the remote) or fetch transfer span of `bytes`, from the trace.
+double last_transfer_seconds(const ferry::Runtime& rt, std::size_t bytes, bool ship = true) {
   const auto doc = nlohmann::json::parse(rt.trace()->chrome_json());
   double us = -1;
-  for (const auto& e : doc["traceEvents"])
-    if (e.value("cat", "") == "transfer" && e["args"].value("link", "").starts_with("host->") &&
+  for (const auto& e : doc["traceEvents"]) {
+    const std::string link = e.contains("args") ? e["args"].value("link", "") : "";
+    if (e.value("cat", "") == "transfer" && (ship ? link.starts_with("host->") : link.ends_with("->host")) &&
         e["args"].value("bytes", std::size_t{0}) == bytes)
       us = e["dur"].get<double>();
-  if (us < 0) throw std::runtime_error(fmt::format("no ship of {} bytes in the trace", bytes));
+  }
+  if (us < 0) throw std::runtime_error(fmt::format("no {} of {} bytes in the trace", ship ? "ship" : "fetch", bytes));
   return us * 1e-6;
 }
+double last_ship_seconds(const ferry::Runtime& rt, std::size_t bytes) { return last_transfer_seconds(rt, bytes); }
 
 struct Ship {
   double seconds = 1e300, end_to_end = 1e300;  // best of reps
+  double fetch_seconds = 1e300;                 // bringing a buffer the remote wrote home
 };
 
 // Ships a buffer of `mib_size` MiB `reps` times; each time x.host() leaves the
@@ -117,7 +129,15 @@ Ship ship(const Config& c, std::size_t mib_size, std::size_t chunk_bytes, unsign
     best.end_to_end = std::min(best.end_to_end, std::chrono::duration<double>(Clock::now() - t).count());
     best.seconds = std::min(best.seconds, last_ship_seconds(rt, bytes));
   }
+  // Fetch: the remote writes x (scal by 1), then host() brings it home.
+  for (int r = 0; r < c.reps; ++r) {
+    rt.submit("scal", ferry::readwrite(x), 1.0, remote).wait();
+    (void)x.host();
+    best.fetch_seconds = std::min(best.fetch_seconds, last_transfer_seconds(rt, bytes, false));
+  }
   const auto stats = rt.remote_stats(c.remote);
+  if (stats.bytes_fetched < bytes * static_cast<std::size_t>(c.reps))
+    throw std::runtime_error(fmt::format("only {} bytes fetched", stats.bytes_fetched));
   if (stats.bytes_shipped < bytes * static_cast<std::size_t>(c.reps + 1))
     throw std::runtime_error(fmt::format("only {} bytes shipped; the remote copy was reused", stats.bytes_shipped));
   return best;
@@ -148,6 +168,45 @@ Latency round_trips(const Config& c) {
   return l;
 }
 
+// µs per task of a chain of scal on one resident float, submitted at once
+// then waited for: placed on the remote, or (the peer) on the local CPU.
+double chain_us_per_task(const Config& c, bool on_remote) {
+  ferry::Runtime::Options o = options(c, 0, 0, false);
+  if (!on_remote) o.remotes.clear();
+  ferry::Runtime rt(o);
+  auto y = rt.buffer<float>(1);
+  y.host()[0] = 1.0f;
+  const auto where = on_remote ? ferry::on(ferry::remote()) : ferry::on(ferry::cpu());
+  rt.submit("scal", ferry::readwrite(y), 1.0, where).wait();  // y lands there
+  double best = 1e300;
+  for (int r = 0; r < std::min(c.reps, 3); ++r) {
+    const auto t = Clock::now();
+    for (int i = 0; i < c.chain; ++i) rt.submit("scal", ferry::readwrite(y), 1.0, where);
+    rt.wait();
+    best = std::min(best, std::chrono::duration<double, std::micro>(Clock::now() - t).count() / c.chain);
+  }
+  return best;
+}
+
+double cpu_seconds() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
+}
+
+// Percent of one core this process uses while a runtime with a connected remote idles.
+double idle_percent(const Config& c) {
+  ferry::Runtime rt(options(c, 0, 0, false));
+  auto y = rt.buffer<float>(1);
+  rt.submit("scal", ferry::readwrite(y), 1.0, ferry::on(ferry::remote())).wait();  // connected and used
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const double cpu0 = cpu_seconds();
+  const auto t = Clock::now();
+  std::this_thread::sleep_for(std::chrono::duration<double>(c.idle_s));
+  return 100 * (cpu_seconds() - cpu0) / std::chrono::duration<double>(Clock::now() - t).count();
+}
+
 double gbps(std::size_t mib_size, double seconds) { return static_cast<double>(mib_size << 20) / seconds / 1e9; }
 const char* verdict(bool met) { return met ? "PASS" : "MISS"; }
 
@@ -163,18 +222,22 @@ int main(int argc, char** argv) try {
 
   std::printf("bulk transfer to a remote (UCX_TLS=%s), default chunk %zu MiB, window %u, best of %d\n", c.tls.c_str(),
               defaults.chunk_bytes >> 20, defaults.chunk_window, c.reps);
-  std::printf("%8s %11s %13s %13s %9s %s\n", "size", "ship GB/s", "e2e GB/s", "perftest GB/s", "ratio", "(>= 95% from 4 MiB)");
+  std::printf("%8s %11s %13s %11s %13s %9s %9s %s\n", "size", "ship GB/s", "e2e GB/s", "fetch GB/s", "perftest GB/s",
+              "ship", "fetch", "(ratios; >= 95% from 4 MiB)");
   nlohmann::json bulk = nlohmann::json::array();
   for (std::size_t m : c.sizes) {
     const Ship s = ship(c, m, 0, 0);
     const auto peer = c.peer_mbps.find(m);
     const double peer_gbps = peer == c.peer_mbps.end() ? 0 : peer->second * mib / 1e9;
     const double ratio = peer_gbps > 0 ? gbps(m, s.seconds) / peer_gbps : 0;
-    const std::string v = peer_gbps <= 0 ? "no peer" : m < 4 ? "info" : verdict(ratio >= 0.95);
-    std::printf("%5zu MiB %11.2f %13.2f %13.2f %8.1f%% %s\n", m, gbps(m, s.seconds), gbps(m, s.end_to_end), peer_gbps,
-                100 * ratio, v.c_str());
+    const double fetch_ratio = peer_gbps > 0 ? gbps(m, s.fetch_seconds) / peer_gbps : 0;
+    const std::string v =
+        peer_gbps <= 0 ? "no peer" : m < 4 ? "info" : verdict(ratio >= 0.95 && fetch_ratio >= 0.95);
+    std::printf("%5zu MiB %11.2f %13.2f %11.2f %13.2f %8.1f%% %8.1f%% %s\n", m, gbps(m, s.seconds),
+                gbps(m, s.end_to_end), gbps(m, s.fetch_seconds), peer_gbps, 100 * ratio, 100 * fetch_ratio, v.c_str());
     bulk.push_back({{"mib", m}, {"ship_gbps", gbps(m, s.seconds)}, {"end_to_end_gbps", gbps(m, s.end_to_end)},
-                    {"perftest_gbps", peer_gbps}, {"ratio", ratio}, {"verdict", v}});
+                    {"fetch_gbps", gbps(m, s.fetch_seconds)}, {"perftest_gbps", peer_gbps}, {"ratio", ratio},
+                    {"fetch_ratio", fetch_ratio}, {"verdict", v}});
   }
   j["bulk"] = bulk;
 
@@ -208,6 +271,19 @@ int main(int argc, char** argv) try {
   j["round_trip"] = {{"tasks", c.tasks}, {"median_us", l.median_us}, {"mean_us", l.mean_us}, {"p99_us", l.p99_us},
                      {"perftest_rtt_us", peer_rtt}, {"ratio", ratio},
                      {"verdict", peer_rtt > 0 ? verdict(ratio <= 2.0) : "no peer"}};
+
+  const double local = chain_us_per_task(c, false), remote = chain_us_per_task(c, true);
+  std::printf("\n%d-task readwrite chain (scal on 1 resident float), submitted at once, best of %d\n", c.chain,
+              std::min(c.reps, 3));
+  std::printf("remote %.2f us/task; local CPU %.2f us/task (%.1fx local); target <= 3 us/task: %s\n", remote, local,
+              remote / local, verdict(remote <= 3.0));
+  j["chain"] = {{"tasks", c.chain}, {"remote_us_per_task", remote}, {"local_us_per_task", local},
+                {"verdict", verdict(remote <= 3.0)}};
+
+  const double idle = idle_percent(c);
+  std::printf("\nidle runtime with a connected remote: %.2f %% of a core over %.1f s (target < 1 %%): %s\n", idle,
+              c.idle_s, verdict(idle < 1.0));
+  j["idle"] = {{"percent_of_core", idle}, {"seconds", c.idle_s}, {"verdict", verdict(idle < 1.0)}};
   std::ofstream(c.out) << j.dump(2) << '\n';
   std::printf("JSON written to %s\n", c.out.c_str());
   return 0;

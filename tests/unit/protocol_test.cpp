@@ -62,7 +62,7 @@ bool same(const RunArg& a, const RunArg& b) {
          a.integer == b.integer && a.text == b.text;
 }
 bool same(const Run& a, const Run& b) {
-  if (std::tie(a.request, a.kernel, a.task) != std::tie(b.request, b.kernel, b.task)) return false;
+  if (std::tie(a.request, a.kernel, a.task, a.after) != std::tie(b.request, b.kernel, b.task, b.after)) return false;
   if (a.args.size() != b.args.size()) return false;
   for (std::size_t i = 0; i < a.args.size(); ++i)
     if (!same(a.args[i], b.args[i])) return false;
@@ -364,6 +364,37 @@ TEST(Protocol, GoldenRun) {
   });
   EXPECT_EQ(encode(run), expected);
   EXPECT_TRUE(same(decode(expected), Message{run}));
+}
+
+TEST(Protocol, GoldenRunAfter) {
+  // A forwarded run names the runs it waits for, after its arguments.
+  const RunMessage run{.request = 9, .kernel = "k", .task = "t", .args = {integer_arg(3)}, .after = {7, 8}};
+  const Bytes expected = hex_bytes({
+      0x46, 0x52, 0x52, 0x59, 0x01, 0x00, 0x09, 0x00,  // magic, version 1, type run
+      0x33, 0x00, 0x00, 0x00,                          // body_length 51
+      0x09, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // request
+      0x01, 0x00, 0x00, 0x00, 'k',                     // kernel
+      0x01, 0x00, 0x00, 0x00, 't',                     // task
+      0x01, 0x00, 0x00, 0x00,                          // 1 arg
+      0x02, 0x03, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // integer 3
+      0x02, 0x00, 0x00, 0x00,                                // 2 runs after
+      0x07, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+      0x08, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+  });
+  EXPECT_EQ(encode(run), expected);
+  EXPECT_TRUE(same(decode(expected), Message{run}));
+}
+
+TEST(ProtocolMalformed, RunAfter) {
+  Body truncated;
+  truncated.u64(1).str("k").str("t").u32(0).u32(2).u64(5);
+  expect_refused(frame(Type::run, truncated), "run.after: truncated");
+  Body many;
+  many.u64(1).str("k").str("t").u32(0).u32(max_after + 1);
+  expect_refused(frame(Type::run, many), "run.after: 257 ids (at most 256)");
+  RunMessage too_many{.request = 1, .kernel = "k", .task = "t", .args = {}};
+  too_many.after.assign(max_after + 1, 1);
+  EXPECT_THROW(encode(too_many), ProtocolError);
 }
 
 TEST(Protocol, GoldenDone) {

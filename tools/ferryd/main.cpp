@@ -214,6 +214,9 @@ int serve(const Options& options, int signal_fd) {
   // Sessions send replicas from their host memory without asking the
   // runtime: what a GPU task wrote must be there as soon as it is done.
   runtime_options.gpu_write_through = true;
+  // A kernel shorter than a thread hand-off runs on the progress thread,
+  // which then answers its run at once (docs/architecture.md, hand-offs).
+  runtime_options.inline_below_seconds = 20e-6;
   Runtime runtime(runtime_options);
   const auto builtin = runtime.kernel_names();
   for (const auto& plugin : options.plugins) {

@@ -7,6 +7,8 @@
 
 #include <chrono>
 #include <cstddef>
+#include <deque>
+#include <unordered_set>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -67,6 +69,15 @@ class Session : public std::enable_shared_from_this<Session> {
     std::vector<std::uint64_t> written;  // replicas to mark spoiled if the task fails
     std::string kernel;                  // for the metrics' kernel label
   };
+  // Runs refused before they reached the runtime, by request: a run
+  // forwarded behind one of them is refused too (its inputs were never
+  // made). Bounded: a client forwards behind runs still in flight.
+  struct Refused {
+    static constexpr std::size_t keep = 4096;
+    std::deque<std::uint64_t> order;
+    std::unordered_set<std::uint64_t> ids;
+    void add(std::uint64_t id);
+  };
 
   void on_message(transport::Incoming& incoming);
   void dispatch(protocol::Message& message, transport::Incoming& incoming);
@@ -115,6 +126,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::uint64_t memory_in_use_ = 0;
   std::unordered_map<std::uint64_t, Run> runs_;  // in flight, by a sequence number of ours (request ids may repeat)
   std::uint64_t next_run_ = 0;
+  Refused refused_;
   // Kernels this client defined from CUDA source, by the name its runs use;
   // found before the runtime's, and gone with the connection.
   std::unordered_map<std::string, KernelRef> kernels_;

@@ -142,11 +142,29 @@ void Session::kernel_parsed(const protocol::DefineKernel& define, std::shared_pt
   reply(Status::ok, {}, /*kept=*/true);
 }
 
+void Session::Refused::add(std::uint64_t id) {
+  if (!ids.insert(id).second) return;
+  order.push_back(id);
+  if (order.size() > keep) {
+    ids.erase(order.front());
+    order.pop_front();
+  }
+}
+
 void Session::on_run(const protocol::Run& run) {
   auto refuse = [&](Status status, std::string message) {
     audit("task", {{"kernel", run.kernel}, {"task", run.task}, {"status", protocol::to_string(status)}, {"message", message}});
+    refused_.add(run.request);
     send(protocol::Done{run.request, status, 0.0, std::nullopt, clip(std::move(message))});
   };
+  // A forwarded run waits for earlier runs of this connection. Those that
+  // reached the runtime order it there (it reads or writes what they do, and
+  // runs arrive in the order they were sent); one that was refused never
+  // made its outputs, so neither can this one.
+  for (std::uint64_t before : run.after)
+    if (refused_.ids.contains(before))
+      return refuse(Status::bad_arguments,
+                    fmt::format("run {} waits for run {}, which ferryd refused", run.request, before));
   KernelRef kernel;
   if (auto it = kernels_.find(run.kernel); it != kernels_.end()) {
     kernel = it->second;
@@ -258,6 +276,11 @@ void Session::run_finished(std::uint64_t seq, protocol::Done done) {
       if (auto r = replicas_.find(id); r != replicas_.end())
         r->second->spoiled = fmt::format("buffer {} was written by a task that failed: {}", id, done.message);
     log().info("client {}: run {} failed: {}", describe(), done.request, printable(done.message, 1024));
+  } else {
+    // A task that ran read nothing spoiled (the runtime skips those), so what
+    // it wrote is good again: a writer after a failed task repairs the data.
+    for (std::uint64_t id : it->second.written)
+      if (auto r = replicas_.find(id); r != replicas_.end()) r->second->spoiled.clear();
   }
   server_.metrics.task_done(it->second.kernel, client_, done.seconds, done.status == Status::ok);
   runs_.erase(it);

@@ -226,6 +226,7 @@ void fields(IO& io, M& m) {
   io("kernel", m.kernel);
   io("task", m.task);
   io("args", m.args);
+  io("after", m.after);
 }
 template <class IO, Is<Done> M>
 void fields(IO& io, M& m) {
@@ -362,6 +363,16 @@ class Writer : public Location {
     leave_arg();
   }
 
+  // A trailing list added after version 1 shipped: left out when empty, so
+  // an older peer still reads the message.
+  void operator()(const char* field, const std::vector<std::uint64_t>& ids) {
+    if (ids.empty()) return;
+    if (ids.size() > max_after)
+      fail(field, std::to_string(ids.size()) + " ids (at most " + std::to_string(max_after) + ")");
+    append_le(out_, static_cast<std::uint32_t>(ids.size()));
+    for (std::uint64_t id : ids) append_le(out_, id);
+  }
+
   std::vector<std::byte> finish() && {
     if (out_.size() > max_header_bytes)
       fail("header", std::to_string(out_.size()) + " bytes (at most " + std::to_string(max_header_bytes) + ")");
@@ -450,6 +461,17 @@ class Reader : public Location {
       (*this)("", items[i]);
     }
     leave_arg();
+  }
+
+  // A trailing list added after version 1 shipped: a header that ends
+  // before it (an older peer, or an empty list) means none.
+  void operator()(const char* field, std::vector<std::uint64_t>& ids) {
+    ids.clear();
+    if (left() == 0) return;
+    const auto count = uint<std::uint32_t>(field);
+    if (count > max_after) fail(field, std::to_string(count) + " ids (at most " + std::to_string(max_after) + ")");
+    ids.reserve(count);
+    for (std::size_t i = 0; i < count; ++i) ids.push_back(uint<std::uint64_t>(field));
   }
 
   std::size_t left() const noexcept { return in_.size() - pos_; }

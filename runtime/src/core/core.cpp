@@ -16,6 +16,7 @@
 #include "devices/remote/remote_device.hpp"
 #include "devices/remote/remote_policy.hpp"
 #include "data/dependencies.hpp"
+#include "scheduling/chunked_submission.hpp"
 #include "ferry/allocator/pinned_pool.hpp"
 #include "ferry/config.hpp"
 #include "ferry/cuda_probe.hpp"
@@ -39,6 +40,14 @@ std::string what_of(const std::exception_ptr& error) {
   } catch (...) {
     return "unknown exception";
   }
+}
+
+// Options::inline_below_seconds: whether a ready task runs on the submitting thread.
+bool runs_inline(const TaskRecord& task, const PerfModels& models, double below_seconds) {
+  if (below_seconds <= 0 || task.device->kind() != DeviceKind::cpu) return false;
+  const Cost hint = task.kernel->cost ? task.kernel->cost(task.args) : Cost{};
+  const Estimate e = models.estimate(task.kernel->name, task.device->perf_key(), task.bytes, hint, task.device->peak());
+  return e.calibrated && e.seconds < below_seconds;
 }
 
 std::string param_name(const KernelDef& kernel, std::size_t index) {
@@ -372,17 +381,26 @@ Task RuntimeCore::launch(Prepared&& prepared) {
   task->bytes = prepared.bytes;
   in_flight_.fetch_add(1, std::memory_order_seq_cst);
 
-  for (std::size_t i = 0; i < task->buffers.size(); ++i)
-    register_access(task, *task->buffers[i], task->buffer_arg(i).mode);
   place(task, prepared.eligible);
-  task->device->prefetch(task);
+  task->join = !prepared.piece && submit_pieces(*task) > 0;
+  for (std::size_t i = 0; i < task->buffers.size(); ++i) {
+    const AccessMode mode = task->buffer_arg(i).mode;
+    // A join reads what its pieces wrote: a failed piece fails it (a data edge).
+    register_access(task, *task->buffers[i], task->join && writes(mode) ? AccessMode::readwrite : mode);
+  }
+  if (!task->join) task->device->prefetch(task);
 
   Task handle(task);
   if (task->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) {
     TaskRecord* bypass = nullptr;
     std::vector<TaskRecord*> skipped;
-    ready(task, nullptr, bypass, skipped);
+    Device* here = runs_inline(*task, models_, options_.inline_below_seconds) ? task->device : nullptr;
+    ready(task, here, bypass, skipped);
     for (TaskRecord* t : skipped) finish(t, nullptr);
+    if (bypass != nullptr) {
+      execute(bypass, *here, -1, -1);
+      finish(bypass, nullptr);  // its successors go to the workers: only the short task runs here
+    }
   }
   return handle;
 }
@@ -478,7 +496,7 @@ void RuntimeCore::execute(TaskRecord* task, Device& device, int worker, int lane
 }
 
 void RuntimeCore::ready(TaskRecord* task, Device* current, TaskRecord*& bypass, std::vector<TaskRecord*>& skipped) {
-  if (task->failed_input.load(std::memory_order_acquire) != nullptr) {
+  if (task->failed_input.load(std::memory_order_acquire) != nullptr || task->join) {
     skipped.push_back(task);
   } else if (task->device == current && bypass == nullptr) {
     bypass = task;
@@ -489,6 +507,10 @@ void RuntimeCore::ready(TaskRecord* task, Device* current, TaskRecord*& bypass, 
 
 void RuntimeCore::fail_skipped(TaskRecord* task) {
   const TaskRecord* cause = task->failed_input.load(std::memory_order_acquire);
+  if (task->join) {  // a piece failed: the task failed, with the piece's reason
+    task->error = cause->error;
+    return;
+  }
   task->error =
       std::make_exception_ptr(KernelError(fmt::format("{} did not run: its input comes from {}, which failed: {}",
                                                       task->label(), cause->label(), what_of(cause->error))));

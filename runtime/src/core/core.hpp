@@ -33,6 +33,7 @@ struct PreparedTask {
   std::size_t bytes = 0;
   Place place;
   std::uint64_t eligible = 0;  // bit i: devices()[i] may run it
+  bool piece = false;          // a piece of an automatically split task: not split again
 
   const BufferArg& buffer_arg(std::size_t i) const { return detail::buffer_arg(args, buffer_args, i); }
   std::string label() const { return task_label(name, kernel->name); }

@@ -77,6 +77,7 @@ void apply_environment(Runtime::Options& o) {
   if (const char* v = env("FERRY_STRICT_HOST_KEYS")) o.strict_host_keys = truthy("FERRY_STRICT_HOST_KEYS", v);
   if (const char* v = env("FERRY_ENCRYPT_LOOPBACK")) o.encrypt_loopback = truthy("FERRY_ENCRYPT_LOOPBACK", v);
   if (const char* v = env("FERRY_PLAINTEXT")) o.plaintext = truthy("FERRY_PLAINTEXT", v);
+  if (const char* v = env("FERRY_AUTO_CHUNK")) o.auto_chunk = truthy("FERRY_AUTO_CHUNK", v);
   if (const char* v = env("FERRY_CHUNK_BYTES")) o.chunk_bytes = parse_bytes(v);
   if (const char* v = env("FERRY_GPUS")) o.gpus = v;
   if (const char* v = env("FERRY_GPU_MEMORY")) o.gpu_memory_limit = parse_bytes(v);
@@ -234,6 +235,7 @@ Runtime::RemoteStats Runtime::remote_stats(const std::string& address) const {
   out.latency_seconds = link.latency_seconds;
   out.bytes_per_second = link.bytes_per_second;
   out.down_reason = remote->down_reason();
+  out.tasks_forwarded = remote->tasks_forwarded();
   if (out.connected) {
     const auto s = remote->stats();
     out.server_bytes_in = s.bytes_in;

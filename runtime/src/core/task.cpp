@@ -65,6 +65,7 @@ bool add_edge(TaskRecord* pred, TaskRecord* succ, bool data) {
   succ->pending.fetch_add(1, std::memory_order_relaxed);
   retain(succ);
   pred->successors.push_back({succ, data});
+  succ->waits_on.push_back(pred->id);
   return true;
 }
 

@@ -44,6 +44,8 @@ struct TaskRecord {
   std::string device_name;  // outlives the device, for handles kept past the runtime
   std::int64_t estimate_ns = 0;  // counted in the device's expected backlog until done
   std::string explanation;
+  // Split automatically: its pieces run, it only waits for them (chunked_submission.hpp).
+  bool join = false;
 
   // Unfinished predecessors, plus one held by submit until all edges exist.
   std::atomic<int> pending{1};
@@ -55,6 +57,9 @@ struct TaskRecord {
   };
   std::vector<Edge> successors;
   std::atomic<TaskRecord*> failed_input{nullptr};  // a predecessor that failed (referenced)
+  // Ids of the predecessors this task had to wait for when it was submitted
+  // (written only while it is submitted): a remote forwards it behind them.
+  std::vector<std::uint64_t> waits_on;
 
   std::atomic<bool> done{false};
   std::exception_ptr error;

@@ -118,6 +118,15 @@ class Runtime {
     // copy stays valid): for programs that read host replicas without
     // host() (ferryd); others bring data home only when it is needed.
     bool gpu_write_through = false;
+    // A task placed on the CPU alone, ready when submitted, whose calibrated
+    // estimate there is below this, runs on the submitting thread instead of
+    // being handed to a worker and back (ferryd: on its progress thread,
+    // which answers the run at once). 0: never.
+    double inline_below_seconds = 0;
+    // Split a large task of a chunkable kernel (elementwise, row-wise) placed
+    // on a remote or a GPU into pieces whose transfers and kernels overlap,
+    // when the measured link and perf model say it pays.   FERRY_AUTO_CHUNK=0
+    bool auto_chunk = true;
     // FERRY_* variables override the fields above unless this is false.
     bool read_environment = true;
   };
@@ -242,6 +251,7 @@ class Runtime {
     // The link as measured at connect and refined by transfers.
     double latency_seconds = 0, bytes_per_second = 0;
     std::string down_reason;  // why it is not connected, when it is not
+    std::uint64_t tasks_forwarded = 0;  // sent behind their predecessors, before they were ready
   };
   RemoteStats remote_stats(const std::string& address) const;
   const Options& options() const noexcept;

@@ -57,6 +57,7 @@ RemoteDevice::RemoteDevice(RuntimeCore& core, DeviceId id, MemoryNodeId node, Re
     : Device(id, "remote:" + options.address, DeviceKind::remote, node, "remote:" + options.address, remote_peak()),
       core_(core),
       options_(std::move(options)),
+      rpc_(options_.address),
       worker_(std::move(worker)) {
   std::tie(host_, port_) = transport::parse_address(options_.address);
   if (options_.chunk_bytes == 0) throw UsageError("remote chunk size must be positive");
@@ -109,6 +110,11 @@ RemoteDevice::~RemoteDevice() {
     } catch (const std::exception& e) {
       log().error("remote {}: could not bring a buffer home at shutdown: {}", options_.address, e.what());
     }
+  }
+  {
+    std::lock_guard lock(forward_mutex_);
+    for (auto& [id, task] : waiting_) release(task);
+    waiting_.clear();
   }
   stopping_.store(true);
   queue_cv_.notify_all();
@@ -275,13 +281,7 @@ void RemoteDevice::lost(const std::string& reason) {
   }
   if (alive_.exchange(false, std::memory_order_acq_rel))
     log().warn("remote {} lost: {}; its tasks run elsewhere until it is back", options_.address, reason);
-  std::map<std::uint64_t, std::shared_ptr<Pending>> pending;
-  {
-    std::lock_guard lock(pending_mutex_);
-    pending.swap(pending_);
-  }
-  for (auto& [id, p] : pending)
-    p->reply.set_exception(std::make_exception_ptr(RemoteError(fmt::format("remote {}: {}", options_.address, reason))));
+  rpc_.fail_all(reason);
   std::shared_ptr<transport::Connection> connection;
   {
     std::lock_guard lock(connection_mutex_);
@@ -320,46 +320,14 @@ void RemoteDevice::reconnect_loop() {
 
 // ---- requests ----
 
-std::future<protocol::Message> RemoteDevice::request(std::uint64_t id, protocol::Message message, const void* payload,
-                                                     std::size_t bytes, void* dest) {
-  auto pending = std::make_shared<Pending>();
-  pending->dest = dest;
-  auto future = pending->reply.get_future();
+std::future<protocol::Message> RemoteDevice::request(std::uint64_t id, const protocol::Message& message,
+                                                     const void* payload, std::size_t bytes, void* dest) {
   std::shared_ptr<transport::Connection> connection;
   {
     std::lock_guard lock(connection_mutex_);
     connection = connection_;
   }
-  if (!connection) {
-    pending->reply.set_exception(
-        std::make_exception_ptr(RemoteError(fmt::format("remote {}: not connected", options_.address))));
-    return future;
-  }
-  {
-    std::lock_guard lock(pending_mutex_);
-    pending_[id] = pending;
-  }
-  connection->send(protocol::encode(message), payload, bytes, [this, id](const std::string& error) {
-    if (error.empty()) return;
-    std::shared_ptr<Pending> p;
-    {
-      std::lock_guard lock(pending_mutex_);
-      if (auto it = pending_.find(id); it != pending_.end()) {
-        p = it->second;
-        pending_.erase(it);
-      }
-    }
-    if (p) p->reply.set_exception(std::make_exception_ptr(RemoteError(fmt::format("send failed: {}", error))));
-  });
-  return future;
-}
-
-protocol::Message RemoteDevice::await(std::future<protocol::Message>& reply, const char* what,
-                                      std::chrono::milliseconds limit) {
-  if (reply.wait_for(limit) != std::future_status::ready)
-    throw RemoteError(fmt::format("remote {}: no reply to {} in {:.1f} s", options_.address, what,
-                                  std::chrono::duration<double>(limit).count()));
-  return reply.get();
+  return rpc_.request(connection, id, message, payload, bytes, dest);
 }
 
 void RemoteDevice::on_message(transport::Incoming& incoming) {
@@ -379,41 +347,18 @@ void RemoteDevice::on_message(transport::Incoming& incoming) {
     lost(why);
     return;
   }
-  const auto complete = [&](std::uint64_t id, std::shared_ptr<Pending>* out = nullptr) {
-    std::shared_ptr<Pending> p;
-    {
-      std::lock_guard lock(pending_mutex_);
-      if (auto it = pending_.find(id); it != pending_.end()) {
-        p = it->second;
-        pending_.erase(it);
-      }
-    }
-    if (out != nullptr) *out = p;
-    else if (p) p->reply.set_value(message);
-    return p != nullptr;
-  };
   std::visit(
       [&](auto& m) {
         using M = std::decay_t<decltype(m)>;
-        if constexpr (std::is_same_v<M, protocol::Data>) {
-          std::shared_ptr<Pending> p;
-          complete(m.request, &p);
-          if (!p) return;
-          if (incoming.payload_bytes() == 0 || p->dest == nullptr) {
-            p->reply.set_value(message);
-            return;
-          }
-          incoming.into(p->dest, [p, message](const std::string& error) {
-            if (error.empty()) p->reply.set_value(message);
-            else p->reply.set_exception(std::make_exception_ptr(RemoteError("receiving data: " + error)));
-          });
-        } else if constexpr (std::is_same_v<M, protocol::PutAck> || std::is_same_v<M, protocol::Done> ||
-                             std::is_same_v<M, protocol::Pong> || std::is_same_v<M, protocol::StatsReply>) {
-          complete(m.request);
+        if constexpr (std::is_same_v<M, protocol::Data> || std::is_same_v<M, protocol::PutAck> ||
+                      std::is_same_v<M, protocol::Done> || std::is_same_v<M, protocol::Pong> ||
+                      std::is_same_v<M, protocol::StatsReply>) {
+          rpc_.complete(m.request, message, incoming);
         } else if constexpr (std::is_same_v<M, protocol::Challenge> || std::is_same_v<M, protocol::Welcome>) {
-          complete(0);
+          rpc_.complete(0, message, incoming);  // the handshake's replies carry no request id
         } else if constexpr (std::is_same_v<M, protocol::ErrorMessage>) {
-          if (!complete(0)) lost(fmt::format("ferryd error {}: {}", protocol::to_string(m.status), m.message));
+          if (!rpc_.complete(0, message, incoming))
+            lost(fmt::format("ferryd error {}: {}", protocol::to_string(m.status), m.message));
         } else if constexpr (std::is_same_v<M, protocol::Bye>) {
           lost(fmt::format("ferryd closed the session: {}", m.message));
         } else {
@@ -435,50 +380,59 @@ std::size_t RemoteDevice::chunk_for(std::size_t bytes) const noexcept {
   return std::min(limit, std::max(spread, std::min(floor, limit)));
 }
 
-void RemoteDevice::put_chunks(std::uint64_t id, const HostRegion& shape, const std::byte* data, std::size_t bytes) {
+template <typename Send, typename Check>
+void RemoteDevice::in_chunks(std::size_t bytes, const char* what, Send send, Check check) {
   const std::size_t chunk = chunk_for(bytes);
   std::deque<std::future<protocol::Message>> window;
-  const auto settle = [&] {
-    protocol::Message reply = await(window.front(), "put");
+  const auto settle_one = [&] {
+    protocol::Message reply = await(window.front(), what);
     window.pop_front();
-    const auto* ack = std::get_if<protocol::PutAck>(&reply);
-    if (ack != nullptr && (ack->status == protocol::Status::quota_exceeded || ack->status == protocol::Status::out_of_memory))
-      throw NoRoom(fmt::format("remote {} has no room: {}", options_.address, ack->message));
-    if (ack == nullptr || ack->status != protocol::Status::ok)
-      throw RemoteError(fmt::format("remote {} refused data: {}: {}", options_.address,
-                                    ack ? protocol::to_string(ack->status) : "no acknowledgement",
-                                    ack ? ack->message : ""));
+    check(reply);
   };
   std::size_t offset = 0;
-  do {
+  do {  // at least once: an empty put still makes the replica
     const std::size_t len = std::min(chunk, bytes - offset);
-    if (window.size() >= options_.window) settle();
-    const std::uint64_t req = next_request();
-    protocol::Put put{req, id, wire(shape.dtype), shape.rows, shape.cols, offset};
-    window.push_back(request(req, put, data + offset, len));
+    if (window.size() >= options_.window) settle_one();
+    window.push_back(send(offset, len));
     offset += len;
   } while (offset < bytes);
-  while (!window.empty()) settle();
+  while (!window.empty()) settle_one();
+}
+
+void RemoteDevice::put_chunks(std::uint64_t id, const HostRegion& shape, const std::byte* data, std::size_t bytes) {
+  in_chunks(
+      bytes, "put",
+      [&](std::size_t offset, std::size_t len) {
+        const std::uint64_t req = next_request();
+        return request(req, protocol::Put{req, id, wire(shape.dtype), shape.rows, shape.cols, offset},
+                       data + offset, len);
+      },
+      [&](const protocol::Message& reply) {
+        const auto* ack = std::get_if<protocol::PutAck>(&reply);
+        if (ack != nullptr &&
+            (ack->status == protocol::Status::quota_exceeded || ack->status == protocol::Status::out_of_memory))
+          throw NoRoom(fmt::format("remote {} has no room: {}", options_.address, ack->message));
+        if (ack == nullptr || ack->status != protocol::Status::ok)
+          throw RemoteError(fmt::format("remote {} refused data: {}: {}", options_.address,
+                                        ack ? protocol::to_string(ack->status) : "no acknowledgement",
+                                        ack ? ack->message : ""));
+      });
 }
 
 void RemoteDevice::get_chunks(std::uint64_t id, std::byte* dest, std::size_t bytes) {
-  const std::size_t chunk = chunk_for(bytes);
-  std::deque<std::future<protocol::Message>> window;
-  const auto settle = [&] {
-    protocol::Message reply = await(window.front(), "get");
-    window.pop_front();
-    const auto* data = std::get_if<protocol::Data>(&reply);
-    if (data == nullptr || data->status != protocol::Status::ok)
-      throw RemoteError(fmt::format("remote {} could not send data back: {}: {}", options_.address,
-                                    data ? protocol::to_string(data->status) : "no data", data ? data->message : ""));
-  };
-  for (std::size_t offset = 0; offset < bytes; offset += chunk) {
-    const std::size_t len = std::min(chunk, bytes - offset);
-    if (window.size() >= options_.window) settle();
-    const std::uint64_t req = next_request();
-    window.push_back(request(req, protocol::Get{req, id, offset, len}, nullptr, 0, dest + offset));
-  }
-  while (!window.empty()) settle();
+  in_chunks(
+      bytes, "get",
+      [&](std::size_t offset, std::size_t len) {
+        const std::uint64_t req = next_request();
+        return request(req, protocol::Get{req, id, offset, len}, nullptr, 0, dest + offset);
+      },
+      [&](const protocol::Message& reply) {
+        const auto* data = std::get_if<protocol::Data>(&reply);
+        if (data == nullptr || data->status != protocol::Status::ok)
+          throw RemoteError(fmt::format("remote {} could not send data back: {}: {}", options_.address,
+                                        data ? protocol::to_string(data->status) : "no data",
+                                        data ? data->message : ""));
+      });
 }
 
 template <typename Put>
@@ -650,6 +604,7 @@ void RemoteDevice::enqueue(TaskRecord* task) {
 
 void RemoteDevice::prefetch(TaskRecord* task) {
   if (!alive()) return;
+  if (forward_or_hold(task)) return;  // its inputs are there already
   std::vector<std::shared_ptr<BufferState>> inputs;
   for (std::size_t i = 0; i < task->buffers.size(); ++i)
     if (reads(task->buffer_arg(i).mode)) inputs.push_back(task->buffers[i]);
@@ -703,78 +658,120 @@ void RemoteDevice::prefetch_inputs(TaskRecord* task, const std::vector<std::shar
   }
 }
 
+void RemoteDevice::marshal(TaskRecord* task, const std::vector<std::shared_ptr<BufferState>>& views,
+                           Marshalled& out) {
+  protocol::Run& run = out.run;
+  run.request = next_request();
+  run.kernel = task->kernel->name;
+  run.task = task->name;
+  out.ids.assign(task->buffers.size(), 0);
+  std::size_t b = 0;
+  for (std::size_t i = 0; i < task->args.items.size(); ++i) {
+    const Arg& arg = task->args.items[i];
+    protocol::RunArg wire_arg;
+    const auto* scalar = std::get_if<ScalarValue>(&arg);
+    if (scalar == nullptr) {
+      const AccessMode mode = std::get<BufferArg>(arg).mode;
+      out.ids[b] = acquire_on_node(*views[b], mode, *this);
+      wire_arg.kind = protocol::RunArg::Kind::buffer;
+      wire_arg.buffer = out.ids[b];
+      wire_arg.mode = wire(mode);
+      ++b;
+    } else if (const auto* d = std::get_if<double>(scalar)) {
+      wire_arg.kind = protocol::RunArg::Kind::real;
+      wire_arg.real = *d;
+    } else if (const auto* n = std::get_if<std::int64_t>(scalar)) {
+      wire_arg.kind = protocol::RunArg::Kind::integer;
+      wire_arg.integer = *n;
+    } else {
+      wire_arg.kind = protocol::RunArg::Kind::text;
+      wire_arg.text = std::get<std::string>(*scalar);
+    }
+    run.args.push_back(std::move(wire_arg));
+  }
+}
+
+void RemoteDevice::unpin(const std::vector<std::shared_ptr<BufferState>>& views,
+                         const std::vector<std::uint64_t>& ids) noexcept {
+  for (std::size_t i = 0; i < ids.size() && i < views.size(); ++i)
+    if (ids[i] != 0) release_on_node(*views[i], *this, ids[i]);
+}
+
+void RemoteDevice::settle(TaskRecord* task, const protocol::Done& done, const std::vector<std::uint64_t>& ids) {
+  if (done.status == protocol::Status::kernel_failed) {
+    task->error = std::make_exception_ptr(KernelError(
+        fmt::format("{} failed on {}: {}", task->label(), name(), done.message)));
+    return;
+  }
+  if (done.status != protocol::Status::ok)
+    throw RemoteError(fmt::format("{}: {}", protocol::to_string(done.status), done.message));
+  // What the task wrote now lives only there; its lineage recomputes it if the host is lost.
+  auto lineage = std::make_shared<LineageEntry>();
+  lineage->task_id = task->id;
+  lineage->name = task->name;
+  lineage->kernel = task->kernel;
+  lineage->args = task->args;
+  lineage->buffer_args = task->buffer_args;
+  for (const auto& view : task->buffers) {
+    lineage->roots.push_back(view->root);
+    lineage->regions.push_back(view->region);
+  }
+  for (std::size_t i = 0; i < task->buffers.size(); ++i)
+    if (writes(task->buffer_arg(i).mode))
+      written_on_node(*task->buffers[i], *this, ids[i], lineage);
+  task->result = done.result;
+}
+
+void RemoteDevice::trace_run(TaskRecord* task, unsigned slot, Clock::time_point start, std::int64_t start_ns) {
+  const auto end = Clock::now();
+  task->start_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(start.time_since_epoch()).count();
+  task->end_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(end.time_since_epoch()).count();
+  Trace* trace = core_.trace();
+  if (trace == nullptr) return;
+  TaskSpan span;
+  span.task_id = task->id;
+  span.name = task->name;
+  span.kernel = task->kernel->name;
+  span.device = name();
+  span.lane = lanes_.empty() ? 0 : lanes_[slot % lanes_.size()];
+  span.start_ns = start_ns;
+  span.end_ns = trace->now_ns();
+  span.predecessors = std::move(task->predecessors);
+  span.failed = task->error != nullptr;
+  trace->record(std::move(span));
+}
+
 bool RemoteDevice::run_here(TaskRecord* task, unsigned slot) {
+  // Sent ahead behind its predecessors: only its reply is left to take.
+  if (std::shared_ptr<Forwarded> forwarded = claim(task)) {
+    if (finish_forwarded(task, *forwarded, slot)) return true;
+  }
   if (!alive()) return !fall_back(task, "not connected");
   const auto start = Clock::now();
   const std::int64_t start_ns = core_.trace() ? core_.trace()->now_ns() : 0;
+  Marshalled m;
   try {
-    protocol::Run run;
-    run.request = next_request();
-    run.kernel = task->kernel->name;
-    run.task = task->name;
-    if (task->kernel->cuda_source) define_kernel(*task->kernel);
-    std::vector<std::uint64_t> ids(task->buffers.size());
     // Unpinned however the run ends, so the copies can be evicted again.
     struct Unpin {
       RemoteDevice& self;
       TaskRecord* task;
-      std::vector<std::uint64_t>& ids;
+      Marshalled& m;
       ~Unpin() {
-        for (std::size_t i = 0; i < ids.size(); ++i)
-          if (ids[i] != 0) release_on_node(*task->buffers[i], self, ids[i]);
+        self.sent_done(task);
+        self.unpin(task->buffers, m.ids);
       }
-    } unpin{*this, task, ids};
-    std::size_t b = 0;
-    for (std::size_t i = 0; i < task->args.items.size(); ++i) {
-      const Arg& arg = task->args.items[i];
-      protocol::RunArg out;
-      const auto* scalar = std::get_if<ScalarValue>(&arg);
-      if (scalar == nullptr) {
-        const AccessMode mode = std::get<BufferArg>(arg).mode;
-        ids[b] = acquire_on_node(*task->buffers[b], mode, *this);
-        out.kind = protocol::RunArg::Kind::buffer;
-        out.buffer = ids[b];
-        out.mode = wire(mode);
-        ++b;
-      } else if (const auto* d = std::get_if<double>(scalar)) {
-        out.kind = protocol::RunArg::Kind::real;
-        out.real = *d;
-      } else if (const auto* n = std::get_if<std::int64_t>(scalar)) {
-        out.kind = protocol::RunArg::Kind::integer;
-        out.integer = *n;
-      } else {
-        out.kind = protocol::RunArg::Kind::text;
-        out.text = std::get<std::string>(*scalar);
-      }
-      run.args.push_back(std::move(out));
-    }
+    } unpin_at_exit{*this, task, m};
+    if (task->kernel->cuda_source) define_kernel(*task->kernel);
+    marshal(task, task->buffers, m);
     const auto sent = Clock::now();
-    auto future = request(run.request, run, nullptr, 0);
+    auto future = send_run(task, m.run);
     protocol::Message reply = await(future, "run");
     const double round_trip = seconds_since(sent);
     const auto* done = std::get_if<protocol::Done>(&reply);
     if (done == nullptr) throw RemoteError("no run reply");
-    if (done->status == protocol::Status::ok) {
-      auto lineage = std::make_shared<LineageEntry>();
-      lineage->task_id = task->id;
-      lineage->name = task->name;
-      lineage->kernel = task->kernel;
-      lineage->args = task->args;
-      lineage->buffer_args = task->buffer_args;
-      for (const auto& view : task->buffers) {
-        lineage->roots.push_back(view->root);
-        lineage->regions.push_back(view->region);
-      }
-      for (std::size_t i = 0; i < task->buffers.size(); ++i)
-        if (writes(task->buffer_arg(i).mode)) written_on_node(*task->buffers[i], *this, ids[i], lineage);
-      task->result = done->result;
+    settle(task, *done, m.ids);
+    if (done->status == protocol::Status::ok)
       core_.models().record(task->kernel->name, perf_key(), task->bytes, round_trip);
-    } else if (done->status == protocol::Status::kernel_failed) {
-      task->error = std::make_exception_ptr(
-          KernelError(fmt::format("{} failed on {}: {}", task->label(), name(), done->message)));
-    } else {
-      throw RemoteError(fmt::format("{}: {}", protocol::to_string(done->status), done->message));
-    }
   } catch (const RemoteError& e) {
     if (task->kernel->cpu)  // before handing it over: the CPU may finish and free it at once
       log().warn("{}: {} failed ({}); running it on the CPU", task->label(), name(), e.what());
@@ -787,22 +784,7 @@ bool RemoteDevice::run_here(TaskRecord* task, unsigned slot) {
     task->error =
         std::make_exception_ptr(KernelError(fmt::format("{} failed on {}: {}", task->label(), name(), e.what())));
   }
-  const auto end = Clock::now();
-  task->start_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(start.time_since_epoch()).count();
-  task->end_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(end.time_since_epoch()).count();
-  if (Trace* trace = core_.trace()) {
-    TaskSpan span;
-    span.task_id = task->id;
-    span.name = task->name;
-    span.kernel = task->kernel->name;
-    span.device = name();
-    span.lane = lanes_.empty() ? 0 : lanes_[slot % lanes_.size()];
-    span.start_ns = start_ns;
-    span.end_ns = trace->now_ns();
-    span.predecessors = std::move(task->predecessors);
-    span.failed = task->error != nullptr;
-    trace->record(std::move(span));
-  }
+  trace_run(task, slot, start, start_ns);
   return true;
 }
 

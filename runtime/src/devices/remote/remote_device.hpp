@@ -9,6 +9,10 @@
 // few threads give enough tasks in flight to overlap transfers with compute
 // (docs/architecture.md says why).
 //
+// A task whose predecessors were all sent here is forwarded at once, with
+// their request ids, and ferryd runs it behind them: a chain on one host
+// costs one round trip, not one per task (chain_forwarding.cpp).
+//
 // If the host goes away, tasks in flight here run on the CPU instead, data
 // only it held is recomputed from lineage, and a background thread
 // reconnects with backoff; the scheduler uses the host again once it is back.
@@ -24,6 +28,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "data/coherence.hpp"
@@ -32,6 +37,7 @@
 #include "ferry/transport/connection.hpp"
 #include "ferry/runtime/runtime.hpp"
 #include "ferry/transport/protocol.hpp"
+#include "ferry/transport/rpc_client.hpp"
 #include "ferry/transport/worker.hpp"
 
 namespace ferry::detail {
@@ -94,12 +100,9 @@ class RemoteDevice final : public Device, public NodeLink {
   std::string down_reason() const;
   std::size_t bytes_shipped() const noexcept { return bytes_shipped_.load(std::memory_order_relaxed); }
   std::size_t bytes_fetched() const noexcept { return bytes_fetched_.load(std::memory_order_relaxed); }
+  std::uint64_t tasks_forwarded() const noexcept { return forwarded_count_.load(std::memory_order_relaxed); }
 
  private:
-  struct Pending {
-    std::promise<protocol::Message> reply;
-    void* dest = nullptr;  // where a data reply's payload goes
-  };
   struct Job {
     TaskRecord* task = nullptr;
     bool prefetch = false;  // ship the task's inputs early, do not run it
@@ -120,21 +123,65 @@ class RemoteDevice final : public Device, public NodeLink {
   void reconnect_loop();
   void lost(const std::string& reason);
 
-  std::future<protocol::Message> request(std::uint64_t id, protocol::Message message, const void* payload,
+  // On the current connection (rpc_ matches the replies).
+  std::future<protocol::Message> request(std::uint64_t id, const protocol::Message& message, const void* payload,
                                          std::size_t bytes, void* dest = nullptr);
-  protocol::Message await(std::future<protocol::Message>& reply, const char* what,
-                          std::chrono::milliseconds limit = std::chrono::seconds(120));
-  std::uint64_t next_request() noexcept { return next_request_.fetch_add(1, std::memory_order_relaxed); }
+  protocol::Message await(std::future<protocol::Message>& reply, const char* what) { return rpc_.await(reply, what); }
+  std::uint64_t next_request() noexcept { return rpc_.next_id(); }
   std::size_t chunk_for(std::size_t bytes) const noexcept;
+  // Bulk data either way, in chunks with a window of them in flight: `send`
+  // issues the request for [offset, offset + length), `check` judges its reply.
+  template <typename Send, typename Check>
+  void in_chunks(std::size_t bytes, const char* what, Send send, Check check);
   void put_chunks(std::uint64_t id, const HostRegion& shape, const std::byte* data, std::size_t bytes);
   template <typename Put>
   std::uint64_t with_room(std::size_t bytes, Put put);
   std::uint64_t ship_now(const HostRegion& source);
   void get_chunks(std::uint64_t id, std::byte* dest, std::size_t bytes);
 
+  // A task's run message, its buffers acquired here (pinned) as it is made.
+  struct Marshalled {
+    protocol::Run run;
+    std::vector<std::uint64_t> ids;  // per buffer; 0 where not acquired (yet)
+  };
+  // A run sent before its task was ready (chain_forwarding.cpp).
+  struct Forwarded {
+    std::future<protocol::Message> reply;
+    std::vector<std::shared_ptr<BufferState>> views;  // the task drops its own at finish
+    std::vector<std::uint64_t> ids;
+    std::chrono::steady_clock::time_point start;
+    std::int64_t start_ns = 0;
+  };
+  struct Sent {
+    std::uint64_t request = 0;
+    std::uint64_t epoch = 0;
+  };
+
   void proxy_loop(unsigned slot);
   // Runs the task there; false when it was handed to another device instead.
   bool run_here(TaskRecord* task, unsigned slot);
+  void marshal(TaskRecord* task, const std::vector<std::shared_ptr<BufferState>>& views, Marshalled& out);
+  void unpin(const std::vector<std::shared_ptr<BufferState>>& views, const std::vector<std::uint64_t>& ids) noexcept;
+  // A run's reply: lineage and coherence for ok, the task's error for
+  // kernel_failed; throws RemoteError for anything else.
+  void settle(TaskRecord* task, const protocol::Done& done, const std::vector<std::uint64_t>& ids);
+  void trace_run(TaskRecord* task, unsigned slot, std::chrono::steady_clock::time_point start, std::int64_t start_ns);
+
+  // ---- chains (chain_forwarding.cpp) ----
+  // Sends a run and records it as sent, so its successors may follow it at once.
+  std::future<protocol::Message> send_run(TaskRecord* task, const protocol::Run& run);
+  void sent_done(TaskRecord* task);
+  // At submission: forwards the task if it can go now, or holds it until its predecessors are sent.
+  bool forward_or_hold(TaskRecord* task);
+  bool try_forward(TaskRecord* task);  // forward_mutex_ held
+  void forward_held();                 // forward_mutex_ held
+  bool in_place(const BufferState& view, AccessMode mode) const;
+  // Takes the task's forwarded run, if any; it is no longer held either way.
+  std::shared_ptr<Forwarded> claim(TaskRecord* task);
+  // False when the forwarded run did not happen there (refused, host lost): run it again.
+  bool finish_forwarded(TaskRecord* task, Forwarded& forwarded, unsigned slot);
+  // At the task's finish: what a forwarded run it never claimed still pins.
+  void forget_forwarded(std::uint64_t task_id);
   // Sends a CUDA source kernel's definition once per connection.
   void define_kernel(const KernelDef& kernel);
   // Hands the task to the CPU (true), or fails it naming why (false) when
@@ -145,6 +192,7 @@ class RemoteDevice final : public Device, public NodeLink {
 
   RuntimeCore& core_;
   RemoteOptions options_;
+  transport::RpcClient rpc_;
   std::shared_ptr<transport::Worker> worker_;
   std::string host_;
   std::uint16_t port_ = 0;
@@ -172,9 +220,6 @@ class RemoteDevice final : public Device, public NodeLink {
   std::uint64_t defined_epoch_ = 0;  // the connection defined_ is about
   std::set<std::string> defined_;    // kernels defined there
 
-  std::mutex pending_mutex_;
-  std::map<std::uint64_t, std::shared_ptr<Pending>> pending_;
-  std::atomic<std::uint64_t> next_request_{1};
   std::atomic<std::uint64_t> next_copy_{1};
 
   std::mutex queue_mutex_;
@@ -184,6 +229,15 @@ class RemoteDevice final : public Device, public NodeLink {
   std::vector<std::thread> proxies_;
   std::vector<int> lanes_;
   int lane_out_ = 0, lane_in_ = 0;  // trace lanes of the link's two directions
+
+  // Chains: runs sent and not yet answered, by task id; runs forwarded and
+  // not yet claimed; tasks waiting for their predecessors to be sent, in
+  // submission order (referenced). One lock, so runs go out in a valid order.
+  std::mutex forward_mutex_;
+  std::unordered_map<std::uint64_t, Sent> sent_;
+  std::unordered_map<std::uint64_t, std::shared_ptr<Forwarded>> forwarded_;
+  std::map<std::uint64_t, TaskRecord*> waiting_;
+  std::atomic<std::uint64_t> forwarded_count_{0};
 
   std::mutex held_mutex_;
   std::vector<std::weak_ptr<BufferRoot>> held_;

@@ -35,6 +35,7 @@ inline constexpr std::size_t key_bytes = 32;         // an X25519 or Ed25519 pub
 inline constexpr std::size_t signature_bytes = 64;   // Ed25519
 inline constexpr std::size_t max_address_bytes = 4096;  // a UCX worker address
 inline constexpr std::size_t max_names = 512;  // welcome's kernel and device lists (the header bound still applies)
+inline constexpr std::size_t max_after = 256;  // a run's predecessors on the same connection
 
 enum class Type : std::uint16_t {
   hello = 1,   // client -> server: first message
@@ -186,6 +187,10 @@ struct Run {
   std::string kernel;
   std::string task;  // the task's name, for the server's logs and errors
   std::vector<RunArg> args;
+  // Earlier runs of this connection (by request) that this one waits for: a
+  // run forwarded before they finished. Optional on the wire (absent: none),
+  // at most max_after.
+  std::vector<std::uint64_t> after{};  // {}: designated initializers may leave it out
 };
 
 struct Done {

@@ -1,0 +1,200 @@
+// Chains on one remote without the client in the loop. A task placed on a
+// remote whose unfinished predecessors were all sent there already goes out
+// at once, naming them (Run::after); ferryd's runtime orders it behind them
+// by the same data dependencies the client inferred, since both see the
+// accesses in the same order. Its reply is taken when the client's own
+// dependency tracking makes it ready, so lineage, coherence and failure
+// handling stay exactly those of a task run one round trip at a time.
+//
+// Forwarding needs nothing to move: every buffer the task uses must already
+// be on the host as the one copy of exactly its region (a predecessor put it
+// there). Otherwise the task waits until it is ready and runs as before.
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "core/core.hpp"
+#include "core/task_record.hpp"
+#include "devices/remote/remote_device.hpp"
+#include "ferry/error.hpp"
+#include "ferry/log.hpp"
+
+namespace ferry::detail {
+
+namespace {
+
+// Tasks held back at once, waiting for their predecessors to be sent: bounds
+// the work of each pass over them. Beyond it a task simply runs when ready.
+constexpr std::size_t max_waiting = 1024;
+
+}  // namespace
+
+std::future<protocol::Message> RemoteDevice::send_run(TaskRecord* task, const protocol::Run& run) {
+  std::lock_guard lock(forward_mutex_);
+  sent_[task->id] = Sent{run.request, epoch()};
+  auto reply = request(run.request, run, nullptr, 0);
+  // Its successors held back may follow it now.
+  if (!waiting_.empty()) forward_held();
+  return reply;
+}
+
+void RemoteDevice::sent_done(TaskRecord* task) {
+  std::lock_guard lock(forward_mutex_);
+  sent_.erase(task->id);
+}
+
+bool RemoteDevice::forward_or_hold(TaskRecord* task) {
+  if (task->kernel->cuda_source) return false;  // its definition travels with its first run
+  std::lock_guard lock(forward_mutex_);
+  if (try_forward(task)) return true;
+  if (!task->waits_on.empty() && waiting_.size() < max_waiting) {
+    retain(task);
+    waiting_.emplace(task->id, task);
+  }
+  return false;
+}
+
+bool RemoteDevice::in_place(const BufferState& view, AccessMode mode) const {
+  BufferRoot& root = *view.root;
+  if (root.unified) return false;
+  // Overwriting an input of some copy's lineage first brings that copy home,
+  // which must not happen while later runs may still be writing it there.
+  if (writes(mode) && root.has_lineage_readers.load(std::memory_order_acquire)) return false;
+  const std::uint64_t now = epoch();
+  std::lock_guard lock(root.transfer_mutex);
+  bool found = false;
+  for (const auto& copy : root.copies) {
+    if (!copy->region.overlaps(view.region)) continue;
+    if (copy->link != static_cast<const NodeLink*>(this) || !(copy->region == view.region) || copy->epoch != now)
+      return false;
+    found = true;
+  }
+  return found;
+}
+
+bool RemoteDevice::try_forward(TaskRecord* task) {
+  if (!alive() || task->kernel->cuda_source || task->failed_input.load(std::memory_order_acquire) != nullptr)
+    return false;
+  const std::uint64_t now = epoch();
+  std::vector<std::uint64_t> after;
+  after.reserve(task->waits_on.size());
+  for (std::uint64_t id : task->waits_on) {
+    auto it = sent_.find(id);
+    if (it == sent_.end() || it->second.epoch != now) return false;  // not sent here (yet), or to a lost session
+    after.push_back(it->second.request);
+  }
+  std::sort(after.begin(), after.end());
+  after.erase(std::unique(after.begin(), after.end()), after.end());
+  if (after.size() > protocol::max_after) return false;
+
+  auto forwarded = std::make_shared<Forwarded>();
+  {
+    std::lock_guard task_lock(task->mutex);
+    if (task->closed) return false;
+    forwarded->views = task->buffers;  // finish() drops the task's own list
+  }
+  for (std::size_t i = 0; i < forwarded->views.size(); ++i)
+    if (!in_place(*forwarded->views[i], task->buffer_arg(i).mode)) return false;
+  {
+    // A task whose input failed finishes without running and is never
+    // claimed: this continuation then releases what its forwarded run pins.
+    std::lock_guard task_lock(task->mutex);
+    if (task->closed) return false;
+    task->continuations.push_back([this, id = task->id] { forget_forwarded(id); });
+  }
+
+  Marshalled m;
+  try {
+    marshal(task, forwarded->views, m);
+    m.run.after = std::move(after);
+    forwarded->ids = m.ids;
+    forwarded->start = std::chrono::steady_clock::now();
+    forwarded->start_ns = core_.trace() ? core_.trace()->now_ns() : 0;
+    sent_[task->id] = Sent{m.run.request, now};
+    forwarded->reply = request(m.run.request, m.run, nullptr, 0);
+  } catch (const std::exception& e) {
+    sent_.erase(task->id);
+    unpin(forwarded->views, m.ids);
+    log().debug("{} not forwarded to {}: {}", task->label(), name(), e.what());
+    return false;
+  }
+  forwarded_.emplace(task->id, std::move(forwarded));
+  forwarded_count_.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+void RemoteDevice::forward_held() {
+  // In submission order: a task forwarded here lets its successors, later
+  // in the map, follow in the same pass.
+  for (auto it = waiting_.begin(); it != waiting_.end();) {
+    TaskRecord* task = it->second;
+    const bool gone = task->done.load(std::memory_order_acquire) ||
+                      task->failed_input.load(std::memory_order_acquire) != nullptr;
+    if (gone || try_forward(task)) {
+      release(task);
+      it = waiting_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+std::shared_ptr<RemoteDevice::Forwarded> RemoteDevice::claim(TaskRecord* task) {
+  std::lock_guard lock(forward_mutex_);
+  if (auto it = waiting_.find(task->id); it != waiting_.end()) {
+    release(it->second);
+    waiting_.erase(it);
+  }
+  auto it = forwarded_.find(task->id);
+  if (it == forwarded_.end()) return nullptr;
+  auto forwarded = std::move(it->second);
+  forwarded_.erase(it);
+  return forwarded;
+}
+
+bool RemoteDevice::finish_forwarded(TaskRecord* task, Forwarded& forwarded, unsigned slot) {
+  protocol::Message reply;
+  try {
+    reply = await(forwarded.reply, "run");
+  } catch (const RemoteError& e) {
+    sent_done(task);
+    unpin(forwarded.views, forwarded.ids);
+    log().debug("{}: its forwarded run was lost ({}); running it again", task->label(), e.what());
+    return false;
+  }
+  sent_done(task);
+  const auto* done = std::get_if<protocol::Done>(&reply);
+  if (done == nullptr || (done->status != protocol::Status::ok && done->status != protocol::Status::kernel_failed)) {
+    // Refused there (e.g. behind a refused predecessor): nothing ran, so it
+    // runs again the ordinary way, from wherever its inputs now are.
+    unpin(forwarded.views, forwarded.ids);
+    log().debug("{}: its forwarded run was refused ({}); running it again", task->label(),
+                done ? done->message : "no run reply");
+    return false;
+  }
+  settle(task, *done, forwarded.ids);
+  if (done->status == protocol::Status::ok) {
+    // Its round trip overlapped its predecessors': the kernel time plus the
+    // link's latency both ways is what the task itself cost.
+    const double latency = core_.links().get(host_node, node()).latency_seconds;
+    core_.models().record(task->kernel->name, perf_key(), task->bytes, done->seconds + 2 * latency);
+  }
+  unpin(forwarded.views, forwarded.ids);
+  trace_run(task, slot, forwarded.start, forwarded.start_ns);
+  return true;
+}
+
+void RemoteDevice::forget_forwarded(std::uint64_t task_id) {
+  std::shared_ptr<Forwarded> forwarded;
+  {
+    std::lock_guard lock(forward_mutex_);
+    sent_.erase(task_id);
+    auto it = forwarded_.find(task_id);
+    if (it == forwarded_.end()) return;  // claimed: its run settled it
+    forwarded = std::move(it->second);
+    forwarded_.erase(it);
+  }
+  unpin(forwarded->views, forwarded->ids);
+}
+
+}  // namespace ferry::detail

@@ -1,0 +1,117 @@
+// Chains forwarded to a real ferryd: a task whose predecessors were all sent
+// to the same host goes out before they finish, and ferryd runs it behind
+// them. Results, failures and a host killed mid-chain must come out exactly
+// as if every task had waited for the one before.
+#include <gtest/gtest.h>
+
+#include <csignal>
+#include <random>
+
+#include "ferry/ferry.hpp"
+#include "ferryd_process.hpp"
+
+namespace {
+
+using ferry::test::FerrydProcess;
+
+ferry::Runtime::Options options_for(FerrydProcess* server) {
+  ferry::Runtime::Options o;
+  o.workers = 2;
+  o.persist_perf_models = false;
+  o.read_environment = false;
+  if (server != nullptr) {
+    o.remotes = {server->address()};
+    o.token_file = server->token_file();
+  }
+  return o;
+}
+
+// A readwrite chain of n tasks on y (alternating axpy from x and scal),
+// placed where `where` says; returns y.
+std::vector<double> run_chain(ferry::Runtime& rt, int n, const ferry::OnOption& where) {
+  const std::size_t size = 3000;  // not a power of two: the kernels' tails run too
+  auto x = rt.buffer<double>(size), y = rt.buffer<double>(size);
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<double> u(-1, 1);
+  for (auto& v : x.host()) v = u(rng);
+  for (auto& v : y.host()) v = u(rng);
+  for (int i = 0; i < n; ++i) {
+    if (i % 2 == 0) rt.submit("axpy", ferry::read(x), ferry::readwrite(y), 0.25 + i * 1e-3, where);
+    else rt.submit("scal", ferry::readwrite(y), 0.999, where);
+  }
+  rt.wait();
+  auto h = y.host();
+  return {h.begin(), h.end()};
+}
+
+TEST(RemoteChain, ChainsGiveTheCpusResults) {
+  FerrydProcess server;
+  ferry::Runtime cpu(options_for(nullptr));
+  ferry::Runtime rt(options_for(&server));
+  const auto remote = ferry::on(ferry::remote(server.address()));
+  for (int n : {1, 2, 1000}) {
+    const std::uint64_t forwarded_before = rt.remote_stats(server.address()).tasks_forwarded;
+    const auto expected = run_chain(cpu, n, ferry::on(ferry::cpu()));
+    const auto got = run_chain(rt, n, remote);
+    ASSERT_EQ(got.size(), expected.size());
+    for (std::size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], expected[i]) << "chain of " << n << ", element " << i;
+    if (n == 1000) {
+      EXPECT_GT(rt.remote_stats(server.address()).tasks_forwarded, forwarded_before)
+          << "no task of the chain was forwarded";
+    }
+  }
+}
+
+TEST(RemoteChain, MiddleFailureStopsReadersAndLetsWritersRun) {
+  FerrydProcess server;
+  ferry::Runtime rt(options_for(&server));
+  const auto remote = ferry::on(ferry::remote(server.address()));
+  auto a = rt.buffer<double>(32, 32), b = rt.buffer<double>(1000);
+  std::vector<ferry::Task> tasks;
+  tasks.push_back(rt.submit("fill", ferry::write(a), -1.0, remote));  // not positive definite
+  tasks.push_back(rt.submit("fill", ferry::write(b), 1.0, remote));
+  tasks.push_back(rt.submit("potrf", ferry::readwrite(a), remote));    // fails
+  tasks.push_back(rt.submit("scal", ferry::readwrite(a), 2.0, remote));  // reads what failed: stops
+  tasks.push_back(rt.submit("scal", ferry::readwrite(b), 2.0, remote));  // independent: runs
+  tasks.push_back(rt.submit("fill", ferry::write(a), 3.0, remote));    // overwrites: runs
+  tasks.push_back(rt.submit("scal", ferry::readwrite(a), 2.0, remote));  // reads the good data: runs
+  EXPECT_NO_THROW(tasks[0].wait());
+  EXPECT_THROW(tasks[2].wait(), ferry::KernelError);
+  try {
+    tasks[3].wait();
+    ADD_FAILURE() << "the reader of the failed task ran";
+  } catch (const ferry::KernelError& e) {
+    EXPECT_NE(std::string(e.what()).find("did not run"), std::string::npos) << e.what();
+  }
+  for (int i : {4, 5, 6}) EXPECT_NO_THROW(tasks[i].wait()) << "task " << i;
+  EXPECT_THROW(rt.wait(), ferry::KernelError);
+  for (double v : a.host()) ASSERT_EQ(v, 6.0);
+  for (double v : b.host()) ASSERT_EQ(v, 2.0);
+  // The remote still serves: the failure spoiled nothing that was rewritten.
+  EXPECT_EQ(rt.submit("sum", ferry::read(a), remote).result(), 6.0 * 32 * 32);
+}
+
+TEST(RemoteChain, KillNineMidForwardedChainStillFinishesCorrectly) {
+  FerrydProcess server;
+  ferry::Runtime rt(options_for(&server));
+  const auto remote = ferry::on(ferry::remote(server.address()));
+  const std::size_t n = 1 << 12;
+  auto x = rt.buffer<double>(n), y = rt.buffer<double>(n);
+  std::ranges::fill(x.host(), 1.0);
+  std::vector<ferry::Task> tasks;
+  for (int i = 0; i < 600; ++i) {
+    tasks.push_back(rt.submit("axpy", ferry::read(x), ferry::readwrite(y), 1.0, remote));
+    if (i == 300) {
+      tasks[100].wait();
+      server.stop(SIGKILL);
+    }
+  }
+  rt.wait();
+  int on_cpu = 0;
+  for (auto& t : tasks) on_cpu += t.device() == "cpu";
+  EXPECT_GT(on_cpu, 0) << "nothing was rescheduled";
+  EXPECT_GT(rt.remote_stats(server.address()).tasks_forwarded, 0u) << "the chain was not forwarded";
+  for (double v : y.host()) ASSERT_EQ(v, 600.0);
+}
+
+}  // namespace

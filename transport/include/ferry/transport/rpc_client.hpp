@@ -1,0 +1,60 @@
+// Request/reply matching over a Connection, in the spirit of UCXX's
+// requests: a request carries an id its reply repeats; the reply completes
+// the request's future, and a data reply's payload lands where the request
+// said, before the future is ready. A connection lost fails every request
+// still waiting. Thread-safe; replies are matched on the progress thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "ferry/transport/connection.hpp"
+#include "ferry/transport/protocol.hpp"
+
+namespace ferry::transport {
+
+class RpcClient {
+ public:
+  explicit RpcClient(std::string peer) : peer_(std::move(peer)) {}
+  RpcClient(const RpcClient&) = delete;
+  RpcClient& operator=(const RpcClient&) = delete;
+
+  std::uint64_t next_id() noexcept { return next_id_.fetch_add(1, std::memory_order_relaxed); }
+
+  // Sends `message` (whose request field is `id`) with an optional payload,
+  // which must stay valid until the future is ready. `dest` receives a data
+  // reply's payload. Without a connection the future fails at once; a
+  // message that cannot be encoded throws ProtocolError and sends nothing.
+  std::future<protocol::Message> request(const std::shared_ptr<Connection>& connection, std::uint64_t id,
+                                         const protocol::Message& message, const void* payload = nullptr,
+                                         std::size_t bytes = 0, void* dest = nullptr);
+
+  // Progress thread: `reply` answers request `id`. Completes it (after
+  // receiving its payload, if it has one); false when no request waits.
+  bool complete(std::uint64_t id, const protocol::Message& reply, Incoming& incoming);
+
+  // Every request still waiting fails with RemoteError(reason).
+  void fail_all(const std::string& reason);
+
+  // The reply, or RemoteError naming `what` when none comes within the limit.
+  protocol::Message await(std::future<protocol::Message>& reply, const char* what) const;
+
+ private:
+  struct Pending {
+    std::promise<protocol::Message> reply;
+    void* dest = nullptr;
+  };
+  std::shared_ptr<Pending> take(std::uint64_t id);
+
+  const std::string peer_;
+  std::atomic<std::uint64_t> next_id_{1};
+  std::mutex mutex_;
+  std::unordered_map<std::uint64_t, std::shared_ptr<Pending>> pending_;
+};
+
+}  // namespace ferry::transport
