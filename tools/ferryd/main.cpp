@@ -160,6 +160,8 @@ std::optional<transport::KeyPair> load_host_key(const std::filesystem::path& pat
     log().info("host key {} created", path.string());
   }
   return transport::KeyPair::read(path);
+}
+
 // The CPU's model name, as /proc/cpuinfo gives it.
 std::string cpu_model() {
   std::ifstream in("/proc/cpuinfo");

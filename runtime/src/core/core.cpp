@@ -350,7 +350,7 @@ void RuntimeCore::find_eligible_devices(PreparedTask& p) const {
     const bool up = device.available();
     if (runs && fits && up) p.eligible |= std::uint64_t{1} << i;
     else if (runs && fits) pinned_to_a_down_device = true;
-    else why_not += fmt::format("; {}: {}", device.name(), !runs ? device.why_not(*kernel) : "excluded by placement");
+    else why_not += fmt::format("; {}: {}", device.name(), !runs ? device.why_not(kernel) : "excluded by placement");
   }
   // A host that is down must not stop the program: what was pinned to it
   // runs wherever else it can until the host is back.

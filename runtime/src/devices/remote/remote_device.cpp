@@ -338,12 +338,7 @@ void RemoteDevice::on_message(transport::Incoming& incoming) {
     // Not Ferry's protocol, or another version of it: retrying will not help.
     const std::string why =
         fmt::format("ferryd at {} sent an undecodable message (another version of Ferry?): {}", options_.address, e.what());
-    std::map<std::uint64_t, std::shared_ptr<Pending>> pending;
-    {
-      std::lock_guard lock(pending_mutex_);
-      pending.swap(pending_);
-    }
-    for (auto& [id, p] : pending) p->reply.set_exception(std::make_exception_ptr(RemoteRefused(why)));
+    rpc_.fail_all(why);
     lost(why);
     return;
   }
