@@ -40,6 +40,11 @@ Runtime::Options gpu_options(std::size_t memory_limit = 0) {
   return o;
 }
 
+bool has_cuda_variant(const char* kernel) {
+  const ferry::KernelDef* def = ferry::KernelRegistry::global().find(kernel);
+  return def != nullptr && static_cast<bool>(def->cuda);
+}
+
 const ferry::DeviceInfo& gpu_info(const std::vector<ferry::DeviceInfo>& devices) {
   for (const auto& d : devices)
     if (d.name == "cuda:0") return d;

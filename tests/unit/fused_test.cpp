@@ -26,15 +26,10 @@ using ferry::KernelArgs;
 
 template <typename T>
 Arg buf(std::vector<T>& v, AccessMode mode) {
-  Arg a;
-  a.kind = Arg::Kind::buffer;
-  a.buffer = BufferArg{v.data(), ferry::dtype_of<T>(), 1, v.size(), v.size(), mode};
-  return a;
+  return Arg{BufferArg{v.data(), ferry::dtype_of<T>(), 1, v.size(), v.size(), mode}};
 }
 Arg text(std::string s) {
-  Arg a;
-  a.scalar = std::move(s);
-  return a;
+  return Arg{ferry::ScalarValue{std::move(s)}};
 }
 
 const ferry::KernelDef& fused(std::size_t inputs) {

@@ -9,9 +9,9 @@
 
 #include "ferry/error.hpp"
 #include "ferry/transport/connection.hpp"
-#include "ferry/transport/listener.hpp"
 #include "ferry/transport/rpc_client.hpp"
 #include "ferry/transport/worker.hpp"
+#include "bootstrap_pair.hpp"
 
 namespace ferry::transport {
 namespace {
@@ -21,7 +21,7 @@ namespace {
 struct Answering {
   Answering() {
     worker = Worker::create({"rpc-server"});
-    listener = Listener::listen(worker, "127.0.0.1", 0, [this](std::shared_ptr<Connection> c) {
+    listener = testing::listen(worker, [this](std::shared_ptr<Connection> c) {
       c->set_handlers([this](Connection& connection, Incoming& in) { answer(connection, in); }, {});
       std::lock_guard lock(mutex);
       accepted.push_back(std::move(c));
@@ -47,7 +47,7 @@ struct Answering {
     }
   }
   std::shared_ptr<Worker> worker;
-  std::unique_ptr<Listener> listener;
+  std::unique_ptr<BootstrapServer> listener;
   std::mutex mutex;
   std::vector<std::shared_ptr<Connection>> accepted;
   std::vector<std::uint64_t> held;  // progress thread only
@@ -56,8 +56,8 @@ struct Answering {
 struct Caller {
   explicit Caller(std::uint16_t port) : rpc("test-peer") {
     worker = Worker::create({"rpc-client"});
-    connection = Connection::connect(
-        worker, "127.0.0.1", port,
+    connection = testing::connect(
+        worker, port,
         [this](Connection&, Incoming& in) {
           const protocol::Message m = protocol::decode(in.header());
           std::visit([&](const auto& r) {

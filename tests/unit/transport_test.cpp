@@ -25,6 +25,7 @@
 #include "ferry/transport/address.hpp"
 #include "ferry/transport/bootstrap.hpp"
 #include "ferry/transport/worker.hpp"
+#include "bootstrap_pair.hpp"
 
 namespace ferry::transport {
 namespace {
@@ -117,30 +118,9 @@ void echo(Connection& connection, Incoming& in) {
   });
 }
 
-constexpr const char* test_token = "transport test token";
-
-// A bootstrap listener on a free loopback port taking the test token.
-std::unique_ptr<BootstrapServer> listen(const std::shared_ptr<Worker>& worker,
-                                        std::function<void(std::shared_ptr<Connection>)> on_accept,
-                                        std::uint16_t port = 0) {
-  BootstrapServer::Options options;
-  options.host = "127.0.0.1";
-  options.port = port;
-  options.token = test_token;
-  return std::make_unique<BootstrapServer>(
-      worker, std::move(options), [on_accept](const Peer&, std::shared_ptr<Connection> c) -> protocol::Message {
-        on_accept(std::move(c));
-        return protocol::Welcome{};
-      });
-}
-
-std::shared_ptr<Connection> connect(const std::shared_ptr<Worker>& worker, std::uint16_t port,
-                                    Connection::MessageHandler on_message, Connection::ErrorHandler on_error) {
-  DialOptions options;
-  options.token = test_token;
-  options.timeout = 10s;
-  return dial(worker, "127.0.0.1", port, options, std::move(on_message), std::move(on_error)).connection;
-}
+using testing::connect;
+using testing::listen;
+using testing::test_token;
 
 struct Server {
   explicit Server(Connection::MessageHandler on_message = echo) {
