@@ -47,7 +47,7 @@ class FerrydIsolation : public ::testing::TestWithParam<std::tuple<std::size_t, 
     } else {
       // Its session is gone once ferryd has read the bye; then B connects.
       a.send(proto::Bye{Status::ok, "leaving"});
-      ASSERT_TRUE(server.wait_for_log("(victim) said bye")) << server.log();
+      ASSERT_TRUE(server.wait_for_log("(victim, token) said bye")) << server.log();
     }
   }
 

@@ -74,7 +74,7 @@ int run_cli(const std::string& args, std::string& output) {
 }
 
 TEST(RemotePolicy, WrongTokenThrowsUnderRequireNamingTheHostAndTheReason) {
-  FerrydProcess server({}, "the-right-token");
+  FerrydProcess server({}, "the-right-token-for-this-host");
   const std::string what = message_of([&] { ferry::Runtime rt(options_for(server.address(), "a-wrong-token")); });
   EXPECT_NE(what.find(server.address()), std::string::npos) << what;
   EXPECT_NE(what.find("auth_failed"), std::string::npos) << what;
@@ -82,7 +82,7 @@ TEST(RemotePolicy, WrongTokenThrowsUnderRequireNamingTheHostAndTheReason) {
 }
 
 TEST(RemotePolicy, WrongTokenWarnsOnceUnderPreferAndIsNotRetried) {
-  FerrydProcess server({}, "the-right-token");
+  FerrydProcess server({}, "the-right-token-for-this-host");
   LogCapture logs;
   {
     ferry::Runtime rt(options_for(server.address(), "a-wrong-token", ferry::RemotePolicy::prefer));
@@ -255,7 +255,7 @@ TEST(FerryCheck, PrintsTheHostsVersionDevicesKernelsAndLink) {
 }
 
 TEST(FerryCheck, AWrongTokenFailsNamingTheHostAndTheReason) {
-  FerrydProcess server({}, "the-right-token");
+  FerrydProcess server({}, "the-right-token-for-this-host");
   std::string out;
   EXPECT_EQ(run_cli("check " + server.address() + " --token not-it", out), 1) << out;
   EXPECT_NE(out.find(server.address()), std::string::npos) << out;
