@@ -97,8 +97,8 @@ TEST(RemotePolicy, WrongTokenWarnsOnceUnderPreferAndIsNotRetried) {
   EXPECT_EQ(logs.count("refused this client"), 1u) << logs.text();
   const std::string log = server.log();
   std::size_t failures = 0;
-  for (std::size_t at = log.find("failed to authenticate"); at != std::string::npos;
-       at = log.find("failed to authenticate", at + 1))
+  for (std::size_t at = log.find("bootstrap: refused"); at != std::string::npos;
+       at = log.find("bootstrap: refused", at + 1))
     ++failures;
   EXPECT_EQ(failures, 1u) << "a refused client must not retry\n" << log;
 }
