@@ -46,10 +46,16 @@ struct Ferryd {
     return o;
   }()};
   ferryd::Metrics metrics;
-  ferryd::ServerState state{transport::Worker::create({"fuzz-ferryd"}), runtime, metrics, token, "ferryd fuzz", 1,
+  ferryd::ServerState state{transport::Worker::create({"fuzz-ferryd"}), runtime, metrics, "ferryd fuzz", 1,
                             ferryd::Limits{64u << 20, 256u << 20}};
-  ferryd::Server server{state};
-  std::uint16_t port = server.listen("127.0.0.1", 0);
+  ferryd::Server server{state, nullptr};
+  std::uint16_t port = [this] {
+    transport::BootstrapServer::Options options;
+    options.host = "127.0.0.1";
+    options.port = 0;
+    options.token = token;
+    return server.listen(std::move(options));
+  }();
 
   std::uint64_t memory_in_use() { return state.worker->call([this] { return state.memory_in_use; }); }
 };
