@@ -43,6 +43,7 @@ def metric_names(expr):
     expr = re.sub(r'\{[^}]*\}', '', expr)      # label matchers
     expr = re.sub(r'\[[^\]]*\]', '', expr)     # range selectors
     expr = re.sub(r'"[^"]*"', '', expr)        # strings
+    expr = re.sub(r'\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)', '', expr)  # label lists
     names = set(re.findall(r'[a-zA-Z_:][a-zA-Z0-9_:]*', expr))
     return {n for n in names if n not in NOT_METRICS and not n.startswith("$")}
 
