@@ -81,6 +81,7 @@ ferry::Runtime::Options options(const Config& c, std::size_t chunk_bytes, unsign
   ferry::Runtime::Options o;
   o.read_environment = false;  // the sweep's chunk and window win over FERRY_*
   o.persist_perf_models = false;
+  o.auto_chunk = false;  // one task moves the whole buffer: the span measured is the transfer, not a pipeline
   o.remotes = {c.remote};
   o.token_file = c.token_file;
   if (chunk_bytes != 0) o.chunk_bytes = chunk_bytes;

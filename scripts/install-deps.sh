@@ -10,7 +10,8 @@ packages=(
   libucx-dev libibverbs-dev         # ferry info: UCX transports, RDMA devices
   libtbb-dev libopenblas-dev liblapacke-dev  # runtime: CPU workers, built-in kernels
   libcli11-dev nlohmann-json3-dev   # the ferry command-line tool
-  libsodium-dev prometheus-cpp-dev libcivetweb-dev  # ferryd: authentication, metrics and its HTTP port
+  libsodium-dev libssl-dev          # identities and key exchange (libsodium), AES-256-GCM seals (OpenSSL)
+  prometheus-cpp-dev libcivetweb-dev  # ferryd: metrics and its HTTP port
   clang libclang-rt-14-dev          # the protocol fuzzer (libFuzzer)
   iproute2 ucx-utils                # two-namespace test (ip netns); ucx_perftest, the transfer peer
   python3-dev python3-venv          # the ferry Python package (built by pip into a virtual environment)

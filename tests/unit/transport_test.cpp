@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <sodium.h>
 #include <spawn.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -646,6 +647,40 @@ TEST(SecureChannel, OpensWhatItsPeerSealedInOrderOnly) {
     // Its own seal, replayed, or the other direction's: nothing opens.
     EXPECT_FALSE(bob.open_header(second, 0, opened, number));
     EXPECT_FALSE(alice.open_header(alice.seal(header, {}, nullptr), 0, opened, number));
+  }
+}
+
+// The seal is standard AES-256-GCM: libsodium's independent implementation
+// opens what the channel sealed with OpenSSL (message 0's payload: nonce =
+// the number's 8 little-endian bytes, then 1 for "payload", no associated
+// data), and a flipped bit anywhere fails it.
+TEST(SecureChannel, AesGcmSealIsWhatLibsodiumOpens) {
+  ASSERT_GE(sodium_init(), 0);
+  if (crypto_aead_aes256gcm_is_available() == 0) GTEST_SKIP() << "libsodium's AES-256-GCM needs AES-NI and PCLMUL";
+  SessionKey key{};
+  for (std::size_t i = 0; i < key.size(); ++i) key[i] = static_cast<std::uint8_t>(i * 7 + 1);
+  SecureChannel channel(Cipher::aes256gcm, key, key);
+  for (const std::size_t bytes : {std::size_t{1}, std::size_t{4096}, std::size_t{1} << 20}) {
+    const Bytes payload = random_bytes(bytes, 11);
+    Bytes sealed(bytes + seal_overhead);
+    const auto number = channel.sent();
+    channel.seal(text_bytes("h"), payload, sealed.data());
+    std::array<unsigned char, crypto_aead_aes256gcm_NPUBBYTES> nonce{};
+    for (int i = 0; i < 8; ++i) nonce[i] = static_cast<unsigned char>(number >> (8 * i));
+    nonce[8] = 1;
+    Bytes opened(bytes);
+    unsigned long long written = 0;
+    const auto* in = reinterpret_cast<const unsigned char*>(sealed.data());
+    auto* out = reinterpret_cast<unsigned char*>(opened.data());
+    ASSERT_EQ(crypto_aead_aes256gcm_decrypt(out, &written, nullptr, in, sealed.size(), nullptr, 0, nonce.data(),
+                                            key.data()),
+              0)
+        << bytes << " bytes";
+    EXPECT_EQ(opened, payload);
+    sealed[bytes / 2] ^= std::byte{1};
+    EXPECT_NE(crypto_aead_aes256gcm_decrypt(out, &written, nullptr, in, sealed.size(), nullptr, 0, nonce.data(),
+                                            key.data()),
+              0);
   }
 }
 

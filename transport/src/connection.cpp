@@ -92,7 +92,10 @@ struct ConnectionImpl::SendOp {
   const void* payload;
   std::size_t payload_bytes;
   Done done;
-  std::vector<std::byte> sealed;  // an encrypted connection's payload, sealed: what goes on the wire
+  // An encrypted connection's payload, sealed: what goes on the wire. Not
+  // zero-filled first: the seal writes every byte, and a 4 MiB memset per
+  // chunk was a fifth of the sender's work.
+  std::unique_ptr<std::byte[]> sealed;
 };
 
 namespace {
@@ -115,21 +118,22 @@ class OpenedMessage final : public Incoming {
   }
 
   void into(void* dest, Done done) override {
-    auto staging = std::make_shared<std::vector<std::byte>>(sealed_.payload_bytes());
+    const std::size_t wire = sealed_.payload_bytes();
+    std::shared_ptr<std::byte[]> staging(new std::byte[wire]);  // filled by the receive, so not zeroed first
     const std::size_t plain = payload_bytes();
     std::weak_ptr<ConnectionImpl> weak = connection_;
     const SecureChannel* channel = &channel_;  // lives as long as the connection, checked through `weak`
-    sealed_.into(staging->data(), [staging, dest, plain, number = number_, weak, channel,
+    sealed_.into(staging.get(), [staging, wire, dest, plain, number = number_, weak, channel,
                                    done = std::move(done)](const std::string& error) {
       if (!error.empty()) return notify(done, error);
       auto connection = weak.lock();
       if (!connection || connection->closed()) return notify(done, "the connection closed");
-      if (!channel->open_payload(number, *staging)) {
+      if (!channel->open_payload(number, {staging.get(), wire})) {
         const std::string why = "a payload failed authentication (tampered or truncated)";
         connection->reject(why);
         return notify(done, why);
       }
-      if (plain != 0) std::memcpy(dest, staging->data(), plain);
+      if (plain != 0) std::memcpy(dest, staging.get(), plain);
       notify(done, {});
     });
   }
@@ -221,11 +225,12 @@ void ConnectionImpl::send(std::vector<std::byte> header, const void* payload, st
   // previous message on the wire. The lock spans sealing and queueing, so
   // messages reach the wire in the order of their numbers.
   std::span<const std::byte> plain(static_cast<const std::byte*>(op->payload), op->payload_bytes);
-  if (op->payload_bytes != 0) op->sealed.resize(op->payload_bytes + seal_overhead);
+  const std::size_t sealed_bytes = op->payload_bytes == 0 ? 0 : op->payload_bytes + seal_overhead;
+  if (sealed_bytes != 0) op->sealed.reset(new std::byte[sealed_bytes]);
   std::lock_guard lock(seal_mutex_);
-  op->header = channel_->seal(op->header, plain, op->sealed.data());
-  op->payload = op->sealed.data();
-  op->payload_bytes = op->sealed.size();
+  op->header = channel_->seal(op->header, plain, op->sealed.get());
+  op->payload = op->sealed.get();
+  op->payload_bytes = sealed_bytes;
   impl_.post([self = self(), op] { self->start_send(op); });
 }
 

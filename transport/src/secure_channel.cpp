@@ -1,7 +1,10 @@
 #include "ferry/transport/secure_channel.hpp"
 
+#include <openssl/evp.h>
 #include <sodium.h>
 
+#include <algorithm>
+#include <climits>
 #include <cstring>
 
 #include "ferry/error.hpp"
@@ -10,7 +13,7 @@
 namespace ferry::transport {
 namespace {
 
-static_assert(crypto_aead_aes256gcm_ABYTES == seal_overhead);
+static_assert(crypto_aead_aes256gcm_ABYTES == seal_overhead);  // the tag, in libsodium's layout too
 static_assert(crypto_aead_xchacha20poly1305_ietf_ABYTES == seal_overhead);
 static_assert(crypto_aead_aes256gcm_KEYBYTES == sizeof(SessionKey));
 static_assert(crypto_aead_xchacha20poly1305_ietf_KEYBYTES == sizeof(SessionKey));
@@ -38,26 +41,79 @@ Ad length_ad(std::uint64_t bytes) {
 const unsigned char* u8(const std::byte* p) { return reinterpret_cast<const unsigned char*>(p); }
 unsigned char* u8(std::byte* p) { return reinterpret_cast<unsigned char*>(p); }
 
-void encrypt(Cipher cipher, const SessionKey& key, const Nonce& nonce, const std::byte* plain, std::size_t bytes,
-             const unsigned char* ad, std::size_t ad_bytes, std::byte* out) {
-  unsigned long long written = 0;
-  if (cipher == Cipher::aes256gcm) {
-    crypto_aead_aes256gcm_encrypt(u8(out), &written, u8(plain), bytes, ad, ad_bytes, nullptr, nonce.data(),
-                                  key.data());
-  } else {
-    crypto_aead_xchacha20poly1305_ietf_encrypt(u8(out), &written, u8(plain), bytes, ad, ad_bytes, nullptr,
-                                               nonce.data(), key.data());
-  }
+// AES-256-GCM through OpenSSL's EVP: its stitched AES-NI/VAES + carry-less
+// multiply code seals at 2-3x libsodium's rate on the same core, and bulk
+// payloads are what an encrypted link spends its CPU on. The wire format is
+// libsodium's (ciphertext, then the 16-byte tag; the nonce's first 12
+// bytes), so both ends need not agree on the library. One context per
+// thread, re-keyed per message: the key schedule costs nanoseconds next to
+// a payload, and it keeps open_payload thread-safe.
+EVP_CIPHER_CTX* gcm_context() {
+  struct Holder {
+    EVP_CIPHER_CTX* ctx = EVP_CIPHER_CTX_new();
+    ~Holder() { EVP_CIPHER_CTX_free(ctx); }
+  };
+  thread_local Holder holder;
+  if (holder.ctx == nullptr) throw Error("OpenSSL could not allocate a cipher context");
+  return holder.ctx;
 }
 
-// In place is allowed by both (libsodium documents m == c).
+constexpr std::size_t gcm_iv_bytes = 12;
+static_assert(crypto_aead_aes256gcm_NPUBBYTES == gcm_iv_bytes);
+constexpr std::size_t evp_step = std::size_t{1} << 30;  // EVP lengths are int
+
+bool gcm_update(EVP_CIPHER_CTX* ctx, bool sealing, const unsigned char* in, std::size_t bytes, unsigned char* out) {
+  for (std::size_t done = 0; done < bytes;) {
+    const int step = static_cast<int>(std::min(bytes - done, evp_step));
+    int written = 0;
+    const int ok = sealing ? EVP_EncryptUpdate(ctx, out + done, &written, in + done, step)
+                           : EVP_DecryptUpdate(ctx, out + done, &written, in + done, step);
+    if (ok != 1) return false;
+    done += static_cast<std::size_t>(step);
+  }
+  return true;
+}
+
+void gcm_seal(const SessionKey& key, const Nonce& nonce, const unsigned char* plain, std::size_t bytes,
+              const unsigned char* ad, std::size_t ad_bytes, unsigned char* out) {
+  EVP_CIPHER_CTX* ctx = gcm_context();
+  int written = 0;
+  bool ok = EVP_EncryptInit_ex(ctx, EVP_aes_256_gcm(), nullptr, key.data(), nonce.data()) == 1 &&
+            (ad_bytes == 0 || EVP_EncryptUpdate(ctx, nullptr, &written, ad, static_cast<int>(ad_bytes)) == 1) &&
+            gcm_update(ctx, true, plain, bytes, out) && EVP_EncryptFinal_ex(ctx, out + bytes, &written) == 1 &&
+            EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, seal_overhead, out + bytes) == 1;
+  if (!ok) throw Error("OpenSSL refused to seal a message with AES-256-GCM");
+}
+
+bool gcm_open(const SessionKey& key, const Nonce& nonce, const unsigned char* sealed, std::size_t bytes,
+              const unsigned char* ad, std::size_t ad_bytes, unsigned char* out) {
+  const std::size_t plain = bytes - seal_overhead;
+  std::array<unsigned char, seal_overhead> tag;
+  std::memcpy(tag.data(), sealed + plain, tag.size());  // before an in-place open can reach it
+  EVP_CIPHER_CTX* ctx = gcm_context();
+  int written = 0;
+  return EVP_DecryptInit_ex(ctx, EVP_aes_256_gcm(), nullptr, key.data(), nonce.data()) == 1 &&
+         (ad_bytes == 0 || EVP_DecryptUpdate(ctx, nullptr, &written, ad, static_cast<int>(ad_bytes)) == 1) &&
+         gcm_update(ctx, false, sealed, plain, out) &&
+         EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, seal_overhead, tag.data()) == 1 &&
+         EVP_DecryptFinal_ex(ctx, out + plain, &written) == 1;
+}
+
+void encrypt(Cipher cipher, const SessionKey& key, const Nonce& nonce, const std::byte* plain, std::size_t bytes,
+             const unsigned char* ad, std::size_t ad_bytes, std::byte* out) {
+  if (cipher == Cipher::aes256gcm) return gcm_seal(key, nonce, u8(plain), bytes, ad, ad_bytes, u8(out));
+  unsigned long long written = 0;
+  crypto_aead_xchacha20poly1305_ietf_encrypt(u8(out), &written, u8(plain), bytes, ad, ad_bytes, nullptr,
+                                             nonce.data(), key.data());
+}
+
+// In place is allowed by both (libsodium documents m == c; OpenSSL's GCM
+// is a counter mode and takes in == out).
 bool decrypt(Cipher cipher, const SessionKey& key, const Nonce& nonce, const std::byte* sealed, std::size_t bytes,
              const unsigned char* ad, std::size_t ad_bytes, std::byte* out) {
   if (bytes < seal_overhead) return false;
+  if (cipher == Cipher::aes256gcm) return gcm_open(key, nonce, u8(sealed), bytes, ad, ad_bytes, u8(out));
   unsigned long long written = 0;
-  if (cipher == Cipher::aes256gcm)
-    return crypto_aead_aes256gcm_decrypt(u8(out), &written, nullptr, u8(sealed), bytes, ad, ad_bytes, nonce.data(),
-                                         key.data()) == 0;
   return crypto_aead_xchacha20poly1305_ietf_decrypt(u8(out), &written, nullptr, u8(sealed), bytes, ad, ad_bytes,
                                                     nonce.data(), key.data()) == 0;
 }
@@ -75,9 +131,7 @@ Cipher preferred_cipher() {
 
 SecureChannel::SecureChannel(Cipher cipher, const SessionKey& send_key, const SessionKey& receive_key)
     : cipher_(cipher), send_key_(send_key), receive_key_(receive_key) {
-  ensure_sodium();
-  if (cipher == Cipher::aes256gcm && crypto_aead_aes256gcm_is_available() == 0)
-    throw Error("AES-256-GCM was chosen but this CPU lacks AES-NI/PCLMUL");
+  ensure_sodium();  // OpenSSL seals AES-256-GCM on any CPU, so a peer's choice of it is never refused here
 }
 
 SecureChannel::~SecureChannel() {

@@ -18,8 +18,9 @@ using SessionKey = std::array<std::uint8_t, 32>;
 
 enum class Cipher : std::uint8_t { aes256gcm, xchacha20poly1305 };
 const char* to_string(Cipher cipher) noexcept;
-// AES-256-GCM where the CPU has AES-NI and PCLMUL (libsodium's
-// crypto_aead_aes256gcm_is_available), XChaCha20-Poly1305 elsewhere.
+// AES-256-GCM (sealed by OpenSSL) where the CPU has AES-NI and PCLMUL
+// (libsodium's crypto_aead_aes256gcm_is_available), XChaCha20-Poly1305
+// (libsodium) elsewhere, where AES in software would be slower than it.
 Cipher preferred_cipher();
 
 inline constexpr std::size_t seal_overhead = 16;  // the tag both ciphers append
