@@ -21,6 +21,7 @@
 #include "ferry/cuda_probe.hpp"
 #include "ferry/error.hpp"
 #include "ferry/log.hpp"
+#include "ferry/allocator/slab_pool.hpp"
 #include "ferry/runtime/runtime.hpp"
 #include "ferry/units.hpp"
 #include "ferry/transport/identity.hpp"
@@ -242,6 +243,8 @@ int serve(const Options& options, int signal_fd) {
   ServerState state{transport::Worker::create({"ferryd"}), runtime, metrics,
                     fmt::format("ferryd {}", config::version), cpu_workers,
                     Limits{options.client_quota, options.memory_limit}};
+  // Clients' replicas live in the runtime's pool: registered once, ships land there and fetches leave from it.
+  if (auto pool = std::dynamic_pointer_cast<SlabPool>(runtime.host_memory())) state.worker->register_slabs(pool);
   for (auto& name : runtime.kernel_names())
     if (std::find(builtin.begin(), builtin.end(), name) == builtin.end()) state.plugin_kernels.insert(name);
   state.limits.handshake_timeout =

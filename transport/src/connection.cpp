@@ -40,9 +40,9 @@ void receive_done(void* request, ucs_status_t status, std::size_t, void* user_da
 // rendezvous payload is fetched straight into `dest` by ucp_am_recv_data_nbx.
 class IncomingMessage final : public Incoming {
  public:
-  IncomingMessage(ucp_worker_h worker, std::span<const std::byte> header, void* data, std::size_t length,
-                  bool rendezvous)
-      : worker_(worker), header_(header), data_(data), length_(length), rendezvous_(rendezvous) {}
+  IncomingMessage(ucp_worker_h worker, const SlabRegistry& slabs, std::span<const std::byte> header, void* data,
+                  std::size_t length, bool rendezvous)
+      : worker_(worker), slabs_(slabs), header_(header), data_(data), length_(length), rendezvous_(rendezvous) {}
 
   std::span<const std::byte> header() const noexcept override { return header_; }
   std::size_t payload_bytes() const noexcept override { return length_; }
@@ -60,6 +60,10 @@ class IncomingMessage final : public Incoming {
     param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     param.cb.recv_am = receive_done;
     param.user_data = op.get();
+    if (ucp_mem_h memh = slabs_.find(dest, length_); memh != nullptr) {
+      param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+      param.memh = memh;
+    }
     auto request = ucp_am_recv_data_nbx(worker_, data_, dest, length_, &param);
     // UCX owns the descriptor from here whatever happened; the callback must
     // say so with UCS_INPROGRESS rather than have it dropped.
@@ -77,6 +81,7 @@ class IncomingMessage final : public Incoming {
 
  private:
   ucp_worker_h worker_;
+  const SlabRegistry& slabs_;
   std::span<const std::byte> header_;
   void* data_;
   std::size_t length_;
@@ -252,6 +257,10 @@ void ConnectionImpl::start_send(SendOp* raw) {
   param.flags = UCP_AM_SEND_FLAG_REPLY;
   param.cb.send = send_done;
   param.user_data = op.get();
+  if (ucp_mem_h memh = impl_.slabs->find(op->payload, op->payload_bytes); memh != nullptr) {
+    param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+    param.memh = memh;
+  }
   auto request =
       ucp_am_send_nbx(ep_, ferry_am_id, op->header.data(), op->header.size(), op->payload, op->payload_bytes, &param);
   if (request == nullptr) {
@@ -365,7 +374,7 @@ ucs_status_t am_receive(void* arg, const void* header, std::size_t header_length
   // With no header, `header` is undefined (UCX's words), not null.
   std::span<const std::byte> header_bytes;
   if (header_length != 0) header_bytes = {static_cast<const std::byte*>(header), header_length};
-  IncomingMessage message(impl.worker, header_bytes, data, length,
+  IncomingMessage message(impl.worker, *impl.slabs, header_bytes, data, length,
                           (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0);
   static_cast<ConnectionImpl&>(*connection).deliver(message);
   return message.status();

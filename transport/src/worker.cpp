@@ -111,6 +111,9 @@ std::shared_ptr<Worker> Worker::create(Options options) {
   handler.cb = close_receive;
   check(ucp_worker_set_am_recv_handler(impl->worker, &handler), "ucp_worker_set_am_recv_handler (close)");
 
+  impl->slabs = std::make_unique<SlabRegistry>(impl->context, [raw = impl.get()](std::function<void()> fn) {
+    raw->post(std::move(fn));
+  });
   impl->transports = describe_transports(impl->context);
   impl->thread = std::thread([raw = impl.get()] { raw->run(); });
   log().debug("ucx: worker '{}' up; transports {}; max AM header {} bytes", impl->name, impl->transports,
@@ -138,6 +141,13 @@ Worker::~Worker() {
 void Worker::post(std::function<void()> fn) { impl_->post(std::move(fn)); }
 bool Worker::on_progress_thread() const noexcept { return impl_->on_progress_thread(); }
 std::string Worker::transports() const { return impl_->transports; }
+
+void Worker::register_slabs(std::shared_ptr<SlabPool> pool) { impl_->slabs->watch(std::move(pool)); }
+
+std::size_t Worker::registered_slabs() {
+  auto count = [this] { return impl_->slabs->registered(); };
+  return on_progress_thread() ? count() : call(count);
+}
 
 std::vector<std::uint8_t> Worker::address() {
   auto get = [this] {
@@ -264,6 +274,7 @@ void Worker::Impl::shutdown() {
     }
     wait(50);
   }
+  slabs->stop();
   // Other threads signal the worker only under the mutex and only while it
   // is set; UCX may call back into post() from ucp_worker_destroy, so the
   // mutex is not held across it.

@@ -12,9 +12,11 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <memory>
 #include <unordered_map>
 
 #include "ferry/transport/worker.hpp"
+#include "slab_registry.hpp"
 
 namespace ferry::transport {
 
@@ -62,6 +64,7 @@ struct Worker::Impl {
   // Connection after close() or its destruction.
   std::unordered_map<ucp_ep_h, ConnectionImpl*> connections;
   std::size_t closing = 0;  // endpoint closes still in flight
+  std::unique_ptr<SlabRegistry> slabs;  // registered pool slabs; stopped before the context goes
   bool shutting_down = false;
 
   ~Impl();

@@ -97,6 +97,8 @@ void RuntimeCore::start() {
                                              : protocol::Privacy::automatic;
   if (options_.plaintext) log().warn("FERRY_PLAINTEXT: links to ferryd may go unencrypted; trusted networks only");
   worker_ = transport::Worker::create(transport::Worker::Options{"ferry-client"});
+  // Every host replica lives in this pool: registered once, it is what bulk transfers send from and land in.
+  if (auto pool = std::dynamic_pointer_cast<SlabPool>(memory_)) worker_->register_slabs(std::move(pool));
   for (const std::string& address : options_.remotes) {
     RemoteOptions remote;
     try {

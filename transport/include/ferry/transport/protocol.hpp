@@ -129,11 +129,11 @@ struct Welcome {
   Bytes worker_address{};           // the server's UCX worker
   // Kernels runs may name (built-ins and plugins), sorted; empty when the
   // list did not fit in the header, and then the client assumes its own.
-  std::vector<std::string> kernels;
-  std::vector<std::string> devices;  // what tasks run on there, one line each, for people
+  std::vector<std::string> kernels{};
+  std::vector<std::string> devices{};  // what tasks run on there, one line each, for people
   // What the host's devices are (GPU models, or CPU model and workers), the
   // same for every host alike: clients key their performance models by it.
-  std::string device_key;
+  std::string device_key{};
 };
 
 // A replica is a row-major rows x cols matrix of dtype, identified by a

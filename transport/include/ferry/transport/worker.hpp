@@ -13,6 +13,10 @@
 #include <thread>
 #include <vector>
 
+namespace ferry {
+class SlabPool;
+}
+
 namespace ferry::transport {
 
 class Worker : public std::enable_shared_from_this<Worker> {
@@ -39,6 +43,14 @@ class Worker : public std::enable_shared_from_this<Worker> {
   // This worker's UCX address (ucp_worker_get_address), which a peer
   // creates its endpoint from; sent only over the authenticated bootstrap.
   std::vector<std::uint8_t> address();
+  // Registers every slab of `pool` with UCX once (ucp_mem_map): those it
+  // has, and each one it adds later; trim() unregisters what it returns.
+  // Sends from and receives into pooled memory then hand UCX the handle
+  // (UCP_OP_ATTR_FIELD_MEMH), so RDMA transports skip per-transfer
+  // registration. Thread-safe; the worker keeps the pool alive until it stops.
+  void register_slabs(std::shared_ptr<SlabPool> pool);
+  // How many slabs are registered now (after what was queued before this call).
+  std::size_t registered_slabs();
   // The transports UCX selected (e.g. "tcp, sysv, posix, self, cma"), for logs and `ferry info`.
   std::string transports() const;
 
