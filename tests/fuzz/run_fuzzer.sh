@@ -14,11 +14,6 @@ bin=${2:-}
 cxx=${FERRY_FUZZ_CXX:-clang++}
 seconds=${FERRY_FUZZ_SECONDS:-30}
 
-if ! command -v "$cxx" >/dev/null 2>&1; then
-  echo "clang++ not found: fuzzing skipped"
-  exit 77
-fi
-
 work=$(mktemp -d "${TMPDIR:-/tmp}/ferry-fuzz.XXXXXX")
 artifacts=${bin:+$bin/fuzz-artifacts}
 artifacts=${artifacts:-$work/artifacts}
@@ -27,13 +22,8 @@ keep_work=0
 cleanup() { if [[ $keep_work == 0 ]]; then rm -rf "$work"; fi; }
 trap cleanup EXIT
 
-# clang++ without its runtime libraries (libclang-rt-*-dev) cannot link a
-# fuzzer at all; that is a missing tool, not a finding.
-echo 'extern "C" int LLVMFuzzerTestOneInput(const char*, unsigned long) { return 0; }' >"$work/probe.cpp"
-if ! "$cxx" -fsanitize=fuzzer "$work/probe.cpp" -o "$work/probe" >/dev/null 2>&1; then
-  echo "$cxx cannot link libFuzzer (is libclang-rt-dev installed?): fuzzing skipped"
-  exit 77
-fi
+source "$src/tests/fuzz/libfuzzer_probe.sh"
+require_libfuzzer "$cxx" "$work"
 
 echo "building the protocol fuzzer with $cxx"
 "$cxx" -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
@@ -46,9 +36,10 @@ FERRY_FUZZ_SEED_DIR="$work/corpus" "$work/protocol_fuzzer"
 echo "seeded $(ls "$work/corpus" | wc -l) messages; fuzzing for ${seconds}s"
 
 # max_len: past the decoder's 64 KiB bound, so the size check is exercised too.
+# -error_exitcode: libFuzzer's default, 77, is what this script means by "skipped".
 status=0
 "$work/protocol_fuzzer" "$work/corpus" -max_total_time="$seconds" -max_len=66000 -timeout=10 -rss_limit_mb=2048 \
-  -print_final_stats=1 -artifact_prefix="$artifacts/" || status=$?
+  -error_exitcode=1 -print_final_stats=1 -artifact_prefix="$artifacts/" || status=$?
 if [[ $status != 0 ]]; then
   keep_work=1
   echo "protocol fuzzer FAILED (status $status); reproducer in $artifacts, build in $work" >&2

@@ -15,10 +15,6 @@ bin=${2:?usage: run_session_fuzzer.sh SOURCE_DIR BINARY_DIR}
 cxx=${FERRY_FUZZ_CXX:-clang++}
 seconds=${FERRY_FUZZ_SECONDS:-20}
 
-if ! command -v "$cxx" >/dev/null 2>&1; then
-  echo "clang++ not found: fuzzing skipped"
-  exit 77
-fi
 for lib in runtime/libferry_runtime.so transport/libferry_transport.so common/libferry_common.so; do
   if [[ ! -e $bin/$lib ]]; then
     echo "$bin/$lib is not built: fuzzing skipped"
@@ -33,11 +29,8 @@ keep_work=0
 cleanup() { if [[ $keep_work == 0 ]]; then rm -rf "$work"; fi; }
 trap cleanup EXIT
 
-echo 'extern "C" int LLVMFuzzerTestOneInput(const char*, unsigned long) { return 0; }' >"$work/probe.cpp"
-if ! "$cxx" -fsanitize=fuzzer "$work/probe.cpp" -o "$work/probe" >/dev/null 2>&1; then
-  echo "$cxx cannot link libFuzzer (is libclang-rt-dev installed?): fuzzing skipped"
-  exit 77
-fi
+source "$src/tests/fuzz/libfuzzer_probe.sh"
+require_libfuzzer "$cxx" "$work"
 
 echo "building the session fuzzer with $cxx"
 ferryd=$src/tools/ferryd
