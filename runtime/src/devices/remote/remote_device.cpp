@@ -349,14 +349,12 @@ void RemoteDevice::on_message(transport::Incoming& incoming) {
                       std::is_same_v<M, protocol::Done> || std::is_same_v<M, protocol::Pong> ||
                       std::is_same_v<M, protocol::StatsReply>) {
           rpc_.complete(m.request, message, incoming);
-        } else if constexpr (std::is_same_v<M, protocol::Challenge> || std::is_same_v<M, protocol::Welcome>) {
-          rpc_.complete(0, message, incoming);  // the handshake's replies carry no request id
         } else if constexpr (std::is_same_v<M, protocol::ErrorMessage>) {
           if (!rpc_.complete(0, message, incoming))
             lost(fmt::format("ferryd error {}: {}", protocol::to_string(m.status), m.message));
         } else if constexpr (std::is_same_v<M, protocol::Bye>) {
           lost(fmt::format("ferryd closed the session: {}", m.message));
-        } else {
+        } else {  // the handshake (challenge, welcome) happened on the bootstrap socket, never here
           log().warn("remote {}: unexpected {} message ignored", options_.address,
                      protocol::to_string(protocol::type_of(message)));
         }
