@@ -203,9 +203,7 @@ def test_layout_operations():
     check(fnp.expand_dims(x[0], 1), np.expand_dims(x_np[0], 1))
     check(fnp.broadcast_to(x[0, 0], (3, 5)), np.broadcast_to(x_np[0, 0], (3, 5)))
     with pytest.raises(NotImplementedError, match="basic indexing"):
-        x[[0, 1]]
-    with pytest.raises(NotImplementedError, match="immutable"):
-        x[0] = 1
+        x[1.5]
 
 
 def test_creation_functions():
@@ -288,8 +286,9 @@ def test_numpy_calls_stay_in_ferry_or_say_what_is_missing():
         np.fft.fft(x)
     with pytest.raises(NotImplementedError, match="numpy.cumsum"):
         np.cumsum(x)
-    with pytest.raises(NotImplementedError, match="numpy.sort"):
-        fnp.sort
+    with pytest.raises(NotImplementedError, match="numpy.median"):
+        fnp.median
+    check(np.sort(x, axis=0), np.sort(x_np, axis=0))
     np.testing.assert_array_equal(np.asarray(x), x_np)
     np.testing.assert_array_equal(np.from_dlpack(x), x_np)
     check(fnp.from_dlpack(x_np), x_np)
