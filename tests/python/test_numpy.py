@@ -352,3 +352,19 @@ def test_fused_expression_on_a_gpu(runtime):
         got = z.numpy()
     np.testing.assert_allclose(got, np.tanh(x_np * 2 - y_np) + np.exp(-np.abs(x_np)), rtol=1e-5, atol=1e-6)
     assert "gpu" in fnp.explain(z)
+
+
+def test_positions_in_arrays_of_rank_above_four():
+    # Positions keep their axes whole while the others merge, so one or two
+    # position axes fit in a program whatever the rank; random draws count
+    # along one axis and view the counter in the array's shape.
+    shape = (3, 2, 4, 2, 3, 5)
+    x_np = values(np.float64, shape, 11)
+    x = fnp.asarray(x_np)
+    check(x + fnp.arange(5.0), x_np + np.arange(5.0))
+    check(x * fnp.reshape(fnp.arange(4), (4, 1, 1, 1)), x_np * np.arange(4).reshape(4, 1, 1, 1))
+    check(fnp.reshape(fnp.arange(720), shape), np.arange(720).reshape(shape))
+    check(fnp.eye(3)[:, None, None, None, None, :] + x[:, :1, :1, :1, :1, :3],
+          np.eye(3)[:, None, None, None, None, :] + x_np[:, :1, :1, :1, :1, :3])
+    drawn = fnp.random.default_rng(3).random(shape).numpy()
+    np.testing.assert_array_equal(drawn.reshape(-1), fnp.random.default_rng(3).random((720,)).numpy())

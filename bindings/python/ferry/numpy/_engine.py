@@ -58,6 +58,7 @@ class Program:
         self.leaves: list[Any] = []
         self.leaf_shapes: list[tuple[int, ...]] = []
         self.uses_index = False
+        self.index_axes: set[int] = set()  # dimensions whose positions the code reads
         self.ops: list[str] = []
         self.tokens: list[str] = []
         self.shape = root.shape
@@ -92,6 +93,7 @@ class Program:
                 self.tokens.append("i64:0")
             else:
                 self.uses_index = True
+                self.index_axes.add(node.axis + pad)
                 self.tokens.append(f"i{node.axis + pad}")
         else:
             self.tokens.append(f"x{self._leaf(node)}")
@@ -172,19 +174,27 @@ def _broadcast_strides(leaf_shape: tuple[int, ...], out_shape: tuple[int, ...]) 
     return [0 if full[d] == 1 and out_shape[d] != 1 else nat[d] for d in range(len(out_shape))]
 
 
-def _collapse(dims: list[int], strides: list[list[int]]) -> tuple[list[int], list[list[int]]]:
-    """Merges neighbouring dimensions every operand walks as one."""
+def _collapse(dims: list[int], strides: list[list[int]],
+              keep: frozenset[int] = frozenset()) -> tuple[list[int], list[list[int]], dict[int, int]]:
+    """Merges neighbouring dimensions every operand walks as one, but never
+    a dimension in `keep` (the code reads its positions). Returns the new
+    dimensions, strides, and where each kept dimension went."""
     out_dims = [dims[-1]]
     out_strides = [[s[-1]] for s in strides]
+    groups = [[len(dims) - 1]]  # the old dimensions in each new one, innermost group first
     for d in range(len(dims) - 2, -1, -1):
         n = out_dims[0]
-        if dims[d] == 1 or all(s[d] == o[0] * n for s, o in zip(strides, out_strides)):
+        separate = d in keep or any(g in keep for g in groups[0])
+        if not separate and (dims[d] == 1 or all(s[d] == o[0] * n for s, o in zip(strides, out_strides))):
             out_dims[0] *= dims[d]
+            groups[0].append(d)
             continue
         out_dims.insert(0, dims[d])
+        groups.insert(0, [d])
         for s, o in zip(strides, out_strides):
             o.insert(0, s[d])
-    return out_dims, out_strides
+    moved = {g[0]: i for i, g in enumerate(groups) if g[0] in keep}
+    return out_dims, out_strides, moved
 
 
 def _aligned(leaf: Tiled, bounds: list[int], rt: ferry.Runtime) -> Tiled:
@@ -293,13 +303,22 @@ def _elementwise(root: Node, fold: tuple[str, tuple[int, ...], np.dtype] | None)
         if shape:
             dims[0] = rows
         all_strides = strides + [y_strides]
+        body = code
         if prog.uses_index:
-            if len(dims) > MAX_DIMS:
-                raise NotImplementedError(f"positions (arange, eye, random) in arrays of rank {len(dims)} > {MAX_DIMS}")
-            cdims, cstrides = dims, all_strides
-            header = f"d={_csv(cdims)} o={lo},{_csv([0] * (len(dims) - 1))}".rstrip(",")
+            # Dimensions whose positions the code reads stay whole (and the
+            # first one keeps the tile's offset); the others merge as usual.
+            cdims, cstrides, moved = _collapse(dims, all_strides, frozenset(prog.index_axes))
+            if len(cdims) > MAX_DIMS:
+                raise NotImplementedError(f"positions (arange, eye, random) along {len(prog.index_axes)} axes of an "
+                                          f"array that stays {len(cdims)}-dimensional after merging the others "
+                                          f"(at most {MAX_DIMS})")
+            offsets = [0] * len(cdims)
+            if 0 in moved:
+                offsets[moved[0]] = lo
+            body = " ".join(f"i{moved[int(t[1:])]}" if t[0] == "i" and t[1:].isdigit() else t for t in code.split())
+            header = f"d={_csv(cdims)} o={_csv(offsets)}"
         else:
-            cdims, cstrides = _collapse(dims, all_strides)
+            cdims, cstrides, _ = _collapse(dims, all_strides)
             if len(cdims) > MAX_DIMS:
                 raise NotImplementedError(f"a broadcast that alternates across {len(cdims)} dimensions "
                                           f"(at most {MAX_DIMS})")
@@ -308,7 +327,7 @@ def _elementwise(root: Node, fold: tuple[str, tuple[int, ...], np.dtype] | None)
         for k, st in enumerate(cstrides[:-1]):
             parts.append(f"s{k}={_csv(st)}")
         parts.append(f"y={_csv(cstrides[-1])}{fold_text}")
-        text = " ".join(parts) + " " + code
+        text = " ".join(parts) + " " + body
         texts[rows] = text
         return text
 
