@@ -341,6 +341,36 @@ def test_fused_programs_become_cuda_kernels(runtime):
                        "float64") is k  # one kernel per program
 
 
+def test_folding_programs_become_a_cuda_fold_and_its_identity_fill(runtime):
+    # A reduction placed on a GPU: y is read and written (it arrives holding
+    # the fold's identity, which the source's second entry writes).
+    from ferry.numpy._engine import _cuda_fused, _cuda_identity
+    text = "d=6,5 y=0,1 f=max x0"
+    fold = _cuda_fused(runtime, text, ["float32"], "float32", True)
+    fill = _cuda_identity(runtime, text, ["float32"], "float32")
+    assert fold.kernel.info["params"][1]["mode"] == "readwrite"
+    assert [p["name"] for p in fill.kernel.info["params"][:3]] == ["n", "y", "grid_x"]
+    assert fill.kernel.info["params"][1]["mode"] == "write"
+    source = ferry._ferry._fused_cuda_source("d=9 y=0 f=add x0 as:f64", ["float32"], "float64", "e")
+    assert "e_identity(long long n, double* __restrict__ y)" in source and "fnp_fold<0>(y, acc)" in source
+
+
+@pytest.mark.gpu
+def test_reductions_on_a_gpu(runtime):
+    if ferry.cuda_device_count() == 0:
+        pytest.skip("no CUDA GPU: " + (ferry._ferry.cuda_unavailable_reason() or "none found"))
+    x_np = values(np.float32, (300, 7), 5)
+    x = fnp.asarray(x_np)
+    with fnp.using(runtime, on="gpu"):
+        total, cols, rows = fnp.sum(x * 2), fnp.max(x, axis=0), fnp.min(x, axis=1)
+        flags = fnp.any(x > 3, axis=0)
+        fnp.compute(total, cols, rows, flags)
+    assert float(total) == pytest.approx(float(np.sum(x_np.astype(np.float64) * 2)), rel=1e-10)
+    np.testing.assert_array_equal(cols.numpy(), x_np.max(axis=0))
+    np.testing.assert_array_equal(rows.numpy(), x_np.min(axis=1))
+    np.testing.assert_array_equal(flags.numpy(), (x_np > 3).any(axis=0))
+
+
 @pytest.mark.gpu
 def test_fused_expression_on_a_gpu(runtime):
     if ferry.cuda_device_count() == 0:

@@ -283,7 +283,9 @@ TYPED_TEST(Typed, SyevdGivesEigenpairsFromTheLowerTriangle) {
   }
   run("syevd", {buf(a.arg(AccessMode::read)), buf(w.arg(AccessMode::write)), buf(v.arg(AccessMode::write))});
   for (std::size_t c = 0; c < n; ++c) {  // A v_c = w_c v_c with A symmetric from the lower triangle
-    if (c + 1 < n) EXPECT_LE(w(0, c), w(0, c + 1));
+    if (c + 1 < n) {
+      EXPECT_LE(w(0, c), w(0, c + 1));
+    }
     for (std::size_t i = 0; i < n; ++i) {
       double r = 0;
       for (std::size_t p = 0; p < n; ++p) r += double(i >= p ? a(i, p) : a(p, i)) * v(p, c);

@@ -332,8 +332,9 @@ def _elementwise(root: Node, fold: tuple[str, tuple[int, ...], np.dtype] | None)
         return text
 
     submit = rt._submit
-    # Placed on a GPU: the same program as CUDA source (no folds there).
-    gpu = (on.startswith("gpu") or cuda_programs()) and fold is None
+    # Placed on a GPU: the same program as CUDA source; a fold first fills
+    # y with its identity (the source's second entry), then folds into it.
+    gpu = on.startswith("gpu") or cuda_programs()
     in_types = [dt.STORAGE[v.dtype].name for v in inputs]
     for i, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
         text = program_text(hi - lo, lo)
@@ -346,7 +347,13 @@ def _elementwise(root: Node, fold: tuple[str, tuple[int, ...], np.dtype] | None)
             y = tiles_out[i]
         if gpu:
             n = (hi - lo) * (int(np.prod(shape[1:], dtype=np.int64)) if shape else 1)
-            cuda = _cuda_fused(rt, text, in_types, dt.STORAGE[out_dtype].name)
+            y_type = dt.STORAGE[out_dtype].name
+            cuda = _cuda_fused(rt, text, in_types, y_type, fold is not None)
+            if fold is not None:
+                ny = int(np.prod(y.shape, dtype=np.int64))
+                fill = _cuda_identity(rt, text, in_types, y_type)
+                futures.append(fill(ny, y, grid=(min(4096, -(-ny // 256)),), block=(256,), on=on,
+                                    name=label + ",identity"))
             futures.append(cuda(n, y, *args, grid=(min(4096, -(-n // 256)),), block=(256,), on=on, name=label))
         else:
             futures.append(submit(kernel, (y, *args, text), on, label))
@@ -358,19 +365,30 @@ def _elementwise(root: Node, fold: tuple[str, tuple[int, ...], np.dtype] | None)
 
 
 _cuda_kernels: dict[tuple[int, str, tuple[str, ...], str], Any] = {}
+_cuda_identities: dict[tuple[int, str, tuple[str, ...], str], Any] = {}
 
 
-def _cuda_fused(rt: ferry.Runtime, text: str, inputs: list[str], y: str) -> Any:
+def _cuda_fused(rt: ferry.Runtime, text: str, inputs: list[str], y: str, folds: bool = False) -> Any:
     """The program as a kernel from CUDA source (NVRTC compiles it on the GPU's
-    host, cached there), one per program and element types."""
+    host, cached there), one per program and element types. A folding one
+    reads y too: y must arrive holding the identity (_cuda_identity)."""
     key = (id(rt), text, tuple(inputs), y)
     kernel = _cuda_kernels.get(key)
     if kernel is None:
         entry = f"fnp_fused_{len(_cuda_kernels)}"
         source = ferry._ferry._fused_cuda_source(text, inputs, y, entry)
-        kernel = rt.cuda_kernel(source, entry, writes=["y"])
+        kernel = rt.cuda_kernel(source, entry, writes=[] if folds else ["y"])
+        if folds:
+            _cuda_identities[key] = rt.cuda_kernel(source, entry + "_identity", writes=["y"])
         _cuda_kernels[key] = kernel
     return kernel
+
+
+def _cuda_identity(rt: ferry.Runtime, text: str, inputs: list[str], y: str) -> Any:
+    """The kernel filling y with the identity of the folding program's fold
+    (the same source's second entry)."""
+    _cuda_fused(rt, text, inputs, y, True)
+    return _cuda_identities[(id(rt), text, tuple(inputs), y)]
 
 
 def _csv(values: Sequence[int]) -> str:
@@ -403,8 +421,15 @@ def _combine(partials: list[Any], futures: list[Any], shape: tuple[int, ...], t:
                 continue
             y = rt.empty((max(n, 1),), dt.STORAGE[t])
             code = "x0 " + " ".join(f"x{k} {op}" for k in range(1, len(group)))
-            fut.append(rt._submit(rt.kernel(f"fused{len(group)}"), (y, *group, f"d={max(n, 1)} {code}"), on,
-                                  label + ",combine"))
+            text = f"d={max(n, 1)} {code}"
+            if on.startswith("gpu") or cuda_programs():
+                name = dt.STORAGE[t].name
+                cuda = _cuda_fused(rt, text, [name] * len(group), name)
+                size = max(n, 1)
+                fut.append(cuda(size, y, *group, grid=(min(4096, -(-size // 256)),), block=(256,), on=on,
+                                name=label + ",combine"))
+            else:
+                fut.append(rt._submit(rt.kernel(f"fused{len(group)}"), (y, *group, text), on, label + ",combine"))
             nxt.append(y)
         partials, futures = nxt, futures + fut
     out = Tiled(shape, t, rt, [], [0], futures, label)

@@ -34,7 +34,7 @@ _REDUCE = {"add": f.sum, "multiply": f.prod, "maximum": f.max, "minimum": f.min,
 def array_ufunc(ufunc: Any, method: str, inputs: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     name = getattr(ufunc, "__name__", str(ufunc))
     if kwargs.get("out") is not None:
-        raise NotImplementedError(f"numpy.{name}(..., out=...) on ferry.numpy arrays: they are immutable")
+        raise NotImplementedError(f"numpy.{name}(..., out=...) on ferry.numpy arrays: results are new arrays, never written into one")
     extra = {k: v for k, v in kwargs.items() if k not in ("out",)}
     if method == "__call__" and name in _UFUNCS and not extra:
         return _UFUNCS[name](*inputs)

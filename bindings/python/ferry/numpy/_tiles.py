@@ -188,6 +188,7 @@ def _forget() -> None:
     _default.clear()
     from . import _engine
     _engine._cuda_kernels.clear()
+    _engine._cuda_identities.clear()
 
 
 def host_task(rt: ferry.Runtime, inputs: Sequence[Any], outputs: Sequence[Any], fn: Callable[..., None],
