@@ -1,7 +1,7 @@
-"""ferry.numpy's gathers, reorderings, scans and item assignment (take,
-integer and boolean index arrays, flip, sort, argsort, cumulative_sum,
-x[key] = value) against NumPy: exact, since they only move elements (the
-float cumulative sum: rtol 1e-12)."""
+"""ferry.numpy's gathers, reorderings, scans, set functions and item
+assignment (take, integer and boolean index arrays, flip, sort, argsort,
+cumulative_sum, unique_*, x[key] = value) against NumPy: exact, since they
+only move elements (the float cumulative sum: rtol 1e-12)."""
 
 import numpy as np
 import pytest
@@ -86,3 +86,32 @@ def test_item_assignment_gives_the_array_a_new_value():
         x[1.5] = 0
     with pytest.raises(NotImplementedError, match="at most one index array"):
         x[fnp.asarray([0]), fnp.asarray([1])] = 0
+
+
+def test_unique_functions_match_numpy():
+    x_np = np.array([[3, 1, 3], [2, 1, 9]], dtype=np.int32)
+    x = fnp.asarray(x_np)
+    values, indices, inverse, counts = np.unique(x_np.reshape(-1), return_index=True, return_inverse=True,
+                                                 return_counts=True)
+    got = fnp.unique_all(x)
+    assert got.values.dtype == np.int32 and got.counts.dtype == np.int64
+    np.testing.assert_array_equal(got.values.numpy(), values)
+    np.testing.assert_array_equal(got.indices.numpy(), indices)
+    np.testing.assert_array_equal(got.inverse_indices.numpy(), inverse.reshape(x_np.shape))
+    np.testing.assert_array_equal(got.counts.numpy(), counts)
+    np.testing.assert_array_equal(fnp.unique_values(x).numpy(), values)
+    np.testing.assert_array_equal(fnp.unique_counts(x).counts.numpy(), counts)
+    np.testing.assert_array_equal(fnp.unique_inverse(x).inverse_indices.numpy(), inverse.reshape(x_np.shape))
+    # NaNs are distinct values (the array API's rule).
+    nans = fnp.unique_values(fnp.asarray([np.nan, 1.0, np.nan]))
+    assert nans.shape == (3,)
+    assert fnp.unique_values(fnp.zeros((0,))).shape == (0,)
+
+
+def test_the_inspection_namespace():
+    info = fnp.__array_namespace_info__()
+    assert info.default_device() == "ferry" and info.devices() == ["ferry"]
+    assert info.default_dtypes()["real floating"] == np.float64
+    assert set(info.dtypes(kind="real floating")) == {"float32", "float64"}
+    assert set(info.dtypes(kind=("bool", "integral"))) == {"bool", "int32", "int64"}
+    assert info.capabilities()["boolean indexing"]

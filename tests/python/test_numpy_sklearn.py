@@ -1,8 +1,9 @@
 """scikit-learn fits on ferry.numpy arrays through the array API
 (`array_api_dispatch=True`): PCA with the exact solvers ("full": linalg.svd,
-"covariance_eigh": linalg.eigh) on Ferry arrays matches the same fit on
-NumPy arrays, and every fitted attribute is a Ferry array (the work stayed
-in Ferry).
+"covariance_eigh": linalg.eigh) and LinearDiscriminantAnalysis (svd solver:
+unique_*, svd, indexing) on Ferry arrays match the same fits on NumPy
+arrays, and every fitted attribute is a Ferry array (the work stayed in
+Ferry).
 
 Tolerances: 1e-10 relative (float64) and 1e-4 (float32; LAPACK's float32
 SVD against NumPy's, which runs the same LAPACK routine on a differently
@@ -20,6 +21,7 @@ import pytest
 os.environ.setdefault("SCIPY_ARRAY_API", "1")
 sklearn = pytest.importorskip("sklearn", reason="scikit-learn is installed by scripts/python-env.sh")
 from sklearn.decomposition import PCA  # noqa: E402
+from sklearn.discriminant_analysis import LinearDiscriminantAnalysis  # noqa: E402
 
 import ferry  # noqa: E402
 import ferry.numpy as fnp  # noqa: E402
@@ -64,3 +66,22 @@ def test_pca_on_ferry_arrays_matches_the_numpy_fit(solver, dtype, rtol):
     np.testing.assert_allclose(projected.numpy(), reference, rtol=rtol, atol=rtol * np.abs(reference).max())
     assert got.n_components_ == want.n_components_ == 3
     assert float(got.noise_variance_) == pytest.approx(float(want.noise_variance_), rel=100 * rtol)
+
+
+def test_linear_discriminant_analysis_on_ferry_arrays_matches_the_numpy_fit():
+    rng = np.random.default_rng(1)
+    centers = np.array([[0.0, 0, 0, 0], [2, 1, 0, -1], [-1, 2, 1, 0]])
+    x_np = np.concatenate([rng.standard_normal((60, 4)) + c for c in centers])
+    y_np = np.repeat(np.array([3, 7, 9]), 60)  # labels that are not 0..k-1
+    want = LinearDiscriminantAnalysis().fit(x_np, y_np)
+    with sklearn.config_context(array_api_dispatch=True):
+        got = LinearDiscriminantAnalysis().fit(fnp.asarray(x_np), fnp.asarray(y_np))
+        labels = got.predict(fnp.asarray(x_np))
+        proba = got.predict_proba(fnp.asarray(x_np))
+    for name in ["classes_", "coef_", "intercept_", "means_", "priors_", "explained_variance_ratio_"]:
+        value = getattr(got, name)
+        assert isinstance(value, fnp.ndarray), f"{name} is a {type(value).__name__}: the fit left Ferry"
+        np.testing.assert_allclose(value.numpy(), getattr(want, name), rtol=1e-10, atol=1e-12, err_msg=name)
+    assert isinstance(labels, fnp.ndarray)
+    np.testing.assert_array_equal(labels.numpy(), want.predict(x_np))
+    np.testing.assert_allclose(proba.numpy(), want.predict_proba(x_np), rtol=1e-9, atol=1e-12)
