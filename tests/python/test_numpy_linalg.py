@@ -1,5 +1,5 @@
-"""ferry.numpy's decompositions (linalg.svd and eigh: the gesdd and syevd
-built-in kernels) against NumPy.
+"""ferry.numpy's decompositions (linalg.svd, eigh and qr: the gesdd, syevd
+and geqrf built-in kernels) against NumPy.
 
 Singular vectors and eigenvectors are unique only up to sign (and within
 repeated values), so they are checked by what defines them: reconstruction
@@ -100,6 +100,28 @@ def test_eigh_matches_numpy(n, dtype):
                                atol=10 * rtol * scale)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(30, 6), (6, 30), (9, 9), (1, 4)])
+@pytest.mark.parametrize("mode", ["reduced", "complete"])
+def test_qr_matches_numpy(shape, dtype, mode):
+    a_np = matrix(shape, dtype, seed=7)
+    q, r = fnp.linalg.qr(fnp.asarray(a_np), mode=mode)
+    want_q, want_r = np.linalg.qr(a_np, mode=mode)
+    assert (q.shape, r.shape) == (want_q.shape, want_r.shape)
+    assert q.dtype == r.dtype == np.dtype(dtype)
+    q, r = q.numpy().astype(np.float64), r.numpy().astype(np.float64)
+    rtol = tol(dtype)
+    scale = np.linalg.norm(a_np.astype(np.float64))
+    np.testing.assert_array_equal(r, np.triu(r))
+    np.testing.assert_allclose(q @ r, a_np, atol=10 * rtol * scale)
+    assert_orthonormal_columns(q, rtol)
+    # Householder QR is unique up to the signs of R's rows (and Q's columns).
+    k = min(shape)
+    signs = np.sign(np.diag(r)[:k]) * np.sign(np.diag(want_r)[:k])
+    np.testing.assert_allclose(r[:k] * signs[:, None], want_r[:k], atol=10 * rtol * scale)
+    np.testing.assert_allclose(q[:, :k] * signs, want_q[:, :k], atol=100 * rtol)
+
+
 def test_decompositions_refuse_what_they_do_not_cover():
     with pytest.raises(NotImplementedError, match="linalg.svd"):
         fnp.linalg.svd(fnp.zeros((2, 3, 3)))
@@ -107,8 +129,10 @@ def test_decompositions_refuse_what_they_do_not_cover():
         fnp.linalg.eigh(fnp.zeros((2, 3)))
     with pytest.raises(NotImplementedError, match="UPLO"):
         np.linalg.eigh(fnp.eye(3), UPLO="U")
-    with pytest.raises(NotImplementedError, match="numpy.linalg.qr"):
-        np.linalg.qr(fnp.eye(3))
+    with pytest.raises(NotImplementedError, match="mode='r'"):
+        np.linalg.qr(fnp.eye(3), mode="r")
+    with pytest.raises(NotImplementedError, match="numpy.linalg.inv"):
+        np.linalg.inv(fnp.eye(3))
 
 
 def test_the_kernels_directly_and_their_shape_checks(runtime):

@@ -273,6 +273,35 @@ TYPED_TEST(Typed, GesddReconstructsOnTilesOfBiggerMatrices) {
   }
 }
 
+TYPED_TEST(Typed, GeqrfGivesOrthonormalQAndUpperTriangularR) {
+  using T = TypeParam;
+  for (const std::int64_t complete : {0, 1}) {
+    const std::size_t m = 7, n = 4, qc = complete ? m : n, rr = complete ? m : n;
+    Mat<T> a(m, n, n + 2), q(m, qc, qc + 1), r(rr, n, n + 3);
+    a.randomize(60);
+    r.randomize(3);  // garbage below the diagonal must go
+    run("geqrf", {buf(a.arg(AccessMode::read)), buf(q.arg(AccessMode::write)), buf(r.arg(AccessMode::write)),
+                  whole(complete)});
+    for (std::size_t i = 0; i < m; ++i) {
+      for (std::size_t j = 0; j < n; ++j) {
+        double s = 0;
+        for (std::size_t p = 0; p < rr; ++p) s += double(q(i, p)) * r(p, j);
+        expect_near<T>(s, a(i, j));
+      }
+    }
+    for (std::size_t i = 0; i < rr; ++i) {
+      for (std::size_t j = 0; j < std::min(i, n); ++j) EXPECT_EQ(r(i, j), T{0});
+    }
+    for (std::size_t c = 0; c < qc; ++c) {
+      for (std::size_t d = 0; d < qc; ++d) {
+        double s = 0;
+        for (std::size_t i = 0; i < m; ++i) s += double(q(i, c)) * q(i, d);
+        expect_near<T>(s, c == d ? 1.0 : 0.0);
+      }
+    }
+  }
+}
+
 TYPED_TEST(Typed, SyevdGivesEigenpairsFromTheLowerTriangle) {
   using T = TypeParam;
   const std::size_t n = 6;
@@ -459,7 +488,7 @@ TEST(KernelRegistry, ChunkableKernelsGiveTheSameResultPieceByPiece) {
 TEST(KernelRegistry, BuiltinsAndRegistrationRules) {
   auto& registry = ferry::KernelRegistry::global();
   for (const char* name :
-       {"axpy", "scal", "dot", "nrm2", "gemm", "potrf", "trsm", "syrk", "gesdd", "syevd", "fill", "copy", "map", "sum"}) {
+       {"axpy", "scal", "dot", "nrm2", "gemm", "potrf", "trsm", "syrk", "gesdd", "syevd", "geqrf", "fill", "copy", "map", "sum"}) {
     const ferry::KernelDef* k = registry.find(name);
     ASSERT_NE(k, nullptr) << name;
     EXPECT_FALSE(k->summary.empty()) << name;

@@ -217,6 +217,13 @@ class Runtime(_ferry._Runtime):
         symmetric a, read from its lower triangle; a is only read."""
         return self._submit("syevd", (a, w, v), on or "", name or "")
 
+    def geqrf(self, a: Array, q: Array, r: Array, *, complete: bool = False, on: Place | None = None,
+              name: str | None = None) -> Future:
+        """QR decomposition a = q @ r: a is m x n, q m x min(m, n) with
+        orthonormal columns, r min(m, n) x n upper triangular (q m x m and r
+        m x n when complete). a is only read."""
+        return self._submit("geqrf", (a, q, r, int(complete)), on or "", name or "")
+
     def trsm(self, l: Array, b: Array, *, on: Place | None = None, name: str | None = None) -> Future:  # noqa: E741
         """b = b @ inv(l).T for lower triangular l (tiled Cholesky's panel update)."""
         return self._submit("trsm", (l, b), on or "", name or "")

@@ -1,5 +1,5 @@
-// gesdd and syevd on a GPU through cuSOLVER, with the CPU kernels' arguments
-// and results (cpu/linalg_decompositions.cpp).
+// gesdd, syevd and geqrf on a GPU through cuSOLVER, with the CPU kernels'
+// arguments and results (cpu/linalg_decompositions.cpp).
 //
 // gesdd uses the Jacobi SVD (gesvdj): cuSOLVER's QR-based gesvd takes only
 // column-major matrices with m >= n, while gesvdj takes any shape. As on the
@@ -7,13 +7,17 @@
 // lands where the row-major vt belongs; its V (not V^T) is transposed into
 // u with cuBLAS geam. syevd's column-major eigenvectors are the rows of a
 // row-major matrix, so they are computed in scratch and transposed into v.
+// geqrf factors a transposed copy of a (column-major a itself), then
+// transposes r and q out of it; r's part below the diagonal is zeroed row
+// by row.
 // Both synchronize: a decomposition that did not converge must fail this
 // task, as on the CPU, not a later one that reads its results.
+#include "cpu/linalg_decompositions.hpp"
+
 #include <cusolverDn.h>
 
 #include <algorithm>
 
-#include "cpu/linalg_decompositions.hpp"
 #include "cpu/support.hpp"
 #include "cuda/handles.hpp"
 #include "cuda/scratch.hpp"
@@ -25,8 +29,8 @@ namespace {
 
 constexpr cusolverEigMode_t vectors = CUSOLVER_EIG_MODE_VECTOR;
 
-int gesvdj_size(cusolverDnHandle_t h, int econ, int m, int n, const float* a, int lda, const float* s,
-                const float* u, int ldu, const float* v, int ldv, gesvdjInfo_t p) {
+int gesvdj_size(cusolverDnHandle_t h, int econ, int m, int n, const float* a, int lda, const float* s, const float* u,
+                int ldu, const float* v, int ldv, gesvdjInfo_t p) {
   int lwork = 0;
   check_cusolver(cusolverDnSgesvdj_bufferSize(h, vectors, econ, m, n, a, lda, s, u, ldu, v, ldv, &lwork, p),
                  "cusolverDnSgesvdj_bufferSize");
@@ -44,8 +48,8 @@ void gesvdj(cusolverDnHandle_t h, int econ, int m, int n, float* a, int lda, flo
   check_cusolver(cusolverDnSgesvdj(h, vectors, econ, m, n, a, lda, s, u, ldu, v, ldv, work, lwork, info, p),
                  "cusolverDnSgesvdj");
 }
-void gesvdj(cusolverDnHandle_t h, int econ, int m, int n, double* a, int lda, double* s, double* u, int ldu,
-            double* v, int ldv, double* work, int lwork, int* info, gesvdjInfo_t p) {
+void gesvdj(cusolverDnHandle_t h, int econ, int m, int n, double* a, int lda, double* s, double* u, int ldu, double* v,
+            int ldv, double* work, int lwork, int* info, gesvdjInfo_t p) {
   check_cusolver(cusolverDnDgesvdj(h, vectors, econ, m, n, a, lda, s, u, ldu, v, ldv, work, lwork, info, p),
                  "cusolverDnDgesvdj");
 }
@@ -82,6 +86,43 @@ void transpose(cublasHandle_t h, int rows, int cols, const double* a, int lda, d
   const double one = 1.0, zero = 0.0;
   check_cublas(cublasDgeam(h, CUBLAS_OP_T, CUBLAS_OP_N, rows, cols, &one, a, lda, &zero, c, ldc, c, ldc),
                "cublasDgeam");
+}
+
+int geqrf_size(cusolverDnHandle_t h, int m, int n, float* a, int lda) {
+  int lwork = 0;
+  check_cusolver(cusolverDnSgeqrf_bufferSize(h, m, n, a, lda, &lwork), "cusolverDnSgeqrf_bufferSize");
+  return lwork;
+}
+int geqrf_size(cusolverDnHandle_t h, int m, int n, double* a, int lda) {
+  int lwork = 0;
+  check_cusolver(cusolverDnDgeqrf_bufferSize(h, m, n, a, lda, &lwork), "cusolverDnDgeqrf_bufferSize");
+  return lwork;
+}
+void solver_geqrf(cusolverDnHandle_t h, int m, int n, float* a, int lda, float* tau, float* work, int lwork,
+                  int* info) {
+  check_cusolver(cusolverDnSgeqrf(h, m, n, a, lda, tau, work, lwork, info), "cusolverDnSgeqrf");
+}
+void solver_geqrf(cusolverDnHandle_t h, int m, int n, double* a, int lda, double* tau, double* work, int lwork,
+                  int* info) {
+  check_cusolver(cusolverDnDgeqrf(h, m, n, a, lda, tau, work, lwork, info), "cusolverDnDgeqrf");
+}
+int orgqr_size(cusolverDnHandle_t h, int m, int n, int k, const float* a, int lda, const float* tau) {
+  int lwork = 0;
+  check_cusolver(cusolverDnSorgqr_bufferSize(h, m, n, k, a, lda, tau, &lwork), "cusolverDnSorgqr_bufferSize");
+  return lwork;
+}
+int orgqr_size(cusolverDnHandle_t h, int m, int n, int k, const double* a, int lda, const double* tau) {
+  int lwork = 0;
+  check_cusolver(cusolverDnDorgqr_bufferSize(h, m, n, k, a, lda, tau, &lwork), "cusolverDnDorgqr_bufferSize");
+  return lwork;
+}
+void solver_orgqr(cusolverDnHandle_t h, int m, int n, int k, float* a, int lda, const float* tau, float* work,
+                  int lwork, int* info) {
+  check_cusolver(cusolverDnSorgqr(h, m, n, k, a, lda, tau, work, lwork, info), "cusolverDnSorgqr");
+}
+void solver_orgqr(cusolverDnHandle_t h, int m, int n, int k, double* a, int lda, const double* tau, double* work,
+                  int lwork, int* info) {
+  check_cusolver(cusolverDnDorgqr(h, m, n, k, a, lda, tau, work, lwork, info), "cusolverDnDorgqr");
 }
 
 // a's elements with rows packed (ld = cols), for the solver to overwrite.
@@ -169,6 +210,41 @@ void syevd(ExecContext& ctx) {
   });
   if (info > 0) throw Error("syevd: the eigenvalue decomposition did not converge (NaN or inf in a?)");
   if (info < 0) throw Error(fmt::format("syevd: cuSOLVER rejected argument {}", -info));
+}
+
+void geqrf(ExecContext& ctx) {
+  const QrShape d = qr_shape(ctx.args);
+  if (d.k == 0) throw Error("geqrf: the factors of an empty matrix are made on the CPU only");
+  const BufferArg& a = ctx.args.buffer(qr_param::a);
+  const BufferArg& q = ctx.args.buffer(qr_param::q);
+  const BufferArg& r = ctx.args.buffer(qr_param::r);
+  const cudaStream_t stream = stream_of(ctx);
+  const int info = dispatch_floating(a.dtype, "geqrf", [&]<typename T>(std::type_identity<T>) {
+    const cusolverDnHandle_t handle = cusolver_handle(ctx);
+    const cublasHandle_t blas = cublas_handle(ctx);
+    const int m = blas_int(d.m), n = blas_int(d.n), k = blas_int(d.k);
+    const int q_cols = blas_int(d.q_cols), r_rows = blas_int(d.r_rows);
+    // Column-major a (m x n, ld m), with room for q's extra columns.
+    StreamScratch w(ctx, d.m * std::max(d.n, d.q_cols) * sizeof(T), "geqrf");
+    transpose(blas, m, n, a.as<T>(), leading_dim(a), w.as<T>(), m);
+    StreamScratch tau(ctx, d.k * sizeof(T), "geqrf");
+    StreamScratch device_info(ctx, sizeof(int), "geqrf");
+    const int lwork = std::max(geqrf_size(handle, m, n, w.as<T>(), m),
+                               orgqr_size(handle, m, q_cols, k, w.as<T>(), m, tau.as<T>()));
+    StreamScratch work(ctx, static_cast<std::size_t>(std::max(lwork, 1)) * sizeof(T), "geqrf");
+    solver_geqrf(handle, m, n, w.as<T>(), m, tau.as<T>(), work.as<T>(), lwork, device_info.as<int>());
+    // Row-major r (r_rows x n) is column-major n x r_rows: the transpose of
+    // w's first r_rows rows; then the reflectors below the diagonal go.
+    transpose(blas, n, r_rows, w.as<T>(), m, r.as<T>(), leading_dim(r));
+    for (std::size_t i = 1; i < d.r_rows; ++i) {
+      detail::check_cuda(
+          cudaMemsetAsync(r.as<T>() + i * r.ld, 0, std::min(i, d.n) * sizeof(T), stream), "cudaMemsetAsync");
+    }
+    solver_orgqr(handle, m, q_cols, k, w.as<T>(), m, tau.as<T>(), work.as<T>(), lwork, device_info.as<int>());
+    transpose(blas, q_cols, m, w.as<T>(), m, q.as<T>(), leading_dim(q));
+    return read_info(device_info, stream);
+  });
+  if (info < 0) throw Error(fmt::format("geqrf: cuSOLVER rejected argument {}", -info));
 }
 
 }  // namespace ferry::kernels::cuda

@@ -1,5 +1,6 @@
-"""ferry.numpy.linalg: cholesky (Ferry's potrf kernel), svd and eigh (the
-gesdd and syevd kernels: LAPACK on CPU workers, cuSOLVER on GPUs), solve
+"""ferry.numpy.linalg: cholesky (Ferry's potrf kernel), svd, eigh and qr
+(the gesdd, syevd and geqrf kernels: LAPACK on CPU workers, cuSOLVER on
+GPUs), solve
 (LAPACK in a CPU task), norm (fused reductions), and matmul-family
 re-exports."""
 
@@ -20,7 +21,7 @@ from ._functions import (abs, asarray, astype, matmul, matrix_transpose, max, mi
 from ._graph import Data, Index
 from ._tiles import Tiled, placement
 
-__all__ = ["EighResult", "SVDResult", "cholesky", "eigh", "eigvalsh", "matmul", "matrix_norm", "matrix_transpose",
+__all__ = ["EighResult", "QRResult", "SVDResult", "cholesky", "eigh", "eigvalsh", "qr", "matmul", "matrix_norm", "matrix_transpose",
            "norm", "solve", "svd", "svdvals", "tensordot", "vecdot", "vector_norm"]
 
 
@@ -33,6 +34,11 @@ class SVDResult(NamedTuple):
 class EighResult(NamedTuple):
     eigenvalues: Any
     eigenvectors: Any
+
+
+class QRResult(NamedTuple):
+    Q: Any
+    R: Any
 
 
 def _matrix(a: Any, name: str) -> Any:
@@ -99,6 +105,23 @@ def eigh(x: Any, /) -> EighResult:
         return EighResult(zeros((0,), dtype=a.dtype), zeros((0, 0), dtype=a.dtype))
     w, v = _decompose("syevd", a, [(n,), (n, n)], (), "fnp:eigh")
     return EighResult(w, v)
+
+
+def qr(x: Any, /, *, mode: str = "reduced") -> QRResult:
+    """Q with orthonormal columns and upper triangular R, x = Q @ R (Ferry's
+    geqrf kernel: LAPACK's Householder QR, cuSOLVER's on a GPU); mode
+    'reduced' (Q is m x k, R k x n, k = min(m, n)) or 'complete' (Q m x m)."""
+    if mode not in ("reduced", "complete"):
+        raise NotImplementedError(f"linalg.qr(mode={mode!r}): ferry.numpy has 'reduced' and 'complete'")
+    a = _matrix(x, "qr")
+    m, n = a.shape
+    k = builtins.min(m, n)
+    rows = m if mode == "complete" else k
+    if k == 0:
+        return QRResult(eye(m, dtype=a.dtype) if mode == "complete" else zeros((m, 0), dtype=a.dtype),
+                        zeros((rows, n), dtype=a.dtype))
+    q, r = _decompose("geqrf", a, [(m, rows), (rows, n)], (int(mode == "complete"),), "fnp:qr")
+    return QRResult(q, r)
 
 
 def eigvalsh(x: Any, /) -> Any:
