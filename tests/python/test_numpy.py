@@ -310,8 +310,11 @@ def test_linalg():
     for ord_ in (None, "fro", 1, np.inf):
         check(fnp.linalg.norm(spd, ord=ord_), np.linalg.norm(spd_np, ord=ord_), rtol=1e-12)
     check(fnp.linalg.norm(spd, axis=1), np.linalg.norm(spd_np, axis=1), rtol=1e-12)
-    with pytest.raises(NotImplementedError, match="nuc"):
-        fnp.linalg.norm(spd, ord="nuc")
+    for ord_ in (2, -2, "nuc"):  # from the singular values
+        check(fnp.linalg.norm(spd, ord=ord_), np.linalg.norm(spd_np, ord=ord_), rtol=1e-12)
+    check(np.linalg.norm(spd, ord=2, keepdims=True), np.linalg.norm(spd_np, ord=2, keepdims=True), rtol=1e-12)
+    with pytest.raises(NotImplementedError, match="stack"):
+        fnp.linalg.matrix_norm(fnp.zeros((2, 3, 3)), ord="nuc")
 
 
 def test_bad_input_is_named():

@@ -185,6 +185,13 @@ def matrix_norm(x: Any, /, *, keepdims: bool = False, ord: Any = "fro") -> Any: 
     if ord == "fro":
         return vector_norm(a, axis=axes, keepdims=keepdims)
     t = dt.float_of(a.dtype) if a.dtype != dt.bool_ else dt.float64
+    if ord in (2, -2, "nuc"):  # from the singular values
+        if a.ndim != 2:
+            raise NotImplementedError(f"matrix norm ord={ord!r} of a stack of matrices (shape {a.shape})")
+        s = svdvals(astype(a, t))
+        value = max(s) if ord == 2 else min(s) if ord == -2 else sum(s)
+        from ._functions import reshape
+        return reshape(value, (1, 1)) if keepdims else value
     a = abs(astype(a, t))
     if ord in (1, -1):
         col = sum(a, axis=axes[0], keepdims=True)
@@ -193,7 +200,7 @@ def matrix_norm(x: Any, /, *, keepdims: bool = False, ord: Any = "fro") -> Any: 
         row = sum(a, axis=axes[1], keepdims=True)
         out = max(row, axis=axes[0], keepdims=True) if ord == math.inf else min(row, axis=axes[0], keepdims=True)
     else:
-        raise NotImplementedError(f"matrix norm ord={ord!r} (needs singular values)")
+        raise ValueError(f"matrix norm order {ord!r} is not one of 'fro', 'nuc', 1, -1, 2, -2, inf, -inf")
     from ._functions import reshape
     return out if keepdims else reshape(out, a.shape[:-2])
 
