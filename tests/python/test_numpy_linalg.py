@@ -122,6 +122,19 @@ def test_qr_matches_numpy(shape, dtype, mode):
     np.testing.assert_allclose(q[:, :k] * signs, want_q[:, :k], atol=100 * rtol)
 
 
+@pytest.mark.parametrize("shape", [(12, 5), (5, 12)])
+def test_pinv_and_inv_match_numpy(shape):
+    a_np = matrix(shape, np.float64, seed=8)
+    np.testing.assert_allclose(fnp.linalg.pinv(fnp.asarray(a_np)).numpy(), np.linalg.pinv(a_np), atol=1e-12)
+    # A rank-deficient matrix: the cut-off drops the zero singular value.
+    low = a_np[:, :2] @ a_np[:2, :] if shape[0] > shape[1] else a_np[:2, :].T @ a_np[:2, :]
+    np.testing.assert_allclose(fnp.linalg.pinv(fnp.asarray(low)).numpy(), np.linalg.pinv(low), atol=1e-10)
+    square = a_np[:5, :5] + 5 * np.eye(5)
+    got = np.linalg.inv(fnp.asarray(square))
+    assert isinstance(got, fnp.ndarray)
+    np.testing.assert_allclose(got.numpy(), np.linalg.inv(square), rtol=1e-12, atol=1e-14)
+
+
 def test_decompositions_refuse_what_they_do_not_cover():
     with pytest.raises(NotImplementedError, match="linalg.svd"):
         fnp.linalg.svd(fnp.zeros((2, 3, 3)))
@@ -131,8 +144,8 @@ def test_decompositions_refuse_what_they_do_not_cover():
         np.linalg.eigh(fnp.eye(3), UPLO="U")
     with pytest.raises(NotImplementedError, match="mode='r'"):
         np.linalg.qr(fnp.eye(3), mode="r")
-    with pytest.raises(NotImplementedError, match="numpy.linalg.inv"):
-        np.linalg.inv(fnp.eye(3))
+    with pytest.raises(NotImplementedError, match="numpy.linalg.det"):
+        np.linalg.det(fnp.eye(3))
 
 
 def test_the_kernels_directly_and_their_shape_checks(runtime):

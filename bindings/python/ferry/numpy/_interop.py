@@ -54,6 +54,12 @@ def _svd(a: Any, full_matrices: bool = True, compute_uv: bool = True, hermitian:
     return linalg.svd(a, full_matrices=full_matrices) if compute_uv else linalg.svdvals(a)
 
 
+def _pinv(a: Any, rcond: Any, hermitian: bool, rtol: Any) -> Any:
+    if hermitian:
+        raise NotImplementedError("numpy.linalg.pinv(..., hermitian=True) on ferry.numpy arrays")
+    return linalg.pinv(a, rtol=rtol if rtol is not None else rcond)
+
+
 def _qr(a: Any, mode: str = "reduced") -> Any:
     if mode not in ("reduced", "complete"):
         raise NotImplementedError(f"numpy.linalg.qr(..., mode={mode!r}) on ferry.numpy arrays")
@@ -114,7 +120,8 @@ _FUNCTIONS: dict[Any, Any] = {
     np.linalg.norm: lambda x, ord=None, axis=None, keepdims=False: linalg.norm(x, ord=ord, axis=axis,
                                                                                keepdims=keepdims),
     np.linalg.cholesky: lambda x: linalg.cholesky(x), np.linalg.solve: lambda a, b: linalg.solve(a, b),
-    np.linalg.qr: _qr, np.linalg.svd: _svd, np.linalg.eigh: _eigh, np.linalg.eigvalsh: lambda a, UPLO="L": _eigh(a, UPLO)[0],
+    np.linalg.qr: _qr, np.linalg.svd: _svd, np.linalg.inv: lambda a: linalg.inv(a),
+    np.linalg.pinv: lambda a, rcond=None, hermitian=False, *, rtol=None: _pinv(a, rcond, hermitian, rtol), np.linalg.eigh: _eigh, np.linalg.eigvalsh: lambda a, UPLO="L": _eigh(a, UPLO)[0],
     np.take: lambda a, indices, axis=None: ix.take(a, indices, axis=axis),
     np.flip: lambda m, axis=None: ix.flip(m, axis=axis),
     np.sort: lambda a, axis=-1, kind=None, order=None, **k: ix.sort(a, axis=axis),

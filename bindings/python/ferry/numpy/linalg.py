@@ -21,7 +21,7 @@ from ._functions import (abs, asarray, astype, matmul, matrix_transpose, max, mi
 from ._graph import Data, Index
 from ._tiles import Tiled, placement
 
-__all__ = ["EighResult", "QRResult", "SVDResult", "cholesky", "eigh", "eigvalsh", "qr", "matmul", "matrix_norm", "matrix_transpose",
+__all__ = ["EighResult", "QRResult", "SVDResult", "cholesky", "eigh", "eigvalsh", "inv", "pinv", "qr", "matmul", "matrix_norm", "matrix_transpose",
            "norm", "solve", "svd", "svdvals", "tensordot", "vecdot", "vector_norm"]
 
 
@@ -122,6 +122,27 @@ def qr(x: Any, /, *, mode: str = "reduced") -> QRResult:
                         zeros((rows, n), dtype=a.dtype))
     q, r = _decompose("geqrf", a, [(m, rows), (rows, n)], (int(mode == "complete"),), "fnp:qr")
     return QRResult(q, r)
+
+
+def pinv(x: Any, /, *, rtol: float | None = None) -> Any:
+    """The Moore-Penrose pseudo-inverse from the SVD (gesdd): singular values
+    at most rtol * the largest (default max(m, n) * eps, the array API's)
+    count as zero."""
+    a = _matrix(x, "pinv")
+    m, n = a.shape
+    if builtins.min(m, n) == 0:
+        return zeros((n, m), dtype=a.dtype)
+    u, s, vt = svd(a, full_matrices=False)
+    cut = (builtins.max(m, n) * float(np.finfo(a.dtype).eps) if rtol is None else float(rtol)) * max(s)
+    inverse = where(s > cut, 1 / where(s > cut, s, 1), 0)
+    return matmul(matrix_transpose(vt) * inverse, matrix_transpose(u))
+
+
+def inv(x: Any, /) -> Any:
+    """The inverse of a square matrix (solve against the identity; a singular
+    matrix fails the task with KernelError)."""
+    a = _square(x, "inv")
+    return solve(a, eye(a.shape[0], dtype=a.dtype))
 
 
 def eigvalsh(x: Any, /) -> Any:
