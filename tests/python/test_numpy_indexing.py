@@ -48,6 +48,22 @@ def test_gathers_and_reorderings_match_numpy():
     np.testing.assert_allclose(fnp.cumulative_sum(x[:, 2]).numpy(), np.cumsum(x_np[:, 2]), rtol=1e-12)
 
 
+def test_searchsorted_matches_numpy():
+    sorted_np = np.array([1.0, 2.0, 2.0, 5.0, 9.0])
+    values_np = np.array([[0.0, 2.0], [5.0, 10.0]])
+    for side in ("left", "right"):
+        got = fnp.searchsorted(fnp.asarray(sorted_np), fnp.asarray(values_np), side=side)
+        assert got.dtype == np.int64
+        np.testing.assert_array_equal(got.numpy(), np.searchsorted(sorted_np, values_np, side=side))
+    shuffled = np.array([5.0, 1.0, 9.0, 2.0])
+    order = np.argsort(shuffled)
+    np.testing.assert_array_equal(
+        fnp.searchsorted(fnp.asarray(shuffled), fnp.asarray([3.0]), sorter=fnp.asarray(order)).numpy(),
+        np.searchsorted(shuffled, [3.0], sorter=order))
+    with pytest.raises(ValueError, match="1-D"):
+        fnp.searchsorted(fnp.zeros((2, 2)), fnp.zeros(1))
+
+
 def test_bad_indices_are_named():
     x = fnp.arange(5.0)
     with pytest.raises(IndexError, match="integer or boolean"):

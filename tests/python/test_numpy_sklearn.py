@@ -68,6 +68,22 @@ def test_pca_on_ferry_arrays_matches_the_numpy_fit(solver, dtype, rtol):
     assert float(got.noise_variance_) == pytest.approx(float(want.noise_variance_), rel=100 * rtol)
 
 
+def test_randomized_and_variance_chosen_pca_on_ferry_arrays():
+    # The randomized solver orthonormalises with linalg.qr; a float
+    # n_components picks the count with cumulative_sum and searchsorted.
+    x_np = data(np.float64)
+    for make in (lambda: PCA(n_components=3, svd_solver="randomized", power_iteration_normalizer="QR",
+                             random_state=0),
+                 lambda: PCA(n_components=0.999, svd_solver="full")):
+        want = make().fit(x_np)
+        with sklearn.config_context(array_api_dispatch=True):
+            got = make().fit(fnp.asarray(x_np))
+        assert got.n_components_ == want.n_components_
+        assert isinstance(got.components_, fnp.ndarray)
+        np.testing.assert_allclose(got.components_.numpy(), want.components_, rtol=1e-8, atol=1e-8)
+        np.testing.assert_allclose(got.explained_variance_.numpy(), want.explained_variance_, rtol=1e-8)
+
+
 def test_linear_discriminant_analysis_on_ferry_arrays_matches_the_numpy_fit():
     rng = np.random.default_rng(1)
     centers = np.array([[0.0, 0, 0, 0], [2, 1, 0, -1], [-1, 2, 1, 0]])

@@ -177,3 +177,19 @@ def setitem(x: ndarray, key: Any, value: Any) -> ndarray:
         return out
 
     return _host("setitem", assign, inputs, x.shape, x.dtype)
+
+
+def searchsorted(x1: Any, x2: Any, /, *, side: str = "left", sorter: Any = None) -> ndarray:
+    """Where x2's values would go in the sorted 1-D x1 (by `sorter`'s order
+    when given) to keep it sorted."""
+    a, v = asarray(x1), asarray(x2)
+    if a.ndim != 1:
+        raise ValueError(f"searchsorted: x1 must be 1-D, not of shape {a.shape}")
+    if side not in ("left", "right"):
+        raise ValueError(f"searchsorted: side must be 'left' or 'right', not {side!r}")
+    inputs = [a, v] + ([_indices(sorter, "searchsorted")] if sorter is not None else [])
+
+    def run(s: np.ndarray, values: np.ndarray, *order: np.ndarray) -> np.ndarray:
+        return np.searchsorted(s, values, side=side, sorter=order[0] if order else None)
+
+    return _host("searchsorted", run, inputs, v.shape, dt.int64)
