@@ -401,3 +401,21 @@ def test_positions_in_arrays_of_rank_above_four():
           np.eye(3)[:, None, None, None, None, :] + x_np[:, :1, :1, :1, :1, :3])
     drawn = fnp.random.default_rng(3).random(shape).numpy()
     np.testing.assert_array_equal(drawn.reshape(-1), fnp.random.default_rng(3).random((720,)).numpy())
+
+
+def test_cached_kernels_belong_to_their_runtime(runtime):
+    # A runtime made after another is gone may get its id (the caches' key):
+    # an entry made for another runtime is made anew, not reused (its
+    # kernels died with their runtime).
+    from ferry.numpy._tiles import per_runtime
+    cache = {}
+    made = []
+    key = (id(runtime), "k")
+    first = per_runtime(cache, key, runtime, lambda: made.append(1) or "first")
+    assert per_runtime(cache, key, runtime, lambda: "again") == first == "first"
+    with ferry.Runtime(workers=1, persist_perf_models=False) as other:
+        assert per_runtime(cache, key, other, lambda: "other's") == "other's"
+    x_np = values(np.float64, (9, 4), 12)
+    for _ in range(3):  # host tasks in fresh runtimes, one after another
+        with ferry.Runtime(workers=1, persist_perf_models=False) as rt, fnp.using(rt):
+            check(fnp.asarray(x_np).T, x_np.T)

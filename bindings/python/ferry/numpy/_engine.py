@@ -5,6 +5,7 @@ a tree; matmul is a gemm per tile; layout operations are Python tasks."""
 
 from __future__ import annotations
 
+import itertools
 from typing import Any, Sequence
 
 import numpy as np
@@ -13,7 +14,7 @@ import ferry
 
 from . import _dtypes as dt
 from ._graph import Const, Data, Host, Index, Map, MatMul, Node, Reduce, Reshape
-from ._tiles import Tiled, cuda_programs, host_task, placement, runtime
+from ._tiles import Tiled, cuda_programs, host_task, per_runtime, placement, runtime
 
 MAX_INPUTS = 8
 MAX_DIMS = 4
@@ -366,6 +367,7 @@ def _elementwise(root: Node, fold: tuple[str, tuple[int, ...], np.dtype] | None)
 
 _cuda_kernels: dict[tuple[int, str, tuple[str, ...], str], Any] = {}
 _cuda_identities: dict[tuple[int, str, tuple[str, ...], str], Any] = {}
+_cuda_entries = itertools.count()
 
 
 def _cuda_fused(rt: ferry.Runtime, text: str, inputs: list[str], y: str, folds: bool = False) -> Any:
@@ -373,22 +375,23 @@ def _cuda_fused(rt: ferry.Runtime, text: str, inputs: list[str], y: str, folds: 
     host, cached there), one per program and element types. A folding one
     reads y too: y must arrive holding the identity (_cuda_identity)."""
     key = (id(rt), text, tuple(inputs), y)
-    kernel = _cuda_kernels.get(key)
-    if kernel is None:
-        entry = f"fnp_fused_{len(_cuda_kernels)}"
+
+    def make() -> Any:
+        entry = f"fnp_fused_{next(_cuda_entries)}"
         source = ferry._ferry._fused_cuda_source(text, inputs, y, entry)
-        kernel = rt.cuda_kernel(source, entry, writes=[] if folds else ["y"])
         if folds:
-            _cuda_identities[key] = rt.cuda_kernel(source, entry + "_identity", writes=["y"])
-        _cuda_kernels[key] = kernel
-    return kernel
+            per_runtime(_cuda_identities, key, rt,
+                        lambda: rt.cuda_kernel(source, entry + "_identity", writes=["y"]))
+        return rt.cuda_kernel(source, entry, writes=[] if folds else ["y"])
+
+    return per_runtime(_cuda_kernels, key, rt, make)
 
 
 def _cuda_identity(rt: ferry.Runtime, text: str, inputs: list[str], y: str) -> Any:
     """The kernel filling y with the identity of the folding program's fold
     (the same source's second entry)."""
     _cuda_fused(rt, text, inputs, y, True)
-    return _cuda_identities[(id(rt), text, tuple(inputs), y)]
+    return per_runtime(_cuda_identities, (id(rt), text, tuple(inputs), y), rt, lambda: None)
 
 
 def _csv(values: Sequence[int]) -> str:
