@@ -159,7 +159,7 @@ def setitem(x: ndarray, key: Any, value: Any) -> ndarray:
     if arrays and scalar and len(items) == 1:
         mask = asarray(items[0])
         if mask.dtype == dt.bool_ and mask.shape == x.shape:
-            return where(mask, astype(asarray(np.asarray(value, dtype=x.dtype)), x.dtype), x)
+            return astype(where(mask, x.dtype.type(value), x), x.dtype)
     inputs = [x]
     value_at = index_at = -1
     if not scalar:
