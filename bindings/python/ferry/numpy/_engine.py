@@ -295,16 +295,18 @@ def _elementwise(root: Node, fold: tuple[str, tuple[int, ...], np.dtype] | None)
     on = placement() or ""
     futures, partials = [], []
     label = _label(root, fold)
-    texts: dict[int, str] = {}  # by tile rows: most tiles share one program text
+    # By tile rows: most tiles share one layout (and, without positions, one
+    # program text); with positions only the first dimension's offset varies.
+    layouts: dict[int, tuple[str, int, int, str]] = {}
 
-    def program_text(rows: int, lo: int) -> str:
-        if not prog.uses_index and rows in texts:
-            return texts[rows]
+    def layout(rows: int) -> tuple[str, int, int, str]:
+        """The program's dimensions, their count, the slot of the tile's
+        offset (-1: none), and the rest of the text."""
         dims = list(y_dims)
         if shape:
             dims[0] = rows
         all_strides = strides + [y_strides]
-        body = code
+        body, slot = code, -1
         if prog.uses_index:
             # Dimensions whose positions the code reads stay whole (and the
             # first one keeps the tile's offset); the others merge as usual.
@@ -313,24 +315,28 @@ def _elementwise(root: Node, fold: tuple[str, tuple[int, ...], np.dtype] | None)
                 raise NotImplementedError(f"positions (arange, eye, random) along {len(prog.index_axes)} axes of an "
                                           f"array that stays {len(cdims)}-dimensional after merging the others "
                                           f"(at most {MAX_DIMS})")
-            offsets = [0] * len(cdims)
-            if 0 in moved:
-                offsets[moved[0]] = lo
+            slot = moved.get(0, -1)
             body = " ".join(f"i{moved[int(t[1:])]}" if t[0] == "i" and t[1:].isdigit() else t for t in code.split())
-            header = f"d={_csv(cdims)} o={_csv(offsets)}"
         else:
             cdims, cstrides, _ = _collapse(dims, all_strides)
             if len(cdims) > MAX_DIMS:
                 raise NotImplementedError(f"a broadcast that alternates across {len(cdims)} dimensions "
                                           f"(at most {MAX_DIMS})")
-            header = f"d={_csv(cdims)}"
-        parts = [header]
-        for k, st in enumerate(cstrides[:-1]):
-            parts.append(f"s{k}={_csv(st)}")
+        parts = [f"s{k}={_csv(st)}" for k, st in enumerate(cstrides[:-1])]
         parts.append(f"y={_csv(cstrides[-1])}{fold_text}")
-        text = " ".join(parts) + " " + body
-        texts[rows] = text
-        return text
+        return f"d={_csv(cdims)}", len(cdims), slot, " ".join(parts) + " " + body
+
+    def program_text(rows: int, lo: int) -> str:
+        entry = layouts.get(rows)
+        if entry is None:
+            entry = layouts[rows] = layout(rows)
+        dims, count, slot, rest = entry
+        if not prog.uses_index:
+            return f"{dims} {rest}"
+        offsets = ["0"] * count
+        if slot >= 0:
+            offsets[slot] = str(lo)
+        return f"{dims} o={','.join(offsets)} {rest}"
 
     submit = rt._submit
     # Placed on a GPU: the same program as CUDA source; a fold first fills
