@@ -12,8 +12,9 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 pip=("$venv/bin/python" -m pip --disable-pip-version-check)
 "${pip[@]}" install --quiet --upgrade pip
-# The build backend and the tools the tests, the notebook and the trace plot use.
-"${pip[@]}" install --quiet "scikit-build-core>=0.10" "nanobind>=2.0" numpy pytest hypothesis matplotlib nbclient nbformat ipykernel
+# The build backend and the tools the tests (scikit-learn: an array-API estimator
+# fitted on ferry.numpy arrays), the notebook and the trace plot use.
+"${pip[@]}" install --quiet "scikit-build-core>=0.10" "nanobind>=2.0" numpy pytest hypothesis scikit-learn matplotlib nbclient nbformat ipykernel
 echo "== pip install . (the ferry Python package, into $venv)"
 "${pip[@]}" install --quiet --no-build-isolation .
 "$venv/bin/python" -c "import ferry; print('ferry', ferry.__version__, 'installed in', ferry.__file__)"

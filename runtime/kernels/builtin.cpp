@@ -7,6 +7,7 @@
 #include <string>
 #include <utility>
 
+#include "cpu/linalg_decompositions.hpp"
 #include "cpu/support.hpp"
 #include "devices/cuda/module.hpp"
 #include "ferry/config.hpp"
@@ -22,6 +23,7 @@ void register_builtin_kernels(KernelRegistry& registry) {
   kernels::register_blas1_kernels(staging);
   kernels::register_gemm_kernels(staging);
   kernels::register_cholesky_kernels(staging);
+  kernels::register_linalg_decomposition_kernels(staging);
   kernels::register_elementwise_kernels(staging);
   kernels::register_fused_kernels(staging);
   for (const std::string& name : staging.names()) {

@@ -2,7 +2,12 @@
 // local variable, each instruction one statement, with helpers giving the
 // CPU interpreter's semantics (fused_ops.cpp): NumPy's floor division and
 // modulo, NaN-propagating maximum/minimum, range-checked float-to-integer
-// casts, and the same splitmix64 generators.
+// casts, and the same splitmix64 generators. A program that folds
+// (f=add|mul|min|max) folds into y with atomics: where every element meets
+// one y element (a whole reduction), each thread first folds its own
+// elements and makes one atomic update; otherwise each element makes one.
+// Atomics make the order of float sums vary from run to run, within the
+// rounding of the accumulator type (float64 for float sums).
 #include "fused_cuda.hpp"
 
 #include <fmt/format.h>
@@ -103,6 +108,87 @@ __device__ inline double fnp_normal(unsigned long long seed, long long c) {
 }
 )";
 
+// Folds (Op: 0 add, 1 mul, 2 min, 3 max) with the CPU's semantics: min and
+// max propagate NaN. One compare-and-swap loop covers what CUDA has no
+// atomic for (products, float min/max, bytes: the aligned word holding one).
+const char* const fold_prelude = R"(
+template <int Op, class T> __device__ inline T fnp_combine(T a, T b) {
+  if constexpr (Op == 0) return (T)(a + b);
+  else if constexpr (Op == 1) return (T)(a * b);
+  else if constexpr (Op == 2) return fnp_min(a, b);
+  else return fnp_max(a, b);
+}
+__device__ inline unsigned long long fnp_bits(double v) { return (unsigned long long)__double_as_longlong(v); }
+__device__ inline unsigned long long fnp_bits(long long v) { return (unsigned long long)v; }
+__device__ inline unsigned int fnp_bits(float v) { return (unsigned int)__float_as_int(v); }
+__device__ inline unsigned int fnp_bits(int v) { return (unsigned int)v; }
+__device__ inline void fnp_unbits(double& v, unsigned long long b) { v = __longlong_as_double((long long)b); }
+__device__ inline void fnp_unbits(long long& v, unsigned long long b) { v = (long long)b; }
+__device__ inline void fnp_unbits(float& v, unsigned int b) { v = __int_as_float((int)b); }
+__device__ inline void fnp_unbits(int& v, unsigned int b) { v = (int)b; }
+template <int Op, class T> __device__ inline void fnp_fold_cas(T* y, T v) {
+  if constexpr (sizeof(T) == 8 || sizeof(T) == 4) {
+    using Bits = decltype(fnp_bits(v));
+    Bits* p = (Bits*)y;
+    Bits old = *p, assumed;
+    do {
+      assumed = old;
+      T cur;
+      fnp_unbits(cur, assumed);
+      old = atomicCAS(p, assumed, fnp_bits(fnp_combine<Op>(cur, v)));
+    } while (old != assumed);
+  } else {
+    unsigned int* p = (unsigned int*)((unsigned long long)y & ~3ULL);
+    const unsigned int shift = (unsigned int)((unsigned long long)y & 3ULL) * 8u;
+    unsigned int old = *p, assumed;
+    do {
+      assumed = old;
+      const T next = fnp_combine<Op>((T)((assumed >> shift) & 0xffu), v);
+      old = atomicCAS(p, assumed, (assumed & ~(0xffu << shift)) | ((unsigned int)(unsigned char)next << shift));
+    } while (old != assumed);
+  }
+}
+template <int Op, class T> __device__ inline void fnp_fold(T* y, T v) { fnp_fold_cas<Op>(y, v); }
+template <> __device__ inline void fnp_fold<0, float>(float* y, float v) { atomicAdd(y, v); }
+template <> __device__ inline void fnp_fold<0, double>(double* y, double v) { atomicAdd(y, v); }
+template <> __device__ inline void fnp_fold<0, int>(int* y, int v) { atomicAdd(y, v); }
+template <> __device__ inline void fnp_fold<0, long long>(long long* y, long long v) {
+  atomicAdd((unsigned long long*)y, (unsigned long long)v);
+}
+template <> __device__ inline void fnp_fold<2, int>(int* y, int v) { atomicMin(y, v); }
+template <> __device__ inline void fnp_fold<3, int>(int* y, int v) { atomicMax(y, v); }
+template <> __device__ inline void fnp_fold<2, long long>(long long* y, long long v) { atomicMin(y, v); }
+template <> __device__ inline void fnp_fold<3, long long>(long long* y, long long v) { atomicMax(y, v); }
+)";
+
+int fold_code(fused::Fold f) {
+  switch (f) {
+    case fused::Fold::add: return 0;
+    case fused::Fold::mul: return 1;
+    case fused::Fold::min: return 2;
+    case fused::Fold::max: return 3;
+    case fused::Fold::none: break;
+  }
+  return -1;
+}
+
+// What y starts at, as the CPU kernel's fill_identity (bools are u8: all
+// starts true, any false).
+std::string identity(fused::Fold f, DType t) {
+  if (f == fused::Fold::add) return "0";
+  if (f == fused::Fold::mul) return "1";
+  const bool min = f == fused::Fold::min;
+  switch (t) {
+    case DType::f32: return min ? "__int_as_float(0x7f800000)" : "(-__int_as_float(0x7f800000))";
+    case DType::f64:
+      return min ? "__longlong_as_double(0x7ff0000000000000LL)" : "(-__longlong_as_double(0x7ff0000000000000LL))";
+    case DType::i32: return min ? "2147483647" : "(-2147483647 - 1)";
+    case DType::i64: return min ? "9223372036854775807LL" : "(-9223372036854775807LL - 1)";
+    case DType::u8: return min ? "1" : "0";
+  }
+  return "0";
+}
+
 std::string literal(const Instr& in) {
   switch (in.type) {
     case DType::f32:
@@ -195,8 +281,6 @@ std::string binary(Op op, const std::string& a, const std::string& b, DType t) {
 std::string fused_cuda_source(const std::string& program, const std::vector<DType>& inputs, DType y,
                               const std::string& entry) {
   const fused::Program p = fused::parse(program, inputs);
-  if (p.fold != fused::Fold::none)
-    throw UsageError("fused program: folds (reductions) run on the CPU kernel; the CUDA source has none");
   const std::size_t rank = p.dims.size();
   std::string params = fmt::format("long long n, {}* __restrict__ y", ctype(y));
   for (std::size_t k = 0; k < inputs.size(); ++k)
@@ -251,13 +335,34 @@ std::string fused_cuda_source(const std::string& program, const std::vector<DTyp
     stack.push_back(v);
     types.push_back(in.type);
   }
-  body += fmt::format("    y[{}] = {};\n", ypos, cast_expr(stack.back(), types.back(), y));
-
-  return fmt::format(
-      "// ferry.numpy fused program: {}\n{}\nextern \"C\" __global__ void {}({}) {{\n"
+  const std::string value = cast_expr(stack.back(), types.back(), y);
+  const std::string loop =
       "  for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < n;\n"
-      "       e += (long long)gridDim.x * blockDim.x) {{\n{}  }}\n}}\n",
-      program, prelude, entry, params, body);
+      "       e += (long long)gridDim.x * blockDim.x) {\n";
+  if (p.fold == fused::Fold::none) {
+    body += fmt::format("    y[{}] = {};\n", ypos, value);
+    return fmt::format("// ferry.numpy fused program: {}\n{}\nextern \"C\" __global__ void {}({}) {{\n{}{}  }}\n}}\n",
+                       program, prelude, entry, params, loop, body);
+  }
+  const int op = fold_code(p.fold);
+  const char* yt = ctype(y);
+  const std::string start = identity(p.fold, y);
+  std::string kernel;
+  if (ypos == "0") {  // one y element: fold locally, then one atomic per thread
+    body += fmt::format("    acc = fnp_combine<{}>(acc, ({}){});\n", op, yt, value);
+    kernel = fmt::format("  {0} acc = {1};\n{2}{3}  }}\n  fnp_fold<{4}>(y, acc);\n", yt, start, loop, body, op);
+  } else {
+    body += fmt::format("    fnp_fold<{}>(&y[{}], ({}){});\n", op, ypos, yt, value);
+    kernel = loop + body + "  }\n";
+  }
+  // The entry folds into y, which must hold the identity first: the second
+  // entry, `<entry>_identity(n, y)`, fills it (launched before, on the same y).
+  return fmt::format(
+      "// ferry.numpy fused program: {0}\n{1}\n{2}\n"
+      "extern \"C\" __global__ void {3}_identity(long long n, {4}* __restrict__ y) {{\n"
+      "{5}    y[e] = {6};\n  }}\n}}\n"
+      "extern \"C\" __global__ void {3}({7}) {{\n{8}}}\n",
+      program, prelude, fold_prelude, entry, yt, loop, start, params, kernel);
 }
 
 }  // namespace ferry::kernels

@@ -13,8 +13,10 @@ namespace ferry::kernels {
 
 // An extern "C" __global__ function `entry(long long n, Y* y, const X0* x0,
 // ...)` computing y[e] for e < n = the program's element count, with the
-// program's dimensions, strides and offsets as constants. Throws UsageError
-// for a bad program, or one that folds (reductions run on the CPU kernel).
+// program's dimensions, strides and offsets as constants. A program that
+// folds (f=...) folds into y atomically and gets a second entry,
+// `entry_identity(long long n, Y* y)`, that fills y's n elements with the
+// fold's identity: launch it on y first. Throws UsageError for a bad program.
 std::string fused_cuda_source(const std::string& program, const std::vector<DType>& inputs, DType y,
                               const std::string& entry);
 

@@ -114,6 +114,37 @@ inline void expect_every_builtin_matches_the_cpu(ferry::Runtime& rt, const std::
     rt.submit("syrk", ferry::read(a), ferry::readwrite(c), where);
     return {contents(c), 0.0};
   });
+  // Decompositions: vectors are unique up to sign (and a GPU uses other
+  // algorithms), so they compare by magnitude.
+  auto magnitudes = [](std::vector<double> v) {
+    for (double& x : v) x = std::abs(x);
+    return v;
+  };
+  run_both("gesdd", [&](ferry::OnOption where) -> Out {
+    auto a = rt.buffer<double>(12, 5), s = rt.buffer<double>(5), u = rt.buffer<double>(12, 5),
+         vt = rt.buffer<double>(5, 5);
+    fill_random(a, 15);
+    rt.submit("gesdd", ferry::read(a), ferry::write(s), ferry::write(u), ferry::write(vt), 0, where);
+    std::vector<double> all = contents(s);
+    for (const auto& part : {magnitudes(contents(u)), magnitudes(contents(vt))})
+      all.insert(all.end(), part.begin(), part.end());
+    return {all, 0.0};
+  });
+  run_both("syevd", [&](ferry::OnOption where) -> Out {
+    auto a = spd(10), w = rt.buffer<double>(10), v = rt.buffer<double>(10, 10);
+    rt.submit("syevd", ferry::read(a), ferry::write(w), ferry::write(v), where);
+    std::vector<double> all = contents(w), vectors = magnitudes(contents(v));
+    all.insert(all.end(), vectors.begin(), vectors.end());
+    return {all, 0.0};
+  });
+  run_both("geqrf", [&](ferry::OnOption where) -> Out {
+    auto a = rt.buffer<double>(12, 5), q = rt.buffer<double>(12, 5), r = rt.buffer<double>(5, 5);
+    fill_random(a, 16);
+    rt.submit("geqrf", ferry::read(a), ferry::write(q), ferry::write(r), 0, where);
+    std::vector<double> all = magnitudes(contents(q)), factor = magnitudes(contents(r));
+    all.insert(all.end(), factor.begin(), factor.end());
+    return {all, 0.0};
+  });
   run_both("fill", [&](ferry::OnOption where) -> Out {
     auto x = rt.buffer<double>(n);
     rt.submit("fill", ferry::write(x), 3.25, where);

@@ -39,5 +39,44 @@ TEST(FusedCuda, GeneratedSourceCompilesWithNvrtc) {
   fs::remove_all(dir);
 }
 
+// Reductions: every fold and accumulator type, into one y element (thread
+// folds, one atomic each) and into many (one atomic per element); both
+// entries, the fold and the identity fill, compile.
+TEST(FusedCuda, FoldingProgramsCompileWithBothEntries) {
+  std::random_device random;
+  const fs::path dir = fs::temp_directory_path() / ("ferry-fused-cuda-fold-test-" + std::to_string(random()));
+  NvrtcCompiler compiler({dir, true});
+  struct Case {
+    std::string program;
+    std::vector<DType> inputs;
+    DType y;
+  };
+  const std::vector<Case> cases{
+      {"d=40,6 y=0,0 f=add x0 as:f64", {DType::f32}, DType::f64},
+      {"d=40,6 y=0,1 f=add x0 x0 mul as:f64", {DType::f32}, DType::f64},
+      {"d=40,6 y=0,1 f=max x0", {DType::f32}, DType::f32},
+      {"d=40,6 y=0,0 f=min x0", {DType::f64}, DType::f64},
+      {"d=7,3 y=1,0 f=mul x0", {DType::f64}, DType::f64},
+      {"d=9 y=0 f=add x0 as:i64", {DType::i32}, DType::i64},
+      {"d=9,2 y=0,1 f=max x0", {DType::i32}, DType::i32},
+      {"d=9,2 y=0,1 f=min x0", {DType::i64}, DType::i64},
+      {"d=9,2 y=0,1 f=mul x0", {DType::i64}, DType::i64},
+      {"d=9,2 y=0,1 f=min x0 f32:0 ne", {DType::f32}, DType::u8},  // all
+      {"d=9 y=0 f=max x0 f32:0 ne", {DType::f32}, DType::u8},      // any
+  };
+  int i = 0;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.program);
+    const std::string entry = "fold_" + std::to_string(i++);
+    const std::string source = kernels::fused_cuda_source(c.program, c.inputs, c.y, entry);
+    for (const std::string& name : {entry, entry + "_identity"}) {
+      const auto compiled = compiler.compile(CudaSource{source, name, {}}, 9, 0);
+      ASSERT_TRUE(compiled) << source;
+      EXPECT_EQ(compiled->symbol, name);
+    }
+  }
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace ferry::detail

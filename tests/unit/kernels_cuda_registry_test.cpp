@@ -21,8 +21,8 @@ using ferry::Arg;
 using ferry::BufferArg;
 using ferry::KernelArgs;
 
-const std::vector<std::string> builtins{"axpy", "copy", "dot",  "fill",  "gemm", "map",
-                                        "nrm2", "potrf", "scal", "sum", "syrk", "trsm"};
+const std::vector<std::string> builtins{"axpy", "copy",  "dot",  "fill",  "gemm", "geqrf", "gesdd", "map",
+                                        "nrm2", "potrf", "scal", "sum",  "syevd", "syrk",  "trsm"};
 const std::vector<std::string> cpu_only{"fused0", "fused1", "fused2", "fused3", "fused4",
                                         "fused5", "fused6", "fused7", "fused8"};
 

@@ -523,6 +523,49 @@ TYPED_TEST(KernelsGpuFloating, PotrfOfANonPositiveDefiniteMatrixThrowsAsOnTheCpu
 
 // l = a well-conditioned lower factor (n on the diagonal), NaN above it:
 // trsm may not read there. The solution's error is a few n·eps·max|x|.
+// ---- decompositions (cuSOLVER's gesvdj, syevd, geqrf + orgqr against LAPACK) ----
+
+// Singular vectors, eigenvectors and Householder factors are unique up to the
+// sign of each vector, and the algorithms differ (Jacobi against divide and
+// conquer), so vectors compare by magnitude; values directly. The random
+// matrices have well separated singular values and eigenvalues.
+auto magnitude(double tol) {
+  return [tol](std::size_t, std::size_t, auto cpu, auto gpu) {
+    return std::abs(std::abs(static_cast<double>(gpu)) - std::abs(static_cast<double>(cpu))) <= tol;
+  };
+}
+
+TYPED_TEST(KernelsGpuFloating, DecompositionsAgree) {
+  using T = TypeParam;
+  const double tol = 200 * eps<T>, vectors = 2000 * eps<T>;
+  for (const bool tile : {false, true}) {
+    for (const auto& [m, n] : {std::pair<std::size_t, std::size_t>{9, 5}, std::pair<std::size_t, std::size_t>{5, 9}}) {
+      SCOPED_TRACE(describe(Shape{m, n, tile}));
+      const std::size_t k = std::min(m, n);
+      Twin<T> a(Shape{m, n, tile}), s(Shape{1, k, tile}), u(Shape{m, k, tile}), vt(Shape{k, n, tile});
+      Twin<T> q(Shape{m, k, tile}), r(Shape{k, n, tile});
+      a.randomize(21), s.randomize(22), u.randomize(23), vt.randomize(24), q.randomize(25), r.randomize(26);
+      for (Twin<T>* t : {&a, &s, &u, &vt, &q, &r}) t->upload();
+      this->run("gesdd", Call().buffer(a, in).buffer(s, out).buffer(u, out).buffer(vt, out).integer(0));
+      expect_agree(a, "a", exact());
+      expect_agree(s, "s", relative(tol));
+      expect_agree(u, "u", magnitude(vectors));
+      expect_agree(vt, "vt", magnitude(vectors));
+      this->run("geqrf", Call().buffer(a, in).buffer(q, out).buffer(r, out).integer(0));
+      expect_agree(q, "q", magnitude(vectors));
+      expect_agree(r, "r", magnitude(vectors));
+    }
+    constexpr std::size_t n = 7;
+    Twin<T> a(Shape{n, n, tile}), w(Shape{1, n, tile}), v(Shape{n, n, tile});
+    a.randomize(27), w.randomize(28), v.randomize(29);
+    for (std::size_t i = 0; i < n; ++i) a.at(i, i) += static_cast<T>(3 * i);  // spread the eigenvalues
+    a.upload(), w.upload(), v.upload();
+    this->run("syevd", Call().buffer(a, in).buffer(w, out).buffer(v, out));
+    expect_agree(w, "w", relative(tol));
+    expect_agree(v, "v", magnitude(vectors));
+  }
+}
+
 TYPED_TEST(KernelsGpuFloating, TrsmAgrees) {
   using T = TypeParam;
   constexpr std::size_t n = 24, m = 37;

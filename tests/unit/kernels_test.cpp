@@ -2,6 +2,7 @@
 // argument checks users see at submission.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -9,6 +10,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ferry/error.hpp"
@@ -241,6 +243,89 @@ TYPED_TEST(Typed, PotrfRejectsAMatrixThatIsNotPositiveDefinite) {
   }
 }
 
+// Views with margins (ld > cols) in and out: the margins stay untouched,
+// and a, which LAPACK would overwrite, is only read.
+TYPED_TEST(Typed, GesddReconstructsOnTilesOfBiggerMatrices) {
+  using T = TypeParam;
+  const std::pair<std::size_t, std::size_t> shapes[] = {{7, 4}, {4, 7}};
+  for (const auto& [m, n] : shapes) {
+    SCOPED_TRACE(::testing::Message() << m << " x " << n);
+    const std::size_t k = std::min(m, n);
+    Mat<T> a(m, n, n + 3), s(1, k), u(m, k, k + 2), vt(k, n, n + 1);
+    a.randomize(40 + m);
+    u.randomize(1), vt.randomize(2);
+    const Mat<T> a0 = a, u0 = u, vt0 = vt;
+    run("gesdd", {buf(a.arg(AccessMode::read)), buf(s.arg(AccessMode::write)), buf(u.arg(AccessMode::write)),
+                  buf(vt.arg(AccessMode::write))});
+    EXPECT_EQ(a.v, a0.v);
+    for (std::size_t i = 0; i < m; ++i) {
+      for (std::size_t j = 0; j < n; ++j) {
+        double r = 0;
+        for (std::size_t p = 0; p < k; ++p) r += double(u(i, p)) * s(0, p) * vt(p, j);
+        expect_near<T>(r, a(i, j));
+      }
+      for (std::size_t j = k; j < u.ld; ++j) EXPECT_EQ(u.v[i * u.ld + j], u0.v[i * u.ld + j]);
+    }
+    for (std::size_t p = 0; p + 1 < k; ++p) EXPECT_GE(s(0, p), s(0, p + 1));
+    for (std::size_t p = 0; p < k; ++p) {
+      for (std::size_t j = n; j < vt.ld; ++j) EXPECT_EQ(vt.v[p * vt.ld + j], vt0.v[p * vt.ld + j]);
+    }
+  }
+}
+
+TYPED_TEST(Typed, GeqrfGivesOrthonormalQAndUpperTriangularR) {
+  using T = TypeParam;
+  for (const std::int64_t complete : {0, 1}) {
+    const std::size_t m = 7, n = 4, qc = complete ? m : n, rr = complete ? m : n;
+    Mat<T> a(m, n, n + 2), q(m, qc, qc + 1), r(rr, n, n + 3);
+    a.randomize(60);
+    r.randomize(3);  // garbage below the diagonal must go
+    run("geqrf", {buf(a.arg(AccessMode::read)), buf(q.arg(AccessMode::write)), buf(r.arg(AccessMode::write)),
+                  whole(complete)});
+    for (std::size_t i = 0; i < m; ++i) {
+      for (std::size_t j = 0; j < n; ++j) {
+        double s = 0;
+        for (std::size_t p = 0; p < rr; ++p) s += double(q(i, p)) * r(p, j);
+        expect_near<T>(s, a(i, j));
+      }
+    }
+    for (std::size_t i = 0; i < rr; ++i) {
+      for (std::size_t j = 0; j < std::min(i, n); ++j) EXPECT_EQ(r(i, j), T{0});
+    }
+    for (std::size_t c = 0; c < qc; ++c) {
+      for (std::size_t d = 0; d < qc; ++d) {
+        double s = 0;
+        for (std::size_t i = 0; i < m; ++i) s += double(q(i, c)) * q(i, d);
+        expect_near<T>(s, c == d ? 1.0 : 0.0);
+      }
+    }
+  }
+}
+
+TYPED_TEST(Typed, SyevdGivesEigenpairsFromTheLowerTriangle) {
+  using T = TypeParam;
+  const std::size_t n = 6;
+  Mat<T> a(n, n, n + 2), w(1, n), v(n, n, n + 1);
+  a.randomize(50);
+  for (std::size_t i = 0; i < n; ++i) {
+    for (std::size_t j = 0; j < i; ++j) a(j, i) = 99;  // above the diagonal: ignored
+  }
+  run("syevd", {buf(a.arg(AccessMode::read)), buf(w.arg(AccessMode::write)), buf(v.arg(AccessMode::write))});
+  for (std::size_t c = 0; c < n; ++c) {  // A v_c = w_c v_c with A symmetric from the lower triangle
+    if (c + 1 < n) {
+      EXPECT_LE(w(0, c), w(0, c + 1));
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+      double r = 0;
+      for (std::size_t p = 0; p < n; ++p) r += double(i >= p ? a(i, p) : a(p, i)) * v(p, c);
+      expect_near<T>(r, double(w(0, c)) * v(i, c));
+    }
+  }
+  EXPECT_CONTAINS(rejection("syevd", {buf(a.tile(0, 0, n, n - 1, AccessMode::read)), buf(w.arg(AccessMode::write)),
+                                      buf(v.arg(AccessMode::write))}),
+                  "a is 6 x 5; it must be square");
+}
+
 TYPED_TEST(Typed, MapEveryOpAndOnTiles) {
   using T = TypeParam;
   const std::vector<std::pair<std::string, std::function<double(double)>>> ops{
@@ -402,7 +487,8 @@ TEST(KernelRegistry, ChunkableKernelsGiveTheSameResultPieceByPiece) {
 
 TEST(KernelRegistry, BuiltinsAndRegistrationRules) {
   auto& registry = ferry::KernelRegistry::global();
-  for (const char* name : {"axpy", "scal", "dot", "nrm2", "gemm", "potrf", "trsm", "syrk", "fill", "copy", "map", "sum"}) {
+  for (const char* name :
+       {"axpy", "scal", "dot", "nrm2", "gemm", "potrf", "trsm", "syrk", "gesdd", "syevd", "geqrf", "fill", "copy", "map", "sum"}) {
     const ferry::KernelDef* k = registry.find(name);
     ASSERT_NE(k, nullptr) << name;
     EXPECT_FALSE(k->summary.empty()) << name;

@@ -205,6 +205,25 @@ class Runtime(_ferry._Runtime):
         """Cholesky factor in place: a's lower triangle becomes L with a = L @ L.T."""
         return self._submit("potrf", (a,), on or "", name or "")
 
+    def gesdd(self, a: Array, s: Array, u: Array, vt: Array, *, full_matrices: bool = False,
+              on: Place | None = None, name: str | None = None) -> Future:
+        """Singular value decomposition a = u @ diag(s) @ vt, s descending; a
+        is m x n, s holds min(m, n), u is m x min(m, n) and vt min(m, n) x n
+        (m x m and n x n with full_matrices). a is only read."""
+        return self._submit("gesdd", (a, s, u, vt, int(full_matrices)), on or "", name or "")
+
+    def syevd(self, a: Array, w: Array, v: Array, *, on: Place | None = None, name: str | None = None) -> Future:
+        """Eigenvalues w (ascending) and eigenvectors (v's columns) of the
+        symmetric a, read from its lower triangle; a is only read."""
+        return self._submit("syevd", (a, w, v), on or "", name or "")
+
+    def geqrf(self, a: Array, q: Array, r: Array, *, complete: bool = False, on: Place | None = None,
+              name: str | None = None) -> Future:
+        """QR decomposition a = q @ r: a is m x n, q m x min(m, n) with
+        orthonormal columns, r min(m, n) x n upper triangular (q m x m and r
+        m x n when complete). a is only read."""
+        return self._submit("geqrf", (a, q, r, int(complete)), on or "", name or "")
+
     def trsm(self, l: Array, b: Array, *, on: Place | None = None, name: str | None = None) -> Future:  # noqa: E741
         """b = b @ inv(l).T for lower triangular l (tiled Cholesky's panel update)."""
         return self._submit("trsm", (l, b), on or "", name or "")

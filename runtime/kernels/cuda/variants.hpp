@@ -1,7 +1,7 @@
 // The CUDA variants of the built-in kernels (CUDA builds only). Each takes
 // the same arguments as its CPU twin in cpu/, with device pointers, enqueues
-// on ctx.stream and returns; dot, nrm2, sum (scalar results) and potrf (its
-// info flag) synchronize the stream.
+// on ctx.stream and returns; dot, nrm2, sum (scalar results), potrf, gesdd,
+// syevd and geqrf (their info flags) synchronize the stream.
 #pragma once
 
 #include <string_view>
@@ -25,5 +25,8 @@ void fill(ExecContext& ctx);
 void copy(ExecContext& ctx);
 void map(ExecContext& ctx);
 void sum(ExecContext& ctx);
+void gesdd(ExecContext& ctx);
+void syevd(ExecContext& ctx);
+void geqrf(ExecContext& ctx);
 
 }  // namespace ferry::kernels::cuda

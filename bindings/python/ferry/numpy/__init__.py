@@ -22,6 +22,9 @@ from . import linalg, random
 from ._array import ndarray
 from ._dtypes import bool_, float32, float64, int32, int64
 from ._explain import explain
+from ._info import __array_namespace_info__
+from ._indexing import argsort, cumulative_sum, flip, searchsorted, sort, take, take_along_axis
+from ._sets import unique_all, unique_counts, unique_inverse, unique_values
 from ._creation import (arange, empty, empty_like, eye, full, full_like, linspace, ones, ones_like, zeros,
     zeros_like)
 from ._functions import (abs, absolute, add, all, amax, amin, any, argmax, argmin, array, asarray, astype,  # noqa: A004

@@ -153,8 +153,11 @@ class ndarray:  # noqa: N801 - NumPy's spelling
         return getitem(self, key)
 
     def __setitem__(self, key: Any, value: Any) -> None:
-        raise NotImplementedError("ferry.numpy arrays are immutable: item assignment (__setitem__) is not supported; "
-                                  "build a new array with fnp.where(...)")
+        # This array takes a new value (x[key] = v is x = x.at[key].set(v) in
+        # JAX's words); arrays made from it before, slices included, keep the
+        # old one: ferry.numpy has no views to write through.
+        from ._indexing import setitem
+        self._node = setitem(self, key, value)._node
 
     def __iter__(self) -> Any:
         for i in range(len(self)):

@@ -12,7 +12,8 @@ import numpy as np
 from . import _dtypes as dt
 from ._array import ndarray, wrap
 from ._functions import _cast, _node, _shape, astype, where
-from ._graph import Const, Index, Map, Node
+from ._engine import MAX_DIMS
+from ._graph import Const, Index, Map, Node, Reshape
 
 def full(shape: Any, fill_value: Any, dtype: Any = None, *, device: Any = None) -> ndarray:
     t = dt.dtype(dtype) if dtype is not None else dt.result_type(fill_value)
@@ -88,6 +89,10 @@ def flat_index(shape: tuple[int, ...]) -> Node:
     """Each element's C-order position (the random generators' counter)."""
     if not shape:
         return Const(0, dt.int64)
+    if len(shape) > MAX_DIMS:
+        # A program reads positions along at most MAX_DIMS axes: count along
+        # one axis, then view the counter in this shape (it is stored once).
+        return Reshape(Index((int(np.prod(shape, dtype=np.int64)),), 0), shape)
     strides = [int(np.prod(shape[d + 1:], dtype=np.int64)) for d in range(len(shape))]
     total: Node = Index(shape, len(shape) - 1)
     for d in range(len(shape) - 1):

@@ -5,6 +5,7 @@ a tree; matmul is a gemm per tile; layout operations are Python tasks."""
 
 from __future__ import annotations
 
+import itertools
 from typing import Any, Sequence
 
 import numpy as np
@@ -13,7 +14,7 @@ import ferry
 
 from . import _dtypes as dt
 from ._graph import Const, Data, Host, Index, Map, MatMul, Node, Reduce, Reshape
-from ._tiles import Tiled, cuda_programs, host_task, placement, runtime
+from ._tiles import Tiled, cuda_programs, host_task, per_runtime, placement, runtime
 
 MAX_INPUTS = 8
 MAX_DIMS = 4
@@ -58,6 +59,7 @@ class Program:
         self.leaves: list[Any] = []
         self.leaf_shapes: list[tuple[int, ...]] = []
         self.uses_index = False
+        self.index_axes: set[int] = set()  # dimensions whose positions the code reads
         self.ops: list[str] = []
         self.tokens: list[str] = []
         self.shape = root.shape
@@ -92,6 +94,7 @@ class Program:
                 self.tokens.append("i64:0")
             else:
                 self.uses_index = True
+                self.index_axes.add(node.axis + pad)
                 self.tokens.append(f"i{node.axis + pad}")
         else:
             self.tokens.append(f"x{self._leaf(node)}")
@@ -172,19 +175,27 @@ def _broadcast_strides(leaf_shape: tuple[int, ...], out_shape: tuple[int, ...]) 
     return [0 if full[d] == 1 and out_shape[d] != 1 else nat[d] for d in range(len(out_shape))]
 
 
-def _collapse(dims: list[int], strides: list[list[int]]) -> tuple[list[int], list[list[int]]]:
-    """Merges neighbouring dimensions every operand walks as one."""
+def _collapse(dims: list[int], strides: list[list[int]],
+              keep: frozenset[int] = frozenset()) -> tuple[list[int], list[list[int]], dict[int, int]]:
+    """Merges neighbouring dimensions every operand walks as one, but never
+    a dimension in `keep` (the code reads its positions). Returns the new
+    dimensions, strides, and where each kept dimension went."""
     out_dims = [dims[-1]]
     out_strides = [[s[-1]] for s in strides]
+    groups = [[len(dims) - 1]]  # the old dimensions in each new one, innermost group first
     for d in range(len(dims) - 2, -1, -1):
         n = out_dims[0]
-        if dims[d] == 1 or all(s[d] == o[0] * n for s, o in zip(strides, out_strides)):
+        separate = d in keep or any(g in keep for g in groups[0])
+        if not separate and (dims[d] == 1 or all(s[d] == o[0] * n for s, o in zip(strides, out_strides))):
             out_dims[0] *= dims[d]
+            groups[0].append(d)
             continue
         out_dims.insert(0, dims[d])
+        groups.insert(0, [d])
         for s, o in zip(strides, out_strides):
             o.insert(0, s[d])
-    return out_dims, out_strides
+    moved = {g[0]: i for i, g in enumerate(groups) if g[0] in keep}
+    return out_dims, out_strides, moved
 
 
 def _aligned(leaf: Tiled, bounds: list[int], rt: ferry.Runtime) -> Tiled:
@@ -284,37 +295,53 @@ def _elementwise(root: Node, fold: tuple[str, tuple[int, ...], np.dtype] | None)
     on = placement() or ""
     futures, partials = [], []
     label = _label(root, fold)
-    texts: dict[int, str] = {}  # by tile rows: most tiles share one program text
+    # By tile rows: most tiles share one layout (and, without positions, one
+    # program text); with positions only the first dimension's offset varies.
+    layouts: dict[int, tuple[str, int, int, str]] = {}
 
-    def program_text(rows: int, lo: int) -> str:
-        if not prog.uses_index and rows in texts:
-            return texts[rows]
+    def layout(rows: int) -> tuple[str, int, int, str]:
+        """The program's dimensions, their count, the slot of the tile's
+        offset (-1: none), and the rest of the text."""
         dims = list(y_dims)
         if shape:
             dims[0] = rows
         all_strides = strides + [y_strides]
+        body, slot = code, -1
         if prog.uses_index:
-            if len(dims) > MAX_DIMS:
-                raise NotImplementedError(f"positions (arange, eye, random) in arrays of rank {len(dims)} > {MAX_DIMS}")
-            cdims, cstrides = dims, all_strides
-            header = f"d={_csv(cdims)} o={lo},{_csv([0] * (len(dims) - 1))}".rstrip(",")
+            # Dimensions whose positions the code reads stay whole (and the
+            # first one keeps the tile's offset); the others merge as usual.
+            cdims, cstrides, moved = _collapse(dims, all_strides, frozenset(prog.index_axes))
+            if len(cdims) > MAX_DIMS:
+                raise NotImplementedError(f"positions (arange, eye, random) along {len(prog.index_axes)} axes of an "
+                                          f"array that stays {len(cdims)}-dimensional after merging the others "
+                                          f"(at most {MAX_DIMS})")
+            slot = moved.get(0, -1)
+            body = " ".join(f"i{moved[int(t[1:])]}" if t[0] == "i" and t[1:].isdigit() else t for t in code.split())
         else:
-            cdims, cstrides = _collapse(dims, all_strides)
+            cdims, cstrides, _ = _collapse(dims, all_strides)
             if len(cdims) > MAX_DIMS:
                 raise NotImplementedError(f"a broadcast that alternates across {len(cdims)} dimensions "
                                           f"(at most {MAX_DIMS})")
-            header = f"d={_csv(cdims)}"
-        parts = [header]
-        for k, st in enumerate(cstrides[:-1]):
-            parts.append(f"s{k}={_csv(st)}")
+        parts = [f"s{k}={_csv(st)}" for k, st in enumerate(cstrides[:-1])]
         parts.append(f"y={_csv(cstrides[-1])}{fold_text}")
-        text = " ".join(parts) + " " + code
-        texts[rows] = text
-        return text
+        return f"d={_csv(cdims)}", len(cdims), slot, " ".join(parts) + " " + body
+
+    def program_text(rows: int, lo: int) -> str:
+        entry = layouts.get(rows)
+        if entry is None:
+            entry = layouts[rows] = layout(rows)
+        dims, count, slot, rest = entry
+        if not prog.uses_index:
+            return f"{dims} {rest}"
+        offsets = ["0"] * count
+        if slot >= 0:
+            offsets[slot] = str(lo)
+        return f"{dims} o={','.join(offsets)} {rest}"
 
     submit = rt._submit
-    # Placed on a GPU: the same program as CUDA source (no folds there).
-    gpu = (on.startswith("gpu") or cuda_programs()) and fold is None
+    # Placed on a GPU: the same program as CUDA source; a fold first fills
+    # y with its identity (the source's second entry), then folds into it.
+    gpu = on.startswith("gpu") or cuda_programs()
     in_types = [dt.STORAGE[v.dtype].name for v in inputs]
     for i, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
         text = program_text(hi - lo, lo)
@@ -327,7 +354,13 @@ def _elementwise(root: Node, fold: tuple[str, tuple[int, ...], np.dtype] | None)
             y = tiles_out[i]
         if gpu:
             n = (hi - lo) * (int(np.prod(shape[1:], dtype=np.int64)) if shape else 1)
-            cuda = _cuda_fused(rt, text, in_types, dt.STORAGE[out_dtype].name)
+            y_type = dt.STORAGE[out_dtype].name
+            cuda = _cuda_fused(rt, text, in_types, y_type, fold is not None)
+            if fold is not None:
+                ny = int(np.prod(y.shape, dtype=np.int64))
+                fill = _cuda_identity(rt, text, in_types, y_type)
+                futures.append(fill(ny, y, grid=(min(4096, -(-ny // 256)),), block=(256,), on=on,
+                                    name=label + ",identity"))
             futures.append(cuda(n, y, *args, grid=(min(4096, -(-n // 256)),), block=(256,), on=on, name=label))
         else:
             futures.append(submit(kernel, (y, *args, text), on, label))
@@ -339,19 +372,32 @@ def _elementwise(root: Node, fold: tuple[str, tuple[int, ...], np.dtype] | None)
 
 
 _cuda_kernels: dict[tuple[int, str, tuple[str, ...], str], Any] = {}
+_cuda_identities: dict[tuple[int, str, tuple[str, ...], str], Any] = {}
+_cuda_entries = itertools.count()
 
 
-def _cuda_fused(rt: ferry.Runtime, text: str, inputs: list[str], y: str) -> Any:
+def _cuda_fused(rt: ferry.Runtime, text: str, inputs: list[str], y: str, folds: bool = False) -> Any:
     """The program as a kernel from CUDA source (NVRTC compiles it on the GPU's
-    host, cached there), one per program and element types."""
+    host, cached there), one per program and element types. A folding one
+    reads y too: y must arrive holding the identity (_cuda_identity)."""
     key = (id(rt), text, tuple(inputs), y)
-    kernel = _cuda_kernels.get(key)
-    if kernel is None:
-        entry = f"fnp_fused_{len(_cuda_kernels)}"
+
+    def make() -> Any:
+        entry = f"fnp_fused_{next(_cuda_entries)}"
         source = ferry._ferry._fused_cuda_source(text, inputs, y, entry)
-        kernel = rt.cuda_kernel(source, entry, writes=["y"])
-        _cuda_kernels[key] = kernel
-    return kernel
+        if folds:
+            per_runtime(_cuda_identities, key, rt,
+                        lambda: rt.cuda_kernel(source, entry + "_identity", writes=["y"]))
+        return rt.cuda_kernel(source, entry, writes=[] if folds else ["y"])
+
+    return per_runtime(_cuda_kernels, key, rt, make)
+
+
+def _cuda_identity(rt: ferry.Runtime, text: str, inputs: list[str], y: str) -> Any:
+    """The kernel filling y with the identity of the folding program's fold
+    (the same source's second entry)."""
+    _cuda_fused(rt, text, inputs, y, True)
+    return per_runtime(_cuda_identities, (id(rt), text, tuple(inputs), y), rt, lambda: None)
 
 
 def _csv(values: Sequence[int]) -> str:
@@ -384,8 +430,15 @@ def _combine(partials: list[Any], futures: list[Any], shape: tuple[int, ...], t:
                 continue
             y = rt.empty((max(n, 1),), dt.STORAGE[t])
             code = "x0 " + " ".join(f"x{k} {op}" for k in range(1, len(group)))
-            fut.append(rt._submit(rt.kernel(f"fused{len(group)}"), (y, *group, f"d={max(n, 1)} {code}"), on,
-                                  label + ",combine"))
+            text = f"d={max(n, 1)} {code}"
+            if on.startswith("gpu") or cuda_programs():
+                name = dt.STORAGE[t].name
+                cuda = _cuda_fused(rt, text, [name] * len(group), name)
+                size = max(n, 1)
+                fut.append(cuda(size, y, *group, grid=(min(4096, -(-size // 256)),), block=(256,), on=on,
+                                name=label + ",combine"))
+            else:
+                fut.append(rt._submit(rt.kernel(f"fused{len(group)}"), (y, *group, text), on, label + ",combine"))
             nxt.append(y)
         partials, futures = nxt, futures + fut
     out = Tiled(shape, t, rt, [], [0], futures, label)

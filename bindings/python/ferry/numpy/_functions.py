@@ -685,6 +685,9 @@ def stack(arrays: Sequence[Any], /, *, axis: int = 0) -> ndarray:
 def getitem(x: ndarray, key: Any) -> ndarray:
     items = key if isinstance(key, tuple) else (key,)
     for k in items:
+        if isinstance(k, (ndarray, np.ndarray, list)):
+            from ._indexing import advanced_getitem
+            return advanced_getitem(x, key)
         if not (k is None or k is Ellipsis or isinstance(k, (slice, int, np.integer))):
             raise NotImplementedError(f"ferry.numpy supports basic indexing (integers, slices, None, ...), "
                                       f"not indexing with a {type(k).__name__}")

@@ -11,6 +11,7 @@ import numpy as np
 
 from . import _creation as c
 from . import _functions as f
+from . import _indexing as ix
 from . import linalg
 
 _UFUNCS = {
@@ -33,7 +34,7 @@ _REDUCE = {"add": f.sum, "multiply": f.prod, "maximum": f.max, "minimum": f.min,
 def array_ufunc(ufunc: Any, method: str, inputs: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     name = getattr(ufunc, "__name__", str(ufunc))
     if kwargs.get("out") is not None:
-        raise NotImplementedError(f"numpy.{name}(..., out=...) on ferry.numpy arrays: they are immutable")
+        raise NotImplementedError(f"numpy.{name}(..., out=...) on ferry.numpy arrays: results are new arrays, never written into one")
     extra = {k: v for k, v in kwargs.items() if k not in ("out",)}
     if method == "__call__" and name in _UFUNCS and not extra:
         return _UFUNCS[name](*inputs)
@@ -45,6 +46,30 @@ def array_ufunc(ufunc: Any, method: str, inputs: tuple[Any, ...], kwargs: dict[s
     detail = f".{method}" if method != "__call__" else ""
     raise NotImplementedError(f"ferry.numpy does not implement numpy.{name}{detail}"
                               f"{' with ' + ', '.join(extra) if extra else ''}")
+
+
+def _svd(a: Any, full_matrices: bool = True, compute_uv: bool = True, hermitian: bool = False) -> Any:
+    if hermitian:
+        raise NotImplementedError("numpy.linalg.svd(..., hermitian=True) on ferry.numpy arrays")
+    return linalg.svd(a, full_matrices=full_matrices) if compute_uv else linalg.svdvals(a)
+
+
+def _pinv(a: Any, rcond: Any, hermitian: bool, rtol: Any) -> Any:
+    if hermitian:
+        raise NotImplementedError("numpy.linalg.pinv(..., hermitian=True) on ferry.numpy arrays")
+    return linalg.pinv(a, rtol=rtol if rtol is not None else rcond)
+
+
+def _qr(a: Any, mode: str = "reduced") -> Any:
+    if mode not in ("reduced", "complete"):
+        raise NotImplementedError(f"numpy.linalg.qr(..., mode={mode!r}) on ferry.numpy arrays")
+    return linalg.qr(a, mode=mode)
+
+
+def _eigh(a: Any, UPLO: str = "L") -> Any:  # noqa: N803 - NumPy's name
+    if UPLO != "L":
+        raise NotImplementedError("numpy.linalg.eigh(..., UPLO='U') on ferry.numpy arrays (the lower triangle is read)")
+    return linalg.eigh(a)
 
 
 def _reduction(fn: Any) -> Any:
@@ -95,6 +120,12 @@ _FUNCTIONS: dict[Any, Any] = {
     np.linalg.norm: lambda x, ord=None, axis=None, keepdims=False: linalg.norm(x, ord=ord, axis=axis,
                                                                                keepdims=keepdims),
     np.linalg.cholesky: lambda x: linalg.cholesky(x), np.linalg.solve: lambda a, b: linalg.solve(a, b),
+    np.linalg.qr: _qr, np.linalg.svd: _svd, np.linalg.inv: lambda a: linalg.inv(a),
+    np.linalg.pinv: lambda a, rcond=None, hermitian=False, *, rtol=None: _pinv(a, rcond, hermitian, rtol), np.linalg.eigh: _eigh, np.linalg.eigvalsh: lambda a, UPLO="L": _eigh(a, UPLO)[0],
+    np.take: lambda a, indices, axis=None: ix.take(a, indices, axis=axis),
+    np.flip: lambda m, axis=None: ix.flip(m, axis=axis),
+    np.sort: lambda a, axis=-1, kind=None, order=None, **k: ix.sort(a, axis=axis),
+    np.argsort: lambda a, axis=-1, kind=None, order=None, **k: ix.argsort(a, axis=axis),
 }
 
 

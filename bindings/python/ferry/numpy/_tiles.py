@@ -7,6 +7,7 @@ import atexit
 import contextlib
 import itertools
 import threading
+import weakref
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
@@ -180,6 +181,19 @@ _kernels: dict[tuple[int, int, int], Any] = {}
 _ids = itertools.count()
 
 
+def per_runtime(cache: dict[Any, Any], key: tuple[Any, ...], rt: ferry.Runtime, make: Callable[[], Any]) -> Any:
+    """cache[key] made for `rt` (key starts with id(rt)). Once a runtime is
+    gone, a new one may get its id: entries keep a weak reference to the
+    runtime they belong to, and one for another runtime is made anew (its
+    kernels died with their runtime)."""
+    entry = cache.get(key)
+    if entry is not None and entry[0]() is rt:
+        return entry[1]
+    value = make()
+    cache[key] = (weakref.ref(rt), value)
+    return value
+
+
 @atexit.register
 def _forget() -> None:
     # Kernel handles and the default runtime must go before the extension does.
@@ -188,15 +202,14 @@ def _forget() -> None:
     _default.clear()
     from . import _engine
     _engine._cuda_kernels.clear()
+    _engine._cuda_identities.clear()
 
 
 def host_task(rt: ferry.Runtime, inputs: Sequence[Any], outputs: Sequence[Any], fn: Callable[..., None],
               name: str) -> Any:
     """Submits one Python task reading the Ferry arrays `inputs` and writing
     `outputs`: fn(inputs, outputs) gets NumPy views of both."""
-    key = (id(rt), len(inputs), len(outputs))
-    kernel = _kernels.get(key)
-    if kernel is None:
+    def make() -> Any:
         params = [(f"x{i}", "read") for i in range(len(inputs))] + [(f"y{i}", "write") for i in range(len(outputs))]
         params.append(("call", "text"))
         n_in = len(inputs)
@@ -210,8 +223,9 @@ def host_task(rt: ferry.Runtime, inputs: Sequence[Any], outputs: Sequence[Any], 
         while rt.has_kernel(unique):
             n += 1
             unique = f"{base}#{n}"
-        kernel = rt._python_kernel(unique, params, run, False)
-        _kernels[key] = kernel
+        return rt._python_kernel(unique, params, run, False)
+
+    kernel = per_runtime(_kernels, (id(rt), len(inputs), len(outputs)), rt, make)
     call = f"{name}#{next(_ids)}"
     _pending[call] = fn
     return rt._submit(kernel, (*inputs, *outputs, call), "cpu", name)

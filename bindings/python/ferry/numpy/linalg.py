@@ -1,33 +1,153 @@
-"""ferry.numpy.linalg: cholesky (Ferry's potrf kernel), solve (LAPACK in a
-CPU task), norm (fused reductions), and matmul-family re-exports."""
+"""ferry.numpy.linalg: cholesky (Ferry's potrf kernel), svd, eigh and qr
+(the gesdd, syevd and geqrf kernels: LAPACK on CPU workers, cuSOLVER on
+GPUs), solve
+(LAPACK in a CPU task), norm (fused reductions), and matmul-family
+re-exports."""
 
 from __future__ import annotations
 
 import builtins
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from . import _dtypes as dt
 from ._array import wrap
+from ._creation import eye, zeros
 from ._engine import _matrix_tiles, _whole, materialize
 from ._functions import (abs, asarray, astype, matmul, matrix_transpose, max, min, sqrt, sum, tensordot,  # noqa: A004
                          vecdot, where)
 from ._graph import Data, Index
 from ._tiles import Tiled, placement
 
-__all__ = ["cholesky", "matmul", "matrix_norm", "matrix_transpose", "norm", "solve", "tensordot", "vecdot",
-           "vector_norm"]
+__all__ = ["EighResult", "QRResult", "SVDResult", "cholesky", "eigh", "eigvalsh", "inv", "pinv", "qr", "matmul", "matrix_norm", "matrix_transpose",
+           "norm", "solve", "svd", "svdvals", "tensordot", "vecdot", "vector_norm"]
+
+
+class SVDResult(NamedTuple):
+    U: Any
+    S: Any
+    Vh: Any
+
+
+class EighResult(NamedTuple):
+    eigenvalues: Any
+    eigenvectors: Any
+
+
+class QRResult(NamedTuple):
+    Q: Any
+    R: Any
+
+
+def _matrix(a: Any, name: str) -> Any:
+    x = asarray(a)
+    if x.ndim != 2:
+        raise NotImplementedError(f"linalg.{name} of an array of shape {x.shape}: ferry.numpy takes one matrix "
+                                  "(stacks of matrices are not supported)")
+    t = x.dtype if dt.is_float(x.dtype) else dt.float64
+    return astype(x, t)
 
 
 def _square(a: Any, name: str) -> Any:
-    x = asarray(a)
-    if x.ndim != 2 or x.shape[0] != x.shape[1]:
-        raise NotImplementedError(f"linalg.{name} of an array of shape {x.shape}: ferry.numpy takes one square "
-                                  "matrix (stacks of matrices are not supported)")
-    t = x.dtype if dt.is_float(x.dtype) else dt.float64
-    return astype(x, t)
+    x = _matrix(a, name)
+    if x.shape[0] != x.shape[1]:
+        raise ValueError(f"linalg.{name}: the matrix is {x.shape[0]} x {x.shape[1]}; it must be square")
+    return x
+
+
+def _one_tile(x: Any) -> Any:
+    """x's value as one tile of Ferry shape rows x columns (what the LAPACK
+    kernels read)."""
+    value = materialize(x._node)
+    return _matrix_tiles(_whole(value, value.rt), value.rt)
+
+
+def _decompose(kernel: str, a: Any, outputs: list[tuple[int, ...]], extra: tuple[Any, ...], label: str) -> list[Any]:
+    """One task of the built-in `kernel` on a (one tile) writing new arrays of
+    the given shapes (LAPACK on a CPU worker, cuSOLVER where placed on a GPU)."""
+    v = _one_tile(a)
+    rt = v.rt
+    on = placement() or ""
+    name = dt.STORAGE[a.dtype].name
+    buffers = [rt._empty(list(s), name, False) for s in outputs]
+    future = rt._submit(kernel, (v.tiles[0], *buffers, *extra), on, label)
+    return [wrap(Data(Tiled(s, a.dtype, rt, [b], [0, s[0]], [future], label))) for s, b in zip(outputs, buffers)]
+
+
+def svd(x: Any, /, *, full_matrices: bool = True) -> SVDResult:
+    """U, S, Vh with x = U @ diag(S) @ Vh, S descending (Ferry's gesdd kernel:
+    LAPACK's divide and conquer on the CPU, cuSOLVER's Jacobi SVD on a GPU)."""
+    a = _matrix(x, "svd")
+    m, n = a.shape
+    k = builtins.min(m, n)
+    u_shape, vt_shape = ((m, m), (n, n)) if full_matrices else ((m, k), (k, n))
+    if k == 0:  # nothing to decompose: identities (full) or empty factors
+        return SVDResult(eye(m, dtype=a.dtype) if full_matrices else zeros(u_shape, dtype=a.dtype),
+                         zeros((0,), dtype=a.dtype),
+                         eye(n, dtype=a.dtype) if full_matrices else zeros(vt_shape, dtype=a.dtype))
+    s, u, vt = _decompose("gesdd", a, [(k,), u_shape, vt_shape], (int(bool(full_matrices)),), "fnp:svd")
+    return SVDResult(u, s, vt)
+
+
+def svdvals(x: Any, /) -> Any:
+    """The singular values of x, descending."""
+    return svd(x, full_matrices=False).S
+
+
+def eigh(x: Any, /) -> EighResult:
+    """Eigenvalues (ascending) and eigenvectors (columns) of a symmetric x,
+    read from its lower triangle as NumPy does (Ferry's syevd kernel)."""
+    a = _square(x, "eigh")
+    n = a.shape[0]
+    if n == 0:
+        return EighResult(zeros((0,), dtype=a.dtype), zeros((0, 0), dtype=a.dtype))
+    w, v = _decompose("syevd", a, [(n,), (n, n)], (), "fnp:eigh")
+    return EighResult(w, v)
+
+
+def qr(x: Any, /, *, mode: str = "reduced") -> QRResult:
+    """Q with orthonormal columns and upper triangular R, x = Q @ R (Ferry's
+    geqrf kernel: LAPACK's Householder QR, cuSOLVER's on a GPU); mode
+    'reduced' (Q is m x k, R k x n, k = min(m, n)) or 'complete' (Q m x m)."""
+    if mode not in ("reduced", "complete"):
+        raise NotImplementedError(f"linalg.qr(mode={mode!r}): ferry.numpy has 'reduced' and 'complete'")
+    a = _matrix(x, "qr")
+    m, n = a.shape
+    k = builtins.min(m, n)
+    rows = m if mode == "complete" else k
+    if k == 0:
+        return QRResult(eye(m, dtype=a.dtype) if mode == "complete" else zeros((m, 0), dtype=a.dtype),
+                        zeros((rows, n), dtype=a.dtype))
+    q, r = _decompose("geqrf", a, [(m, rows), (rows, n)], (int(mode == "complete"),), "fnp:qr")
+    return QRResult(q, r)
+
+
+def pinv(x: Any, /, *, rtol: float | None = None) -> Any:
+    """The Moore-Penrose pseudo-inverse from the SVD (gesdd): singular values
+    at most rtol * the largest (default max(m, n) * eps, the array API's)
+    count as zero."""
+    a = _matrix(x, "pinv")
+    m, n = a.shape
+    if builtins.min(m, n) == 0:
+        return zeros((n, m), dtype=a.dtype)
+    u, s, vt = svd(a, full_matrices=False)
+    cut = (builtins.max(m, n) * float(np.finfo(a.dtype).eps) if rtol is None else float(rtol)) * max(s)
+    inverse = where(s > cut, 1 / where(s > cut, s, 1), 0)
+    return matmul(matrix_transpose(vt) * inverse, matrix_transpose(u))
+
+
+def inv(x: Any, /) -> Any:
+    """The inverse of a square matrix (solve against the identity; a singular
+    matrix fails the task with KernelError)."""
+    a = _square(x, "inv")
+    return solve(a, eye(a.shape[0], dtype=a.dtype))
+
+
+def eigvalsh(x: Any, /) -> Any:
+    """The eigenvalues of a symmetric x, ascending."""
+    return eigh(x).eigenvalues
 
 
 def cholesky(x: Any, /, *, upper: bool = False) -> Any:
@@ -86,6 +206,13 @@ def matrix_norm(x: Any, /, *, keepdims: bool = False, ord: Any = "fro") -> Any: 
     if ord == "fro":
         return vector_norm(a, axis=axes, keepdims=keepdims)
     t = dt.float_of(a.dtype) if a.dtype != dt.bool_ else dt.float64
+    if ord in (2, -2, "nuc"):  # from the singular values
+        if a.ndim != 2:
+            raise NotImplementedError(f"matrix norm ord={ord!r} of a stack of matrices (shape {a.shape})")
+        s = svdvals(astype(a, t))
+        value = max(s) if ord == 2 else min(s) if ord == -2 else sum(s)
+        from ._functions import reshape
+        return reshape(value, (1, 1)) if keepdims else value
     a = abs(astype(a, t))
     if ord in (1, -1):
         col = sum(a, axis=axes[0], keepdims=True)
@@ -94,7 +221,7 @@ def matrix_norm(x: Any, /, *, keepdims: bool = False, ord: Any = "fro") -> Any: 
         row = sum(a, axis=axes[1], keepdims=True)
         out = max(row, axis=axes[0], keepdims=True) if ord == math.inf else min(row, axis=axes[0], keepdims=True)
     else:
-        raise NotImplementedError(f"matrix norm ord={ord!r} (needs singular values)")
+        raise ValueError(f"matrix norm order {ord!r} is not one of 'fro', 'nuc', 1, -1, 2, -2, inf, -inf")
     from ._functions import reshape
     return out if keepdims else reshape(out, a.shape[:-2])
 

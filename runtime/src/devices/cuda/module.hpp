@@ -82,7 +82,8 @@ const CudaModule* cuda_module();
 // attaches a forwarder to each without loading the module (a CPU-only
 // runtime never does); the module's own test checks this list against it.
 inline constexpr std::string_view cuda_builtin_variants[] = {"axpy", "scal", "dot",  "nrm2", "gemm", "trsm",
-                                                             "syrk", "potrf", "fill", "copy", "map",  "sum"};
+                                                             "syrk", "potrf", "fill", "copy", "map",  "sum",
+                                                             "gesdd", "syevd", "geqrf"};
 
 // A `cuda` implementation that asks the module for the real one on its
 // first call (through `make`), then calls that; throws KernelError naming

@@ -1,0 +1,195 @@
+"""Gathers, reorderings, scans and assignment: take, advanced indexing
+(integer and boolean arrays), flip, sort, argsort, cumulative_sum and
+x[key] = value. Like the other layout
+operations they are Python tasks on the CPU workers (_engine._host): their
+inputs never travel to the caller. A boolean mask's result has as many
+elements as the mask has True values, so its shape waits for one number: the
+count, a fused reduction."""
+
+from __future__ import annotations
+
+import builtins
+from typing import Any
+
+import numpy as np
+
+from . import _dtypes as dt
+from ._array import ndarray
+from ._functions import _host, asarray, astype, sum, where  # noqa: A004
+
+
+def _axis(axis: int, ndim: int, name: str) -> int:
+    if not -builtins.max(ndim, 1) <= axis < builtins.max(ndim, 1):
+        raise ValueError(f"{name}: axis {axis} is out of bounds for an array of rank {ndim}")
+    return axis % builtins.max(ndim, 1)
+
+
+def _indices(indices: Any, name: str) -> ndarray:
+    i = asarray(indices)
+    if not dt.is_int(i.dtype):
+        raise IndexError(f"{name}: indices must be integers, not {i.dtype}")
+    return i
+
+
+def take(x: Any, indices: Any, /, *, axis: int | None = None) -> ndarray:
+    """x's elements (axis=None: of the flattened x) or slices along `axis` at
+    `indices`; an index out of range fails the task with IndexError."""
+    a = asarray(x)
+    i = _indices(indices, "take")
+    if axis is None:
+        if a.ndim > 1:
+            raise ValueError("take: axis is needed for arrays of rank > 1 (the array API has no flattening take)")
+        axis = 0
+    ax = _axis(axis, a.ndim, "take")
+    shape = a.shape[:ax] + i.shape + a.shape[ax + 1:]
+    return _host("take", lambda v, k: np.take(v, k, axis=ax), [a, i], shape, a.dtype)
+
+
+def take_along_axis(x: Any, indices: Any, /, *, axis: int = -1) -> ndarray:
+    a = asarray(x)
+    i = _indices(indices, "take_along_axis")
+    ax = _axis(axis, a.ndim, "take_along_axis")
+    shape = np.broadcast_shapes(a.shape[:ax] + (1,) + a.shape[ax + 1:], i.shape[:ax] + (1,) + i.shape[ax + 1:])
+    shape = shape[:ax] + (i.shape[ax],) + shape[ax + 1:]
+    return _host("take_along_axis", lambda v, k: np.take_along_axis(v, k, axis=ax), [a, i], shape, a.dtype)
+
+
+def advanced_getitem(x: ndarray, key: Any) -> ndarray:
+    """x[key] where key holds one integer or boolean array (NumPy's advanced
+    indexing) besides integers, slices, None and Ellipsis."""
+    items = list(key) if isinstance(key, tuple) else [key]
+    arrays = [k for k in items if isinstance(k, (ndarray, np.ndarray, list))]
+    if len(arrays) != 1:
+        raise NotImplementedError("ferry.numpy indexes with at most one integer or boolean array per subscript")
+    pos = next(p for p, k in enumerate(items) if isinstance(k, (ndarray, np.ndarray, list)))
+    index = asarray(items[pos])
+    if index.dtype == dt.bool_:
+        # The result's length is the number of True values: one number to wait for.
+        count = int(sum(astype(index, dt.int64)))
+        stand_in = np.zeros(index.shape, np.bool_)
+        stand_in.reshape(-1)[:count] = True
+    elif dt.is_int(index.dtype):
+        stand_in = np.zeros(index.shape, np.intp)
+    else:
+        raise IndexError(f"arrays used as indices must be of integer or boolean type, not {index.dtype}")
+    probe = tuple(stand_in if p == pos else k for p, k in enumerate(items))
+    shape = np.broadcast_to(np.empty((), dtype=np.uint8), x.shape)[probe].shape
+
+    def gather(v: np.ndarray, k: np.ndarray) -> np.ndarray:
+        return v[tuple(k if p == pos else item for p, item in enumerate(items))]
+
+    rest = [k for p, k in enumerate(items) if p != pos]
+    if builtins.any(isinstance(k, ndarray) for k in rest):
+        raise NotImplementedError("ferry.numpy indexes with at most one array per subscript")
+    return _host("getitem", gather, [x, index], shape, x.dtype)
+
+
+def flip(x: Any, /, *, axis: Any = None) -> ndarray:
+    a = asarray(x)
+    axes = None if axis is None else tuple(_axis(int(v), a.ndim, "flip") for v in np.atleast_1d(axis))
+    return _host("flip", lambda v: np.flip(v, axis=axes), [a], a.shape, a.dtype)
+
+
+def sort(x: Any, /, *, axis: int = -1, descending: bool = False, stable: bool = True) -> ndarray:
+    a = asarray(x)
+    ax = _axis(axis, a.ndim, "sort")
+
+    def run(v: np.ndarray) -> np.ndarray:
+        s = np.sort(v, axis=ax, kind="stable")
+        return np.flip(s, axis=ax) if descending else s
+
+    return _host("sort", run, [a], a.shape, a.dtype)
+
+
+def argsort(x: Any, /, *, axis: int = -1, descending: bool = False, stable: bool = True) -> ndarray:
+    a = asarray(x)
+    ax = _axis(axis, a.ndim, "argsort")
+
+    def run(v: np.ndarray) -> np.ndarray:
+        if not descending:
+            return np.argsort(v, axis=ax, kind="stable")
+        # Descending and stable: equal elements keep their order.
+        n = v.shape[ax]
+        flipped = np.argsort(np.flip(v, axis=ax), axis=ax, kind="stable")
+        return np.flip(n - 1 - flipped, axis=ax)
+
+    return _host("argsort", run, [a], a.shape, dt.int64)
+
+
+def cumulative_sum(x: Any, /, *, axis: int | None = None, dtype: Any = None,
+                   include_initial: bool = False) -> ndarray:
+    a = asarray(x)
+    if axis is None:
+        if a.ndim > 1:
+            raise ValueError("cumulative_sum: axis is needed for arrays of rank > 1")
+        axis = 0
+    ax = _axis(axis, a.ndim, "cumulative_sum")
+    if dtype is not None:
+        t = dt.dtype(dtype)
+    elif a.dtype in (dt.bool_, dt.int32):
+        t = dt.int64
+    else:
+        t = a.dtype
+    shape = list(a.shape)
+    shape[ax] += int(include_initial)
+
+    def run(v: np.ndarray) -> np.ndarray:
+        s = np.cumsum(v, axis=ax, dtype=t)
+        if include_initial:
+            pad = [(0, 0)] * v.ndim
+            pad[ax] = (1, 0)
+            s = np.pad(s, pad)
+        return s
+
+    return _host("cumulative_sum", run, [a], tuple(shape), t)
+
+
+def setitem(x: ndarray, key: Any, value: Any) -> ndarray:
+    """x with x[key] = value, as a new value (the array API's __setitem__):
+    a mask of x's shape with a scalar is a fused `where`; anything else a
+    Python task that copies x and assigns. The value takes x's type."""
+    items = list(key) if isinstance(key, tuple) else [key]
+    for k in items:
+        if not (k is None or k is Ellipsis or isinstance(k, (slice, int, np.integer, ndarray, np.ndarray, list))):
+            raise IndexError(f"ferry.numpy cannot assign through an index of type {type(k).__name__}")
+    arrays = [p for p, k in enumerate(items) if isinstance(k, (ndarray, np.ndarray, list))]
+    if len(arrays) > 1:
+        raise NotImplementedError("ferry.numpy assigns through at most one index array per subscript")
+    scalar = isinstance(value, (bool, int, float, np.generic))
+    if arrays and scalar and len(items) == 1:
+        mask = asarray(items[0])
+        if mask.dtype == dt.bool_ and mask.shape == x.shape:
+            return astype(where(mask, x.dtype.type(value), x), x.dtype)
+    inputs = [x]
+    value_at = index_at = -1
+    if not scalar:
+        value_at = len(inputs)
+        inputs.append(astype(asarray(value), x.dtype))
+    if arrays:
+        index_at = len(inputs)
+        inputs.append(asarray(items[arrays[0]]))
+    fixed = value if scalar else None
+
+    def assign(*vs: np.ndarray) -> np.ndarray:
+        out = vs[0].copy()
+        k = tuple(vs[index_at] if p in arrays else item for p, item in enumerate(items))
+        out[k if isinstance(key, tuple) else k[0]] = fixed if value_at < 0 else vs[value_at]
+        return out
+
+    return _host("setitem", assign, inputs, x.shape, x.dtype)
+
+
+def searchsorted(x1: Any, x2: Any, /, *, side: str = "left", sorter: Any = None) -> ndarray:
+    """Where x2's values would go in the sorted 1-D x1 (by `sorter`'s order
+    when given) to keep it sorted."""
+    a, v = asarray(x1), asarray(x2)
+    if a.ndim != 1:
+        raise ValueError(f"searchsorted: x1 must be 1-D, not of shape {a.shape}")
+    if side not in ("left", "right"):
+        raise ValueError(f"searchsorted: side must be 'left' or 'right', not {side!r}")
+    inputs = [a, v] + ([_indices(sorter, "searchsorted")] if sorter is not None else [])
+
+    def run(s: np.ndarray, values: np.ndarray, *order: np.ndarray) -> np.ndarray:
+        return np.searchsorted(s, values, side=side, sorter=order[0] if order else None)
+
+    return _host("searchsorted", run, inputs, v.shape, dt.int64)
