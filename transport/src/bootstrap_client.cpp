@@ -16,6 +16,7 @@
 #include "ferry/transport/bootstrap.hpp"
 #include "ferry/transport/worker.hpp"
 #include "handshake.hpp"
+#include "same_host.hpp"
 #include "worker_impl.hpp"
 
 namespace ferry::transport {
@@ -46,6 +47,7 @@ class Socket {
   Socket& operator=(const Socket&) = delete;
 
   const std::string& name() const { return name_; }
+  int fd() const { return fd_; }
 
   void write_frame(std::span<const std::byte> body) {
     const auto frame = handshake::frame(body);
@@ -135,6 +137,7 @@ Dialed dial(const std::shared_ptr<Worker>& worker, const std::string& host, std:
   hello.exchange = exchange.public_key;
   if (options.identity) hello.identity = options.identity->public_key();
   hello.aes_gcm = preferred_cipher() == Cipher::aes256gcm ? 1 : 0;
+  if (shared_memory_lane_possible(socket.fd(), worker->transports())) hello.lane = protocol::Lane::shared_memory;
   const auto hello_body = protocol::encode(hello);
   socket.write_frame(hello_body);
 
@@ -194,9 +197,12 @@ Dialed dial(const std::shared_ptr<Worker>& worker, const std::string& host, std:
   Dialed dialed;
   dialed.host_key = challenge->host_key;
   dialed.cipher = cipher;
+  if (welcome->lane != protocol::Lane::none && hello.lane != welcome->lane)
+    throw DialRefused(protocol::Status::malformed,
+                      fmt::format("ferryd at {} chose a lane this client did not offer", where));
   dialed.connection = Connection::to_worker(worker, welcome->worker_address, socket.name(),
                                             welcome->encrypted != 0 ? std::move(channel) : nullptr,
-                                            std::move(on_message), std::move(on_error));
+                                            std::move(on_message), std::move(on_error), welcome->lane);
   dialed.welcome = std::move(*welcome);
   return dialed;
 }

@@ -25,6 +25,7 @@
 #include "ferry/transport/bootstrap.hpp"
 #include "ferry/transport/worker.hpp"
 #include "handshake.hpp"
+#include "same_host.hpp"
 #include "worker_impl.hpp"
 
 namespace ferry::transport {
@@ -455,13 +456,18 @@ class BootstrapServer::Impl {
       // message must follow the welcome's number, and nothing the session
       // sends can slip in between inside one posted function.
       reply = worker_->call([&] {
+        const protocol::Lane lane = peer.hello.lane == protocol::Lane::shared_memory &&
+                                            shared_memory_lane_possible(peer.fd, worker_->transports())
+                                        ? protocol::Lane::shared_memory
+                                        : protocol::Lane::none;
         auto connection = Connection::to_worker(worker_, client_address, who.address,
-                                                who.encrypted ? std::move(peer.channel) : nullptr, {}, {});
+                                                who.encrypted ? std::move(peer.channel) : nullptr, {}, {}, lane);
         protocol::Message answer = on_accept_(who, connection);
         if (auto* welcome = std::get_if<protocol::Welcome>(&answer)) {
           if (who.key_name == "token" && !who.key) welcome->mac = auth_mac(options_.token, digest, "server");
           welcome->encrypted = who.encrypted ? 1 : 0;
           welcome->worker_address = worker_address_;
+          welcome->lane = lane;
         } else {
           connection->close();
         }

@@ -174,7 +174,11 @@ ConnectionImpl::~ConnectionImpl() {
     // Possibly inside a UCX callback for this very endpoint: close it later.
     if (ep_ != nullptr) {
       impl_.connections.erase(ep_);
-      impl_.post([impl = &impl_, ep = ep_] { impl->close_endpoint(ep, false); });
+      if (lane_ != nullptr) impl_.connections.erase(lane_);
+      impl_.post([impl = &impl_, ep = ep_, lane = lane_] {
+        if (lane != nullptr) impl->close_endpoint(lane, false);
+        impl->close_endpoint(ep, false, lane == nullptr);
+      });
     }
     return;
   }
@@ -184,7 +188,7 @@ ConnectionImpl::~ConnectionImpl() {
 std::shared_ptr<Connection> Connection::to_worker(const std::shared_ptr<Worker>& worker,
                                                   std::span<const std::uint8_t> worker_address, std::string peer,
                                                   std::unique_ptr<SecureChannel> channel, MessageHandler on_message,
-                                                  ErrorHandler on_error) {
+                                                  ErrorHandler on_error, protocol::Lane lane) {
   auto connection = std::make_shared<ConnectionImpl>(worker, std::move(on_message), std::move(on_error));
   connection->secure(std::move(channel));
   auto create = [&] {
@@ -199,13 +203,27 @@ std::shared_ptr<Connection> Connection::to_worker(const std::shared_ptr<Worker>&
     ucp_ep_h ep = nullptr;
     check(ucp_ep_create(impl.worker, &params, &ep), "ucp_ep_create to the worker of " + peer);
     connection->attach(ep, peer);
+    if (lane != protocol::Lane::shared_memory) return;
+    // Created second on both ends, so UCX pairs the lanes as it pairs the
+    // control endpoints. No error handling: it is what lets UCX choose
+    // shared memory and CMA; the control endpoint notices the peer's death.
+    params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+    params.err_mode = UCP_ERR_HANDLING_MODE_NONE;
+    ucp_ep_h lane_ep = nullptr;
+    const auto status = ucp_ep_create(impl.worker, &params, &lane_ep);
+    if (status != UCS_OK) {
+      connection->close_now(true);
+      throw_ucx(status, "ucp_ep_create (shared-memory lane) to the worker of " + peer);
+    }
+    connection->attach_lane(lane_ep);
   };
   if (worker->on_progress_thread()) {
     create();
   } else {
     worker->call(create);
   }
-  log().debug("ucx: endpoint to the worker of {}{}", peer, connection->encrypted() ? " (sealed)" : "");
+  log().debug("ucx: endpoint to the worker of {}{}{}", peer, connection->encrypted() ? " (sealed)" : "",
+              lane == protocol::Lane::shared_memory ? " with a shared-memory lane" : "");
   return connection;
 }
 
@@ -213,6 +231,25 @@ void ConnectionImpl::attach(ucp_ep_h ep, std::string peer) {
   ep_ = ep;
   peer_ = std::move(peer);
   impl_.connections[ep] = this;
+}
+
+void ConnectionImpl::attach_lane(ucp_ep_h lane) {
+  lane_ = lane;
+  impl_.connections[lane] = this;
+}
+
+void ConnectionImpl::drop_endpoints(bool force) {
+  impl_.connections.erase(ep_);
+  if (lane_ != nullptr) impl_.connections.erase(lane_);
+  // Not from inside an endpoint's own error callback, hence posted. The
+  // lane's close notice follows the messages on it; the control endpoint
+  // then goes without one, which could overtake them.
+  impl_.post([impl = &impl_, ep = ep_, lane = lane_, force] {
+    if (lane != nullptr) impl->close_endpoint(lane, force);
+    impl->close_endpoint(ep, force, lane == nullptr);
+  });
+  ep_ = nullptr;
+  lane_ = nullptr;
 }
 
 void ConnectionImpl::send(std::vector<std::byte> header, const void* payload, std::size_t payload_bytes, Done done) {
@@ -261,8 +298,8 @@ void ConnectionImpl::start_send(SendOp* raw) {
     param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
     param.memh = memh;
   }
-  auto request =
-      ucp_am_send_nbx(ep_, ferry_am_id, op->header.data(), op->header.size(), op->payload, op->payload_bytes, &param);
+  auto request = ucp_am_send_nbx(lane_ != nullptr ? lane_ : ep_, ferry_am_id, op->header.data(), op->header.size(),
+                                 op->payload, op->payload_bytes, &param);
   if (request == nullptr) {
     notify(op->done, {});
   } else if (UCS_PTR_IS_ERR(request)) {
@@ -304,8 +341,13 @@ void ConnectionImpl::close_now(bool force) {
   closed_ = true;
   if (ep_ == nullptr) return;
   impl_.connections.erase(ep_);
-  impl_.close_endpoint(ep_, force);
+  if (lane_ != nullptr) {
+    impl_.connections.erase(lane_);
+    impl_.close_endpoint(lane_, force);
+  }
+  impl_.close_endpoint(ep_, force, lane_ == nullptr);
   ep_ = nullptr;
+  lane_ = nullptr;
   // Handlers often capture their connection; dropping them breaks the cycle.
   on_message_.reset();
   on_error_.reset();
@@ -338,11 +380,10 @@ void ConnectionImpl::reject(const std::string& why) {
 void ConnectionImpl::end(const std::string& reason) {
   if (ep_ == nullptr) return;
   closed_ = true;
-  impl_.connections.erase(ep_);
   // A failed endpoint can only be force-closed, and not from inside its own
-  // error callback.
-  impl_.post([impl = &impl_, ep = ep_] { impl->close_endpoint(ep, true); });
-  ep_ = nullptr;
+  // error callback. With a lane, the peer is gone (the control endpoint
+  // failed) or is being dropped: its lane's outstanding requests end now.
+  drop_endpoints(true);
   auto handler = std::move(on_error_);
   on_message_.reset();
   if (!handler || !*handler) return;

@@ -33,6 +33,8 @@ class ConnectionImpl final : public Connection {
 
   // Takes the endpoint: messages arriving on it now come to this connection.
   void attach(ucp_ep_h ep, std::string peer);
+  // Takes the shared-memory lane's endpoint: every message goes on it from now on.
+  void attach_lane(ucp_ep_h lane);
   void deliver(Incoming& message);
   // The endpoint failed (peer gone, or connecting failed).
   void fail(ucs_status_t status);
@@ -48,13 +50,16 @@ class ConnectionImpl final : public Connection {
 
  private:
   void start_send(SendOp* op);
+  // Forgets both endpoints and closes them: `force` for a failed peer.
+  void drop_endpoints(bool force);
   std::shared_ptr<ConnectionImpl> self() { return std::static_pointer_cast<ConnectionImpl>(shared_from_this()); }
 
   std::shared_ptr<Worker> worker_;  // first: the parent outlives the child's members
   Worker::Impl& impl_;
   std::atomic<bool> closed_{false};
   std::string peer_;
-  ucp_ep_h ep_ = nullptr;
+  ucp_ep_h ep_ = nullptr;    // the control endpoint: peer error handling, liveness
+  ucp_ep_h lane_ = nullptr;  // the shared-memory lane, when agreed: carries every message
   // Shared so that a handler replacing the handlers does not destroy itself mid-call.
   std::shared_ptr<const MessageHandler> on_message_;
   std::shared_ptr<const ErrorHandler> on_error_;

@@ -30,6 +30,8 @@ template <>
 constexpr RunArg::Kind last_value<RunArg::Kind>() noexcept { return RunArg::Kind::text; }
 template <>
 constexpr Privacy last_value<Privacy>() noexcept { return Privacy::plaintext; }
+template <>
+constexpr Lane last_value<Lane>() noexcept { return Lane::shared_memory; }
 
 template <class E>
 constexpr bool in_range(E value) noexcept {
@@ -144,6 +146,7 @@ void fields(IO& io, M& m) {
   io("exchange", m.exchange);
   io("identity", m.identity);
   io("aes_gcm", m.aes_gcm);
+  io("lane", m.lane);
 }
 template <class IO, Is<Challenge> M>
 void fields(IO& io, M& m) {
@@ -173,6 +176,7 @@ void fields(IO& io, M& m) {
   io("kernels", m.kernels, max_names);
   io("devices", m.devices, max_names);
   io("device_key", m.device_key);
+  io("lane", m.lane);
 }
 template <class IO, Is<Put> M>
 void fields(IO& io, M& m) {
@@ -363,6 +367,13 @@ class Writer : public Location {
     leave_arg();
   }
 
+  // A trailing byte added after version 1 shipped: left out when none, so
+  // an older peer still reads the message.
+  void operator()(const char* field, Lane lane) {
+    if (!in_range(lane)) fail(field, std::to_string(static_cast<unsigned>(lane)) + " is not a lane");
+    if (lane != Lane::none) append_le(out_, static_cast<std::uint8_t>(lane));
+  }
+
   // A trailing list added after version 1 shipped: left out when empty, so
   // an older peer still reads the message.
   void operator()(const char* field, const std::vector<std::uint64_t>& ids) {
@@ -461,6 +472,16 @@ class Reader : public Location {
       (*this)("", items[i]);
     }
     leave_arg();
+  }
+
+  // A trailing byte added after version 1 shipped: a header that ends
+  // before it (an older peer) means none.
+  void operator()(const char* field, Lane& lane) {
+    lane = Lane::none;
+    if (left() == 0) return;
+    const auto value = uint<std::uint8_t>(field);
+    lane = static_cast<Lane>(value);
+    if (!in_range(lane)) fail(field, std::to_string(value) + " is not a lane");
   }
 
   // A trailing list added after version 1 shipped: a header that ends

@@ -234,8 +234,8 @@ void Worker::Impl::run() {
   if (self_owned) delete this;
 }
 
-void Worker::Impl::close_endpoint(ucp_ep_h ep, bool force) {
-  if (!force) {
+void Worker::Impl::close_endpoint(ucp_ep_h ep, bool force, bool notice) {
+  if (!force && notice) {
     // Last on the endpoint, so the peer hears of the close after all else;
     // a peer that is gone already makes it fail, which is fine.
     ucp_request_param_t notice{};

@@ -74,8 +74,9 @@ struct Worker::Impl {
 
   // Progress thread only: closes an endpoint that is no longer in
   // `connections`; shutdown waits for it. `force` skips the flush (for
-  // endpoints that already failed).
-  void close_endpoint(ucp_ep_h ep, bool force);
+  // endpoints that already failed); `notice` sends the close notice first
+  // (unless forced).
+  void close_endpoint(ucp_ep_h ep, bool force, bool notice = true);
 
  private:
   bool run_posted();

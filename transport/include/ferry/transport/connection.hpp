@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "ferry/transport/protocol.hpp"
 #include "ferry/transport/secure_channel.hpp"
 
 namespace ferry::transport {
@@ -41,11 +42,15 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // An endpoint to a peer's UCX worker, whose address came over the
   // authenticated bootstrap (transport/bootstrap.hpp); `peer` names it in
   // logs. With a channel, every message is sealed and opened with it
-  // (null: plaintext). Both ends create theirs; UCX pairs them.
+  // (null: plaintext). Both ends create theirs; UCX pairs them. With a
+  // shared-memory lane (both ends agreed in the handshake), a second
+  // endpoint without peer error handling carries every message, so UCX
+  // may use shared memory and CMA; the first still judges the peer's
+  // liveness, and its failure closes both.
   static std::shared_ptr<Connection> to_worker(const std::shared_ptr<Worker>& worker,
                                                std::span<const std::uint8_t> worker_address, std::string peer,
                                                std::unique_ptr<SecureChannel> channel, MessageHandler on_message,
-                                               ErrorHandler on_error);
+                                               ErrorHandler on_error, protocol::Lane lane = protocol::Lane::none);
 
   virtual ~Connection() = default;
 

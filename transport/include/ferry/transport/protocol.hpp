@@ -93,6 +93,14 @@ enum class Privacy : std::uint8_t {
 
 // The handshake messages (hello, challenge, auth, welcome, and an error
 // refusing) travel on the bootstrap socket, never over UCX.
+// What carries a connection's messages besides the control endpoint. A
+// shared-memory lane is a second UCX endpoint without peer error handling
+// (UCX 1.13 uses shared memory and CMA only on such endpoints), offered only
+// between processes of one user on one host; liveness stays with the
+// control endpoint. Added after version 1 shipped: a trailing byte that an
+// older peer leaves out, which reads as `none`.
+enum class Lane : std::uint8_t { none = 0, shared_memory = 1 };
+
 struct Hello {
   std::uint16_t min_version = oldest_version;
   std::uint16_t max_version = version;
@@ -101,6 +109,7 @@ struct Hello {
   Key exchange{};   // the client's ephemeral X25519 public key (crypto_kx)
   Key identity{};   // the client's Ed25519 public key; all zero: the shared token instead
   std::uint8_t aes_gcm = 0;  // 1: the client can seal with AES-256-GCM (its CPU has AES-NI)
+  Lane lane = Lane::none;    // what the client offers
 };
 
 struct Challenge {
@@ -134,6 +143,7 @@ struct Welcome {
   // What the host's devices are (GPU models, or CPU model and workers), the
   // same for every host alike: clients key their performance models by it.
   std::string device_key{};
+  Lane lane = Lane::none;  // what both ends use: the client's offer where the server can take it
 };
 
 // A replica is a row-major rows x cols matrix of dtype, identified by a

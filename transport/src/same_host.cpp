@@ -1,0 +1,76 @@
+#include "same_host.hpp"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+
+namespace ferry::transport {
+namespace {
+
+// An address as /proc/net/tcp prints it: the raw 32-bit words in hex
+// (so host byte order of the stored bytes), a colon, the port in hex.
+std::string proc_address(const sockaddr_storage& address) {
+  if (address.ss_family == AF_INET) {
+    const auto& in = reinterpret_cast<const sockaddr_in&>(address);
+    return fmt::format("{:08X}:{:04X}", in.sin_addr.s_addr, ntohs(in.sin_port));
+  }
+  const auto& in6 = reinterpret_cast<const sockaddr_in6&>(address);
+  std::uint32_t words[4];
+  std::memcpy(words, &in6.sin6_addr, sizeof words);
+  return fmt::format("{:08X}{:08X}{:08X}{:08X}:{:04X}", words[0], words[1], words[2], words[3], ntohs(in6.sin6_port));
+}
+
+bool is_loopback_address(const sockaddr_storage& address) {
+  if (address.ss_family == AF_INET)
+    return (ntohl(reinterpret_cast<const sockaddr_in&>(address).sin_addr.s_addr) >> 24) == 127;
+  if (address.ss_family == AF_INET6) {
+    const auto& a = reinterpret_cast<const sockaddr_in6&>(address).sin6_addr;
+    return IN6_IS_ADDR_LOOPBACK(&a) != 0 ||
+           (IN6_IS_ADDR_V4MAPPED(&a) != 0 && a.s6_addr[12] == 127);
+  }
+  return false;
+}
+
+}  // namespace
+
+std::optional<uid_t> loopback_peer_uid(int fd) {
+  sockaddr_storage mine{}, theirs{};
+  socklen_t mine_bytes = sizeof mine, theirs_bytes = sizeof theirs;
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&mine), &mine_bytes) != 0 ||
+      ::getpeername(fd, reinterpret_cast<sockaddr*>(&theirs), &theirs_bytes) != 0 || !is_loopback_address(theirs))
+    return std::nullopt;
+  // The peer's socket is the row whose local end is their address and whose remote end is ours.
+  const std::string local = proc_address(theirs), remote = proc_address(mine);
+  std::ifstream table(theirs.ss_family == AF_INET ? "/proc/net/tcp" : "/proc/net/tcp6");
+  std::string line;
+  std::getline(table, line);  // the column names
+  while (std::getline(table, line)) {
+    std::istringstream row(line);
+    std::string slot, row_local, row_remote, state, queues, timer, retransmits;
+    uid_t uid = 0;
+    if (!(row >> slot >> row_local >> row_remote >> state >> queues >> timer >> retransmits >> uid)) continue;
+    if (row_local == local && row_remote == remote) return uid;
+  }
+  return std::nullopt;
+}
+
+bool shared_memory_lane_possible(int fd, const std::string& transports) {
+  const char* setting = std::getenv("FERRY_SHARED_MEMORY");
+  if (setting != nullptr && std::strcmp(setting, "0") == 0) return false;
+  const bool shared_memory = transports.find("sysv") != std::string::npos ||
+                             transports.find("posix") != std::string::npos ||
+                             transports.find("cma") != std::string::npos;
+  if (!shared_memory) return false;
+  const auto uid = loopback_peer_uid(fd);
+  return uid && *uid == ::geteuid();
+}
+
+}  // namespace ferry::transport

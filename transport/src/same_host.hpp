@@ -1,0 +1,24 @@
+// Whether the two ends of a bootstrap socket may share memory: the same
+// host (loopback), the same user (shared memory segments and CMA need it;
+// a mismatch would surface as transport errors on an endpoint that has no
+// error handling), and shared-memory transports in this worker.
+#pragma once
+
+#include <sys/types.h>
+
+#include <optional>
+#include <string>
+
+namespace ferry::transport {
+
+// The uid owning the other end of the connected TCP socket `fd`, when that
+// end is on this host's loopback (read from /proc/net/tcp{,6}); nullopt
+// otherwise or when it cannot be told.
+std::optional<uid_t> loopback_peer_uid(int fd);
+
+// True when a shared-memory lane to the peer on `fd` can be offered: a
+// loopback peer of this process's uid, UCX transports (as Worker::transports
+// lists them) including shared memory, and FERRY_SHARED_MEMORY not "0".
+bool shared_memory_lane_possible(int fd, const std::string& transports);
+
+}  // namespace ferry::transport
