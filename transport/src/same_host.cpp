@@ -65,10 +65,10 @@ std::optional<uid_t> loopback_peer_uid(int fd) {
 bool shared_memory_lane_possible(int fd, const std::string& transports) {
   const char* setting = std::getenv("FERRY_SHARED_MEMORY");
   if (setting != nullptr && std::strcmp(setting, "0") == 0) return false;
-  const bool shared_memory = transports.find("sysv") != std::string::npos ||
-                             transports.find("posix") != std::string::npos ||
-                             transports.find("cma") != std::string::npos;
-  if (!shared_memory) return false;
+  const bool shared_memory =
+      transports.find("sysv") != std::string::npos || transports.find("posix") != std::string::npos;
+  // CMA on an endpoint without error handling aborts the process when the peer dies (worker.cpp).
+  if (!shared_memory || transports.find("cma") != std::string::npos) return false;
   const auto uid = loopback_peer_uid(fd);
   return uid && *uid == ::geteuid();
 }

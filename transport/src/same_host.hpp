@@ -18,7 +18,8 @@ std::optional<uid_t> loopback_peer_uid(int fd);
 
 // True when a shared-memory lane to the peer on `fd` can be offered: a
 // loopback peer of this process's uid, UCX transports (as Worker::transports
-// lists them) including shared memory, and FERRY_SHARED_MEMORY not "0".
+// lists them) including shared memory but not CMA, and FERRY_SHARED_MEMORY
+// not "0".
 bool shared_memory_lane_possible(int fd, const std::string& transports);
 
 }  // namespace ferry::transport

@@ -73,6 +73,13 @@ std::shared_ptr<Worker> Worker::create(Options options) {
 
   ucp_config_t* config = nullptr;
   check(ucp_config_read(nullptr, nullptr, &config), "ucp_config_read");
+  // CMA is left out unless UCX_TLS names it: on an endpoint without peer
+  // error handling (the shared-memory lane) Debian's UCX 1.13 aborts the
+  // process when process_vm_readv meets a peer that died, so one client's
+  // kill -9 would take ferryd down. Endpoints with error handling never use
+  // CMA anyway, and the lane's shared-memory FIFOs and TCP rendezvous lanes
+  // measured as fast here (docs/tuning.md).
+  if (std::getenv("UCX_TLS") == nullptr) check(ucp_config_modify(config, "TLS", "^cma"), "ucp_config_modify(TLS)");
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED | UCP_PARAM_FIELD_NAME;
   // RMA costs nothing until memory is registered and lets bulk data use rkeys later.
