@@ -416,6 +416,10 @@ void RuntimeCore::place(TaskRecord* task, std::uint64_t eligible) {
     for (std::size_t i = 0; i < devices_.size(); ++i) {
       DeviceSnapshot s = devices_[i]->snapshot();
       s.can_run = (eligible >> i) & 1;
+      // A remote's run goes out and its answer comes back over its own link;
+      // its performance model holds only the kernel's time on that host.
+      if (s.kind == DeviceKind::remote)
+        s.round_trip = links_.get(host_node, s.node).latency_seconds + links_.get(s.node, host_node).latency_seconds;
       in.devices.push_back(std::move(s));
     }
     // Every local GPU reads a unified buffer in place: a prefetch, not a copy.

@@ -153,7 +153,8 @@ Decision decide(const DecisionInput& input) {
       c.ready = device.busy_until;
       c.data_ready = data_ready(input, device.node);
       c.exec = input.models->estimate(input.kernel, device.perf_key, input.bytes, input.hint, device.peak);
-      c.finish = std::max(c.ready, c.data_ready) + c.exec.seconds;
+      c.round_trip = device.round_trip;
+      c.finish = std::max(c.ready, c.data_ready) + c.round_trip + c.exec.seconds;
     }
     decision.candidates.push_back(std::move(c));
   }
@@ -189,18 +190,19 @@ Decision decide(const DecisionInput& input) {
 std::string explain(const Decision& decision) {
   std::size_t width = 6;
   for (const auto& c : decision.candidates) width = std::max(width, c.name.size());
-  std::string out = fmt::format("  {:<{}}  {:<3}  {:>10}  {:>10}  {:>10} {:<18}  {:>10}\n", "device", width, "ok",
-                                "ready ms", "data ms", "exec ms", "(source, runs)", "finish ms");
+  std::string out = fmt::format("  {:<{}}  {:<3}  {:>10}  {:>10}  {:>10}  {:>10} {:<18}  {:>10}\n", "device", width,
+                                "ok", "ready ms", "data ms", "rtt ms", "exec ms", "(source, runs)", "finish ms");
   for (const auto& c : decision.candidates) {
     const char* mark = c.device == decision.device && c.eligible ? "*" : " ";
     if (!c.eligible) {
-      out += fmt::format("{} {:<{}}  {:<3}  {:>10}  {:>10}  {:>10} {:<18}  {:>10}\n", mark, c.name, width, "no", "-",
-                         "-", "-", "", "-");
+      out += fmt::format("{} {:<{}}  {:<3}  {:>10}  {:>10}  {:>10}  {:>10} {:<18}  {:>10}\n", mark, c.name, width, "no",
+                         "-", "-", "-", "-", "", "-");
       continue;
     }
     const std::string source = fmt::format("({}, {})", to_string(c.exec.source), c.exec.samples);
-    out += fmt::format("{} {:<{}}  {:<3}  {:>10.3f}  {:>10.3f}  {:>10.3f} {:<18}  {:>10.3f}\n", mark, c.name, width,
-                       "yes", c.ready * 1e3, c.data_ready * 1e3, c.exec.seconds * 1e3, source, c.finish * 1e3);
+    out += fmt::format("{} {:<{}}  {:<3}  {:>10.3f}  {:>10.3f}  {:>10.3f}  {:>10.3f} {:<18}  {:>10.3f}\n", mark, c.name,
+                       width, "yes", c.ready * 1e3, c.data_ready * 1e3, c.round_trip * 1e3, c.exec.seconds * 1e3, source,
+                       c.finish * 1e3);
   }
   out += fmt::format("policy {}: {}", to_string(decision.policy), decision.reason);
   return out;

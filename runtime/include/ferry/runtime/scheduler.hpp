@@ -28,6 +28,9 @@ struct DeviceSnapshot {
   std::string perf_key;    // which performance models apply, e.g. "cpu-2t" or the GPU's model name
   DevicePeak peak;
   double busy_until = 0;   // seconds from now until its queued work is expected done
+  // Seconds a task spends reaching the device and being answered, beside its
+  // run: a remote's link latency there and back (each host its own link).
+  double round_trip = 0;
   std::size_t queued = 0;  // tasks assigned and not finished
   bool can_run = true;     // has an implementation of the kernel and matches the task's Place
 };
@@ -55,8 +58,9 @@ struct Candidate {
   bool eligible = false;
   double ready = 0;       // busy_until
   double data_ready = 0;  // seconds until its inputs could be there
+  double round_trip = 0;  // DeviceSnapshot::round_trip
   Estimate exec;
-  double finish = 0;      // max(ready, data_ready) + exec.seconds
+  double finish = 0;      // max(ready, data_ready) + round_trip + exec.seconds
 };
 
 struct Decision {
