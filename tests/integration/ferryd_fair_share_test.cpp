@@ -86,10 +86,11 @@ class FairShareTest : public ::testing::Test {
  protected:
   void SetUp() override { dir = make_temp_dir(); }
   void TearDown() override { std::filesystem::remove_all(dir); }
-  // Two CPU workers: two lanes, so most runs wait for one in ferryd.
+  // Two CPU workers (FerrydProcess's --workers 2): two lanes, so most runs
+  // wait for one in ferryd.
   std::unique_ptr<FerrydProcess> start(const Keys& keys) {
     return std::make_unique<FerrydProcess>(std::vector<std::string>{
-        "--workers", "2", "--plugin", FERRY_SLEEP_PLUGIN, "--audit-log", (dir / "audit.jsonl").string(),
+        "--plugin", FERRY_SLEEP_PLUGIN, "--audit-log", (dir / "audit.jsonl").string(),
         "--authorized-keys", keys.write().string()});
   }
   std::filesystem::path dir;
