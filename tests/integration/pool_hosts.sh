@@ -86,6 +86,9 @@ for i in "${!rates[@]}"; do
   ip -n "$ns" addr add "$ip_h/24" dev "$dev_h"
   ip -n "$NS_CLIENT" link set "$dev_c" up
   ip -n "$ns" link set "$dev_h" up
+  # The client's worker address lists all its links' addresses, and a host
+  # may dial any of them back: the host reaches them all over its own link.
+  ip -n "$ns" route add default via "$ip_c"
   for pair in "$NS_CLIENT:$dev_c" "$ns:$dev_h"; do
     ip netns exec "${pair%%:*}" tc qdisc add dev "${pair#*:}" root tbf rate "${rates[$i]}" \
       burst "$(tbf_burst "${rates[$i]}")" latency 50ms
