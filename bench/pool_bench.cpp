@@ -56,8 +56,9 @@ std::vector<std::string> remotes_from_env() {
 
 // A runtime on `remotes` under `policy`; models start empty (no earlier run decides).
 std::unique_ptr<ferry::Runtime> make_runtime(const std::vector<std::string>& remotes, ferry::Policy policy,
-                                             const std::string& plugin) {
+                                             const std::string& plugin, unsigned workers = 0) {
   ferry::Runtime::Options o;
+  o.workers = workers;
   o.remotes = remotes;
   o.policy = policy;
   o.persist_perf_models = false;
@@ -120,7 +121,7 @@ double gemm_round(ferry::Runtime& rt, std::size_t m, int count) {
     std::fill(hb.begin(), hb.end(), 0.25f);
   }
   const auto start = Clock::now();
-  for (int i = 0; i < count; ++i) rt.submit("gemm", ferry::read(a[i]), ferry::read(b[i]), ferry::write(out[i]));
+  for (int i = 0; i < count; ++i) rt.submit("gemm", ferry::read(a[i]), ferry::read(b[i]), ferry::readwrite(out[i]));
   for (auto& o : out) (void)o.host();
   return seconds_since(start);
 }
@@ -158,7 +159,8 @@ nlohmann::json placement(const Config& c, const std::vector<std::string>& remote
   std::map<std::string, std::vector<double>> sweep;  // placement -> seconds per size
   std::map<std::string, double> dag;
   for (const auto& p : placements) {
-    auto rt = make_runtime(p.remotes, p.policy, {});
+    // One worker: run_pool_bench.sh gives the client one core and the hosts the other.
+    auto rt = make_runtime(p.remotes, p.policy, {}, 1);
     // Warm-up: every device the placement may use measured in every size
     // bucket (heft explores the uncalibrated ones), so the timed rounds
     // show its decisions, not its calibration.

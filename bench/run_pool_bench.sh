@@ -29,7 +29,7 @@ for mode in $only; do
       bash "$hosts" --rates 1gbit,1gbit,1gbit --workers 2 --plugin "$plugin" "$ferryd" -- \
         "$bench" --mode=scaling --plugin="$plugin" --out="$build/bench/bench-pool-scaling.json" "${reps[@]}" ;;
     placement)
-      bash "$hosts" --rates 1gbit,100mbit --workers 2 "$ferryd" -- \
+      bash "$hosts" --rates 1gbit,100mbit --workers 1 --client-cpus 0 --host-cpus 1 "$ferryd" -- \
         "$bench" --mode=placement --out="$build/bench/bench-pool-placement.json" "${reps[@]}" ;;
     *) echo "run_pool_bench: unknown mode '$mode'" >&2; exit 2 ;;
   esac

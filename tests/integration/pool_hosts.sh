@@ -4,30 +4,41 @@
 # (this kernel has no netem, so links differ in rate, not in delay). One
 # ferryd serves in each host namespace; the command runs in the client's.
 #
-#   pool_hosts.sh [--rates 1gbit,200mbit,50mbit] [--workers 2] [--plugin LIB] FERRYD -- command...
+#   pool_hosts.sh [--rates 1gbit,200mbit,50mbit] [--workers 2] [--plugin LIB]
+#                 [--host-cpus LIST --client-cpus LIST] FERRYD -- command...
+#
+# --host-cpus/--client-cpus (taskset lists) keep the hosts' kernels off the
+# client's cores, so that on one box a host is capacity beside the client's
+# CPU rather than a share of it.
 #
 # The command sees FERRY_REMOTES (every host, in --rates order), FERRY_TOKEN_FILE
 # and FERRY_POOL_HOSTS (the hosts' addresses, space-separated, same order).
 # Exit 77 (ctest's skip) when it cannot run here: not root, or no `ip netns`.
 set -euo pipefail
 
-RATES=1gbit,200mbit,50mbit WORKERS=2 PLUGIN="" CMD=()
+RATES=1gbit,200mbit,50mbit WORKERS=2 PLUGIN="" HOST_CPUS="" CLIENT_CPUS="" CMD=()
 while (($#)); do
   case $1 in
     --rates) RATES=$2; shift 2 ;;
     --workers) WORKERS=$2; shift 2 ;;
     --plugin) PLUGIN=$2; shift 2 ;;
+    --host-cpus) HOST_CPUS=$2; shift 2 ;;
+    --client-cpus) CLIENT_CPUS=$2; shift 2 ;;
     --) shift; CMD=("$@"); break ;;
     -*) echo "pool_hosts: unknown argument '$1'" >&2; exit 2 ;;
     *) FERRYD=$1; shift ;;
   esac
 done
-[[ -n ${FERRYD:-} && ${#CMD[@]} -gt 0 ]] || { sed -n '2,11p' "${BASH_SOURCE[0]}" >&2; exit 2; }
+[[ -n ${FERRYD:-} && ${#CMD[@]} -gt 0 ]] || { sed -n '2,16p' "${BASH_SOURCE[0]}" >&2; exit 2; }
+pin_host=() pin_client=()
+[[ -n $HOST_CPUS ]] && pin_host=(taskset -c "$HOST_CPUS")
+[[ -n $CLIENT_CPUS ]] && pin_client=(taskset -c "$CLIENT_CPUS")
 IFS=, read -r -a rates <<<"$RATES"
 ((${#rates[@]} >= 1 && ${#rates[@]} <= 8)) || { echo "pool_hosts: 1 to 8 rates" >&2; exit 2; }
 
 say() { echo "pool_hosts: $*"; }
 skip() { echo "pool_hosts: SKIP: $*" >&2; exit 77; }
+[[ -z $HOST_CPUS$CLIENT_CPUS ]] || command -v taskset >/dev/null || skip "no taskset (util-linux) for --host-cpus/--client-cpus"
 [[ $(id -u) == 0 ]] || skip "needs root (network namespaces, veth, tc)"
 command -v ip >/dev/null && ip netns list >/dev/null 2>&1 || skip "'ip netns' is not available"
 command -v tc >/dev/null || skip "no tc (iproute2)"
@@ -113,7 +124,7 @@ for i in "${!hosts[@]}"; do
   extra=()
   [[ -n $PLUGIN ]] && extra=(--plugin "$PLUGIN")
   ip netns exec "ferry-pool-host$i" env UCX_TLS=tcp UCX_NET_DEVICES="ferry-ph$i" \
-    "$FERRYD" --listen "${hosts[$i]}:0" --token-file "$tmp/token" --port-file "$tmp/port$i" \
+    "${pin_host[@]}" "$FERRYD" --listen "${hosts[$i]}:0" --token-file "$tmp/token" --port-file "$tmp/port$i" \
     --workers "$WORKERS" --gpus none "${extra[@]}" >"$tmp/ferryd$i.log" 2>&1 &
   pids+=($!)
 done
@@ -131,6 +142,6 @@ say "ferryd on ${remotes[*]}"
 rc=0
 ip netns exec "$NS_CLIENT" env UCX_TLS=tcp UCX_NET_DEVICES="$(IFS=,; echo "${client_devs[*]}")" \
   FERRY_REMOTES="$(IFS=,; echo "${remotes[*]}")" FERRY_TOKEN_FILE="$tmp/token" FERRY_POOL_HOSTS="${hosts[*]}" \
-  "${CMD[@]}" || rc=$?
+  "${pin_client[@]}" "${CMD[@]}" || rc=$?
 say "command exited with $rc"
 exit "$rc"

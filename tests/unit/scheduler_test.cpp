@@ -118,6 +118,20 @@ TEST_F(Heft, EachRemoteIsWeighedWithItsOwnLink) {
   EXPECT_EQ(decide(input).device, 0u) << explain(decide(input));
 }
 
+// An input that one remote host wrote reaches another through the client:
+// both hops count, not an unknown (infinite) direct link.
+TEST_F(Heft, DataBetweenTwoHostsCostsBothHopsThroughTheClient) {
+  constexpr MemoryNodeId a_node = 1, b_node = 2;
+  input.devices = {device(0, "remote:a:7070", DeviceKind::remote, a_node),
+                   device(1, "remote:b:7070", DeviceKind::remote, b_node)};
+  links.set(a_node, host_node, Link{1e-3, 1e9});
+  links.set(host_node, b_node, Link{2e-3, 1e8});
+  one_input(MiB, {a_node});
+  const Decision d = decide(input);
+  EXPECT_EQ(candidate(d, 0).data_ready, 0.0);
+  EXPECT_NEAR(candidate(d, 1).data_ready, 1e-3 + MiB / 1e9 + 2e-3 + MiB / 1e8, 1e-12) << explain(d);
+}
+
 TEST_F(Heft, BusyDeviceLosesToIdleSlowerOne) {
   input.devices = {device(0, "cuda:0", DeviceKind::cuda, gpu_node), device(1, "cpu", DeviceKind::cpu, host_node)};
   input.devices[0].busy_until = 10e-3;

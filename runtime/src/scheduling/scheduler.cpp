@@ -53,7 +53,14 @@ double data_ready(const DecisionInput& input, MemoryNodeId node) {
     if (in.valid_on.empty()) continue;
     if (std::find(in.valid_on.begin(), in.valid_on.end(), node) != in.valid_on.end()) continue;
     double best = std::numeric_limits<double>::infinity();
-    for (MemoryNodeId from : in.valid_on) best = std::min(best, input.links->seconds(from, node, in.bytes));
+    for (MemoryNodeId from : in.valid_on) {
+      best = std::min(best, input.links->seconds(from, node, in.bytes));
+      // Between two remote hosts the data goes through this process: both
+      // hops, one after the other (no direct link is modelled, or used).
+      if (from != host_node && node != host_node)
+        best = std::min(best, input.links->seconds(from, host_node, in.bytes) +
+                                  input.links->seconds(host_node, node, in.bytes));
+    }
     ready = std::max(ready, best);
   }
   return ready;
