@@ -175,7 +175,7 @@ bool RemoteDevice::finish_forwarded(TaskRecord* task, Forwarded& forwarded, unsi
   settle(task, *done, forwarded.ids);
   if (done->status == protocol::Status::ok) {
     // Its round trip overlapped its predecessors': the kernel's time on the
-    // host is what the model holds (the link's latency is weighed apart, as
+    // host is what it cost there (the link's latency is weighed apart, as
     // DeviceSnapshot::round_trip).
     core_.models().record(task->kernel->name, perf_key(), task->bytes, done->seconds);
   }
