@@ -132,6 +132,25 @@ TEST_F(Heft, DataBetweenTwoHostsCostsBothHopsThroughTheClient) {
   EXPECT_NEAR(candidate(d, 1).data_ready, 1e-3 + MiB / 1e9 + 2e-3 + MiB / 1e8, 1e-12) << explain(d);
 }
 
+// What a remote task writes comes home after it ran: a task that makes much
+// from little stays on the CPU when the way back is slow.
+TEST_F(Heft, ARemoteTasksResultsComeHomeOverItsLink) {
+  constexpr MemoryNodeId a_node = 1;
+  input.devices = {device(0, "cpu", DeviceKind::cpu, host_node),
+                   device(1, "remote:a:7070", DeviceKind::remote, a_node)};
+  calibrate(models, "scale", "cpu", 64 * MiB, 20e-3);
+  calibrate(models, "scale", "remote:a:7070", 64 * MiB, 2e-3);
+  links.set(host_node, a_node, Link{1e-4, 1e9});
+  links.set(a_node, host_node, Link{1e-4, 1e9});
+  one_input(KiB, {host_node});
+  input.bytes = 64 * MiB;
+  EXPECT_EQ(decide(input).device, 1u) << explain(decide(input));  // nothing written: the remote wins
+  input.output_bytes = 64 * MiB;                                    // 67 ms home at 1 GB/s
+  const Decision d = decide(input);
+  EXPECT_EQ(d.device, 0u) << explain(d);
+  EXPECT_NEAR(candidate(d, 1).round_trip, 64.0 * MiB / 1e9, 1e-9);
+}
+
 TEST_F(Heft, BusyDeviceLosesToIdleSlowerOne) {
   input.devices = {device(0, "cuda:0", DeviceKind::cuda, gpu_node), device(1, "cpu", DeviceKind::cpu, host_node)};
   input.devices[0].busy_until = 10e-3;

@@ -436,7 +436,7 @@ void RuntimeCore::place(TaskRecord* task, std::uint64_t eligible) {
       DeviceSnapshot s = devices_[i]->snapshot();
       s.can_run = (eligible >> i) & 1;
       // A remote's run goes out and its answer comes back over its own link;
-      // its performance model holds only the kernel's time on that host.
+      // its performance model leaves that link out.
       if (s.kind == DeviceKind::remote)
         s.round_trip = links_.get(host_node, s.node).latency_seconds + links_.get(s.node, host_node).latency_seconds;
       in.devices.push_back(std::move(s));
@@ -447,6 +447,7 @@ void RuntimeCore::place(TaskRecord* task, std::uint64_t eligible) {
       if (device->kind() == DeviceKind::cuda) in_place.push_back(device->node());
     for (std::size_t i = 0; i < task->buffers.size(); ++i) {
       const BufferArg& b = task->buffer_arg(i);
+      if (writes(b.mode)) in.output_bytes += b.bytes();
       if (!reads(b.mode)) continue;
       const auto pending = pending_writer_node(*task->buffers[i]);
       in.inputs.push_back(InputSnapshot{

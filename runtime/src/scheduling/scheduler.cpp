@@ -66,6 +66,15 @@ double data_ready(const DecisionInput& input, MemoryNodeId node) {
   return ready;
 }
 
+// Seconds to bring a remote task's results home after it ran (the link's
+// latency is in DeviceSnapshot::round_trip already).
+double results_home(const DecisionInput& input, const DeviceSnapshot& device) {
+  if (device.kind != DeviceKind::remote || input.output_bytes == 0) return 0;
+  const Link link = input.links->get(device.node, host_node);
+  if (link.bytes_per_second <= 0) return 0;  // not measured yet: nothing to weigh
+  return static_cast<double>(input.output_bytes) / link.bytes_per_second;
+}
+
 // Runs measured in this size bucket; a regression's sample count is over all buckets.
 std::size_t bucket_runs(const Estimate& e) { return e.source == Estimate::Source::history ? e.samples : 0; }
 
@@ -160,7 +169,7 @@ Decision decide(const DecisionInput& input) {
       c.ready = device.busy_until;
       c.data_ready = data_ready(input, device.node);
       c.exec = input.models->estimate(input.kernel, device.perf_key, input.bytes, input.hint, device.peak);
-      c.round_trip = device.round_trip;
+      c.round_trip = device.round_trip + results_home(input, device);
       c.finish = std::max(c.ready, c.data_ready) + c.round_trip + c.exec.seconds;
     }
     decision.candidates.push_back(std::move(c));

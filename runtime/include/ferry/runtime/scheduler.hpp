@@ -47,6 +47,9 @@ struct DecisionInput {
   Cost hint;
   std::vector<DeviceSnapshot> devices;
   std::vector<InputSnapshot> inputs;  // buffers the task reads
+  // Bytes the task writes. A remote's results are the program's, which runs
+  // here: they come home over its link after the run (part of rtt).
+  std::size_t output_bytes = 0;
   const PerfModels* models = nullptr;
   const LinkModels* links = nullptr;
   std::mt19937_64* rng = nullptr;     // the random policy only
@@ -58,7 +61,7 @@ struct Candidate {
   bool eligible = false;
   double ready = 0;       // busy_until
   double data_ready = 0;  // seconds until its inputs could be there
-  double round_trip = 0;  // DeviceSnapshot::round_trip
+  double round_trip = 0;  // DeviceSnapshot::round_trip, and a remote's results home
   Estimate exec;
   double finish = 0;      // max(ready, data_ready) + round_trip + exec.seconds
 };
