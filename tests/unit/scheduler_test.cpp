@@ -87,6 +87,70 @@ TEST_F(Heft, SlowLinkMakesFastRemoteLoseSmallAndWinLarge) {
   EXPECT_EQ(decide(input).device, 0u);
 }
 
+// Two hosts of one kind share a performance model (one perf_key), but each
+// is reached over its own link: a transfer-heavy task goes to the host on
+// the faster link, a short task with little data to the one of lower
+// latency, and a busy host's twin gets the next task.
+TEST_F(Heft, EachRemoteIsWeighedWithItsOwnLink) {
+  constexpr MemoryNodeId a_node = 1, b_node = 2;
+  input.devices = {device(0, "remote:a:7070", DeviceKind::remote, a_node),
+                   device(1, "remote:b:7070", DeviceKind::remote, b_node)};
+  for (auto& d : input.devices) d.perf_key = "remote:cpu-2t";
+  calibrate(models, "scale", "remote:cpu-2t", 64 * MiB, 5e-3);
+  calibrate(models, "scale", "remote:cpu-2t", 4 * KiB, 1e-4);
+  // a: 1 Gbit/s but 2 ms away; b: 100 Mbit/s, 0.2 ms away.
+  links.set(host_node, a_node, Link{2e-3, 125e6});
+  links.set(host_node, b_node, Link{0.2e-3, 12.5e6});
+  input.devices[0].round_trip = 4e-3;
+  input.devices[1].round_trip = 0.4e-3;
+
+  one_input(64 * MiB, {host_node});
+  const Decision heavy = decide(input);
+  EXPECT_EQ(heavy.device, 0u) << explain(heavy);
+  EXPECT_NEAR(candidate(heavy, 0).finish, 2e-3 + 64.0 * MiB / 125e6 + 4e-3 + 5e-3, 1e-9);
+  EXPECT_NE(explain(heavy).find("rtt ms"), std::string::npos) << explain(heavy);
+
+  one_input(4 * KiB, {host_node});
+  const Decision light = decide(input);
+  EXPECT_EQ(light.device, 1u) << explain(light);
+
+  input.devices[1].busy_until = 50e-3;
+  EXPECT_EQ(decide(input).device, 0u) << explain(decide(input));
+}
+
+// An input that one remote host wrote reaches another through the client:
+// both hops count, not an unknown (infinite) direct link.
+TEST_F(Heft, DataBetweenTwoHostsCostsBothHopsThroughTheClient) {
+  constexpr MemoryNodeId a_node = 1, b_node = 2;
+  input.devices = {device(0, "remote:a:7070", DeviceKind::remote, a_node),
+                   device(1, "remote:b:7070", DeviceKind::remote, b_node)};
+  links.set(a_node, host_node, Link{1e-3, 1e9});
+  links.set(host_node, b_node, Link{2e-3, 1e8});
+  one_input(MiB, {a_node});
+  const Decision d = decide(input);
+  EXPECT_EQ(candidate(d, 0).data_ready, 0.0);
+  EXPECT_NEAR(candidate(d, 1).data_ready, 1e-3 + MiB / 1e9 + 2e-3 + MiB / 1e8, 1e-12) << explain(d);
+}
+
+// What a remote task writes comes home after it ran: a task that makes much
+// from little stays on the CPU when the way back is slow.
+TEST_F(Heft, ARemoteTasksResultsComeHomeOverItsLink) {
+  constexpr MemoryNodeId a_node = 1;
+  input.devices = {device(0, "cpu", DeviceKind::cpu, host_node),
+                   device(1, "remote:a:7070", DeviceKind::remote, a_node)};
+  calibrate(models, "scale", "cpu", 64 * MiB, 20e-3);
+  calibrate(models, "scale", "remote:a:7070", 64 * MiB, 2e-3);
+  links.set(host_node, a_node, Link{1e-4, 1e9});
+  links.set(a_node, host_node, Link{1e-4, 1e9});
+  one_input(KiB, {host_node});
+  input.bytes = 64 * MiB;
+  EXPECT_EQ(decide(input).device, 1u) << explain(decide(input));  // nothing written: the remote wins
+  input.output_bytes = 64 * MiB;                                    // 67 ms home at 1 GB/s
+  const Decision d = decide(input);
+  EXPECT_EQ(d.device, 0u) << explain(d);
+  EXPECT_NEAR(candidate(d, 1).round_trip, 64.0 * MiB / 1e9, 1e-9);
+}
+
 TEST_F(Heft, BusyDeviceLosesToIdleSlowerOne) {
   input.devices = {device(0, "cuda:0", DeviceKind::cuda, gpu_node), device(1, "cpu", DeviceKind::cpu, host_node)};
   input.devices[0].busy_until = 10e-3;

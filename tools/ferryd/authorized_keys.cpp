@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <charconv>
 #include <fstream>
 #include <sstream>
 
@@ -15,6 +16,16 @@ bool yes_no(const std::string& option, const std::string& value) {
   if (value == "yes") return true;
   if (value == "no") return false;
   throw UsageError(fmt::format("option {}={}: expected yes or no", option, value));
+}
+
+constexpr std::uint32_t max_weight = 1000;
+
+std::uint32_t parse_weight(const std::string& value) {
+  std::uint32_t weight = 0;
+  const auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), weight);
+  if (error != std::errc{} || end != value.data() + value.size() || weight < 1 || weight > max_weight)
+    throw UsageError(fmt::format("option weight={}: expected a whole number from 1 to {}", value, max_weight));
+  return weight;
 }
 
 std::pair<transport::PublicKey, Grant> parse_line(std::istringstream& words) {
@@ -32,6 +43,8 @@ std::pair<transport::PublicKey, Grant> parse_line(std::istringstream& words) {
     if (key == "quota") {
       grant.quota = parse_bytes(value);
       if (*grant.quota == 0) throw UsageError("option quota: must be more than 0 bytes");
+    } else if (key == "weight") {
+      grant.weight = parse_weight(value);
     } else if (key == "gpus") {
       grant.gpus = yes_no(key, value);
     } else if (key == "source-kernels") {
@@ -39,7 +52,7 @@ std::pair<transport::PublicKey, Grant> parse_line(std::istringstream& words) {
     } else if (key == "plugins") {
       grant.plugins = yes_no(key, value);
     } else {
-      throw UsageError(fmt::format("unknown option '{}' (quota, gpus, source-kernels, plugins)", key));
+      throw UsageError(fmt::format("unknown option '{}' (quota, weight, gpus, source-kernels, plugins)", key));
     }
   }
   return {key, std::move(grant)};

@@ -1,7 +1,8 @@
 // ferryd's --authorized-keys: the clients that may sign in with a key, each
 // under a name and with what it may do. One key per line:
 //
-//   ferry-ed25519 BASE64 NAME [quota=BYTES] [gpus=yes|no] [source-kernels=yes|no] [plugins=yes|no]
+//   ferry-ed25519 BASE64 NAME [quota=BYTES] [weight=N] [gpus=yes|no] [source-kernels=yes|no]
+//     [plugins=yes|no]
 //
 // '#' starts a comment line. Unset options take ferryd's defaults (its
 // --client-quota; everything else allowed, as for the shared token).
@@ -24,6 +25,9 @@ namespace ferry::ferryd {
 struct Grant {
   std::string name = "token";
   std::optional<std::uint64_t> quota;  // none: --client-quota
+  // Its share of the lanes when clients compete for them (fair_share.hpp):
+  // a client of weight 2 gets twice the lane time of one of weight 1.
+  std::uint32_t weight = 1;
   bool gpus = true;                    // may run on this host's GPUs (no: on its CPU workers only)
   bool source_kernels = true;          // may define kernels from CUDA source
   bool plugins = true;                 // may run kernels of --plugin libraries

@@ -233,11 +233,14 @@ int serve(const Options& options, int signal_fd) {
 
   Metrics metrics;
 
-  unsigned cpu_workers = 0;
+  unsigned cpu_workers = 0, gpu_lanes = 0;
   std::vector<std::string> gpu_names;
   for (const auto& device : runtime.devices()) {
     if (device.kind == DeviceKind::cpu) cpu_workers += device.lanes;
-    if (device.kind == DeviceKind::cuda) gpu_names.push_back(device.name);
+    if (device.kind == DeviceKind::cuda) {
+      gpu_names.push_back(device.name);
+      gpu_lanes += device.lanes;
+    }
   }
 
   ServerState state{transport::Worker::create({"ferryd"}), runtime, metrics,
@@ -250,6 +253,12 @@ int serve(const Options& options, int signal_fd) {
   state.limits.handshake_timeout =
       std::chrono::milliseconds(static_cast<std::int64_t>(options.handshake_timeout * 1000.0));
   state.gpus = static_cast<std::uint32_t>(gpu_names.size());
+  // As many of the clients' runs in the runtime as it has lanes: the rest
+  // wait in ferryd, where the fair share picks whose runs go next.
+  state.fair = std::make_shared<FairShare>(cpu_workers, gpu_lanes,
+                                           [&metrics](const std::string& client, std::size_t queued, bool started) {
+                                             metrics.client_queue(client, queued, started);
+                                           });
   std::optional<KeyRing> keys;
   if (!options.authorized_keys.empty()) keys.emplace(options.authorized_keys);
   if (!options.audit_log.empty()) state.audit->open(options.audit_log);

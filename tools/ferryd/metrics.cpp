@@ -51,6 +51,14 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                        .Name("ferry_client_tasks_total")
                        .Help("Tasks finished, by client host")
                        .Register(r);
+  client_queued_ = &prometheus::BuildGauge()
+                        .Name("ferry_client_tasks_queued")
+                        .Help("Runs waiting in ferryd for a lane, by client (key name, or token:host)")
+                        .Register(r);
+  client_started_ = &prometheus::BuildCounter()
+                         .Name("ferry_client_tasks_started_total")
+                         .Help("Runs given a lane by the fair share, by client (key name, or token:host)")
+                         .Register(r);
   client_bytes_in_ = &prometheus::BuildCounter()
                           .Name("ferry_client_bytes_in_total")
                           .Help("Payload bytes received, by client host")
@@ -142,6 +150,12 @@ void Metrics::task_done(const std::string& kernel, const std::string& client, do
   static const auto seconds_buckets = buckets(1e-5, 4, 12);  // 10 µs to 42 s
   if (ok) task_seconds_->Add({{"kernel", k}}, seconds_buckets).Observe(seconds);
   client_tasks_->Add({{"client", client_label(client)}}).Increment();
+}
+
+void Metrics::client_queue(const std::string& share, std::size_t queued, bool started) {
+  const std::string label = client_label(share);
+  client_queued_->Add({{"client", label}}).Set(static_cast<double>(queued));
+  if (started) client_started_->Add({{"client", label}}).Increment();
 }
 
 void Metrics::bytes_in(std::uint64_t bytes, const std::string& client) {

@@ -56,6 +56,8 @@ class Metrics {
               double handshake_timeout_seconds, unsigned cpu_workers, unsigned gpus);
 
   void task_done(const std::string& kernel, const std::string& client, double seconds, bool ok);
+  // A fair-share client's runs waiting for a lane, and one more started.
+  void client_queue(const std::string& share, std::size_t queued, bool started);
   void bytes_in(std::uint64_t bytes, const std::string& client);
   void bytes_out(std::uint64_t bytes, const std::string& client);
   void transfer(Direction direction, std::uint64_t bytes, double seconds);
@@ -85,6 +87,8 @@ class Metrics {
   prometheus::Family<prometheus::Counter>* kernel_tasks_;
   prometheus::Family<prometheus::Histogram>* task_seconds_;
   prometheus::Family<prometheus::Counter>* client_tasks_;
+  prometheus::Family<prometheus::Gauge>* client_queued_;
+  prometheus::Family<prometheus::Counter>* client_started_;
   prometheus::Family<prometheus::Counter>* client_bytes_in_;
   prometheus::Family<prometheus::Counter>* client_bytes_out_;
   prometheus::Family<prometheus::Histogram>* transfer_bytes_;

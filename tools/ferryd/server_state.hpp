@@ -12,6 +12,7 @@
 #include "ferry/runtime/runtime.hpp"
 #include "audit.hpp"
 #include "background.hpp"
+#include "fair_share.hpp"
 #include "ferry/transport/worker.hpp"
 #include "metrics.hpp"
 
@@ -44,6 +45,10 @@ struct ServerState {
   // GPU, so one with a CUDA variant goes to this host's GPUs when there are
   // any; everything else runs on the CPU workers.
   Place place_for(const KernelDef& kernel) const { return gpus > 0 && kernel.cuda ? gpu() : cpu(); }
+
+  // Which client's run gets the next free lane. Shared with task
+  // continuations, which give their lane back even after their session ended.
+  std::shared_ptr<FairShare> fair = std::make_shared<FairShare>(0, 0);
 
   // Progress thread only.
   std::uint64_t memory_in_use = 0;

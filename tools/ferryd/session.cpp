@@ -25,6 +25,7 @@ Session::Session(ServerState& server, std::shared_ptr<transport::Connection> con
       peer_(peer.address),
       client_(peer.client),
       grant_(std::move(grant)),
+      share_key_(peer.key ? grant_.name : "token:" + (client_.empty() ? peer_ : client_)),
       key_(peer.key) {
   server_.metrics.client_connected();
 }

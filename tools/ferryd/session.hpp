@@ -68,6 +68,7 @@ class Session : public std::enable_shared_from_this<Session> {
     std::uint64_t request = 0;
     std::vector<std::uint64_t> written;  // replicas to mark spoiled if the task fails
     std::string kernel;                  // for the metrics' kernel label
+    std::uint64_t bytes_in = 0, bytes_out = 0;  // for the audit log
   };
   // Runs refused before they reached the runtime, by request: a run
   // forwarded behind one of them is refused too (its inputs were never
@@ -86,6 +87,10 @@ class Session : public std::enable_shared_from_this<Session> {
   void on_put(const protocol::Put& put, transport::Incoming& incoming);
   void on_get(const protocol::Get& get);
   void on_run(const protocol::Run& run);
+  // Called by the fair share when a lane is free for this queued run; false
+  // when it did not reach the runtime (refused, or answered already).
+  bool start_run(std::uint64_t seq, const protocol::Run& run, const KernelRef& kernel, std::vector<TaskArg>& args,
+                 Place place, const FairShare::Ticket& ticket);
   void on_define_kernel(const protocol::DefineKernel& define, transport::Incoming& incoming);
   void kernel_received(const protocol::DefineKernel& define, std::string source, const std::string& error);
   // Back on the progress thread from the background thread that read the source.
@@ -120,6 +125,10 @@ class Session : public std::enable_shared_from_this<Session> {
   State state_ = State::ready;
   const std::string client_;  // the name it gave in hello
   const Grant grant_;
+  // Who this client is to the fair share: its key's name, or "token:" and
+  // the name a token client gave (a token client cannot take a key's queue);
+  // several connections of one identity share a queue.
+  const std::string share_key_;
   const std::optional<transport::PublicKey> key_;  // none: it used the shared token
 
   std::unordered_map<std::uint64_t, std::shared_ptr<Replica>> replicas_;

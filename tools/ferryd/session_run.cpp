@@ -187,7 +187,8 @@ void Session::on_run(const protocol::Run& run) {
   std::vector<TaskArg> args;
   args.reserve(run.args.size());
   Run record{run.request, {}, run.kernel};
-  std::uint64_t bytes_in = 0, bytes_out = 0;
+  std::uint64_t& bytes_in = record.bytes_in;
+  std::uint64_t& bytes_out = record.bytes_out;
   for (std::size_t i = 0; i < run.args.size(); ++i) {
     const protocol::RunArg& arg = run.args[i];
     switch (arg.kind) {
@@ -215,11 +216,44 @@ void Session::on_run(const protocol::Run& run) {
     }
   }
 
+  // By definition: a kernel this client defined is not in the runtime's registry.
+  const Place place = grant_.gpus ? server_.place_for(*kernel.def) : cpu();
+  const LaneKind lane = place.kind == Place::Kind::gpu ? LaneKind::gpu : LaneKind::cpu;
+  const std::uint64_t seq = next_run_++;
+  runs_.emplace(seq, std::move(record));
+  // Runs of one client start in the order they came, so those it forwarded
+  // behind others still find them submitted first.
+  std::weak_ptr<Session> weak = weak_from_this();
+  auto queued_args = std::make_shared<std::vector<TaskArg>>(std::move(args));
+  server_.fair->submit(share_key_, grant_.weight, lane,
+                       [weak, seq, run, kernel, queued_args, place](const FairShare::Ticket& ticket) {
+                         auto self = weak.lock();
+                         return self && self->start_run(seq, run, kernel, *queued_args, place, ticket);
+                       });
+}
+
+bool Session::start_run(std::uint64_t seq, const protocol::Run& run, const KernelRef& kernel,
+                        std::vector<TaskArg>& args, Place place, const FairShare::Ticket& ticket) {
+  // Answered already: the session closed or shut down while the run waited.
+  auto record = runs_.find(seq);
+  if (state_ == State::closed || record == runs_.end()) return false;
+  auto refuse = [&](Status status, std::string message) {
+    runs_.erase(record);
+    audit("task", {{"kernel", run.kernel}, {"task", run.task}, {"status", protocol::to_string(status)}, {"message", message}});
+    refused_.add(run.request);
+    send(protocol::Done{run.request, status, 0.0, std::nullopt, clip(std::move(message))});
+    return false;
+  };
+  // One it waits for may have been refused while this one was queued.
+  for (std::uint64_t before : run.after)
+    if (refused_.ids.contains(before))
+      return refuse(Status::bad_arguments,
+                    fmt::format("run {} waits for run {}, which ferryd refused", run.request, before));
+
+  const std::uint64_t bytes_in = record->second.bytes_in, bytes_out = record->second.bytes_out;
   std::string name = run.task.empty() ? fmt::format("{}#{}", run.kernel, run.request) : run.task;
   Task task;
   try {
-    // By definition: a kernel this client defined is not in the runtime's registry.
-    const Place place = grant_.gpus ? server_.place_for(*kernel.def) : cpu();
     task = server_.runtime.submit_args(kernel, std::move(args), place, std::move(name));
   } catch (const UsageError& e) {
     return refuse(Status::bad_arguments, e.what());
@@ -228,12 +262,13 @@ void Session::on_run(const protocol::Run& run) {
   } catch (const Error& e) {
     return refuse(Status::internal, e.what());
   }
+  // In the order lanes were given: what a test of the fair share reads.
+  audit("task_start", {{"kernel", run.kernel}, {"task", run.task}, {"share", ticket.client}, {"lane", to_string(ticket.lane)}});
 
-  const std::uint64_t seq = next_run_++;
-  runs_.emplace(seq, std::move(record));
   const bool scalar = kernel.def->returns_scalar;
   std::weak_ptr<Session> session = weak_from_this();
   std::weak_ptr<transport::Worker> worker = server_.worker;
+  std::weak_ptr<FairShare> fair = server_.fair;
   // Audited from the task's own thread (the log is thread-safe), so a task
   // is recorded even when its client has gone by the time it finishes.
   std::shared_ptr<AuditLog> audit_log = server_.audit->enabled() ? server_.audit : nullptr;
@@ -243,7 +278,8 @@ void Session::on_run(const protocol::Run& run) {
                     {"bytes_in", bytes_in}, {"bytes_out", bytes_out}};
   // Runs on the runtime worker that finished the task: only read the task
   // here; the session is touched on the progress thread.
-  task.then([session, worker, seq, scalar, request = run.request, audit_log, audit_record](const Task& t) mutable {
+  task.then([session, worker, fair, ticket, seq, scalar, request = run.request, audit_log,
+             audit_record](const Task& t) mutable {
     protocol::Done done{request, Status::ok, t.run_seconds(), std::nullopt, {}};
     try {
       t.wait();  // already finished: throws at once if it failed
@@ -261,10 +297,13 @@ void Session::on_run(const protocol::Run& run) {
       audit_log->record("task", std::move(audit_record));
     }
     if (auto w = worker.lock())
-      w->post([session, seq, done = std::move(done)]() mutable {
+      w->post([session, fair, ticket, seq, done = std::move(done)]() mutable {
+        // The lane is free whether or not its client is still there.
+        if (auto share = fair.lock()) share->finished(ticket, done.seconds);
         if (auto self = session.lock()) self->run_finished(seq, std::move(done));
       });
   });
+  return true;
 }
 
 void Session::run_finished(std::uint64_t seq, protocol::Done done) {

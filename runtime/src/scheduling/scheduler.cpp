@@ -53,10 +53,26 @@ double data_ready(const DecisionInput& input, MemoryNodeId node) {
     if (in.valid_on.empty()) continue;
     if (std::find(in.valid_on.begin(), in.valid_on.end(), node) != in.valid_on.end()) continue;
     double best = std::numeric_limits<double>::infinity();
-    for (MemoryNodeId from : in.valid_on) best = std::min(best, input.links->seconds(from, node, in.bytes));
+    for (MemoryNodeId from : in.valid_on) {
+      best = std::min(best, input.links->seconds(from, node, in.bytes));
+      // Between two remote hosts the data goes through this process: both
+      // hops, one after the other (no direct link is modelled, or used).
+      if (from != host_node && node != host_node)
+        best = std::min(best, input.links->seconds(from, host_node, in.bytes) +
+                                  input.links->seconds(host_node, node, in.bytes));
+    }
     ready = std::max(ready, best);
   }
   return ready;
+}
+
+// Seconds to bring a remote task's results home after it ran (the link's
+// latency is in DeviceSnapshot::round_trip already).
+double results_home(const DecisionInput& input, const DeviceSnapshot& device) {
+  if (device.kind != DeviceKind::remote || input.output_bytes == 0) return 0;
+  const Link link = input.links->get(device.node, host_node);
+  if (link.bytes_per_second <= 0) return 0;  // not measured yet: nothing to weigh
+  return static_cast<double>(input.output_bytes) / link.bytes_per_second;
 }
 
 // Runs measured in this size bucket; a regression's sample count is over all buckets.
@@ -153,7 +169,8 @@ Decision decide(const DecisionInput& input) {
       c.ready = device.busy_until;
       c.data_ready = data_ready(input, device.node);
       c.exec = input.models->estimate(input.kernel, device.perf_key, input.bytes, input.hint, device.peak);
-      c.finish = std::max(c.ready, c.data_ready) + c.exec.seconds;
+      c.round_trip = device.round_trip + results_home(input, device);
+      c.finish = std::max(c.ready, c.data_ready) + c.round_trip + c.exec.seconds;
     }
     decision.candidates.push_back(std::move(c));
   }
@@ -189,18 +206,19 @@ Decision decide(const DecisionInput& input) {
 std::string explain(const Decision& decision) {
   std::size_t width = 6;
   for (const auto& c : decision.candidates) width = std::max(width, c.name.size());
-  std::string out = fmt::format("  {:<{}}  {:<3}  {:>10}  {:>10}  {:>10} {:<18}  {:>10}\n", "device", width, "ok",
-                                "ready ms", "data ms", "exec ms", "(source, runs)", "finish ms");
+  std::string out = fmt::format("  {:<{}}  {:<3}  {:>10}  {:>10}  {:>10}  {:>10} {:<18}  {:>10}\n", "device", width,
+                                "ok", "ready ms", "data ms", "rtt ms", "exec ms", "(source, runs)", "finish ms");
   for (const auto& c : decision.candidates) {
     const char* mark = c.device == decision.device && c.eligible ? "*" : " ";
     if (!c.eligible) {
-      out += fmt::format("{} {:<{}}  {:<3}  {:>10}  {:>10}  {:>10} {:<18}  {:>10}\n", mark, c.name, width, "no", "-",
-                         "-", "-", "", "-");
+      out += fmt::format("{} {:<{}}  {:<3}  {:>10}  {:>10}  {:>10}  {:>10} {:<18}  {:>10}\n", mark, c.name, width, "no",
+                         "-", "-", "-", "-", "", "-");
       continue;
     }
     const std::string source = fmt::format("({}, {})", to_string(c.exec.source), c.exec.samples);
-    out += fmt::format("{} {:<{}}  {:<3}  {:>10.3f}  {:>10.3f}  {:>10.3f} {:<18}  {:>10.3f}\n", mark, c.name, width,
-                       "yes", c.ready * 1e3, c.data_ready * 1e3, c.exec.seconds * 1e3, source, c.finish * 1e3);
+    out += fmt::format("{} {:<{}}  {:<3}  {:>10.3f}  {:>10.3f}  {:>10.3f}  {:>10.3f} {:<18}  {:>10.3f}\n", mark, c.name,
+                       width, "yes", c.ready * 1e3, c.data_ready * 1e3, c.round_trip * 1e3, c.exec.seconds * 1e3, source,
+                       c.finish * 1e3);
   }
   out += fmt::format("policy {}: {}", to_string(decision.policy), decision.reason);
   return out;

@@ -28,6 +28,9 @@ struct DeviceSnapshot {
   std::string perf_key;    // which performance models apply, e.g. "cpu-2t" or the GPU's model name
   DevicePeak peak;
   double busy_until = 0;   // seconds from now until its queued work is expected done
+  // Seconds a task spends reaching the device and being answered, beside its
+  // run: a remote's link latency there and back (each host its own link).
+  double round_trip = 0;
   std::size_t queued = 0;  // tasks assigned and not finished
   bool can_run = true;     // has an implementation of the kernel and matches the task's Place
 };
@@ -44,6 +47,9 @@ struct DecisionInput {
   Cost hint;
   std::vector<DeviceSnapshot> devices;
   std::vector<InputSnapshot> inputs;  // buffers the task reads
+  // Bytes the task writes. A remote's results are the program's, which runs
+  // here: they come home over its link after the run (part of rtt).
+  std::size_t output_bytes = 0;
   const PerfModels* models = nullptr;
   const LinkModels* links = nullptr;
   std::mt19937_64* rng = nullptr;     // the random policy only
@@ -55,8 +61,9 @@ struct Candidate {
   bool eligible = false;
   double ready = 0;       // busy_until
   double data_ready = 0;  // seconds until its inputs could be there
+  double round_trip = 0;  // DeviceSnapshot::round_trip, and a remote's results home
   Estimate exec;
-  double finish = 0;      // max(ready, data_ready) + exec.seconds
+  double finish = 0;      // max(ready, data_ready) + round_trip + exec.seconds
 };
 
 struct Decision {

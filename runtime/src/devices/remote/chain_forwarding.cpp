@@ -174,10 +174,10 @@ bool RemoteDevice::finish_forwarded(TaskRecord* task, Forwarded& forwarded, unsi
   }
   settle(task, *done, forwarded.ids);
   if (done->status == protocol::Status::ok) {
-    // Its round trip overlapped its predecessors': the kernel time plus the
-    // link's latency both ways is what the task itself cost.
-    const double latency = core_.links().get(host_node, node()).latency_seconds;
-    core_.models().record(task->kernel->name, perf_key(), task->bytes, done->seconds + 2 * latency);
+    // Its round trip overlapped its predecessors': the kernel's time on the
+    // host is what it cost there (the link's latency is weighed apart, as
+    // DeviceSnapshot::round_trip).
+    core_.models().record(task->kernel->name, perf_key(), task->bytes, done->seconds);
   }
   unpin(forwarded.views, forwarded.ids);
   trace_run(task, slot, forwarded.start, forwarded.start_ns);

@@ -763,8 +763,16 @@ bool RemoteDevice::run_here(TaskRecord* task, unsigned slot) {
     const auto* done = std::get_if<protocol::Done>(&reply);
     if (done == nullptr) throw RemoteError("no run reply");
     settle(task, *done, m.ids);
-    if (done->status == protocol::Status::ok)
-      core_.models().record(task->kernel->name, perf_key(), task->bytes, round_trip);
+    // What the run cost on the host (its kernel and ferryd's handling of it),
+    // without the link's latency both ways: hosts of one kind share a model
+    // (perf_key), and each one's link is weighed apart
+    // (DeviceSnapshot::round_trip), so one host's slow link does not make its
+    // twin on a fast one look slow.
+    if (done->status == protocol::Status::ok) {
+      const double link = core_.links().get(host_node, node()).latency_seconds +
+                          core_.links().get(node(), host_node).latency_seconds;
+      core_.models().record(task->kernel->name, perf_key(), task->bytes, std::max(done->seconds, round_trip - link));
+    }
   } catch (const RemoteError& e) {
     if (task->kernel->cpu)  // before handing it over: the CPU may finish and free it at once
       log().warn("{}: {} failed ({}); running it on the CPU", task->label(), name(), e.what());
