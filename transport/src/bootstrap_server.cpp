@@ -1,6 +1,9 @@
 // The bootstrap's listening side: one thread, poll over non-blocking
 // sockets, a small state machine per peer (hello -> auth -> welcome) with a
-// deadline; nothing here blocks on a peer.
+// deadline; nothing here blocks on a peer. The same loop serves ferryd's
+// sockets that ferryd opened itself (--connect), and, in a runtime that
+// listens for such hosts, plays the client's part (client_handshake.hpp) on
+// the sockets it accepts.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -15,6 +18,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <mutex>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -24,6 +28,7 @@
 #include "ferry/transport/auth.hpp"
 #include "ferry/transport/bootstrap.hpp"
 #include "ferry/transport/worker.hpp"
+#include "client_handshake.hpp"
 #include "handshake.hpp"
 #include "worker_impl.hpp"
 
@@ -87,16 +92,23 @@ class RateLimit {
 
 class BootstrapServer::Impl {
  public:
-  Impl(std::shared_ptr<Worker> worker, Options options, AcceptHandler on_accept, RefusedHandler on_refused)
+  Impl(std::shared_ptr<Worker> worker, Options options, AcceptHandler on_accept, RefusedHandler on_refused,
+       std::optional<DialOptions> client = std::nullopt, DialedHandler on_dialed = {})
       : worker_(std::move(worker)),
         options_(std::move(options)),
         on_accept_(std::move(on_accept)),
         on_refused_(std::move(on_refused)),
+        client_(std::move(client)),
+        on_dialed_(std::move(on_dialed)),
         host_key_(options_.host_key ? *options_.host_key : KeyPair::generate()),
         limit_(options_.per_address_rate, options_.per_address_burst),
         aes_(preferred_cipher() == Cipher::aes256gcm) {
-    if (options_.token.empty() && !options_.authorize)
+    if (client_) {
+      if (client_->token.empty() && !client_->identity)
+        throw UsageError("listening for ferryd hosts needs a token or a key (ferry keygen)");
+    } else if (options_.token.empty() && !options_.authorize) {
       throw UsageError("the bootstrap needs a token, authorized keys, or both");
+    }
     worker_address_ = worker_->address();
     open_socket();
     if (::pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) {
@@ -124,8 +136,45 @@ class BootstrapServer::Impl {
   std::uint16_t port() const noexcept { return port_; }
   const PublicKey& host_key() const noexcept { return host_key_.public_key(); }
 
+  std::string connect_out(const std::string& host, std::uint16_t port, Outcome outcome) {
+    if (client_) throw UsageError("a bootstrap listening for ferryd hosts does not dial them");
+    sockaddr_storage address{};
+    const auto length = resolve(host, port, address);
+    const auto text = format_sockaddr(address);
+    const int fd = ::socket(address.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) throw Error(fmt::format("cannot connect to {}: socket: {}", text, std::strerror(errno)));
+    if (::connect(fd, reinterpret_cast<const sockaddr*>(&address), length) != 0 && errno != EINPROGRESS) {
+      const int error = errno;
+      ::close(fd);
+      throw Error(fmt::format("cannot connect to {}: {}", text, std::strerror(error)));
+    }
+    // Connected or not yet: the poll loop sees either the client's hello
+    // or the error, and the deadline covers both.
+    const int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    auto peer = std::make_unique<Pending>();
+    peer->fd = fd;
+    peer->address = text;
+    peer->deadline = Clock::now() + options_.deadline;
+    peer->outcome = std::move(outcome);
+    log().debug("bootstrap: connecting to {}", text);
+    {
+      std::lock_guard lock(outgoing_mutex_);
+      if (closed_) {
+        ::close(fd);
+        throw Error(fmt::format("cannot connect to {}: the bootstrap stopped", text));
+      }
+      outgoing_.push_back(std::move(peer));
+    }
+    const char byte = 1;
+    [[maybe_unused]] auto n = ::write(wake_[1], &byte, 1);
+    return text;
+  }
+
  private:
-  enum class Stage { hello, auth, flushing };
+  // A server's peer says hello then auth; a listening client's (reverse)
+  // answers with a challenge then a welcome.
+  enum class Stage { hello, auth, challenge, welcome, flushing };
   struct Pending {
     int fd = -1;
     std::string address;
@@ -140,6 +189,10 @@ class BootstrapServer::Impl {
     protocol::Challenge challenge;
     std::unique_ptr<handshake::Exchange> exchange;
     std::unique_ptr<SecureChannel> channel;
+    std::unique_ptr<ClientHandshake> client;  // the client's part (reverse)
+    Outcome outcome;                           // a socket we opened: told how it ended
+    bool admitted = false;
+    std::string failure;  // why it ended, when not admitted
   };
 
   void open_socket() {
@@ -196,6 +249,11 @@ class BootstrapServer::Impl {
         }
       }
       if (stopping_) break;
+      {
+        std::lock_guard lock(outgoing_mutex_);
+        for (auto& peer : outgoing_) pending_.push_back(std::move(peer));
+        outgoing_.clear();
+      }
       // pending_ may grow below; fds covers the peers there were.
       const std::size_t polled = fds.size() - 2;
       for (std::size_t i = 0; i < polled; ++i) {
@@ -211,8 +269,28 @@ class BootstrapServer::Impl {
     // waiting in a backlog nobody reads.
     ::close(listen_fd_);
     listen_fd_ = -1;
-    for (auto& peer : pending_) ::close(peer->fd);
+    {
+      std::lock_guard lock(outgoing_mutex_);
+      closed_ = true;  // connect_out refuses from now on: nobody would take its socket
+      for (auto& peer : outgoing_) pending_.push_back(std::move(peer));
+      outgoing_.clear();
+    }
+    for (auto& peer : pending_) {
+      if (!peer->done) peer->failure = "the bootstrap stopped";
+      ended(*peer);
+    }
     pending_.clear();
+  }
+
+  // Closes the socket; tells whoever opened it how it went.
+  void ended(Pending& peer) {
+    ::close(peer.fd);
+    if (!peer.outcome) return;
+    try {
+      peer.outcome(peer.admitted ? std::string() : peer.failure.empty() ? "the handshake failed" : peer.failure);
+    } catch (const std::exception& e) {
+      log().error("bootstrap: outcome handler threw: {}", e.what());
+    }
   }
 
   void accept_all() {
@@ -254,6 +332,17 @@ class BootstrapServer::Impl {
       peer->address = text;
       peer->deadline = now + options_.deadline;
       log().debug("bootstrap: connection from {}", text);
+      if (client_) {
+        try {
+          peer->client = std::make_unique<ClientHandshake>(*client_, text, true);
+        } catch (const std::exception& e) {
+          log().error("bootstrap: {}", e.what());
+          ::close(fd);
+          continue;
+        }
+        peer->stage = Stage::challenge;
+        send(*peer, peer->client->hello());
+      }
       pending_.push_back(std::move(peer));
     }
   }
@@ -274,14 +363,15 @@ class BootstrapServer::Impl {
       refused(*peer, why);
       peer->done = true;
     }
-    std::erase_if(pending_, [](const std::unique_ptr<Pending>& peer) {
+    std::erase_if(pending_, [this](const std::unique_ptr<Pending>& peer) {
       if (!peer->done) return false;
-      ::close(peer->fd);
+      ended(*peer);
       return true;
     });
   }
 
-  void refused(const Pending& peer, const std::string& why) {
+  void refused(Pending& peer, const std::string& why) {
+    peer.failure = why;
     if (!on_refused_) return;
     try {
       on_refused_(peer.address, handshake::printable(peer.hello.client, protocol::max_string_bytes), why);
@@ -292,6 +382,7 @@ class BootstrapServer::Impl {
 
   void receive(Pending& peer) {
     std::byte chunk[4096];
+    bool hung_up = false;
     for (;;) {
       const ssize_t n = ::recv(peer.fd, chunk, sizeof chunk, 0);
       if (n > 0) {
@@ -301,14 +392,14 @@ class BootstrapServer::Impl {
         continue;
       }
       if (n == 0) {
-        log().debug("bootstrap: {} hung up during the handshake", peer.address);
-        refused(peer, "hung up during the handshake");
-        peer.done = true;
-        return;
+        // ferryd's welcome comes with its end of the socket closing: read what came first.
+        hung_up = true;
+        break;
       }
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) break;
       log().debug("bootstrap: {}: {}", peer.address, std::strerror(errno));
+      peer.failure = std::strerror(errno);
       peer.done = true;
       return;
     }
@@ -316,18 +407,35 @@ class BootstrapServer::Impl {
       const auto length = handshake::frame_length(peer.in.data());
       if (length == 0 || length > handshake::max_frame_bytes)
         return garbage(peer, fmt::format("a frame of {} bytes (at most {})", length, handshake::max_frame_bytes));
-      if (peer.in.size() < 4 + length) return;
+      if (peer.in.size() < 4 + length) break;
       std::vector<std::byte> body(peer.in.begin() + 4, peer.in.begin() + 4 + length);
       peer.in.erase(peer.in.begin(), peer.in.begin() + 4 + length);
       try {
-        if (peer.stage == Stage::hello) {
-          on_hello(peer, std::move(body));
-        } else {
-          on_auth(peer, body);
+        switch (peer.stage) {
+          case Stage::hello: on_hello(peer, std::move(body)); break;
+          case Stage::auth: on_auth(peer, body); break;
+          case Stage::challenge:
+            peer.stage = Stage::welcome;
+            send(peer, peer.client->on_challenge(std::move(body), worker_address_));
+            break;
+          case Stage::welcome: on_welcome(peer, body); break;
+          case Stage::flushing: break;
         }
       } catch (const ProtocolError& e) {
         return garbage(peer, e.what());
+      } catch (const std::exception& e) {
+        // The client's part: ferryd refused us, or we it (DialRefused names which and why).
+        if (!peer.client) throw;
+        log().warn("bootstrap: ferryd dialling in from {}: {}", peer.address, e.what());
+        refused(peer, e.what());
+        peer.done = true;
+        return;
       }
+    }
+    if (hung_up && !peer.done) {
+      log().debug("bootstrap: {} hung up during the handshake", peer.address);
+      refused(peer, "hung up during the handshake");
+      peer.done = true;
     }
   }
 
@@ -414,6 +522,7 @@ class BootstrapServer::Impl {
 
     Peer who;
     who.address = peer.address;
+    who.dialled_out = static_cast<bool>(peer.outcome);
     who.client = handshake::printable(peer.hello.client);
     if (!all_zero(peer.hello.identity)) {
       const PublicKey key = peer.hello.identity;
@@ -446,6 +555,19 @@ class BootstrapServer::Impl {
     admit(peer, who, auth->worker_address, digest);
   }
 
+  // A ferryd that dialled in is authenticated both ways: its connection,
+  // made on the progress thread so the handler sets its handlers before
+  // anything arrives.
+  void on_welcome(Pending& peer, std::span<const std::byte> sealed) {
+    worker_->call([&] {
+      on_dialed_(peer.client->on_welcome(sealed, worker_, peer.address, {}, {}));
+      return 0;
+    });
+    log().debug("bootstrap: ferryd dialled in from {}", peer.address);
+    peer.admitted = true;
+    peer.done = true;
+  }
+
   void admit(Pending& peer, const Peer& who, const protocol::Bytes& client_address,
              const handshake::Digest& digest) {
     SecureChannel* seal = peer.channel.get();
@@ -462,6 +584,7 @@ class BootstrapServer::Impl {
           if (who.key_name == "token" && !who.key) welcome->mac = auth_mac(options_.token, digest, "server");
           welcome->encrypted = who.encrypted ? 1 : 0;
           welcome->worker_address = worker_address_;
+          peer.admitted = true;
         } else {
           connection->close();
         }
@@ -482,6 +605,8 @@ class BootstrapServer::Impl {
   Options options_;
   AcceptHandler on_accept_;
   RefusedHandler on_refused_;
+  std::optional<DialOptions> client_;  // set: the client's part on accepted sockets
+  DialedHandler on_dialed_;
   KeyPair host_key_;
   RateLimit limit_;
   bool aes_;
@@ -491,6 +616,9 @@ class BootstrapServer::Impl {
   std::uint16_t port_ = 0;
   std::atomic<bool> stopping_{false};
   std::vector<std::unique_ptr<Pending>> pending_;
+  std::mutex outgoing_mutex_;
+  std::vector<std::unique_ptr<Pending>> outgoing_;  // connect_out's, for the thread to take
+  bool closed_ = false;                             // the thread is gone (outgoing_mutex_)
   Clock::time_point paused_until_{};
   Clock::time_point last_fd_warning_{}, last_rate_warning_{}, last_full_warning_{};
   std::uint64_t refused_rate_ = 0, refused_full_ = 0;
@@ -501,7 +629,14 @@ BootstrapServer::BootstrapServer(std::shared_ptr<Worker> worker, Options options
                                  RefusedHandler on_refused)
     : impl_(std::make_unique<Impl>(std::move(worker), std::move(options), std::move(on_accept),
                                    std::move(on_refused))) {}
+BootstrapServer::BootstrapServer(std::shared_ptr<Worker> worker, Options options, DialOptions client,
+                                 DialedHandler on_dialed, RefusedHandler on_refused)
+    : impl_(std::make_unique<Impl>(std::move(worker), std::move(options), AcceptHandler{}, std::move(on_refused),
+                                   std::move(client), std::move(on_dialed))) {}
 BootstrapServer::~BootstrapServer() = default;
+std::string BootstrapServer::connect_out(const std::string& host, std::uint16_t port, Outcome outcome) {
+  return impl_->connect_out(host, port, std::move(outcome));
+}
 std::uint16_t BootstrapServer::port() const noexcept { return impl_->port(); }
 const PublicKey& BootstrapServer::host_key() const noexcept { return impl_->host_key(); }
 void BootstrapServer::stop() { impl_->stop(); }
