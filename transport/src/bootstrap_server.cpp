@@ -111,6 +111,8 @@ class BootstrapServer::Impl {
     }
     worker_address_ = worker_->address();
     open_socket();
+    waker_ = std::make_shared<Waker>();
+    int* wake_ = waker_->fds;
     if (::pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) {
       ::close(listen_fd_);
       throw_system_error("pipe2", errno);
@@ -123,14 +125,12 @@ class BootstrapServer::Impl {
     if (thread_.joinable()) thread_.join();
     for (auto& peer : pending_) ::close(peer->fd);
     if (listen_fd_ >= 0) ::close(listen_fd_);
-    ::close(wake_[0]);
-    ::close(wake_[1]);
   }
 
   void stop() {
     if (stopping_.exchange(true)) return;
     const char byte = 1;
-    [[maybe_unused]] auto n = ::write(wake_[1], &byte, 1);
+    [[maybe_unused]] auto n = ::write(waker_->fds[1], &byte, 1);
   }
 
   std::uint16_t port() const noexcept { return port_; }
@@ -167,14 +167,15 @@ class BootstrapServer::Impl {
       outgoing_.push_back(std::move(peer));
     }
     const char byte = 1;
-    [[maybe_unused]] auto n = ::write(wake_[1], &byte, 1);
+    [[maybe_unused]] auto n = ::write(waker_->fds[1], &byte, 1);
     return text;
   }
 
  private:
   // A server's peer says hello then auth; a listening client's (reverse)
   // answers with a challenge then a welcome.
-  enum class Stage { hello, auth, challenge, welcome, flushing };
+  // `wiring`: ferryd dialled out, its welcome waits for its UCX endpoint's wireup.
+  enum class Stage { hello, auth, challenge, welcome, wiring, flushing };
   struct Pending {
     int fd = -1;
     std::string address;
@@ -193,6 +194,8 @@ class BootstrapServer::Impl {
     Outcome outcome;                           // a socket we opened: told how it ended
     bool admitted = false;
     std::string failure;  // why it ended, when not admitted
+    std::vector<std::byte> welcome;               // wiring: sent once wired
+    std::shared_ptr<std::atomic<int>> wired;      // wiring: 0 not yet, 1 done, 2 failed
   };
 
   void open_socket() {
@@ -224,13 +227,13 @@ class BootstrapServer::Impl {
     while (!stopping_) {
       const auto now = Clock::now();
       fds.clear();
-      fds.push_back({wake_[0], POLLIN, 0});
+      fds.push_back({waker_->fds[0], POLLIN, 0});
       const bool accepting = now >= paused_until_;
       fds.push_back({accepting ? listen_fd_ : -1, POLLIN, 0});
       auto next = accepting ? Clock::time_point::max() : paused_until_;
       for (auto& peer : pending_) {
         short events = peer->out_done < peer->out.size() ? POLLOUT : 0;
-        if (peer->stage != Stage::flushing) events |= POLLIN;
+        if (peer->stage != Stage::flushing && peer->stage != Stage::wiring) events |= POLLIN;
         fds.push_back({peer->fd, events, 0});
         next = std::min(next, peer->deadline);
       }
@@ -245,7 +248,7 @@ class BootstrapServer::Impl {
       }
       if (fds[0].revents != 0) {
         char sink[64];
-        while (::read(wake_[0], sink, sizeof sink) > 0) {
+        while (::read(waker_->fds[0], sink, sizeof sink) > 0) {
         }
       }
       if (stopping_) break;
@@ -261,6 +264,7 @@ class BootstrapServer::Impl {
         const short revents = fds[i + 2].revents;
         if ((revents & POLLOUT) != 0) flush(peer);
         if ((revents & (POLLIN | POLLHUP | POLLERR)) != 0 && !peer.done) receive(peer);
+        if (peer.stage == Stage::wiring && !peer.done) wired(peer);
       }
       if ((fds[1].revents & POLLIN) != 0) accept_all();
       reap(Clock::now());
@@ -572,6 +576,7 @@ class BootstrapServer::Impl {
              const handshake::Digest& digest) {
     SecureChannel* seal = peer.channel.get();
     std::vector<std::byte> reply;
+    std::shared_ptr<Connection> made;
     try {
       // On the progress thread at once: the connection's first sealed
       // message must follow the welcome's number, and nothing the session
@@ -585,6 +590,7 @@ class BootstrapServer::Impl {
           welcome->encrypted = who.encrypted ? 1 : 0;
           welcome->worker_address = worker_address_;
           peer.admitted = true;
+          made = connection;
         } else {
           connection->close();
         }
@@ -597,8 +603,36 @@ class BootstrapServer::Impl {
     }
     log().debug("bootstrap: {} ({}) in as {}, {}", who.address, who.client, who.key_name,
                 who.encrypted ? to_string(who.cipher) : "plaintext");
+    if (peer.outcome && made) {
+      // We dialled out: the client may not be able to reach our UCX worker
+      // (NAT), only answer on the connection ours opens to it. Its endpoint,
+      // made when the welcome comes, takes that connection over once our
+      // endpoint's wireup is done: so the welcome waits for it.
+      peer.stage = Stage::wiring;
+      peer.welcome = std::move(reply);
+      peer.wired = std::make_shared<std::atomic<int>>(0);
+      made->flush([wired = peer.wired, waker = waker_](const std::string& error) {
+        wired->store(error.empty() ? 1 : 2);
+        waker->poke();
+      });
+      return;
+    }
     peer.stage = Stage::flushing;
     send(peer, reply);
+  }
+
+  void wired(Pending& peer) {
+    const int state = peer.wired->load();
+    if (state == 0) return;
+    if (state == 2) {
+      log().info("bootstrap: dropped {}: its UCX endpoint did not connect", peer.address);
+      peer.admitted = false;
+      refused(peer, "the UCX endpoint to it did not connect");
+      peer.done = true;
+      return;
+    }
+    peer.stage = Stage::flushing;
+    send(peer, peer.welcome);
   }
 
   std::shared_ptr<Worker> worker_;
@@ -612,7 +646,19 @@ class BootstrapServer::Impl {
   bool aes_;
   std::vector<std::uint8_t> worker_address_;
   int listen_fd_ = -1;
-  int wake_[2] = {-1, -1};
+  // The self-pipe; shared with callbacks that may outlive this (a flush's).
+  struct Waker {
+    int fds[2] = {-1, -1};
+    ~Waker() {
+      if (fds[0] >= 0) ::close(fds[0]);
+      if (fds[1] >= 0) ::close(fds[1]);
+    }
+    void poke() const {
+      const char byte = 1;
+      [[maybe_unused]] auto n = ::write(fds[1], &byte, 1);
+    }
+  };
+  std::shared_ptr<Waker> waker_;
   std::uint16_t port_ = 0;
   std::atomic<bool> stopping_{false};
   std::vector<std::unique_ptr<Pending>> pending_;
