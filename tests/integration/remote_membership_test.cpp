@@ -115,6 +115,18 @@ TEST(ReverseConnection, TheListenerDropsASilentPeerAtItsDeadline) {
   for (const auto& d : rt.devices()) EXPECT_NE(d.kind, ferry::DeviceKind::remote) << d.name;
 }
 
+TEST(ReverseConnection, BadConnectCommandLinesExitWithTwo) {
+  FerrydProcess token_holder;
+  const std::string token = token_holder.token_file().string();
+  std::string out;
+  EXPECT_EQ(FerrydProcess::run_to_exit({"--token-file", token}, &out), 2) << out;
+  EXPECT_NE(out.find("--listen"), std::string::npos) << out;
+  EXPECT_EQ(FerrydProcess::run_to_exit({"--token-file", token, "--connect", "127.0.0.1:0"}, &out), 2) << out;
+  EXPECT_NE(out.find("port"), std::string::npos) << out;
+  EXPECT_EQ(FerrydProcess::run_to_exit({"--token-file", token, "--connect", "no-such-host.invalid:7070"}, &out), 2);
+  EXPECT_NE(out.find("no-such-host.invalid"), std::string::npos) << out;
+}
+
 // ---- adding and removing hosts mid-run ----
 
 TEST(ElasticPool, AHostAddedMidRunGetsWork) {
