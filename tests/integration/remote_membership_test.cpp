@@ -12,6 +12,7 @@
 #include "builtin_comparison.hpp"
 #include "ferry/ferry.hpp"
 #include "ferryd_process.hpp"
+#include "ferry/transport/identity.hpp"
 
 namespace {
 
@@ -113,6 +114,34 @@ TEST(ReverseConnection, TheListenerDropsASilentPeerAtItsDeadline) {
   EXPECT_EQ(n, 0) << "the silent peer was not dropped: " << std::strerror(errno);
   ::close(fd);
   for (const auto& d : rt.devices()) EXPECT_NE(d.kind, ferry::DeviceKind::remote) << d.name;
+}
+
+TEST(ReverseConnection, WithKeysOnlyAHostListedInKnownHostsGetsIn) {
+  FerrydProcess holder;  // a fresh folder
+  const auto dir = holder.dir();
+  const auto client = ferry::transport::KeyPair::generate();
+  client.write(dir / "id");
+  const auto host = ferry::transport::KeyPair::generate();
+  host.write(dir / "host_key");
+  std::ofstream(dir / "authorized") << ferry::transport::public_key_line(client.public_key(), "tester") << '\n';
+  std::ofstream(dir / "known_hosts").flush();
+  auto options = base_options({});
+  options.identity = dir / "id";
+  options.known_hosts = dir / "known_hosts";
+  options.listen = "127.0.0.1:0";
+  ferry::Runtime rt(options);
+  FerrydProcess server({"--connect", "127.0.0.1:" + std::to_string(rt.listen_port()), "--authorized-keys",
+                        (dir / "authorized").string(), "--host-key", (dir / "host_key").string()});
+  ASSERT_TRUE(server.wait_for_log("cannot serve the client listening at")) << server.log();
+  EXPECT_TRUE(wait_for_remote(rt, "", 500ms).empty()) << "a host whose key nobody listed was let in";
+  // Listed under any name: its next call gets in (ferryd redials with backoff).
+  std::ofstream(dir / "known_hosts") << "gpu-desk " << ferry::transport::public_key_line(host.public_key(), "") << '\n';
+  const std::string name = wait_for_remote(rt);
+  ASSERT_FALSE(name.empty()) << server.log();
+  EXPECT_EQ(name, "remote:" + ferry::transport::fingerprint(host.public_key()));
+  auto x = rt.buffer<float>(100);
+  std::ranges::fill(x.host(), 1.0f);
+  EXPECT_EQ(rt.submit("sum", ferry::read(x), on_device(name)).result(), 100.0);
 }
 
 TEST(ReverseConnection, BadConnectCommandLinesExitWithTwo) {

@@ -430,7 +430,7 @@ class BootstrapServer::Impl {
       } catch (const std::exception& e) {
         // The client's part: ferryd refused us, or we it (DialRefused names which and why).
         if (!peer.client) throw;
-        log().warn("bootstrap: ferryd dialling in from {}: {}", peer.address, e.what());
+        log().warn("bootstrap: {}", e.what());  // names the peer
         refused(peer, e.what());
         peer.done = true;
         return;
