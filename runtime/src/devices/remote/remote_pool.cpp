@@ -79,7 +79,12 @@ void RemotePool::start() {
     add_host(address, false);
   }
   if (!options.listen.empty()) listen();
-  thread_ = std::thread([this] { pool_loop(); });
+  if (listener_ || !dns_.empty()) start_thread();
+}
+
+void RemotePool::start_thread() {
+  // Only a pool that discovers or listens has work for it.
+  std::call_once(thread_started_, [this] { thread_ = std::thread([this] { pool_loop(); }); });
 }
 
 void RemotePool::stop() {
@@ -139,6 +144,7 @@ void RemotePool::add(const std::string& entry) {
   added.name = name;
   added.port = port;
   reconcile(added);
+  start_thread();
 }
 
 void RemotePool::add_host(const std::string& address, bool discovered) {

@@ -70,6 +70,7 @@ class RemotePool {
   void dialled_in(transport::Dialed dialed);  // progress thread: queued for the pool thread
   void welcome_host(transport::Dialed dialed);
   void pool_loop();
+  void start_thread();
 
   RuntimeCore& core_;
   std::mutex membership_mutex_;  // add, remove, discovery, arrivals: one at a time
@@ -84,6 +85,7 @@ class RemotePool {
   std::condition_variable queue_cv_;
   std::deque<transport::Dialed> arrivals_;
   bool stopping_ = false;
+  std::once_flag thread_started_;
   std::thread thread_;
 };
 
