@@ -423,7 +423,8 @@ class BootstrapServer::Impl {
             send(peer, peer.client->on_challenge(std::move(body), worker_address_));
             break;
           case Stage::welcome: on_welcome(peer, body); break;
-          case Stage::flushing: break;
+          case Stage::wiring:
+          case Stage::flushing: break;  // not read from in these stages
         }
       } catch (const ProtocolError& e) {
         return garbage(peer, e.what());
