@@ -69,6 +69,14 @@ TEST(ReverseConnection, FerrydDialsAListeningRuntimeAndRunsTasksLikeTheCpu) {
   EXPECT_TRUE(name.starts_with("remote:SHA256:")) << name << ": a host that dials in is named by its host key";
   ferry::test::expect_every_builtin_matches_the_cpu(rt, name.substr(std::string("remote:").size()), 0.0);
   EXPECT_TRUE(server.wait_for_log("connected to the client listening at 127.0.0.1:")) << server.log();
+  const std::string fingerprint = name.substr(std::string("remote:").size());
+  rt.remove_remote(fingerprint);
+  EXPECT_TRUE(is_down(rt, name));
+  ASSERT_TRUE(server.wait_for_log("went away; dialling it again")) << server.log();
+  std::this_thread::sleep_for(1s);  // it calls again (backoff from 250 ms): refused while removed
+  EXPECT_TRUE(wait_for_remote(rt, "", 10ms).empty()) << "a removed host came back on its own";
+  rt.add_remote(fingerprint);
+  EXPECT_EQ(wait_for_remote(rt), name) << server.log();
 }
 
 TEST(ReverseConnection, FerrydDialsAgainWhenTheClientComesBack) {

@@ -256,7 +256,10 @@ class Runtime {
   // queued tasks move to the CPU, tasks running there finish, and data only
   // it holds comes home first. An address not (or already) in the pool is a
   // UsageError. A removed host stays listed in devices(), "down: removed
-  // from the pool", and rejoins when added again.
+  // from the pool", and rejoins when added again. A host that dialled in
+  // (Options::listen) goes by its name without "remote:" (its host key's
+  // fingerprint); once removed, its calls are closed until add_remote
+  // names it again.
   void add_remote(const std::string& address);
   void remove_remote(const std::string& address);
   // The port Options::listen bound (useful with port 0); 0 when not listening.

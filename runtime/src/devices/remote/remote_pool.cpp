@@ -136,7 +136,14 @@ RemoteDevice* RemotePool::find(const std::string& address) const {
 
 void RemotePool::add(const std::string& entry) {
   std::lock_guard lock(membership_mutex_);
-  if (!is_dns(entry)) return add_host(remote_address(entry), false);
+  if (!is_dns(entry)) {
+    // A host that dialled in, removed before: back in at its next call.
+    if (RemoteDevice* known = find(entry); known != nullptr && known->reverse()) {
+      if (!known->retired()) throw UsageError(fmt::format("remote {} is in the pool already", entry));
+      return known->rejoin();
+    }
+    return add_host(remote_address(entry), false);
+  }
   auto [name, port] = dns_name(entry);
   const std::string key = fmt::format("{}:{}", name, port);
   if (dns_.contains(key)) throw UsageError(fmt::format("remote {} is in the pool already", entry));
@@ -185,8 +192,9 @@ void RemotePool::remove(const std::string& entry) {
     dns_.erase(it);
     return;
   }
-  const std::string address = remote_address(entry);
-  RemoteDevice* device = find(address);
+  // A host that dialled in goes by its key's fingerprint, which is no host:port.
+  RemoteDevice* device = find(entry);
+  if (device == nullptr) device = find(remote_address(entry));
   if (device == nullptr || device->retired())
     throw UsageError(fmt::format("remote {} is not in the pool", entry));
   device->retire();
@@ -278,7 +286,12 @@ void RemotePool::welcome_host(transport::Dialed dialed) {
     }
     log().info("ferryd {} dialled in: remote {}", dialed.welcome.server, key);
   }
-  if (device->retired()) device->rejoin();
+  if (device->retired()) {
+    // Removed by the program: it stays out until add_remote names it.
+    log().debug("ferryd {} ({}) dialled in, but was removed from the pool: closed", dialed.welcome.server, key);
+    dialed.connection->close();
+    return;
+  }
   core_.worker()->call([&] {
     device->adopt(std::move(dialed));
     return 0;
