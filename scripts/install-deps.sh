@@ -14,6 +14,7 @@ packages=(
   prometheus-cpp-dev libcivetweb-dev  # ferryd: metrics and its HTTP port
   clang libclang-rt-14-dev          # the protocol fuzzer (libFuzzer)
   iproute2 ucx-utils                # two-namespace test (ip netns); ucx_perftest, the transfer peer
+  nftables                          # reverse-connection test: a namespace that drops inbound connections
   python3-dev python3-venv          # the ferry Python package (built by pip into a virtual environment)
 )
 

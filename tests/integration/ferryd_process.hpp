@@ -86,8 +86,11 @@ class FerrydProcess {
   static std::vector<std::string> server_args(std::uint16_t port, const std::filesystem::path& token_file,
                                               const std::filesystem::path& port_file,
                                               const std::vector<std::string>& extra) {
-    std::vector<std::string> args{"--listen",    "127.0.0.1:" + std::to_string(port), "--token-file", token_file.string(),
-                                  "--port-file", port_file.string(),                  "--workers",    "2"};
+    std::vector<std::string> args{"--token-file", token_file.string(), "--port-file", port_file.string(), "--workers",
+                                  "2"};
+    // The test's own --listen (another loopback address) replaces the default.
+    if (std::find(extra.begin(), extra.end(), "--listen") == extra.end())
+      args.insert(args.begin(), {"--listen", "127.0.0.1:" + std::to_string(port)});
     const bool names_gpus = std::any_of(extra.begin(), extra.end(), [](const std::string& a) {
       return a == "--gpus" || a.starts_with("--gpus=");
     });

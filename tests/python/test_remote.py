@@ -24,6 +24,22 @@ def test_remote_run_through_local_server(server):
         assert "remote" in rt._repr_html_()
 
 
+def test_a_host_added_and_removed_while_the_program_runs(server):
+    with ferry.Runtime(token=server.token, workers=1) as rt:
+        assert not any(d["kind"] == "remote" for d in rt.devices())
+        rt.add_remote(server.address)
+        x = rt.array(np.arange(1000, dtype=np.float64))
+        y = rt.zeros(1000, np.float64)
+        f = rt.axpy(x, y, 2.0, on="remote")
+        f.result()
+        assert f.device == "remote:" + server.address
+        rt.remove_remote(server.address)  # y's only current copy comes home first
+        np.testing.assert_array_equal(y.numpy(), 2 * np.arange(1000))
+        with pytest.raises(ferry.UsageError):
+            rt.remove_remote(server.address)
+        assert rt.listen_port == 0
+
+
 def test_python_tasks_never_go_remote(server):
     with ferry.Runtime(remotes=[server.address], token=server.token, workers=1) as rt:
         @rt.task(writes=["y"])

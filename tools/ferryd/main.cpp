@@ -276,15 +276,18 @@ int serve(const Options& options, int signal_fd) {
   {
     Server server(state, keys ? &*keys : nullptr);
     transport::BootstrapServer::Options bootstrap;
-    bootstrap.host = options.listen_host;
+    // Dialling out only: a front door on loopback, for local clients.
+    bootstrap.host = options.listen_host.empty() ? "127.0.0.1" : options.listen_host;
     bootstrap.port = options.listen_port;
     bootstrap.token = options.token;
     bootstrap.host_key = load_host_key(options.host_key);
     bootstrap.allow_plaintext = options.plaintext;
     bootstrap.encrypt_loopback = options.encrypt_loopback;
+    const std::string bootstrap_host = bootstrap.host;
     const std::uint16_t port = server.listen(std::move(bootstrap));
     if (!options.port_file.empty()) write_port_file(options.port_file, port);
-    log().info("ferryd listening on {}:{} (transports: {})", options.listen_host, port, state.worker->transports());
+    log().info("ferryd listening on {}:{} (transports: {})", bootstrap_host, port, state.worker->transports());
+    for (const auto& [host, client_port] : options.connect) server.dial(host, client_port);
     log().info("host key {}; clients sign in with {}{}{}", transport::fingerprint(server.host_key()),
                options.token.empty() ? "" : "the token",
                !options.token.empty() && keys ? " or " : "",

@@ -67,8 +67,14 @@ Parsed parse_options(int argc, char** argv) {
   app.set_version_flag("--version", config::version);
 
   std::string listen, gpus = "all", metrics, memory_limit, client_quota, gpu_memory;
+  std::vector<std::string> connect;
   Options o;
-  app.add_option("--listen", listen, "address to accept clients on, HOST:PORT (port 0: any free port)")->required();
+  app.add_option("--listen", listen,
+                 "address to accept clients on, HOST:PORT (port 0: any free port); required unless --connect is "
+                 "given (then 127.0.0.1:0)");
+  app.add_option("--connect", connect,
+                 "dial a client runtime that listens (FERRY_LISTEN) at HOST:PORT and serve it, redialling when it "
+                 "goes away: for a host that cannot accept connections (behind NAT); repeatable");
   app.add_option("--token-file", o.token_file, "file holding the pre-shared token clients authenticate with");
   app.add_option("--authorized-keys", o.authorized_keys,
                  "file of client keys (ferry keygen) that may sign in, one per line with a name and options; "
@@ -109,8 +115,17 @@ Parsed parse_options(int argc, char** argv) {
   }
 
   try {
-    std::tie(o.listen_host, o.listen_port) = transport::parse_address(listen);
-    check_host("--listen", o.listen_host);
+    if (listen.empty() && connect.empty()) throw UsageError("--listen HOST:PORT is required (or --connect HOST:PORT)");
+    if (!listen.empty()) {
+      std::tie(o.listen_host, o.listen_port) = transport::parse_address(listen);
+      check_host("--listen", o.listen_host);
+    }
+    for (const std::string& address : connect) {
+      auto [host, port] = transport::parse_address(address);
+      if (port == 0) throw UsageError(fmt::format("--connect {}: the client's port is needed", address));
+      check_host("--connect", host);
+      o.connect.emplace_back(std::move(host), port);
+    }
     o.gpus = parse_gpus(gpus);
     if (!metrics.empty()) {
       // ":9400" means loopback: metrics say who the clients are, so serving

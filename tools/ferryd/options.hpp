@@ -10,8 +10,11 @@
 namespace ferry::ferryd {
 
 struct Options {
-  std::string listen_host;
+  std::string listen_host;  // empty with --connect and no --listen: 127.0.0.1, any port
   std::uint16_t listen_port = 0;
+  // --connect: client runtimes that listen (Options::listen), HOST and PORT;
+  // ferryd dials each and redials when it goes away.
+  std::vector<std::pair<std::string, std::uint16_t>> connect;
   std::filesystem::path token_file;
   std::string token;  // read from token_file while parsing, so a bad file is a bad command line
   std::filesystem::path authorized_keys;  // clients' Ed25519 keys (checked while parsing)

@@ -2,8 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <vector>
 
+#include "ferry/error.hpp"
 #include "ferry/log.hpp"
 #include "session.hpp"
 
@@ -12,6 +14,8 @@ namespace ferry::ferryd {
 Server::Server(ServerState& state, KeyRing* keys) : state_(state), keys_(keys) {}
 
 Server::~Server() {
+  if (bootstrap_) bootstrap_->stop();
+  stop_dialling();
   // First, and here: its thread may be waiting on the progress thread.
   bootstrap_.reset();
   // Sessions hold connections of the worker; release them on its thread, as every UCX object must be.
@@ -64,8 +68,18 @@ protocol::Message Server::accept(const transport::Peer& peer, std::shared_ptr<tr
     if (!found) return protocol::ErrorMessage{protocol::Status::auth_failed, "the key was withdrawn"};
     grant = std::move(*found);
   }
+  if (peer.dialled_out) {
+    std::lock_guard lock(dial_mutex_);
+    dialled_live_.insert(peer.address);
+  }
   auto session = std::make_shared<Session>(state_, std::move(connection), peer, grant,
-                                           [this](Session& s) { sessions_.erase(&s); });
+                                           [this, dialled = peer.dialled_out, address = peer.address](Session& s) {
+                                             sessions_.erase(&s);
+                                             if (!dialled) return;
+                                             std::lock_guard lock(dial_mutex_);
+                                             dialled_live_.erase(dialled_live_.find(address));
+                                             dial_cv_.notify_all();
+                                           });
   session->start();
   if (state_.audit->enabled())
     state_.audit->record("authenticate", {{"peer", peer.address},
@@ -84,8 +98,65 @@ protocol::Message Server::accept(const transport::Peer& peer, std::shared_ptr<tr
   return welcome;
 }
 
+void Server::dial(const std::string& host, std::uint16_t port) {
+  if (!bootstrap_) throw UsageError("ferryd dials clients through its bootstrap: listen() first");
+  dialers_.emplace_back([this, host, port] { dial_loop(host, port); });
+}
+
+void Server::dial_loop(const std::string& host, std::uint16_t port) {
+  constexpr auto first_backoff = std::chrono::milliseconds(250);
+  constexpr auto max_backoff = std::chrono::seconds(30);
+  auto backoff = std::chrono::milliseconds(first_backoff);
+  bool warned = false;
+  std::unique_lock lock(dial_mutex_);
+  while (!stop_dialling_) {
+    lock.unlock();
+    std::string failure, address;
+    bool answered = false;
+    try {
+      // The bootstrap calls the outcome once, whatever happens (even when it stops).
+      address = bootstrap_->connect_out(host, port, [&](const std::string& why) {
+        std::lock_guard inner(dial_mutex_);
+        failure = why;
+        answered = true;
+        dial_cv_.notify_all();
+      });
+    } catch (const std::exception& e) {
+      failure = e.what();
+      answered = true;
+    }
+    lock.lock();
+    dial_cv_.wait(lock, [&] { return answered; });
+    if (failure.empty()) {
+      log().info("connected to the client listening at {}", address);
+      warned = false;
+      backoff = first_backoff;
+      dial_cv_.wait(lock, [&] { return stop_dialling_ || !dialled_live_.contains(address); });
+      if (stop_dialling_) break;
+      log().info("the client at {} went away; dialling it again", address);
+    } else if (!std::exchange(warned, true)) {
+      log().warn("cannot serve the client listening at {}:{}: {}; retrying with backoff", host, port, failure);
+    } else {
+      log().debug("dialling {}:{} again failed: {}", host, port, failure);
+    }
+    dial_cv_.wait_for(lock, backoff, [&] { return stop_dialling_; });
+    backoff = std::min<std::chrono::milliseconds>(backoff * 2, max_backoff);
+  }
+}
+
+void Server::stop_dialling() {
+  {
+    std::lock_guard lock(dial_mutex_);
+    stop_dialling_ = true;
+  }
+  dial_cv_.notify_all();
+  for (auto& dialer : dialers_) dialer.join();
+  dialers_.clear();
+}
+
 std::size_t Server::shut_down(const std::string& why) {
   if (bootstrap_) bootstrap_->stop();
+  stop_dialling();
   return state_.worker->call([this, &why] {
     state_.shutting_down = true;
     // A copy: each session leaves the map as it closes.

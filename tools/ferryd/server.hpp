@@ -2,10 +2,15 @@
 // them all down on request, and ends those whose key was withdrawn.
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <string>
+#include <thread>
 #include <unordered_map>
+#include <vector>
 
 #include "authorized_keys.hpp"
 #include "ferry/transport/bootstrap.hpp"
@@ -27,6 +32,10 @@ class Server {
   // authorize is filled in from the key ring.
   std::uint16_t listen(transport::BootstrapServer::Options options);
   const transport::PublicKey& host_key() const { return bootstrap_->host_key(); }
+  // After listen(): dials a client runtime that listens (--connect) and
+  // serves it as any other client; redials with backoff whenever the
+  // connection fails or the client goes away, until shut_down.
+  void dial(const std::string& host, std::uint16_t port);
   // Not on the progress thread: stops accepting, then tells every client
   // why and closes its connection. Returns how many clients there were.
   std::size_t shut_down(const std::string& why);
@@ -37,11 +46,21 @@ class Server {
 
  private:
   protocol::Message accept(const transport::Peer& peer, std::shared_ptr<transport::Connection> connection);
+  void dial_loop(const std::string& host, std::uint16_t port);
+  void stop_dialling();
 
   ServerState& state_;
   KeyRing* keys_;
   std::unique_ptr<transport::BootstrapServer> bootstrap_;
   std::unordered_map<const Session*, std::shared_ptr<Session>> sessions_;  // progress thread only
+
+  // --connect: one thread per client dialled; the addresses of the sessions
+  // they opened that are still alive.
+  std::mutex dial_mutex_;
+  std::condition_variable dial_cv_;
+  std::multiset<std::string> dialled_live_;
+  bool stop_dialling_ = false;
+  std::vector<std::thread> dialers_;
 };
 
 }  // namespace ferry::ferryd

@@ -1,6 +1,9 @@
 // The bootstrap's listening side: one thread, poll over non-blocking
 // sockets, a small state machine per peer (hello -> auth -> welcome) with a
-// deadline; nothing here blocks on a peer.
+// deadline; nothing here blocks on a peer. The same loop serves ferryd's
+// sockets that ferryd opened itself (--connect), and, in a runtime that
+// listens for such hosts, plays the client's part (client_handshake.hpp) on
+// the sockets it accepts.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -15,6 +18,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <mutex>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -24,6 +28,7 @@
 #include "ferry/transport/auth.hpp"
 #include "ferry/transport/bootstrap.hpp"
 #include "ferry/transport/worker.hpp"
+#include "client_handshake.hpp"
 #include "handshake.hpp"
 #include "same_host.hpp"
 #include "worker_impl.hpp"
@@ -88,18 +93,27 @@ class RateLimit {
 
 class BootstrapServer::Impl {
  public:
-  Impl(std::shared_ptr<Worker> worker, Options options, AcceptHandler on_accept, RefusedHandler on_refused)
+  Impl(std::shared_ptr<Worker> worker, Options options, AcceptHandler on_accept, RefusedHandler on_refused,
+       std::optional<DialOptions> client = std::nullopt, DialedHandler on_dialed = {})
       : worker_(std::move(worker)),
         options_(std::move(options)),
         on_accept_(std::move(on_accept)),
         on_refused_(std::move(on_refused)),
+        client_(std::move(client)),
+        on_dialed_(std::move(on_dialed)),
         host_key_(options_.host_key ? *options_.host_key : KeyPair::generate()),
         limit_(options_.per_address_rate, options_.per_address_burst),
         aes_(preferred_cipher() == Cipher::aes256gcm) {
-    if (options_.token.empty() && !options_.authorize)
+    if (client_) {
+      if (client_->token.empty() && !client_->identity)
+        throw UsageError("listening for ferryd hosts needs a token or a key (ferry keygen)");
+    } else if (options_.token.empty() && !options_.authorize) {
       throw UsageError("the bootstrap needs a token, authorized keys, or both");
+    }
     worker_address_ = worker_->address();
     open_socket();
+    waker_ = std::make_shared<Waker>();
+    int* wake_ = waker_->fds;
     if (::pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) {
       ::close(listen_fd_);
       throw_system_error("pipe2", errno);
@@ -112,21 +126,57 @@ class BootstrapServer::Impl {
     if (thread_.joinable()) thread_.join();
     for (auto& peer : pending_) ::close(peer->fd);
     if (listen_fd_ >= 0) ::close(listen_fd_);
-    ::close(wake_[0]);
-    ::close(wake_[1]);
   }
 
   void stop() {
     if (stopping_.exchange(true)) return;
     const char byte = 1;
-    [[maybe_unused]] auto n = ::write(wake_[1], &byte, 1);
+    [[maybe_unused]] auto n = ::write(waker_->fds[1], &byte, 1);
   }
 
   std::uint16_t port() const noexcept { return port_; }
   const PublicKey& host_key() const noexcept { return host_key_.public_key(); }
 
+  std::string connect_out(const std::string& host, std::uint16_t port, Outcome outcome) {
+    if (client_) throw UsageError("a bootstrap listening for ferryd hosts does not dial them");
+    sockaddr_storage address{};
+    const auto length = resolve(host, port, address);
+    const auto text = format_sockaddr(address);
+    const int fd = ::socket(address.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) throw Error(fmt::format("cannot connect to {}: socket: {}", text, std::strerror(errno)));
+    if (::connect(fd, reinterpret_cast<const sockaddr*>(&address), length) != 0 && errno != EINPROGRESS) {
+      const int error = errno;
+      ::close(fd);
+      throw Error(fmt::format("cannot connect to {}: {}", text, std::strerror(error)));
+    }
+    // Connected or not yet: the poll loop sees either the client's hello
+    // or the error, and the deadline covers both.
+    const int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    auto peer = std::make_unique<Pending>();
+    peer->fd = fd;
+    peer->address = text;
+    peer->deadline = Clock::now() + options_.deadline;
+    peer->outcome = std::move(outcome);
+    log().debug("bootstrap: connecting to {}", text);
+    {
+      std::lock_guard lock(outgoing_mutex_);
+      if (closed_) {
+        ::close(fd);
+        throw Error(fmt::format("cannot connect to {}: the bootstrap stopped", text));
+      }
+      outgoing_.push_back(std::move(peer));
+    }
+    const char byte = 1;
+    [[maybe_unused]] auto n = ::write(waker_->fds[1], &byte, 1);
+    return text;
+  }
+
  private:
-  enum class Stage { hello, auth, flushing };
+  // A server's peer says hello then auth; a listening client's (reverse)
+  // answers with a challenge then a welcome.
+  // `wiring`: ferryd dialled out, its welcome waits for its UCX endpoint's wireup.
+  enum class Stage { hello, auth, challenge, welcome, wiring, flushing };
   struct Pending {
     int fd = -1;
     std::string address;
@@ -141,6 +191,12 @@ class BootstrapServer::Impl {
     protocol::Challenge challenge;
     std::unique_ptr<handshake::Exchange> exchange;
     std::unique_ptr<SecureChannel> channel;
+    std::unique_ptr<ClientHandshake> client;  // the client's part (reverse)
+    Outcome outcome;                           // a socket we opened: told how it ended
+    bool admitted = false;
+    std::string failure;  // why it ended, when not admitted
+    std::vector<std::byte> welcome;               // wiring: sent once wired
+    std::shared_ptr<std::atomic<int>> wired;      // wiring: 0 not yet, 1 done, 2 failed
   };
 
   void open_socket() {
@@ -172,13 +228,13 @@ class BootstrapServer::Impl {
     while (!stopping_) {
       const auto now = Clock::now();
       fds.clear();
-      fds.push_back({wake_[0], POLLIN, 0});
+      fds.push_back({waker_->fds[0], POLLIN, 0});
       const bool accepting = now >= paused_until_;
       fds.push_back({accepting ? listen_fd_ : -1, POLLIN, 0});
       auto next = accepting ? Clock::time_point::max() : paused_until_;
       for (auto& peer : pending_) {
         short events = peer->out_done < peer->out.size() ? POLLOUT : 0;
-        if (peer->stage != Stage::flushing) events |= POLLIN;
+        if (peer->stage != Stage::flushing && peer->stage != Stage::wiring) events |= POLLIN;
         fds.push_back({peer->fd, events, 0});
         next = std::min(next, peer->deadline);
       }
@@ -193,10 +249,15 @@ class BootstrapServer::Impl {
       }
       if (fds[0].revents != 0) {
         char sink[64];
-        while (::read(wake_[0], sink, sizeof sink) > 0) {
+        while (::read(waker_->fds[0], sink, sizeof sink) > 0) {
         }
       }
       if (stopping_) break;
+      {
+        std::lock_guard lock(outgoing_mutex_);
+        for (auto& peer : outgoing_) pending_.push_back(std::move(peer));
+        outgoing_.clear();
+      }
       // pending_ may grow below; fds covers the peers there were.
       const std::size_t polled = fds.size() - 2;
       for (std::size_t i = 0; i < polled; ++i) {
@@ -204,6 +265,7 @@ class BootstrapServer::Impl {
         const short revents = fds[i + 2].revents;
         if ((revents & POLLOUT) != 0) flush(peer);
         if ((revents & (POLLIN | POLLHUP | POLLERR)) != 0 && !peer.done) receive(peer);
+        if (peer.stage == Stage::wiring && !peer.done) wired(peer);
       }
       if ((fds[1].revents & POLLIN) != 0) accept_all();
       reap(Clock::now());
@@ -212,8 +274,28 @@ class BootstrapServer::Impl {
     // waiting in a backlog nobody reads.
     ::close(listen_fd_);
     listen_fd_ = -1;
-    for (auto& peer : pending_) ::close(peer->fd);
+    {
+      std::lock_guard lock(outgoing_mutex_);
+      closed_ = true;  // connect_out refuses from now on: nobody would take its socket
+      for (auto& peer : outgoing_) pending_.push_back(std::move(peer));
+      outgoing_.clear();
+    }
+    for (auto& peer : pending_) {
+      if (!peer->done) peer->failure = "the bootstrap stopped";
+      ended(*peer);
+    }
     pending_.clear();
+  }
+
+  // Closes the socket; tells whoever opened it how it went.
+  void ended(Pending& peer) {
+    ::close(peer.fd);
+    if (!peer.outcome) return;
+    try {
+      peer.outcome(peer.admitted ? std::string() : peer.failure.empty() ? "the handshake failed" : peer.failure);
+    } catch (const std::exception& e) {
+      log().error("bootstrap: outcome handler threw: {}", e.what());
+    }
   }
 
   void accept_all() {
@@ -255,6 +337,20 @@ class BootstrapServer::Impl {
       peer->address = text;
       peer->deadline = now + options_.deadline;
       log().debug("bootstrap: connection from {}", text);
+      if (client_) {
+        try {
+          peer->client = std::make_unique<ClientHandshake>(
+              *client_, text, true,
+              shared_memory_lane_possible(fd, worker_->transports()) ? protocol::Lane::shared_memory
+                                                                      : protocol::Lane::none);
+        } catch (const std::exception& e) {
+          log().error("bootstrap: {}", e.what());
+          ::close(fd);
+          continue;
+        }
+        peer->stage = Stage::challenge;
+        send(*peer, peer->client->hello());
+      }
       pending_.push_back(std::move(peer));
     }
   }
@@ -275,14 +371,15 @@ class BootstrapServer::Impl {
       refused(*peer, why);
       peer->done = true;
     }
-    std::erase_if(pending_, [](const std::unique_ptr<Pending>& peer) {
+    std::erase_if(pending_, [this](const std::unique_ptr<Pending>& peer) {
       if (!peer->done) return false;
-      ::close(peer->fd);
+      ended(*peer);
       return true;
     });
   }
 
-  void refused(const Pending& peer, const std::string& why) {
+  void refused(Pending& peer, const std::string& why) {
+    peer.failure = why;
     if (!on_refused_) return;
     try {
       on_refused_(peer.address, handshake::printable(peer.hello.client, protocol::max_string_bytes), why);
@@ -293,6 +390,7 @@ class BootstrapServer::Impl {
 
   void receive(Pending& peer) {
     std::byte chunk[4096];
+    bool hung_up = false;
     for (;;) {
       const ssize_t n = ::recv(peer.fd, chunk, sizeof chunk, 0);
       if (n > 0) {
@@ -302,14 +400,14 @@ class BootstrapServer::Impl {
         continue;
       }
       if (n == 0) {
-        log().debug("bootstrap: {} hung up during the handshake", peer.address);
-        refused(peer, "hung up during the handshake");
-        peer.done = true;
-        return;
+        // ferryd's welcome comes with its end of the socket closing: read what came first.
+        hung_up = true;
+        break;
       }
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) break;
       log().debug("bootstrap: {}: {}", peer.address, std::strerror(errno));
+      peer.failure = std::strerror(errno);
       peer.done = true;
       return;
     }
@@ -317,18 +415,36 @@ class BootstrapServer::Impl {
       const auto length = handshake::frame_length(peer.in.data());
       if (length == 0 || length > handshake::max_frame_bytes)
         return garbage(peer, fmt::format("a frame of {} bytes (at most {})", length, handshake::max_frame_bytes));
-      if (peer.in.size() < 4 + length) return;
+      if (peer.in.size() < 4 + length) break;
       std::vector<std::byte> body(peer.in.begin() + 4, peer.in.begin() + 4 + length);
       peer.in.erase(peer.in.begin(), peer.in.begin() + 4 + length);
       try {
-        if (peer.stage == Stage::hello) {
-          on_hello(peer, std::move(body));
-        } else {
-          on_auth(peer, body);
+        switch (peer.stage) {
+          case Stage::hello: on_hello(peer, std::move(body)); break;
+          case Stage::auth: on_auth(peer, body); break;
+          case Stage::challenge:
+            peer.stage = Stage::welcome;
+            send(peer, peer.client->on_challenge(std::move(body), worker_address_));
+            break;
+          case Stage::welcome: on_welcome(peer, body); break;
+          case Stage::wiring:
+          case Stage::flushing: break;  // not read from in these stages
         }
       } catch (const ProtocolError& e) {
         return garbage(peer, e.what());
+      } catch (const std::exception& e) {
+        // The client's part: ferryd refused us, or we it (DialRefused names which and why).
+        if (!peer.client) throw;
+        log().warn("bootstrap: {}", e.what());  // names the peer
+        refused(peer, e.what());
+        peer.done = true;
+        return;
       }
+    }
+    if (hung_up && !peer.done) {
+      log().debug("bootstrap: {} hung up during the handshake", peer.address);
+      refused(peer, "hung up during the handshake");
+      peer.done = true;
     }
   }
 
@@ -415,6 +531,7 @@ class BootstrapServer::Impl {
 
     Peer who;
     who.address = peer.address;
+    who.dialled_out = static_cast<bool>(peer.outcome);
     who.client = handshake::printable(peer.hello.client);
     if (!all_zero(peer.hello.identity)) {
       const PublicKey key = peer.hello.identity;
@@ -447,10 +564,24 @@ class BootstrapServer::Impl {
     admit(peer, who, auth->worker_address, digest);
   }
 
+  // A ferryd that dialled in is authenticated both ways: its connection,
+  // made on the progress thread so the handler sets its handlers before
+  // anything arrives.
+  void on_welcome(Pending& peer, std::span<const std::byte> sealed) {
+    worker_->call([&] {
+      on_dialed_(peer.client->on_welcome(sealed, worker_, peer.address, {}, {}));
+      return 0;
+    });
+    log().debug("bootstrap: ferryd dialled in from {}", peer.address);
+    peer.admitted = true;
+    peer.done = true;
+  }
+
   void admit(Pending& peer, const Peer& who, const protocol::Bytes& client_address,
              const handshake::Digest& digest) {
     SecureChannel* seal = peer.channel.get();
     std::vector<std::byte> reply;
+    std::shared_ptr<Connection> made;
     try {
       // On the progress thread at once: the connection's first sealed
       // message must follow the welcome's number, and nothing the session
@@ -468,6 +599,8 @@ class BootstrapServer::Impl {
           welcome->encrypted = who.encrypted ? 1 : 0;
           welcome->worker_address = worker_address_;
           welcome->lane = lane;
+          peer.admitted = true;
+          made = connection;
         } else {
           connection->close();
         }
@@ -480,23 +613,68 @@ class BootstrapServer::Impl {
     }
     log().debug("bootstrap: {} ({}) in as {}, {}", who.address, who.client, who.key_name,
                 who.encrypted ? to_string(who.cipher) : "plaintext");
+    if (peer.outcome && made) {
+      // We dialled out: the client may not be able to reach our UCX worker
+      // (NAT), only answer on the connection ours opens to it. Its endpoint,
+      // made when the welcome comes, takes that connection over once our
+      // endpoint's wireup is done: so the welcome waits for it.
+      peer.stage = Stage::wiring;
+      peer.welcome = std::move(reply);
+      peer.wired = std::make_shared<std::atomic<int>>(0);
+      made->flush([wired = peer.wired, waker = waker_](const std::string& error) {
+        wired->store(error.empty() ? 1 : 2);
+        waker->poke();
+      });
+      return;
+    }
     peer.stage = Stage::flushing;
     send(peer, reply);
+  }
+
+  void wired(Pending& peer) {
+    const int state = peer.wired->load();
+    if (state == 0) return;
+    if (state == 2) {
+      log().info("bootstrap: dropped {}: its UCX endpoint did not connect", peer.address);
+      peer.admitted = false;
+      refused(peer, "the UCX endpoint to it did not connect");
+      peer.done = true;
+      return;
+    }
+    peer.stage = Stage::flushing;
+    send(peer, peer.welcome);
   }
 
   std::shared_ptr<Worker> worker_;
   Options options_;
   AcceptHandler on_accept_;
   RefusedHandler on_refused_;
+  std::optional<DialOptions> client_;  // set: the client's part on accepted sockets
+  DialedHandler on_dialed_;
   KeyPair host_key_;
   RateLimit limit_;
   bool aes_;
   std::vector<std::uint8_t> worker_address_;
   int listen_fd_ = -1;
-  int wake_[2] = {-1, -1};
+  // The self-pipe; shared with callbacks that may outlive this (a flush's).
+  struct Waker {
+    int fds[2] = {-1, -1};
+    ~Waker() {
+      if (fds[0] >= 0) ::close(fds[0]);
+      if (fds[1] >= 0) ::close(fds[1]);
+    }
+    void poke() const {
+      const char byte = 1;
+      [[maybe_unused]] auto n = ::write(fds[1], &byte, 1);
+    }
+  };
+  std::shared_ptr<Waker> waker_;
   std::uint16_t port_ = 0;
   std::atomic<bool> stopping_{false};
   std::vector<std::unique_ptr<Pending>> pending_;
+  std::mutex outgoing_mutex_;
+  std::vector<std::unique_ptr<Pending>> outgoing_;  // connect_out's, for the thread to take
+  bool closed_ = false;                             // the thread is gone (outgoing_mutex_)
   Clock::time_point paused_until_{};
   Clock::time_point last_fd_warning_{}, last_rate_warning_{}, last_full_warning_{};
   std::uint64_t refused_rate_ = 0, refused_full_ = 0;
@@ -507,7 +685,14 @@ BootstrapServer::BootstrapServer(std::shared_ptr<Worker> worker, Options options
                                  RefusedHandler on_refused)
     : impl_(std::make_unique<Impl>(std::move(worker), std::move(options), std::move(on_accept),
                                    std::move(on_refused))) {}
+BootstrapServer::BootstrapServer(std::shared_ptr<Worker> worker, Options options, DialOptions client,
+                                 DialedHandler on_dialed, RefusedHandler on_refused)
+    : impl_(std::make_unique<Impl>(std::move(worker), std::move(options), AcceptHandler{}, std::move(on_refused),
+                                   std::move(client), std::move(on_dialed))) {}
 BootstrapServer::~BootstrapServer() = default;
+std::string BootstrapServer::connect_out(const std::string& host, std::uint16_t port, Outcome outcome) {
+  return impl_->connect_out(host, port, std::move(outcome));
+}
 std::uint16_t BootstrapServer::port() const noexcept { return impl_->port(); }
 const PublicKey& BootstrapServer::host_key() const noexcept { return impl_->host_key(); }
 void BootstrapServer::stop() { impl_->stop(); }

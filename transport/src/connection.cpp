@@ -155,6 +155,12 @@ class OpenedMessage final : public Incoming {
 
 namespace {
 
+void flush_done(void* request, ucs_status_t status, void* user_data) {
+  std::unique_ptr<Done> done(static_cast<Done*>(user_data));
+  ucp_request_free(request);
+  notify(*done, status == UCS_OK ? std::string() : failure(status, "flushing"));
+}
+
 void send_done(void* request, ucs_status_t status, void* user_data) {
   std::unique_ptr<ConnectionImpl::SendOp> op(static_cast<ConnectionImpl::SendOp*>(user_data));
   ucp_request_free(request);
@@ -307,6 +313,27 @@ void ConnectionImpl::start_send(SendOp* raw) {
   } else {
     op.release();  // send_done owns it now
   }
+}
+
+void ConnectionImpl::flush(Done done) {
+  // Through the queue, after the sends queued before it.
+  auto* op = new Done(std::move(done));
+  impl_.post([self = self(), op] {
+    std::unique_ptr<Done> owned(op);
+    if (self->ep_ == nullptr) return notify(*owned, "connection to " + self->peer_ + " is closed");
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    param.cb.send = flush_done;
+    param.user_data = owned.get();
+    auto request = ucp_ep_flush_nbx(self->ep_, &param);
+    if (request == nullptr) {
+      notify(*owned, {});
+    } else if (UCS_PTR_IS_ERR(request)) {
+      notify(*owned, failure(UCS_PTR_STATUS(request), ("ucp_ep_flush_nbx to " + self->peer_).c_str()));
+    } else {
+      owned.release();  // flush_done owns it now
+    }
+  });
 }
 
 void ConnectionImpl::set_handlers(MessageHandler on_message, ErrorHandler on_error) {

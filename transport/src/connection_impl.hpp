@@ -22,6 +22,7 @@ class ConnectionImpl final : public Connection {
   void send(std::vector<std::byte> header, const void* payload, std::size_t payload_bytes,
             std::function<void(const std::string& error)> done) override;
   void set_handlers(MessageHandler on_message, ErrorHandler on_error) override;
+  void flush(std::function<void(const std::string& error)> done) override;
   void close() override;
   bool closed() const noexcept override { return closed_.load(); }
   std::string peer() const override { return peer_; }

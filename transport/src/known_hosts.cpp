@@ -68,4 +68,20 @@ void check_host_key(const std::filesystem::path& file, const std::string& addres
   log().info("pinned ferryd at {}: host key {} (first use) in {}", address, fingerprint(key), file.string());
 }
 
+bool host_key_listed(const std::filesystem::path& file, const PublicKey& key) {
+  std::ifstream in(file);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream words(line);
+    std::string host, type, base64;
+    if (!(words >> host >> type >> base64) || host.front() == '#' || type != public_key_type) continue;
+    try {
+      if (parse_public_key(base64) == key) return true;
+    } catch (const UsageError&) {
+      // a bad line pins nothing (check_host_key warns about it)
+    }
+  }
+  return false;
+}
+
 }  // namespace ferry::transport

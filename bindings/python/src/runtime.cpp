@@ -266,6 +266,16 @@ void bind_runtime(nb::module_& m) {
         }
         return out;
       }, "The devices tasks may run on, with how many tasks each has run")
+      .def("add_remote", [](RuntimeHandle& h, const std::string& address) {
+        nb::gil_scoped_release unlocked;  // connects, and may wait for it
+        h.rt().add_remote(address);
+      }, nb::arg("address"), "Adds a GPU host (host:port, ucx://host:port or dns:NAME:PORT) while the program runs")
+      .def("remove_remote", [](RuntimeHandle& h, const std::string& address) {
+        nb::gil_scoped_release unlocked;  // drains the host: its tasks may be Python tasks needing the GIL
+        h.rt().remove_remote(address);
+      }, nb::arg("address"), "Drains a GPU host out of the pool; returns once it is out")
+      .def_prop_ro("listen_port", [](RuntimeHandle& h) { return h.rt().listen_port(); },
+                   "The port FERRY_LISTEN bound for hosts that dial in (ferryd --connect); 0 when not listening")
       .def("remote_stats", [](RuntimeHandle& h, const std::string& address) {
         Runtime::RemoteStats s;
         {

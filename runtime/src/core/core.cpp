@@ -6,7 +6,6 @@
 #include <bit>
 #include <cstdlib>
 #include <cstring>
-#include <optional>
 #include <thread>
 
 #include "data/coherence.hpp"
@@ -16,6 +15,7 @@
 #include "data/cuda_unified.hpp"
 #include "devices/remote/remote_device.hpp"
 #include "devices/remote/remote_policy.hpp"
+#include "devices/remote/remote_pool.hpp"
 #include "data/dependencies.hpp"
 #include "scheduling/chunked_submission.hpp"
 #include "ferry/allocator/pinned_pool.hpp"
@@ -51,24 +51,6 @@ bool runs_inline(const TaskRecord& task, const PerfModels& models, double below_
   return e.calibrated && e.seconds < below_seconds;
 }
 
-// Where an input will be valid once the remote task still writing it is
-// done: that host's node (a local GPU's writes are the coherence layer's
-// to predict: unified buffers stay valid in place). Placement happens at submission, often before the
-// writer ran, when the coherence layer still says "the host": a successor
-// of a task placed on a remote would otherwise look free to run at home and
-// costly to run beside its input.
-std::optional<MemoryNodeId> pending_writer_node(const BufferState& view) {
-  BufferRoot& root = *view.root;
-  std::lock_guard lock(root.mutex);
-  std::optional<MemoryNodeId> node;
-  for (const AccessRecord& record : root.records)
-    if (record.writer != nullptr && record.region.overlaps(view.region) &&
-        !record.writer->done.load(std::memory_order_acquire) && record.writer->device != nullptr &&
-        record.writer->device->kind() == DeviceKind::remote)
-      node = record.writer->device->node();  // the latest writer of an overlapping region
-  return node;
-}
-
 std::string param_name(const KernelDef& kernel, std::size_t index) {
   return index < kernel.params.size() ? kernel.params[index].name : fmt::format("#{}", index + 1);
 }
@@ -77,6 +59,8 @@ std::string param_name(const KernelDef& kernel, std::size_t index) {
 
 RuntimeCore::RuntimeCore(Runtime::Options options)
     : id_(next_runtime_id.fetch_add(1)), options_(std::move(options)), rng_(options_.seed) {
+  device_slots_.resize(64);  // never reallocated: readers index it without a lock
+  pool_ = std::make_unique<RemotePool>(*this);
   // Page-locked with mmap+mlock: a CPU-only runtime never touches CUDA.
   // start_gpus() turns the pool's new slabs to cudaHostAlloc if a GPU is used.
   memory_ = options_.host_memory ? options_.host_memory : std::make_shared<PinnedPool>();
@@ -92,51 +76,32 @@ RuntimeCore::~RuntimeCore() { shutdown(); }
 void RuntimeCore::start() {
   unsigned workers = options_.workers;
   if (workers == 0) workers = std::max(1u, std::thread::hardware_concurrency());
-  devices_.push_back(std::make_unique<CpuDevice>(*this, 0, workers));
+  add_device([&](DeviceId id) { return std::make_unique<CpuDevice>(*this, id, workers); });
   start_gpus();
-  if (options_.remotes.empty()) return;
-  if (options_.remotes.size() + devices_.size() > 64)
+  if (options_.remotes.size() + devices().size() > 64)
     throw UsageError(fmt::format("at most 64 devices per runtime: {} remotes do not fit beside {} local devices",
-                                 options_.remotes.size(), devices_.size()));
-  transport::DialOptions dial;
-  dial.token = options_.token;
-  if (dial.token.empty() && !options_.token_file.empty()) dial.token = transport::read_token_file(options_.token_file);
-  if (!options_.identity.empty()) dial.identity = transport::KeyPair::read(options_.identity);
-  if (dial.token.empty() && !dial.identity)
-    throw UsageError("remotes need a key or a token: set Options::identity (FERRY_IDENTITY), Options::token_file "
-                     "(FERRY_TOKEN_FILE) or Options::token (FERRY_TOKEN)");
-  dial.known_hosts = options_.known_hosts;
-  if (dial.known_hosts.empty() && dial.identity) {
-    const char* home = std::getenv("HOME");
-    if (home != nullptr) dial.known_hosts = std::filesystem::path(home) / ".config" / "ferry" / "known_hosts";
+                                 options_.remotes.size(), devices().size()));
+  pool_->start();
+}
+
+Device& RuntimeCore::add_device(const std::function<std::unique_ptr<Device>(DeviceId)>& make) {
+  std::lock_guard lock(devices_mutex_);
+  const std::size_t id = device_count_.load(std::memory_order_relaxed);
+  if (id >= device_slots_.size())
+    throw UsageError(fmt::format("at most {} devices per runtime: no room for another", device_slots_.size()));
+  device_slots_[id] = make(static_cast<DeviceId>(id));
+  device_count_.store(id + 1, std::memory_order_release);
+  return *device_slots_[id];
+}
+
+std::shared_ptr<transport::Worker> RuntimeCore::worker() {
+  std::lock_guard lock(worker_mutex_);
+  if (!worker_) {
+    worker_ = transport::Worker::create(transport::Worker::Options{"ferry-client"});
+    // Every host replica lives in this pool: registered once, it is what bulk transfers send from and land in.
+    if (auto pool = std::dynamic_pointer_cast<SlabPool>(memory_)) worker_->register_slabs(std::move(pool));
   }
-  dial.pinning = options_.strict_host_keys ? transport::Pinning::strict : transport::Pinning::trust_on_first_use;
-  dial.privacy = options_.plaintext ? protocol::Privacy::plaintext
-                 : options_.encrypt_loopback ? protocol::Privacy::encrypt
-                                             : protocol::Privacy::automatic;
-  if (options_.plaintext) log().warn("FERRY_PLAINTEXT: links to ferryd may go unencrypted; trusted networks only");
-  worker_ = transport::Worker::create(transport::Worker::Options{"ferry-client"});
-  // Every host replica lives in this pool: registered once, it is what bulk transfers send from and land in.
-  if (auto pool = std::dynamic_pointer_cast<SlabPool>(memory_)) worker_->register_slabs(std::move(pool));
-  for (const std::string& address : options_.remotes) {
-    RemoteOptions remote;
-    try {
-      remote.address = remote_address(address);
-    } catch (const UsageError& e) {
-      if (options_.remote_policy == RemotePolicy::require) throw;
-      log().warn("{}; it is not used (FERRY_REMOTE_POLICY=prefer)", e.what());
-      continue;
-    }
-    remote.dial = dial;
-    remote.chunk_bytes = options_.chunk_bytes;
-    remote.window = options_.chunk_window;
-    remote.policy = options_.remote_policy;
-    remote.timeout = options_.remote_timeout;
-    const auto id = static_cast<DeviceId>(devices_.size());
-    auto device = std::make_unique<RemoteDevice>(*this, id, static_cast<MemoryNodeId>(id), remote, worker_);
-    device->start();  // under require, throws naming the host and why it cannot be used
-    devices_.push_back(std::move(device));
-  }
+  return worker_;
 }
 
 void RuntimeCore::start_gpus() {
@@ -144,7 +109,7 @@ void RuntimeCore::start_gpus() {
   if (selects_no_gpu(options_.gpus)) return;
   // Checked on every build, so a bad setting fails the same way everywhere.
   const std::vector<int> ordinals = select_gpus(options_.gpus, cuda::device_count());
-  if (ordinals.size() + devices_.size() > 64) throw UsageError("at most 63 GPUs per runtime");
+  if (ordinals.size() + devices().size() > 64) throw UsageError("at most 63 GPUs per runtime");
   const CudaModule* gpu_module = ordinals.empty() ? nullptr : cuda_module();
   if (gpu_module == nullptr) return;  // none selected: device_count() said why (no module, no driver, no GPU)
   for (int ordinal : ordinals) {
@@ -155,16 +120,15 @@ void RuntimeCore::start_gpus() {
     gpu.chunk_bytes = options_.chunk_bytes;
     gpu.slots = options_.chunk_window;
     gpu.write_through = options_.gpu_write_through;
-    const auto id = static_cast<DeviceId>(devices_.size());
     try {
-      devices_.push_back(gpu_module->make_device(*this, id, static_cast<MemoryNodeId>(id), gpu));
+      add_device([&](DeviceId id) { return gpu_module->make_device(*this, id, static_cast<MemoryNodeId>(id), gpu); });
     } catch (const Error& e) {
       // Asked for by number, it must work; found by "all", it may be skipped.
       if (!selects_all_gpus(options_.gpus)) throw;
       log().warn("GPU {} is not used: {}", ordinal, e.what());
     }
   }
-  const bool gpu_used = std::ranges::any_of(devices_, [](const auto& d) { return d->kind() == DeviceKind::cuda; });
+  const bool gpu_used = std::ranges::any_of(devices(), [](const auto& d) { return d->kind() == DeviceKind::cuda; });
   if (auto* pinned = dynamic_cast<PinnedPool*>(memory_.get()); pinned != nullptr && gpu_used) pinned->gpu_in_use();
 }
 
@@ -173,7 +137,7 @@ std::shared_ptr<MemoryResource> RuntimeCore::unified_memory() {
   if (unified_checked_) return unified_memory_;
   unified_checked_ = true;
   GpuFacts gpu;
-  for (const auto& device : devices_) {
+  for (const auto& device : devices()) {
     // Only a loaded module makes GPU devices, so cuda_module() loads nothing new here.
     if (device->kind() != DeviceKind::cuda || !cuda_module()->facts(*device, gpu)) continue;
     try {
@@ -195,7 +159,7 @@ std::shared_ptr<MemoryResource> RuntimeCore::unified_memory() {
 
 void RuntimeCore::reschedule(TaskRecord* task, Device& from) {
   from.unassigned(task->estimate_ns);
-  Device& cpu = *devices_.front();
+  Device& cpu = *devices().front();
   task->estimate_ns = 0;
   task->device = &cpu;
   task->device_name = cpu.name();
@@ -204,7 +168,7 @@ void RuntimeCore::reschedule(TaskRecord* task, Device& from) {
 }
 
 Device* RuntimeCore::find_device(std::string_view name) const noexcept {
-  for (const auto& d : devices_)
+  for (const auto& d : devices())
     if (d->name() == name) return d.get();
   return nullptr;
 }
@@ -218,10 +182,13 @@ void RuntimeCore::shutdown() {
     if (first_error_) log().warn("a task failed and no wait() reported it: {}", what_of(first_error_));
     first_error_ = nullptr;
   }
-  for (auto& device : devices_) device->drain();
+  // No host joins or leaves from here on.
+  pool_->stop();
+  for (auto& device : devices()) device->drain();
   // Remotes first: they bring home data only they hold, which may need the CPU.
-  while (devices_.size() > 1) devices_.pop_back();
-  devices_.clear();
+  for (std::size_t i = device_count_.load(); i-- > 1;) device_slots_[i].reset();
+  device_count_.store(0, std::memory_order_release);
+  device_slots_[0].reset();
   worker_.reset();
   if (options_.persist_perf_models) {
     try {
@@ -364,8 +331,8 @@ void RuntimeCore::find_eligible_devices(PreparedTask& p) const {
   const KernelDef& kernel = *p.kernel;
   std::string why_not;
   bool pinned_to_a_down_device = false;
-  for (std::size_t i = 0; i < devices_.size(); ++i) {
-    const Device& device = *devices_[i];
+  for (std::size_t i = 0; i < devices().size(); ++i) {
+    const Device& device = *devices()[i];
     const bool runs = device.can_run(kernel);
     const bool fits = device.matches(p.place);
     const bool up = device.available();
@@ -376,8 +343,8 @@ void RuntimeCore::find_eligible_devices(PreparedTask& p) const {
   // A host that is down must not stop the program: what was pinned to it
   // runs wherever else it can until the host is back.
   if (p.eligible == 0 && pinned_to_a_down_device) {
-    for (std::size_t i = 0; i < devices_.size(); ++i)
-      if (devices_[i]->can_run(kernel) && devices_[i]->available()) p.eligible |= std::uint64_t{1} << i;
+    for (std::size_t i = 0; i < devices().size(); ++i)
+      if (devices()[i]->can_run(kernel) && devices()[i]->available()) p.eligible |= std::uint64_t{1} << i;
     log().debug("{}: {} is down; placing it elsewhere", p.label(), p.place.describe());
   }
   if (p.eligible == 0)
@@ -427,40 +394,33 @@ Task RuntimeCore::launch(Prepared&& prepared) {
 }
 
 void RuntimeCore::place(TaskRecord* task, std::uint64_t eligible) {
-  Device* chosen = devices_[static_cast<std::size_t>(std::countr_zero(eligible))].get();
+  Device* chosen = devices()[static_cast<std::size_t>(std::countr_zero(eligible))].get();
   if (std::popcount(eligible) > 1) {
     DecisionInput in;
     in.policy = options_.policy;
     in.kernel = task->kernel->name;
     in.bytes = task->bytes;
     if (task->kernel->cost) in.hint = task->kernel->cost(task->args);
-    for (std::size_t i = 0; i < devices_.size(); ++i) {
-      DeviceSnapshot s = devices_[i]->snapshot();
+    for (std::size_t i = 0; i < devices().size(); ++i) {
+      DeviceSnapshot s = devices()[i]->snapshot();
       s.can_run = (eligible >> i) & 1;
-      // A remote's run goes out and its answer comes back over its own link;
-      // its performance model leaves that link out.
-      if (s.kind == DeviceKind::remote)
-        s.round_trip = links_.get(host_node, s.node).latency_seconds + links_.get(s.node, host_node).latency_seconds;
       in.devices.push_back(std::move(s));
     }
     // Every local GPU reads a unified buffer in place: a prefetch, not a copy.
     std::vector<MemoryNodeId> in_place;
-    for (const auto& device : devices_)
+    for (const auto& device : devices())
       if (device->kind() == DeviceKind::cuda) in_place.push_back(device->node());
     for (std::size_t i = 0; i < task->buffers.size(); ++i) {
       const BufferArg& b = task->buffer_arg(i);
-      if (writes(b.mode)) in.output_bytes += b.bytes();
       if (!reads(b.mode)) continue;
-      const auto pending = pending_writer_node(*task->buffers[i]);
-      in.inputs.push_back(InputSnapshot{
-          b.bytes(), pending ? std::vector<MemoryNodeId>{*pending} : valid_nodes(*task->buffers[i], in_place)});
+      in.inputs.push_back(InputSnapshot{b.bytes(), valid_nodes(*task->buffers[i], in_place)});
     }
     in.models = &models_;
     in.links = &links_;
     std::lock_guard lock(rng_mutex_);
     in.rng = &rng_;
     const Decision decision = decide(in);
-    for (const auto& device : devices_)
+    for (const auto& device : devices())
       if (device->id() == decision.device) chosen = device.get();
     for (const Candidate& c : decision.candidates)
       if (c.device == decision.device) task->estimate_ns = static_cast<std::int64_t>(c.exec.seconds * 1e9);

@@ -8,7 +8,9 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <functional>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -38,6 +40,8 @@ struct PreparedTask {
   const BufferArg& buffer_arg(std::size_t i) const { return detail::buffer_arg(args, buffer_args, i); }
   std::string label() const { return task_label(name, kernel->name); }
 };
+
+class RemotePool;
 
 class RuntimeCore : public std::enable_shared_from_this<RuntimeCore> {
  public:
@@ -73,7 +77,17 @@ class RuntimeCore : public std::enable_shared_from_this<RuntimeCore> {
   std::uint64_t id() const noexcept { return id_; }
   const Runtime::Options& options() const noexcept { return options_; }
   const std::shared_ptr<MemoryResource>& host_memory() const noexcept { return memory_; }
-  const std::vector<std::unique_ptr<Device>>& devices() const noexcept { return devices_; }
+  // The device table: it only grows (a remote leaving the pool is retired,
+  // not removed), so a task's device mask stays valid; read without a lock.
+  std::span<const std::unique_ptr<Device>> devices() const noexcept {
+    return {device_slots_.data(), device_count_.load(std::memory_order_acquire)};
+  }
+  // Makes the next device with make(id) and publishes it; throws UsageError
+  // when the table (64) is full, or what make throws (nothing is added).
+  Device& add_device(const std::function<std::unique_ptr<Device>(DeviceId)>& make);
+  // The UCX worker remotes share, made on first use.
+  std::shared_ptr<transport::Worker> worker();
+  RemotePool& remote_pool() noexcept { return *pool_; }
   PerfModels& models() noexcept { return models_; }
   LinkModels& links() noexcept { return links_; }
   // Hands a task its device could not run (a lost remote) to the CPU.
@@ -104,8 +118,12 @@ class RuntimeCore : public std::enable_shared_from_this<RuntimeCore> {
   std::mutex unified_mutex_;
   std::shared_ptr<MemoryResource> unified_memory_;
   bool unified_checked_ = false;
-  std::shared_ptr<transport::Worker> worker_;  // declared before devices_: outlives them
-  std::vector<std::unique_ptr<Device>> devices_;
+  std::mutex worker_mutex_;
+  std::shared_ptr<transport::Worker> worker_;  // declared before the devices: outlives them
+  std::mutex devices_mutex_;                   // writers of the table
+  std::vector<std::unique_ptr<Device>> device_slots_;  // 64, sized once
+  std::atomic<std::size_t> device_count_{0};
+  std::unique_ptr<RemotePool> pool_;
   mutable std::mutex kernels_mutex_;
   std::map<std::string, std::shared_ptr<const KernelDef>, std::less<>> kernels_;  // this runtime's own
   PerfModels models_;

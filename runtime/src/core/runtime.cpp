@@ -14,6 +14,7 @@
 #include "ferry/units.hpp"
 #include "devices/cuda/module.hpp"
 #include "devices/remote/remote_device.hpp"
+#include "devices/remote/remote_pool.hpp"
 #include "devices/remote/remote_policy.hpp"
 #include "ferry/error.hpp"
 #include "ferry/log.hpp"
@@ -61,6 +62,14 @@ void apply_environment(Runtime::Options& o) {
       if (end > begin) o.remotes.push_back(list.substr(begin, end - begin));
       begin = end + 1;
     }
+  }
+  if (const char* v = env("FERRY_LISTEN")) o.listen = v;
+  if (const char* v = env("FERRY_DISCOVERY_INTERVAL")) {
+    char* end = nullptr;
+    const double seconds = std::strtod(v, &end);
+    if (end == v || *end != '\0' || !(seconds >= 0.05 && seconds <= 86400))
+      throw UsageError(fmt::format("FERRY_DISCOVERY_INTERVAL={} is not a number of seconds (0.05 to 86400)", v));
+    o.discovery_interval = std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000));
   }
   if (const char* v = env("FERRY_REMOTE_POLICY")) o.remote_policy = detail::parse_remote_policy(v);
   if (const char* v = env("FERRY_REMOTE_TIMEOUT")) {
@@ -172,6 +181,10 @@ void Runtime::load_plugin(const std::filesystem::path& path) {
   for (const auto& d : core_->devices())
     if (const auto* remote = dynamic_cast<const detail::RemoteDevice*>(d.get())) remote->warn_missing(added);
 }
+
+void Runtime::add_remote(const std::string& address) { core_->remote_pool().add(address); }
+void Runtime::remove_remote(const std::string& address) { core_->remote_pool().remove(address); }
+std::uint16_t Runtime::listen_port() const { return core_->remote_pool().listen_port(); }
 
 std::vector<DeviceInfo> Runtime::devices() const {
   std::vector<DeviceInfo> out;

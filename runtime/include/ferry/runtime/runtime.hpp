@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstddef>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -83,8 +84,20 @@ class Runtime {
     std::uint64_t seed = 1;                                      // the random policy
     // Where host replicas live; default: a PinnedPool of this runtime.
     std::shared_ptr<MemoryResource> host_memory;
-    // GPU hosts running ferryd, as "host:port" or "ucx://host:port".   FERRY_REMOTES=a,b
+    // GPU hosts running ferryd, as "host:port" or "ucx://host:port", or
+    // "dns:NAME:PORT": every address NAME resolves to, re-resolved every
+    // discovery_interval so hosts join and leave the pool with the name.
+    // FERRY_REMOTES=a,b   FERRY_DISCOVERY_INTERVAL=seconds
     std::vector<std::string> remotes;
+    std::chrono::milliseconds discovery_interval{30000};
+    // How a dns: entry's name becomes addresses (numeric IPs); empty:
+    // getaddrinfo. For resolvers other than the system's.
+    std::function<std::vector<std::string>(const std::string& name)> resolve;
+    // Listen on "host:port" (port 0: any, see Runtime::listen_port) for GPU
+    // hosts that cannot accept connections and dial out instead (ferryd
+    // --connect). Each is authenticated as a dialled one is (with keys, its
+    // host key must be listed in known_hosts) and joins the pool.   FERRY_LISTEN
+    std::string listen;
     // The pre-shared token ferryd expects: inline, or the file holding it.  FERRY_TOKEN, FERRY_TOKEN_FILE
     std::string token;
     std::filesystem::path token_file;
@@ -235,6 +248,22 @@ class Runtime {
   void load_plugin(const std::filesystem::path& path);
 
   std::vector<DeviceInfo> devices() const;
+  // The pool while the program runs. add_remote takes what Options::remotes
+  // takes ("host:port", "ucx://host:port", "dns:NAME:PORT"); a host added is
+  // used by tasks submitted from then on (under RemotePolicy::require, one
+  // that cannot be used throws RemoteError naming it). remove_remote drains
+  // the host and returns once it is out: nothing new is placed there, its
+  // queued tasks move to the CPU, tasks running there finish, and data only
+  // it holds comes home first. An address not (or already) in the pool is a
+  // UsageError. A removed host stays listed in devices(), "down: removed
+  // from the pool", and rejoins when added again. A host that dialled in
+  // (Options::listen) goes by its name without "remote:" (its host key's
+  // fingerprint); once removed, its calls are closed until add_remote
+  // names it again.
+  void add_remote(const std::string& address);
+  void remove_remote(const std::string& address);
+  // The port Options::listen bound (useful with port 0); 0 when not listening.
+  std::uint16_t listen_port() const;
   // What a remote's ferryd counted for this client, and what this runtime
   // moved to and from it. Throws UsageError for an unknown address,
   // RemoteError when the remote cannot answer.

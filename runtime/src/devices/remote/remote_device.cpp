@@ -59,7 +59,7 @@ RemoteDevice::RemoteDevice(RuntimeCore& core, DeviceId id, MemoryNodeId node, Re
       options_(std::move(options)),
       rpc_(options_.address),
       worker_(std::move(worker)) {
-  std::tie(host_, port_) = transport::parse_address(options_.address);
+  if (!options_.reverse) std::tie(host_, port_) = transport::parse_address(options_.address);
   if (options_.chunk_bytes == 0) throw UsageError("remote chunk size must be positive");
   options_.window = std::max(1u, options_.window);
   options_.proxies = std::max(1u, options_.proxies);
@@ -72,8 +72,10 @@ RemoteDevice::RemoteDevice(RuntimeCore& core, DeviceId id, MemoryNodeId node, Re
 }
 
 void RemoteDevice::start() {
-  const bool require = options_.policy == RemotePolicy::require;
-  try {
+  const bool require = options_.policy == RemotePolicy::require && !options_.reverse;
+  if (options_.reverse) {
+    // Nothing to dial: the host calls (adopt).
+  } else try {
     connect_until(Clock::now() + (require ? options_.timeout : std::chrono::milliseconds(0)));
   } catch (const std::exception& e) {
     const bool refused = dynamic_cast<const RemoteRefused*>(&e) != nullptr;
@@ -98,19 +100,7 @@ void RemoteDevice::start() {
 RemoteDevice::~RemoteDevice() {
   drain();
   // Bring home what only this host holds: buffers may outlive the runtime.
-  std::vector<std::shared_ptr<BufferRoot>> roots;
-  {
-    std::lock_guard lock(held_mutex_);
-    for (auto& weak : held_)
-      if (auto root = weak.lock()) roots.push_back(std::move(root));
-  }
-  for (auto& root : roots) {
-    try {
-      forget_node(*root, *this);
-    } catch (const std::exception& e) {
-      log().error("remote {}: could not bring a buffer home at shutdown: {}", options_.address, e.what());
-    }
-  }
+  bring_home("at shutdown");
   {
     std::lock_guard lock(forward_mutex_);
     for (auto& [id, task] : waiting_) release(task);
@@ -121,6 +111,7 @@ RemoteDevice::~RemoteDevice() {
   reconnect_cv_.notify_all();
   for (auto& thread : proxies_) thread.join();
   if (reconnector_.joinable()) reconnector_.join();
+  if (adopted_ && adopted_->connection) adopted_->connection->close();  // a call never used
   std::shared_ptr<transport::Connection> connection;
   {
     std::lock_guard lock(connection_mutex_);
@@ -171,6 +162,10 @@ void RemoteDevice::connect() {
     if (permanent(e.status)) throw RemoteRefused(e.what());
     throw;
   }
+  use(dialed);
+}
+
+void RemoteDevice::use(transport::Dialed& dialed) {
   {
     std::lock_guard lock(connection_mutex_);
     connection_ = dialed.connection;
@@ -295,12 +290,21 @@ void RemoteDevice::reconnect_loop() {
   auto backoff = std::chrono::milliseconds(250);
   std::unique_lock lock(reconnect_mutex_);
   while (!stopping_.load()) {
-    reconnect_cv_.wait(lock, [&] { return stopping_.load() || (!alive() && !refused_.load()); });
+    reconnect_cv_.wait(lock, [&] {
+      return stopping_.load() ||
+             (!alive() && !refused_.load() && !retiring_.load() && (!options_.reverse || adopted_.has_value()));
+    });
     if (stopping_.load()) return;
+    std::optional<transport::Dialed> called;
+    if (options_.reverse) called = std::exchange(adopted_, std::nullopt);
     lock.unlock();
     bool ok = false;
     try {
-      connect();
+      if (called) {
+        use(*called);
+      } else {
+        connect();
+      }
       ok = true;
       backoff = std::chrono::milliseconds(250);
       log().info("remote {}: back in service", options_.address);
@@ -311,7 +315,7 @@ void RemoteDevice::reconnect_loop() {
       log().debug("remote {}: reconnect failed: {}", options_.address, e.what());
     }
     lock.lock();
-    if (!ok) {
+    if (!ok && !options_.reverse) {  // a host that dials us is waited for, not retried
       reconnect_cv_.wait_for(lock, backoff, [&] { return stopping_.load(); });
       backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
     }
@@ -596,7 +600,7 @@ void RemoteDevice::enqueue(TaskRecord* task) {
 }
 
 void RemoteDevice::prefetch(TaskRecord* task) {
-  if (!alive()) return;
+  if (!available()) return;
   if (forward_or_hold(task)) return;  // its inputs are there already
   std::vector<std::shared_ptr<BufferState>> inputs;
   for (std::size_t i = 0; i < task->buffers.size(); ++i)
@@ -640,7 +644,7 @@ void RemoteDevice::proxy_loop(unsigned slot) {
 }
 
 void RemoteDevice::prefetch_inputs(TaskRecord* task, const std::vector<std::shared_ptr<BufferState>>& inputs) {
-  for (std::size_t i = 0; i < inputs.size() && alive(); ++i) {
+  for (std::size_t i = 0; i < inputs.size() && available(); ++i) {
     if (task->done.load(std::memory_order_acquire)) return;  // too late to help
     const BufferState& view = *inputs[i];
     try {
@@ -740,6 +744,7 @@ bool RemoteDevice::run_here(TaskRecord* task, unsigned slot) {
     if (finish_forwarded(task, *forwarded, slot)) return true;
   }
   if (!alive()) return !fall_back(task, "not connected");
+  if (retired()) return !fall_back(task, "removed from the pool");
   const auto start = Clock::now();
   const std::int64_t start_ns = core_.trace() ? core_.trace()->now_ns() : 0;
   Marshalled m;

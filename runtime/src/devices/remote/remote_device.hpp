@@ -16,6 +16,9 @@
 // If the host goes away, tasks in flight here run on the CPU instead, data
 // only it held is recomputed from lineage, and a background thread
 // reconnects with backoff; the scheduler uses the host again once it is back.
+// A host that dials us (ferryd --connect) is never dialled: the same thread
+// waits for it to call again (adopt). A host removed from the pool (retire,
+// remote_membership.cpp) is drained and left alone until it rejoins.
 #pragma once
 
 #include <atomic>
@@ -25,6 +28,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -52,6 +56,9 @@ struct RemoteOptions {
   unsigned proxies = 4;  // tasks in flight
   RemotePolicy policy = RemotePolicy::require;
   std::chrono::milliseconds timeout{10000};  // to connect and authenticate under require
+  // The host dials this runtime (ferryd --connect): `address` names it (its
+  // host key's fingerprint); connections come through adopt().
+  bool reverse = false;
 };
 
 class RemoteDevice final : public Device, public NodeLink {
@@ -68,7 +75,7 @@ class RemoteDevice final : public Device, public NodeLink {
 
   bool can_run(const KernelDef& kernel) const override;
   std::string why_not(const KernelDef& kernel) const override;
-  bool available() const noexcept override { return alive(); }
+  bool available() const noexcept override { return alive() && !retiring_.load(std::memory_order_acquire); }
   unsigned lanes() const override { return options_.proxies; }
   void enqueue(TaskRecord* task) override;
   void prefetch(TaskRecord* task) override;
@@ -98,6 +105,19 @@ class RemoteDevice final : public Device, public NodeLink {
   // Warns when the host lacks any of these kernels (a plugin loaded here only).
   void warn_missing(const std::vector<std::string>& kernels) const;
   std::string down_reason() const;
+  // ---- membership (remote_membership.cpp) ----
+  // Progress thread: a connection from the host, which dialled in; replaces
+  // the one it had, if any.
+  void adopt(transport::Dialed dialed);
+  // Leaves the pool: nothing new is placed here, queued tasks move to the
+  // CPU, runs in flight finish, data only this host holds comes home, and
+  // the connection closes. Blocks until then; idempotent.
+  void retire();
+  // Back in the pool after retire(): connects again (or waits for the host to).
+  void rejoin();
+  bool retired() const noexcept { return retiring_.load(std::memory_order_acquire); }
+  bool reverse() const noexcept { return options_.reverse; }
+
   std::size_t bytes_shipped() const noexcept { return bytes_shipped_.load(std::memory_order_relaxed); }
   std::size_t bytes_fetched() const noexcept { return bytes_fetched_.load(std::memory_order_relaxed); }
   std::uint64_t tasks_forwarded() const noexcept { return forwarded_count_.load(std::memory_order_relaxed); }
@@ -112,6 +132,10 @@ class RemoteDevice final : public Device, public NodeLink {
   };
 
   void connect();
+  // A connection authenticated either way: ready for tasks once measured.
+  void use(transport::Dialed& dialed);
+  // Fetches what only this host holds (its held roots) to the host.
+  void bring_home(const char* when);
   // Connects, retrying transient failures until `deadline`; a refusal is thrown at once.
   void connect_until(std::chrono::steady_clock::time_point deadline);
   void welcomed(const protocol::Welcome& welcome);
@@ -242,8 +266,10 @@ class RemoteDevice final : public Device, public NodeLink {
   std::mutex held_mutex_;
   std::vector<std::weak_ptr<BufferRoot>> held_;
 
+  std::atomic<bool> retiring_{false};
   std::mutex reconnect_mutex_;
   std::condition_variable reconnect_cv_;
+  std::optional<transport::Dialed> adopted_;  // reverse: the host's newest call, not yet in use
   std::thread reconnector_;
 };
 

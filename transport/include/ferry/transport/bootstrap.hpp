@@ -13,6 +13,11 @@
 //
 // Only then do the two UCX workers connect, each creating an endpoint from
 // the other's worker address; no byte from an unauthenticated peer reaches UCX.
+//
+// Reverse connections (a GPU host behind NAT): ferryd opens the TCP
+// connection (connect_out, `ferryd --connect`) to a client runtime that
+// listens with this same class in the client's part; the messages, their
+// order and who proves what stay as above.
 #pragma once
 
 #include <chrono>
@@ -41,7 +46,11 @@ struct Peer {
   std::optional<PublicKey> key;  // none in token mode
   bool encrypted = false;
   Cipher cipher = Cipher::xchacha20poly1305;
+  bool dialled_out = false;  // ferryd opened the connection (connect_out), to `address`
 };
+
+struct DialOptions;
+struct Dialed;
 
 class BootstrapServer {
  public:
@@ -71,8 +80,20 @@ class BootstrapServer {
   using RefusedHandler =
       std::function<void(const std::string& address, const std::string& client, const std::string& why)>;
 
+  // Progress thread: a ferryd that dialled in, authenticated both ways; its
+  // connection's handlers are to be set here (set_handlers).
+  using DialedHandler = std::function<void(Dialed)>;
+  // Bootstrap thread: how a connection opened by connect_out ended; empty
+  // once the peer was admitted, else why not.
+  using Outcome = std::function<void(const std::string& failure)>;
+
   // Listens at once; throws Error naming the address when it cannot.
   BootstrapServer(std::shared_ptr<Worker> worker, Options options, AcceptHandler on_accept,
+                  RefusedHandler on_refused = {});
+  // Listens for ferryd hosts that dial out, and plays the client's part on
+  // each socket it accepts, with the same deadline, rate limit and cap on
+  // handshakes in progress; options' token, authorize and host key are unused.
+  BootstrapServer(std::shared_ptr<Worker> worker, Options options, DialOptions client, DialedHandler on_dialed,
                   RefusedHandler on_refused = {});
   ~BootstrapServer();  // stops the thread; closes handshakes in progress
   BootstrapServer(const BootstrapServer&) = delete;
@@ -82,6 +103,12 @@ class BootstrapServer {
   const PublicKey& host_key() const noexcept;
   // Stops accepting; thread-safe, idempotent.
   void stop();
+  // ferryd's part on a connection it opens itself: to a client listening at
+  // host:port. Returns at once (the handshake runs on the bootstrap thread
+  // under the same deadline); `outcome` is always called once, unless this
+  // throws Error (the address cannot be used at all, or the bootstrap
+  // stopped). Returns the address as Peer::address will give it.
+  std::string connect_out(const std::string& host, std::uint16_t port, Outcome outcome);
 
   class Impl;
 

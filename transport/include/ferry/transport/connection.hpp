@@ -65,6 +65,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // delivered, or any time from the progress thread.
   virtual void set_handlers(MessageHandler on_message, ErrorHandler on_error) = 0;
 
+  // Thread-safe: `done` is called (on the progress thread) once everything
+  // sent before has completed at the peer, the endpoint's wireup included,
+  // with an empty string, or with an error text.
+  virtual void flush(std::function<void(const std::string& error)> done) = 0;
+
   // Flushes what was sent, then closes. Thread-safe; idempotent.
   virtual void close() = 0;
   virtual bool closed() const noexcept = 0;

@@ -21,4 +21,9 @@ enum class Pinning { trust_on_first_use, strict };
 void check_host_key(const std::filesystem::path& file, const std::string& address, const PublicKey& key,
                     Pinning pinning);
 
+// Whether any line of the file pins this key, whatever its address: how a
+// listening client knows a ferryd that dialled in (--connect) from an
+// address nobody can predict.
+bool host_key_listed(const std::filesystem::path& file, const PublicKey& key);
+
 }  // namespace ferry::transport

@@ -1,0 +1,87 @@
+// A remote host joining and leaving the pool while the program runs: a
+// host that dials in (ferryd --connect) is adopted; one removed
+// (Runtime::remove_remote, or gone from its DNS name) is drained first.
+#include <fmt/format.h>
+
+#include "core/core.hpp"
+#include "devices/remote/remote_device.hpp"
+#include "ferry/log.hpp"
+
+namespace ferry::detail {
+
+void RemoteDevice::adopt(transport::Dialed dialed) {
+  if (!dialed.connection || dialed.connection->closed()) return;
+  // Set here, on the progress thread, before anything on it is delivered.
+  dialed.connection->set_handlers([this](transport::Connection&, transport::Incoming& in) { on_message(in); },
+                                  [this, raw = dialed.connection.get()](transport::Connection&, const std::string& why) {
+                                    // Only the connection in use: an older one closing says nothing.
+                                    bool current;
+                                    {
+                                      std::lock_guard lock(connection_mutex_);
+                                      current = connection_.get() == raw;
+                                    }
+                                    if (current) lost(why);
+                                  });
+  // It dialled again: the connection we had is dead, or about to be.
+  if (alive()) lost("the host dialled in again");
+  {
+    std::lock_guard lock(reconnect_mutex_);
+    if (adopted_ && adopted_->connection) adopted_->connection->close();
+    adopted_ = std::move(dialed);
+  }
+  reconnect_cv_.notify_all();
+}
+
+void RemoteDevice::bring_home(const char* when) {
+  std::vector<std::shared_ptr<BufferRoot>> roots;
+  {
+    std::lock_guard lock(held_mutex_);
+    for (auto& weak : held_)
+      if (auto root = weak.lock()) roots.push_back(std::move(root));
+    held_.clear();
+  }
+  for (auto& root : roots) {
+    try {
+      forget_node(*root, *this);
+    } catch (const std::exception& e) {
+      // Its lineage recomputes it where it is needed (data/coherence.hpp).
+      log().error("remote {}: could not bring a buffer home {}: {}", options_.address, when, e.what());
+    }
+  }
+}
+
+void RemoteDevice::retire() {
+  if (retiring_.exchange(true, std::memory_order_acq_rel)) return;
+  log().info("remote {}: leaving the pool; its queued tasks move to the CPU, data only it holds comes home",
+             options_.address);
+  // Queued tasks reach run_here and move at once; runs sent already finish there.
+  drain();
+  bring_home("as it leaves the pool");
+  std::shared_ptr<transport::Connection> connection;
+  {
+    std::lock_guard lock(connection_mutex_);
+    connection = std::move(connection_);
+  }
+  alive_.store(false, std::memory_order_release);
+  rpc_.fail_all("removed from the pool");
+  {
+    std::lock_guard lock(offer_mutex_);
+    down_reason_ = "removed from the pool";
+  }
+  if (connection) {
+    connection->send(protocol::encode(protocol::Bye{protocol::Status::ok, "removed from the client's pool"}));
+    connection->close();
+  }
+}
+
+void RemoteDevice::rejoin() {
+  if (!retiring_.exchange(false, std::memory_order_acq_rel)) return;
+  {
+    std::lock_guard lock(offer_mutex_);
+    warned_ = false;
+  }
+  log().info("remote {}: back in the pool", options_.address);
+  reconnect_cv_.notify_all();
+}
+
+}  // namespace ferry::detail
