@@ -93,6 +93,7 @@ detail::TaskRecord& require(detail::TaskRecord* record) {
 
 void Task::wait() const {
   detail::TaskRecord& r = require(record_);
+  if (!r.done.load(std::memory_order_acquire) && r.core != nullptr) r.core->host_views().check_wait("Task::wait()");
   r.done.wait(false, std::memory_order_acquire);
   if (r.error) std::rethrow_exception(r.error);
 }
@@ -100,6 +101,7 @@ void Task::wait() const {
 bool Task::wait_for(std::chrono::nanoseconds timeout) const {
   detail::TaskRecord& r = require(record_);
   if (r.done.load(std::memory_order_acquire)) return true;
+  if (r.core != nullptr) r.core->host_views().check_wait("Task::wait_for()");
   // Atomics have no timed wait: a continuation signals a condition variable.
   struct Signal {
     std::mutex mutex;
