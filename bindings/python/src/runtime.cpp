@@ -111,6 +111,7 @@ Future submit(RuntimeHandle& h, nb::handle kernel, nb::sequence args, const std:
   const std::size_t n = nb::len(args);
   converted.reserve(n);
   for (std::size_t i = 0; i < n; ++i) converted.push_back(convert_arg(args[i], *def, i));
+  hold_back_views(converted);
   try {
     return Future{rt.submit_args(KernelRef{def}, std::move(converted), parse_place(on), std::move(name))};
   } catch (const UsageError& e) {

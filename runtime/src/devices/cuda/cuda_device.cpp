@@ -6,6 +6,7 @@
 #include <chrono>
 #include <utility>
 
+#include "scheduling/transfer_label.hpp"
 #include "core/core.hpp"
 #include "cuda/handles.hpp"  // kernels/cuda: the built-ins' library handles
 #include "data/cuda_unified.hpp"
@@ -478,6 +479,7 @@ void CudaDevice::prefetch_loop() {
 
 void CudaDevice::prefetch_inputs(const Prefetch& job) {
   TaskRecord* task = job.task;
+  const TaskLabelScope transfers_for(task->name);
   for (const auto& input : job.inputs) {
     if (!alive() || task->done.load(std::memory_order_acquire)) return;  // too late to help
     const BufferState& view = *input;
@@ -514,6 +516,7 @@ void CudaDevice::finish_unlaunched(TaskRecord* task, const std::vector<std::uint
 }
 
 bool CudaDevice::stage_buffers(TaskRecord* task, InFlight& flight, Lane& lane) {
+  const TaskLabelScope transfers_for(task->name);
   std::size_t i = 0;
   try {
     for (; i < task->buffers.size(); ++i) {
