@@ -6,6 +6,7 @@
 #include <chrono>
 #include <utility>
 
+#include "devices/cuda/gpu_probe.hpp"
 #include "scheduling/transfer_label.hpp"
 #include "core/core.hpp"
 #include "cuda/handles.hpp"  // kernels/cuda: the built-ins' library handles
@@ -90,7 +91,7 @@ std::string cuda_text(cudaError_t status) {
 
 CudaDevice::CudaDevice(RuntimeCore& core, DeviceId id, MemoryNodeId node, CudaDeviceOptions options)
     : Device(id, fmt::format("cuda:{}", options.ordinal), DeviceKind::cuda, node, perf_key_of(options.ordinal),
-             peak_of(options.ordinal)),
+             gpu_probe(options.ordinal, peak_of(options.ordinal))),
       core_(core),
       options_(options) {
   const CurrentDevice current(options_.ordinal);
