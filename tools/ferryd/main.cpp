@@ -183,8 +183,8 @@ void describe_offer(const Runtime& runtime, ServerState& state) {
     const bool cpu = device.kind == DeviceKind::cpu;
     state.devices.push_back(cpu ? fmt::format("cpu ({} workers)", device.lanes) : device.description);
     keys.push_back(cpu ? fmt::format("{} x{}", cpu_model(), device.lanes) : device.perf_key);
-    // Clients see the host as one device: its fastest one's rates seed their
-    // estimates (the CPU's from its probe, a GPU's from its data sheet).
+    // Clients see the host as one device: its fastest one's rates (its
+    // device probe's) seed their estimates.
     if (device.peak.flops_per_second > state.peak_flops) {
       state.peak_flops = device.peak.flops_per_second;
       state.peak_bytes = device.peak.bytes_per_second;

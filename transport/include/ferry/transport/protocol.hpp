@@ -134,9 +134,9 @@ struct Welcome {
   // What the host's devices are (GPU models, or CPU model and workers), the
   // same for every host alike: clients key their performance models by it.
   std::string device_key;
-  // The peak rates of the host's fastest device, per task (a CPU's measured
-  // by its device probe, a GPU's from its data sheet): the client's first
-  // estimates for the host before any run. 0: unknown.
+  // The peak rates of the host's fastest device, per task (measured by its
+  // device probe): the client's first estimates for the host before any
+  // run. 0: unknown.
   double peak_flops = 0;
   double peak_bytes = 0;
 };
