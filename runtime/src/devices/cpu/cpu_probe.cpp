@@ -27,6 +27,7 @@ double best_seconds(Fn&& fn, int runs = 3) {
 DevicePeak measure() {
   // Tasks run on single-threaded BLAS (CpuDevice): measure one thread's rate.
   openblas_set_num_threads(1);
+  const auto began = std::chrono::steady_clock::now();
   DevicePeak peak;
   peak.launch_seconds = 1e-6;
   peak.measured = true;
@@ -37,14 +38,15 @@ DevicePeak measure() {
     cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0, a.data(), n, b.data(), n, 0.0, c.data(), n);
   });
   // Larger than most last-level caches per core: memory, not cache, bandwidth.
-  constexpr int len = 1 << 20;
+  constexpr int len = 1 << 21;  // 16 MiB per vector
   std::vector<double> x(len, 1.0), y(len, 2.0);
   const double axpy = best_seconds([&] { cblas_daxpy(len, 0.5, x.data(), 1, y.data(), 1); });
 
   if (gemm > 0) peak.flops_per_second = 2.0 * n * n * n / gemm;
   if (axpy > 0) peak.bytes_per_second = 3.0 * sizeof(double) * len / axpy;  // read x and y, write y
-  log().debug("cpu probe: {:.2f} GFLOP/s, {:.2f} GB/s per worker", peak.flops_per_second * 1e-9,
-              peak.bytes_per_second * 1e-9);
+  log().debug("cpu probe: {:.2f} GFLOP/s, {:.2f} GB/s per worker (measured in {:.1f} ms)",
+              peak.flops_per_second * 1e-9, peak.bytes_per_second * 1e-9,
+              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - began).count());
   return peak;
 }
 

@@ -8,7 +8,7 @@
 
 namespace ferry::detail {
 
-// Measured on first call (a few milliseconds), then remembered.
+// Measured on first call (about 20 ms), then remembered.
 const DevicePeak& cpu_probe();
 
 }  // namespace ferry::detail
