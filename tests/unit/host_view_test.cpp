@@ -80,6 +80,43 @@ TEST(HostView, AWritableViewHoldsBackReaders) {
   EXPECT_EQ(reader->result(), 6.0);
 }
 
+// y's writer waits for the view of x; a view of y, taken on the thread that
+// holds x's, would wait for it forever: refused, naming x and the task.
+TEST(HostView, AViewThatWouldWaitBehindThisThreadsViewIsRefused) {
+  ferry::Runtime rt(ferry::testing::quiet_options());
+  auto x = rt.buffer<double>(4), y = rt.buffer<double>(4);
+  x.set_name("x");
+  std::optional<ferry::HostView<double>> hx(x.host());
+  (*hx)[0] = 3;
+  rt.submit("copy", ferry::read(x), ferry::write(y), ferry::named("x to y"));
+  try {
+    (void)y.host_read();
+    FAIL() << "a view that waits behind this thread's own view was handed out";
+  } catch (const ferry::UsageError& e) {
+    EXPECT_TRUE(mentions(e, "'x'")) << e.what();
+    EXPECT_TRUE(mentions(e, "x to y")) << e.what();
+  }
+  hx.reset();
+  EXPECT_EQ(y.host_read()[0], 3.0);
+}
+
+// Only a wait that could wait for the view is refused: unrelated work may
+// be waited for (and viewed) while the view holds its own task back.
+TEST(HostView, WaitsForUnrelatedTasksAreAllowed) {
+  ferry::Runtime rt(ferry::testing::quiet_options());
+  auto x = rt.buffer<double>(4), y = rt.buffer<double>(4), z = rt.buffer<double>(4);
+  auto h = x.host();
+  ferry::Task held = rt.submit("copy", ferry::read(x), ferry::write(y));
+  ferry::Task chained = rt.submit("scal", ferry::readwrite(y), 2.0);  // behind `held`, so behind the view
+  ferry::Task other = rt.submit("fill", ferry::write(z), 5.0);
+  other.wait();
+  EXPECT_EQ(z.host_read()[0], 5.0);
+  EXPECT_THROW(chained.wait(), ferry::UsageError) << "waits behind the view through another task";
+  EXPECT_FALSE(held.done());
+  h.release();
+  chained.wait();
+}
+
 TEST(HostView, AnotherThreadWaitsForTheRelease) {
   ferry::Runtime rt(ferry::testing::quiet_options());
   auto x = rt.buffer<double>(4);

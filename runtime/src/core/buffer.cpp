@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "data/buffer_state.hpp"
 #include "data/coherence.hpp"
 #include "data/dependencies.hpp"
@@ -71,7 +73,23 @@ void BufferBase::set_name(std::string name) {
 void* BufferBase::acquire_host(bool for_writing, std::shared_ptr<const void>* hold) const {
   require_valid();
   std::exception_ptr failure;
-  for (const detail::Use& use : detail::users_of(*state_)) {
+  const std::vector<detail::Use> uses = detail::users_of(*state_);
+  std::vector<const detail::TaskRecord*> awaited;
+  for (const detail::Use& use : uses)
+    if (!detail::held_by_this_thread(use.task) && !use.task->done.load(std::memory_order_acquire))
+      awaited.push_back(use.task);
+  if (!awaited.empty()) {
+    // A task that waits behind this thread's own view would be waited for forever.
+    if (auto core = state_->root->runtime.lock()) {
+      try {
+        core->host_views().check_wait(fmt::format("a host view of buffer '{}'", state_->name), awaited);
+      } catch (...) {
+        for (const detail::Use& use : uses) detail::release(use.task);
+        throw;
+      }
+    }
+  }
+  for (const detail::Use& use : uses) {
     // A view this thread holds is ordered by the program, not by waiting.
     if (!detail::held_by_this_thread(use.task)) use.task->done.wait(false, std::memory_order_acquire);
     // A failed reader leaves the data as it was; a failed writer does not.

@@ -87,12 +87,44 @@ void HostAcquisitions::remove(HostAcquisition* a) noexcept {
   std::erase(live_, a);
 }
 
-void HostAcquisitions::check_wait(const char* what) const {
+namespace {
+
+// The awaited task among those that wait, directly or through others, for
+// `view`'s record; null if none. Walks successor lists one lock at a time.
+const TaskRecord* awaited_behind(TaskRecord* view, std::span<const TaskRecord* const> awaited) {
+  std::vector<TaskRecord*> pending{view};
+  std::vector<const TaskRecord*> seen{view};
+  while (!pending.empty()) {
+    TaskRecord* task = pending.back();
+    pending.pop_back();
+    std::vector<TaskRecord*> next;
+    {
+      std::lock_guard lock(task->mutex);
+      for (const auto& edge : task->successors) next.push_back(edge.task);
+    }
+    for (TaskRecord* successor : next) {
+      if (std::ranges::find(awaited, successor) != awaited.end()) return successor;
+      if (std::ranges::find(seen, successor) != seen.end()) continue;
+      seen.push_back(successor);
+      pending.push_back(successor);
+    }
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+void HostAcquisitions::check_wait(std::string_view what, std::span<const TaskRecord* const> awaited) const {
   const auto me = std::this_thread::get_id();
   std::lock_guard lock(mutex_);
   for (const HostAcquisition* a : live_) {
     if (a->owner() != me || a->ended()) continue;
-    const std::string blocked = a->blocked_task();
+    std::string blocked;
+    if (awaited.empty()) {
+      blocked = a->blocked_task();
+    } else if (const TaskRecord* behind = awaited_behind(a->record(), awaited)) {
+      blocked = behind->label();
+    }
     if (blocked.empty()) continue;
     throw UsageError(fmt::format(
         "{} would never return: this thread holds a host view of buffer '{}', and {} waits for its release; "

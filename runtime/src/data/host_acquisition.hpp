@@ -10,7 +10,9 @@
 
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -52,8 +54,10 @@ class HostAcquisitions {
   void add(HostAcquisition* a);
   void remove(HostAcquisition* a) noexcept;
   // Throws UsageError, naming the buffer and the task, when the calling
-  // thread holds a view that a task waits behind: `what` is the wait.
-  void check_wait(const char* what) const;
+  // thread holds a view that a task waits behind: `what` is the wait. With
+  // `awaited`, only when one of those tasks waits (directly or through
+  // others) behind such a view; without, when any task does (a wait for all).
+  void check_wait(std::string_view what, std::span<const TaskRecord* const> awaited = {}) const;
   // At shutdown: ends every view tasks still wait for (they would never run).
   void end_all_blocking() noexcept;
 
