@@ -1,6 +1,10 @@
 """Every metric the Grafana dashboards in deploy/grafana query exists in a
 real scrape of a real ferryd's /metrics.
 
+GPU gauges (ferry_gpu_*) come from NVML and exist only on hosts with an
+NVIDIA driver; a scrape saying ferry_nvml_available 0 has none of them, and
+there each must instead be a name ferryd's binary declares.
+
 Usage: dashboard_metrics.py FERRYD DASHBOARD.json...
 """
 import json
@@ -84,6 +88,14 @@ def main():
             exposed.add(name)
             # A histogram's or summary's series also answer to the family's name.
             exposed.add(re.sub(r'_(bucket|sum|count)$', '', name))
+    # Without NVML the GPU series are absent by design: ferryd must still know them.
+    nvml = re.search(r'^ferry_nvml_available (\S+)$', text, re.M)
+    if nvml is None:
+        raise SystemExit("the scrape has no ferry_nvml_available: cannot tell whether GPU series should exist")
+    if float(nvml.group(1)) == 0:
+        with open(ferryd, "rb") as f:
+            binary = f.read()
+        exposed |= {name.decode() for name in re.findall(rb'ferry_gpu_[a-z_]+', binary)}
     missing = {}
     checked = 0
     for path in dashboards:

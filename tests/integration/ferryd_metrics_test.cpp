@@ -1,6 +1,7 @@
 // ferryd's operator port: /metrics, /healthz, /readyz; several serving
 // threads with a deadline per request; a restart that takes the port at once.
 #include <arpa/inet.h>
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -109,6 +110,30 @@ TEST(FerrydMetrics, ARestartAtOnceTakesTheSamePort) {
   close(stalled);
 }
 
+// Whether NVIDIA's management library loads here, as ferryd would load it.
+bool host_has_nvml() {
+  void* nvml = dlopen("libnvidia-ml.so.1", RTLD_LAZY | RTLD_LOCAL);
+  if (nvml == nullptr) return false;
+  dlclose(nvml);
+  return true;
+}
+
+// GPU gauges come from NVML: without it (no NVIDIA driver) ferryd starts,
+// says so, and exports no GPU series rather than zeros that read as idle GPUs.
+TEST(FerrydMetrics, GpuSeriesExistOnlyWhereNvmlAnswers) {
+  FerrydProcess server({"--metrics", "127.0.0.1:0"});
+  const auto port = metrics_port(server);
+  const std::string body = http_get(port, "/metrics");
+  ASSERT_NE(body.find("200 OK"), std::string::npos) << body;
+  if (host_has_nvml()) {
+    EXPECT_NE(body.find("\nferry_nvml_available 1"), std::string::npos) << body;
+    return;
+  }
+  EXPECT_NE(body.find("\nferry_nvml_available 0"), std::string::npos) << body;
+  EXPECT_EQ(body.find("\nferry_gpu_"), std::string::npos) << "GPU series without NVML:\n" << body;
+  EXPECT_TRUE(server.wait_for_log("NVML unavailable")) << server.log();
+}
+
 // Every metric docs/deployment.md lists (its "ferry_..." names) is in a scrape.
 TEST(FerrydMetrics, EveryDocumentedMetricIsScraped) {
   FerrydProcess server({"--metrics", "127.0.0.1:0"});
@@ -130,9 +155,13 @@ TEST(FerrydMetrics, EveryDocumentedMetricIsScraped) {
   for (auto it = std::sregex_iterator(doc.begin(), doc.end(), metric); it != std::sregex_iterator(); ++it)
     names.insert((*it)[1]);
   EXPECT_GE(names.size(), 15u) << "docs/deployment.md lists fewer metrics than ferryd has";
-  for (const std::string& name : names)
+  // GPU gauges exist only where NVML answers (GpuSeriesExistOnlyWhereNvmlAnswers).
+  const bool gpu_series = body.find("\nferry_nvml_available 1") != std::string::npos;
+  for (const std::string& name : names) {
+    if (name.starts_with("ferry_gpu_") && !gpu_series) continue;
     EXPECT_TRUE(std::regex_search(body, std::regex("(\\n|# TYPE )" + name + "(_bucket|_sum|_count)?[ {]")))
         << name << " is documented but not scraped\n" << body;
+  }
   EXPECT_NE(body.find("ferry_kernel_tasks_total{kernel=\"sum\",status=\"ok\"} 1"), std::string::npos) << body;
   EXPECT_NE(body.find("ferry_transfer_bytes_count{direction=\"in\"} 1"), std::string::npos) << body;
 }

@@ -88,7 +88,12 @@ TEST(RemoteAutoChunk, PiecesGiveTheWholeTasksBits) {
       const Outcome expected = run_case(whole, server, c, rows, cols);
       const Outcome got = run_case(chunked, server, c, rows, cols);
       EXPECT_EQ(expected.pieces, 0u) << "split with auto_chunk off";
-      EXPECT_GE(got.pieces, 4u) << "not split: the trace shows no pieces";
+      // fill ships nothing and computes little: whether pieces gain enough
+      // (ChunkPolicy::min_gain) depends on this host's measured memory rate
+      // (its device probe) against the link, so it may rightly stay whole.
+      if (c.name != "fill" || got.pieces > 0) {
+        EXPECT_GE(got.pieces, 4u) << "not split: the trace shows no pieces";
+      }
       ASSERT_EQ(got.y.size(), expected.y.size());
       for (std::size_t i = 0; i < got.y.size(); ++i) ASSERT_EQ(got.y[i], expected.y[i]) << "element " << i;
     }

@@ -213,4 +213,78 @@ TEST(Remote, HostReadKeepsTheRemoteCopyValid) {
   EXPECT_GT(rt.remote_stats(server.address()).bytes_shipped, shipped) << "host() kept a copy it may have made stale";
 }
 
+// Transfers in the trace say which buffer moved and for which task.
+TEST(Remote, TraceNamesTheBufferAndTaskOfEveryTransfer) {
+  FerrydProcess server;
+  ferry::Runtime::Options o = remote_options(server);
+  o.trace = true;
+  ferry::Runtime rt(o);
+  auto x = rt.buffer<float>(1 << 16), y = rt.buffer<float>(1 << 16);
+  x.set_name("input x");
+  y.set_name("output y");
+  std::ranges::fill(x.host(), 1.0f);
+  rt.submit("copy", ferry::read(x), ferry::write(y), remote(server), ferry::named("copy over"));
+  EXPECT_EQ(y.host_read()[3], 1.0f);  // brings y home
+  ASSERT_NE(rt.trace(), nullptr);
+  const std::string json = rt.trace()->chrome_json();
+  EXPECT_NE(json.find(R"("buffer":"input x)"), std::string::npos) << json;
+  EXPECT_NE(json.find(R"("task":"copy over)"), std::string::npos) << json;
+  EXPECT_NE(json.find(R"("name":"ship input x)"), std::string::npos) << json;
+  EXPECT_NE(json.find(R"("buffer":"output y)"), std::string::npos) << json;
+  EXPECT_NE(json.find(R"("name":"fetch output y)"), std::string::npos) << json;
+  EXPECT_NE(json.find(R"("task":"host view")"), std::string::npos) << json;
+}
+
+// A host seen for the first time starts from its own device probe (told in
+// welcome), so the first placement compares measured rates, not guesses.
+TEST(Remote, ANewHostStartsFromItsMeasuredPeak) {
+  FerrydProcess server;
+  ferry::Runtime rt(remote_options(server));
+  const auto devices = rt.devices();
+  ASSERT_EQ(devices.size(), 2u);
+  const ferry::DeviceInfo& host = devices[1];
+  EXPECT_TRUE(host.peak.measured) << "the host's probe did not reach the client";
+  EXPECT_GT(host.peak.flops_per_second, 1e6);
+  EXPECT_GT(host.peak.bytes_per_second, 1e6);
+  auto a = rt.buffer<double>(256, 256), b = rt.buffer<double>(256, 256), c = rt.buffer<double>(256, 256);
+  ferry::Task t = rt.submit("gemm", ferry::read(a), ferry::read(b), ferry::readwrite(c));
+  const std::string why = t.explain();
+  rt.wait();
+  // Neither device has run a gemm: both estimates come from the probes.
+  EXPECT_NE(why.find("(probe, 0)"), std::string::npos) << why;
+  EXPECT_EQ(why.find("(hint, 0)"), std::string::npos) << why;
+  EXPECT_NE(why.find(" vs "), std::string::npos) << why;
+}
+
+// A read view kept across submit: remote readers run beside it and move no
+// bytes; a remote writer waits for its release (the view never sees the
+// data change under it).
+TEST(Remote, AReadViewKeptAcrossSubmitKeepsTheRemoteCopyAndHoldsBackWriters) {
+  FerrydProcess server;
+  ferry::Runtime rt(remote_options(server));
+  auto x = rt.buffer<double>(1 << 16);
+  x.set_name("x");
+  std::ranges::fill(x.host(), 1.0);
+  EXPECT_EQ(rt.submit("sum", ferry::read(x), remote(server)).result(), 65536.0);
+  const auto shipped = rt.remote_stats(server.address()).bytes_shipped;
+  {
+    const auto view = x.host_read();
+    EXPECT_EQ(rt.submit("sum", ferry::read(x), remote(server)).result(), 65536.0);
+    EXPECT_EQ(rt.remote_stats(server.address()).bytes_shipped, shipped) << "the read view dropped the remote copy";
+    ferry::Task writer = rt.submit("scal", ferry::readwrite(x), 2.0, remote(server), ferry::named("double x"));
+    try {
+      writer.wait();
+      FAIL() << "a wait behind this thread's own view returned";
+    } catch (const ferry::UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find("'x'"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("double x"), std::string::npos) << e.what();
+    }
+    EXPECT_FALSE(writer.done());
+    EXPECT_EQ(view[7], 1.0);
+  }
+  rt.wait();
+  EXPECT_EQ(rt.remote_stats(server.address()).bytes_shipped, shipped) << "the writer shipped data the remote had";
+  EXPECT_EQ(x.host_read()[7], 2.0);
+}
+
 }  // namespace

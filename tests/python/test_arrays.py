@@ -112,3 +112,32 @@ def test_unified_arrays_work_as_host_arrays_without_a_gpu(rt):
     x = rt.array(np.ones((8, 8)))
     rt.axpy(x, u, 3.0)
     np.testing.assert_array_equal(u.numpy(), np.full((8, 8), 3.0))
+
+
+def test_a_view_is_read_only_while_a_task_on_its_array_is_pending(rt):
+    a = rt.array(np.ones(1024, np.float64))
+    view = a.numpy()
+    view[0] = 2.0  # before any task: writable
+    rt.fill(a, 5.0)
+    with pytest.raises(ValueError, match="read-only"):
+        view[1] = 3.0  # would race with the fill
+    fresh = a.numpy()  # acquired for writing: waits for the fill
+    assert fresh.flags.writeable
+    assert fresh[1] == 5.0
+    fresh[1] = 7.0
+    assert a.numpy()[1] == 7.0
+
+
+def test_a_reading_task_also_holds_back_writable_views(rt):
+    a = rt.array(np.ones(16, np.float32))
+    b = rt.zeros(16, np.float32)
+    view_a, view_b = a.numpy(), b.numpy()
+    rt.copy(a, b)
+    assert not view_a.flags.writeable, "writing the input of a pending copy would race with it"
+    assert not view_b.flags.writeable
+    untouched = rt.zeros(4, np.float32)
+    other = untouched.numpy()
+    rt.copy(a, b)
+    assert other.flags.writeable, "a task on other arrays left this view alone"
+    rt.wait()
+    np.testing.assert_array_equal(b.numpy(), np.ones(16, np.float32))

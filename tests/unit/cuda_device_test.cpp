@@ -119,6 +119,23 @@ ferry::KernelDef add_one_kernel() {
   return k;
 }
 
+
+// A new GPU starts from its measured peak (a timed SGEMM and device copy),
+// so its first placement weighs real rates: the estimate says "probe".
+TEST(CudaDevice, ANewGpuStartsFromItsMeasuredPeak) {
+  REQUIRE_GPU();
+  Runtime rt(gpu_options());
+  const auto devices = rt.devices();
+  const ferry::DeviceInfo& gpu = gpu_info(devices);
+  EXPECT_TRUE(gpu.peak.measured) << "the GPU probe did not run (its warning says why)";
+  EXPECT_GT(gpu.peak.flops_per_second, 1e11);
+  EXPECT_GT(gpu.peak.bytes_per_second, 1e10);
+  auto a = rt.buffer<float>(1024, 1024), b = rt.buffer<float>(1024, 1024), c = rt.buffer<float>(1024, 1024);
+  const std::string why = rt.submit("gemm", ferry::read(a), ferry::read(b), ferry::readwrite(c)).explain();
+  rt.wait();
+  EXPECT_NE(why.find("(probe, 0)"), std::string::npos) << why;
+}
+
 TEST(CudaDevice, IsListedAndDescribed) {
   REQUIRE_GPU();
   Runtime rt(gpu_options());

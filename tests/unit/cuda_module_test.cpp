@@ -4,6 +4,7 @@
 // ones the registry forwards to. Runs on every machine; each test is its own
 // process under ctest, so "not loaded yet" means what it says.
 #include <gtest/gtest.h>
+#include <dlfcn.h>
 #include <link.h>
 
 #include <algorithm>
@@ -131,6 +132,14 @@ TEST(CudaModule, StatusSaysWhereItCameFromOrWhyNot) {
   // Loaded, the driver may still say no (this machine may have no GPU): the reason says the driver's words.
   if (cuda::device_count() == 0) {
     EXPECT_NE(cuda::unavailable_reason().find("no CUDA device: "), std::string::npos);
+    // A machine without the driver hears so, not that its driver is "insufficient".
+    if (void* driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL); driver == nullptr) {
+      EXPECT_NE(cuda::unavailable_reason().find("no NVIDIA driver found"), std::string::npos)
+          << cuda::unavailable_reason();
+      EXPECT_EQ(cuda::unavailable_reason().find("insufficient"), std::string::npos) << cuda::unavailable_reason();
+    } else {
+      dlclose(driver);
+    }
   }
 #else
   EXPECT_EQ(status.state, cuda::ModuleStatus::State::not_built);

@@ -260,4 +260,29 @@ TEST(PerfModels, RecordAndEstimateFromManyThreads) {
 }
 
 }  // namespace
+// A new CPU starts from its measured peak (a timed dgemm and daxpy at
+// start), not from fixed figures: its first estimate of a gemm is the
+// kernel's cost over those rates, and says so.
+TEST(PerfModels, AnUncalibratedDeviceHasAProbeDerivedEstimate) {
+  Runtime rt(testing::quiet_options());
+  const DeviceInfo cpu = rt.devices().front();
+  ASSERT_EQ(cpu.kind, DeviceKind::cpu);
+  EXPECT_TRUE(cpu.peak.measured);
+  EXPECT_GT(cpu.peak.flops_per_second, 1e6) << "a probe that measured nothing";
+  EXPECT_GT(cpu.peak.bytes_per_second, 1e6);
+  EXPECT_TRUE(std::isfinite(cpu.peak.flops_per_second) && std::isfinite(cpu.peak.bytes_per_second));
+  EXPECT_NE(cpu.peak.flops_per_second, DevicePeak{}.flops_per_second) << "the fixed default, not a measurement";
+
+  PerfModels models;  // nothing learned yet
+  const double n = 512;
+  const Cost gemm{2 * n * n * n, 3 * n * n * 8};
+  const Estimate e = models.estimate("gemm", cpu.perf_key, 3 * 512 * 512 * 8, gemm, cpu.peak);
+  EXPECT_EQ(e.source, Estimate::Source::probe);
+  EXPECT_STREQ(to_string(e.source), "probe");
+  EXPECT_FALSE(e.calibrated);
+  EXPECT_GT(e.seconds, cpu.peak.launch_seconds);
+  EXPECT_DOUBLE_EQ(e.seconds, cpu.peak.launch_seconds + std::max(gemm.flops / cpu.peak.flops_per_second,
+                                                                  gemm.bytes / cpu.peak.bytes_per_second));
+}
+
 }  // namespace ferry

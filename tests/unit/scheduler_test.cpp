@@ -371,6 +371,10 @@ TEST_F(Heft, ExplainShowsEveryDeviceAndTheReason) {
   EXPECT_NE(text.find("* cuda:0"), std::string::npos) << text;
   EXPECT_NE(text.find("(history, 3)"), std::string::npos) << text;
   EXPECT_NE(text.find("policy heft: earliest expected finish"), std::string::npos) << text;
+  // The last line says why in one line: the chosen device against the runner-up.
+  const std::string last = text.substr(text.rfind('\n') + 1);
+  EXPECT_NE(last.find("cuda:0 finishes in"), std::string::npos) << last;
+  EXPECT_NE(last.find("vs cpu in 4."), std::string::npos) << last;
 }
 
 TEST(LinkModels, CostsLatencyPlusBytesOverBandwidth) {

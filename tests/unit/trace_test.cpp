@@ -57,6 +57,36 @@ Trace& diamond(Trace& trace) {
   return trace;
 }
 
+// A transfer's event names the buffer it moved and the task it was for, where known.
+TEST(Trace, TransfersCarryTheirBufferAndTask) {
+  Trace trace;
+  const int link = trace.lane("host->remote:gpu1", "remote:gpu1");
+  TransferSpan named;
+  named.what = "ship x";
+  named.link = "host->remote:gpu1";
+  named.buffer = "x";
+  named.task = "update";
+  named.lane = link;
+  named.end_ns = 100;
+  named.bytes = 64;
+  trace.record(named);
+  TransferSpan anonymous = named;
+  anonymous.what = "ship";
+  anonymous.buffer.clear();
+  anonymous.task.clear();
+  trace.record(anonymous);
+  std::map<std::string, nlohmann::json> args;
+  const auto doc = nlohmann::json::parse(trace.chrome_json());
+  for (const auto& e : doc.at("traceEvents"))
+    if (e.at("ph") == "X" && e.at("cat") == "transfer") args[e.at("name").get<std::string>()] = e.at("args");
+  ASSERT_EQ(args.size(), 2u);
+  EXPECT_EQ(args.at("ship x").at("buffer"), "x");
+  EXPECT_EQ(args.at("ship x").at("task"), "update");
+  EXPECT_EQ(args.at("ship x").at("bytes"), 64u);
+  EXPECT_FALSE(args.at("ship").contains("buffer")) << args.at("ship");
+  EXPECT_FALSE(args.at("ship").contains("task")) << args.at("ship");
+}
+
 TEST(Trace, LanesAreStableSmallIntegers) {
   Trace trace;
   const int a = trace.lane("cpu worker 0", "cpu");

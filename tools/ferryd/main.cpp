@@ -29,6 +29,7 @@
 #include "ferry/transport/worker.hpp"
 #include "authorized_keys.hpp"
 #include "metrics.hpp"
+#include "nvml_gauges.hpp"
 #include "options.hpp"
 #include "server.hpp"
 #include "server_state.hpp"
@@ -183,6 +184,12 @@ void describe_offer(const Runtime& runtime, ServerState& state) {
     const bool cpu = device.kind == DeviceKind::cpu;
     state.devices.push_back(cpu ? fmt::format("cpu ({} workers)", device.lanes) : device.description);
     keys.push_back(cpu ? fmt::format("{} x{}", cpu_model(), device.lanes) : device.perf_key);
+    // Clients see the host as one device: its fastest one's rates (its
+    // device probe's) seed their estimates.
+    if (device.peak.flops_per_second > state.peak_flops) {
+      state.peak_flops = device.peak.flops_per_second;
+      state.peak_bytes = device.peak.bytes_per_second;
+    }
   }
   state.device_key = fmt::format("{}", fmt::join(keys, " + "));
   try {
@@ -231,6 +238,10 @@ int serve(const Options& options, int signal_fd) {
     }
   }
 
+  // GPU gauges wherever the driver's NVML answers, whatever --gpus says:
+  // an operator watches the machine's GPUs, busy with this ferryd or not.
+  // Declared first: the metrics port's scrapes read it until it closes.
+  NvmlGauges nvml;
   Metrics metrics;
 
   unsigned cpu_workers = 0, gpu_lanes = 0;
@@ -266,8 +277,13 @@ int serve(const Options& options, int signal_fd) {
   metrics.describe_server(config::version, state.kernels.empty() ? runtime.kernel_names() : state.kernels);
   metrics.limits(options.client_quota, options.memory_limit, state.limits.max_payload, options.handshake_timeout,
                  cpu_workers, state.gpus);
-  metrics.on_scrape([&runtime](Metrics& m) {
+  metrics.nvml_available(nvml.available());
+  if (!nvml.available()) log().info("ferryd metrics: NVML unavailable ({}); no GPU gauges", nvml.unavailable_reason());
+  metrics.on_scrape([&runtime, &nvml](Metrics& m) {
     for (const auto& device : runtime.devices()) m.queue_depth(device.name, device.queued);
+    for (const auto& gpu : nvml.read())
+      m.gpu(gpu.index, gpu.model, gpu.utilization, gpu.memory_used_bytes, gpu.memory_total_bytes,
+            gpu.temperature_celsius);
   });
   if (options.metrics_host) {
     const auto port = metrics.serve(*options.metrics_host, options.metrics_port);

@@ -89,6 +89,17 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                      .Name("ferry_build_info")
                      .Help("Always 1; the labels say which ferryd this is")
                      .Register(r);
+  nvml_available_ = &gauge(r, "ferry_nvml_available",
+                           "1 when NVML (the NVIDIA driver's management library) answers; the ferry_gpu_* "
+                           "series exist only then");
+  const auto gpu_family = [&](const char* name, const char* help) {
+    return &prometheus::BuildGauge().Name(name).Help(help).Register(r);
+  };
+  gpu_utilization_ = gpu_family("ferry_gpu_utilization_ratio",
+                                "Share of the last sample period a kernel ran, per GPU (NVML)");
+  gpu_memory_used_ = gpu_family("ferry_gpu_memory_used_bytes", "Device memory in use by every process, per GPU (NVML)");
+  gpu_memory_total_ = gpu_family("ferry_gpu_memory_total_bytes", "Device memory, per GPU (NVML)");
+  gpu_temperature_ = gpu_family("ferry_gpu_temperature_celsius", "Core temperature, per GPU (NVML)");
   // Present from the start, so a dashboard's rate() has a series before the first failure.
   for (const char* reason : {"wrong_token", "unknown_key", "handshake_timeout", "version_mismatch", "hung_up", "malformed"})
     auth_failures_->Add({{"reason", reason}});
@@ -181,6 +192,19 @@ void Metrics::protocol_error() { protocol_errors_->Increment(); }
 void Metrics::client_connected() { clients_->Increment(); }
 void Metrics::client_gone() { clients_->Decrement(); }
 void Metrics::memory_in_use(std::uint64_t bytes) { memory_->Set(static_cast<double>(bytes)); }
+void Metrics::nvml_available(bool available) { nvml_available_->Set(available ? 1 : 0); }
+
+void Metrics::gpu(unsigned index, const std::string& model, std::optional<double> utilization,
+                  std::optional<double> memory_used_bytes, std::optional<double> memory_total_bytes,
+                  std::optional<double> temperature_celsius) {
+  // Bounded: one series per GPU of this host.
+  const prometheus::Labels labels{{"gpu", std::to_string(index)}, {"model", model}};
+  if (utilization) gpu_utilization_->Add(labels).Set(*utilization);
+  if (memory_used_bytes) gpu_memory_used_->Add(labels).Set(*memory_used_bytes);
+  if (memory_total_bytes) gpu_memory_total_->Add(labels).Set(*memory_total_bytes);
+  if (temperature_celsius) gpu_temperature_->Add(labels).Set(*temperature_celsius);
+}
+
 void Metrics::queue_depth(const std::string& device, std::size_t tasks) {
   queue_depth_->Add({{"device", device}}).Set(static_cast<double>(tasks));
 }

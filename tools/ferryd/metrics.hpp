@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -69,6 +70,13 @@ class Metrics {
   void client_gone();
   void memory_in_use(std::uint64_t bytes);
   void queue_depth(const std::string& device, std::size_t tasks);
+  // NVML (nvml_gauges.hpp): whether it answered, and one GPU's reading.
+  // Without NVML there are no ferry_gpu_* series at all, rather than zeros
+  // that would read as idle, cool GPUs.
+  void nvml_available(bool available);
+  void gpu(unsigned index, const std::string& model, std::optional<double> utilization,
+           std::optional<double> memory_used_bytes, std::optional<double> memory_total_bytes,
+           std::optional<double> temperature_celsius);
 
   // The text a scrape gets (also what tests read without HTTP).
   std::string scrape();
@@ -98,6 +106,11 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>* queue_depth_;
   prometheus::Family<prometheus::Gauge>* limits_;
   prometheus::Family<prometheus::Gauge>* build_info_;
+  prometheus::Gauge* nvml_available_;
+  prometheus::Family<prometheus::Gauge>* gpu_utilization_;
+  prometheus::Family<prometheus::Gauge>* gpu_memory_used_;
+  prometheus::Family<prometheus::Gauge>* gpu_memory_total_;
+  prometheus::Family<prometheus::Gauge>* gpu_temperature_;
 
   std::set<std::string> kernels_;  // set once, before any client
   std::mutex clients_mutex_;

@@ -94,6 +94,8 @@ protocol::Message Server::accept(const transport::Peer& peer, std::shared_ptr<tr
   welcome.kernels = state_.kernels;
   welcome.devices = state_.devices;
   welcome.device_key = state_.device_key;
+  welcome.peak_flops = state_.peak_flops;
+  welcome.peak_bytes = state_.peak_bytes;
   sessions_.emplace(session.get(), std::move(session));
   return welcome;
 }

@@ -40,6 +40,8 @@ struct ServerState {
   std::vector<std::string> kernels{};
   std::vector<std::string> devices{};
   std::string device_key{};
+  // The measured peak (device probe) of its fastest device, for welcome.
+  double peak_flops = 0, peak_bytes = 0;
 
   // Where a client's task runs: a client sends a task here to have it on a
   // GPU, so one with a CUDA variant goes to this host's GPUs when there are

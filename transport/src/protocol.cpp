@@ -176,6 +176,8 @@ void fields(IO& io, M& m) {
   io("kernels", m.kernels, max_names);
   io("devices", m.devices, max_names);
   io("device_key", m.device_key);
+  io("peak_flops", m.peak_flops);
+  io("peak_bytes", m.peak_bytes);
   io("lane", m.lane);
 }
 template <class IO, Is<Put> M>

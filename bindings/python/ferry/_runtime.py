@@ -46,6 +46,16 @@ def _shape(shape: int | Iterable[int]) -> list[int]:
     return dims
 
 
+
+def _require_matrices(kernel: str, **arrays: Any) -> None:
+    """Matrix kernels refuse an N-D array as what it is: the runtime stores it
+    as rows x last axis, and a refusal of that shape (6 x 4) would puzzle."""
+    for position, (param, array) in enumerate(arrays.items(), start=1):
+        shape = getattr(array, "shape", None)
+        if isinstance(array, Array) and shape is not None and len(shape) > 2:
+            raise UsageError(f"{kernel}: argument {position} '{param}' is a {len(shape)}-D array of shape "
+                             f"{tuple(shape)}; {kernel} takes matrices (1-D or 2-D arrays)")
+
 class Runtime(_ferry._Runtime):
     """Ferry's runtime: it places each task on the CPU workers, a local GPU or
     a remote GPU host (ferryd), and moves the data there.
@@ -199,10 +209,12 @@ class Runtime(_ferry._Runtime):
     def gemm(self, a: Array, b: Array, c: Array, alpha: float = 1.0, beta: float = 0.0, *, trans_a: bool = False,
              trans_b: bool = False, on: Place | None = None, name: str | None = None) -> Future:
         """c = alpha * op(a) @ op(b) + beta * c, op transposing when asked."""
+        _require_matrices("gemm", a=a, b=b, c=c)
         return self._submit("gemm", (a, b, c, alpha, beta, int(trans_a), int(trans_b)), on or "", name or "")
 
     def potrf(self, a: Array, *, on: Place | None = None, name: str | None = None) -> Future:
         """Cholesky factor in place: a's lower triangle becomes L with a = L @ L.T."""
+        _require_matrices("potrf", a=a)
         return self._submit("potrf", (a,), on or "", name or "")
 
     def gesdd(self, a: Array, s: Array, u: Array, vt: Array, *, full_matrices: bool = False,
@@ -226,10 +238,12 @@ class Runtime(_ferry._Runtime):
 
     def trsm(self, l: Array, b: Array, *, on: Place | None = None, name: str | None = None) -> Future:  # noqa: E741
         """b = b @ inv(l).T for lower triangular l (tiled Cholesky's panel update)."""
+        _require_matrices("trsm", l=l, b=b)
         return self._submit("trsm", (l, b), on or "", name or "")
 
     def syrk(self, a: Array, c: Array, *, on: Place | None = None, name: str | None = None) -> Future:
         """c -= a @ a.T on c's lower triangle (tiled Cholesky's diagonal update)."""
+        _require_matrices("syrk", a=a, c=c)
         return self._submit("syrk", (a, c), on or "", name or "")
 
     def fill(self, x: Array, value: float, *, on: Place | None = None, name: str | None = None) -> Future:

@@ -98,7 +98,46 @@ std::vector<std::size_t> sub_shape(const AnyBuffer& b, const std::vector<std::si
   return {b.rows(), b.cols()};
 }
 
+// The NumPy views numpy() handed out that may still be alive (weak
+// references), so a task submitted on their array can make them read-only.
+// Touched only under the GIL.
+struct LiveView {
+  std::uint64_t buffer;  // the id every view of one buffer shares
+  Region region;
+  nb::object ref;  // weakref.ref to the ndarray
+};
+std::vector<LiveView>& live_views() {
+  static auto* views = new std::vector<LiveView>();  // never destroyed: arrays may outlive the module's statics
+  return *views;
+}
+
+void remember_view(const AnyBuffer& view, const nb::object& array) {
+  auto& views = live_views();
+  std::erase_if(views, [](const LiveView& v) { return v.ref().is_none(); });
+  views.push_back(LiveView{view.id(), view.region(),
+                           nb::module_::import_("weakref").attr("ref")(array)});
+}
+
 }  // namespace
+
+void hold_back_views(const std::vector<TaskArg>& args) {
+  auto& views = live_views();
+  if (views.empty()) return;
+  for (const TaskArg& arg : args) {
+    const auto* access = std::get_if<BufferAccess>(&arg);
+    if (access == nullptr || !access->state) continue;
+    const AnyBuffer used(access->state);
+    for (const LiveView& v : views) {
+      if (v.buffer != used.id() || !v.region.overlaps(used.region())) continue;
+      nb::object array = v.ref();
+      if (array.is_none()) continue;
+      // Reading beside a pending reader is safe; anything else would race.
+      nb::object flags = array.attr("flags");
+      if (nb::cast<bool>(flags.attr("writeable"))) flags.attr("writeable") = false;
+    }
+  }
+  std::erase_if(views, [](const LiveView& v) { return v.ref().is_none(); });
+}
 
 nb::object numpy_view(const AnyBuffer& view, const std::vector<std::size_t>& shape, bool readonly) {
   void* data = nullptr;
@@ -111,7 +150,9 @@ nb::object numpy_view(const AnyBuffer& view, const std::vector<std::size_t>& sha
   // array handle for as long as NumPy needs it.
   auto* keep = new std::shared_ptr<detail::BufferState>(view.state());
   nb::capsule owner(keep, [](void* p) noexcept { delete static_cast<std::shared_ptr<detail::BufferState>*>(p); });
-  return make_numpy(data, view.dtype(), view_shape(view, shape), view.ld(), owner, readonly);
+  nb::object array = make_numpy(data, view.dtype(), view_shape(view, shape), view.ld(), owner, readonly);
+  if (!readonly) remember_view(view, array);
+  return array;
 }
 
 nb::object numpy_of(const BufferArg& arg, bool readonly) {
@@ -170,9 +211,11 @@ void bind_array(nb::module_& m) {
       .def("numpy", [](const Array& a, bool readonly) { return numpy_view(a.buffer, a.shape, readonly); },
            nb::arg("readonly") = false,
            "Waits for the tasks using this array, brings the host copy up to date and returns a NumPy view of it\n"
-           "(no copy). Writes through the view change the array; take a fresh view after submitting tasks\n"
-           "that write it. readonly=True gives a view NumPy will not write through, and keeps the array's\n"
-           "copies on GPUs and remote hosts valid, so the next task there moves no data.")
+           "(no copy). Writes through the view change the array. Submitting a task that uses the array makes\n"
+           "the views taken before it read-only (writing one raises ValueError rather than racing with the\n"
+           "task); call numpy() again for a writable view: it waits for the task first. readonly=True gives a\n"
+           "view NumPy will not write through, and keeps the array's copies on GPUs and remote hosts valid,\n"
+           "so the next task there moves no data.")
       .def("__array__", [](const Array& a, nb::object dtype, nb::object copy) {
         nb::object view = numpy_view(a.buffer, a.shape, false);
         if (!dtype.is_none()) view = view.attr("astype")(dtype);

@@ -49,6 +49,11 @@ DType from_dlpack(nb::dlpack::dtype type);
 const char* numpy_name(DType type);
 // A NumPy array over `view`'s host replica (zero-copy; keeps the buffer alive).
 nb::object numpy_view(const AnyBuffer& view, const std::vector<std::size_t>& shape, bool readonly);
+// Makes the writable NumPy views of the arrays `args` use read-only: a task
+// on them is pending, and a write through such a view would race with it.
+// Under the GIL, right after the task is submitted (this thread holds the
+// GIL throughout, so no Python code writes through a view in between).
+void hold_back_views(const std::vector<TaskArg>& args);
 // The same over a kernel's argument while a Python task runs (no owner: valid
 // only during the call).
 nb::object numpy_of(const BufferArg& arg, bool readonly);

@@ -111,8 +111,13 @@ Future submit(RuntimeHandle& h, nb::handle kernel, nb::sequence args, const std:
   const std::size_t n = nb::len(args);
   converted.reserve(n);
   for (std::size_t i = 0; i < n; ++i) converted.push_back(convert_arg(args[i], *def, i));
+  std::vector<TaskArg> accesses;  // for hold_back_views once the task is in
+  for (const TaskArg& arg : converted)
+    if (std::holds_alternative<BufferAccess>(arg)) accesses.push_back(arg);
   try {
-    return Future{rt.submit_args(KernelRef{def}, std::move(converted), parse_place(on), std::move(name))};
+    Future submitted{rt.submit_args(KernelRef{def}, std::move(converted), parse_place(on), std::move(name))};
+    hold_back_views(accesses);  // only a task that was taken holds them back
+    return submitted;
   } catch (const UsageError& e) {
     // Kernels see an N-D array as rows x last dimension; say so, or a 3-D
     // array refused by gemm reads as a puzzling 6 x 4.

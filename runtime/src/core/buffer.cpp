@@ -2,11 +2,16 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "data/buffer_state.hpp"
 #include "data/coherence.hpp"
 #include "data/dependencies.hpp"
+#include "data/host_acquisition.hpp"
+#include "core/core.hpp"
 #include "ferry/error.hpp"
 #include "core/task_record.hpp"
+#include "scheduling/transfer_label.hpp"
 
 namespace ferry {
 
@@ -65,11 +70,28 @@ void BufferBase::set_name(std::string name) {
   state_->name = std::move(name);
 }
 
-void* BufferBase::acquire_host(bool for_writing) const {
+void* BufferBase::acquire_host(bool for_writing, std::shared_ptr<const void>* hold) const {
   require_valid();
   std::exception_ptr failure;
-  for (const detail::Use& use : detail::users_of(*state_)) {
-    use.task->done.wait(false, std::memory_order_acquire);
+  const std::vector<detail::Use> uses = detail::users_of(*state_);
+  std::vector<const detail::TaskRecord*> awaited;
+  for (const detail::Use& use : uses)
+    if (!detail::held_by_this_thread(use.task) && !use.task->done.load(std::memory_order_acquire))
+      awaited.push_back(use.task);
+  if (!awaited.empty()) {
+    // A task that waits behind this thread's own view would be waited for forever.
+    if (auto core = state_->root->runtime.lock()) {
+      try {
+        core->host_views().check_wait(fmt::format("a host view of buffer '{}'", state_->name), awaited);
+      } catch (...) {
+        for (const detail::Use& use : uses) detail::release(use.task);
+        throw;
+      }
+    }
+  }
+  for (const detail::Use& use : uses) {
+    // A view this thread holds is ordered by the program, not by waiting.
+    if (!detail::held_by_this_thread(use.task)) use.task->done.wait(false, std::memory_order_acquire);
     // A failed reader leaves the data as it was; a failed writer does not.
     if (!failure && use.writes && use.task->failed()) failure = use.task->error;
     detail::release(use.task);
@@ -81,8 +103,16 @@ void* BufferBase::acquire_host(bool for_writing) const {
       throw KernelError(fmt::format("buffer '{}' has no valid contents: {}", state_->name, e.what()));
     }
   }
+  const AccessMode mode = for_writing ? AccessMode::readwrite : AccessMode::read;
+  static const std::string view_task = "host view";
+  const detail::TaskLabelScope transfers_for(view_task);
   // A writable view makes copies elsewhere stale; a read-only one keeps them.
-  detail::acquire_on_host(*state_, for_writing ? AccessMode::readwrite : AccessMode::read);
+  detail::acquire_on_host(*state_, mode);
+  if (hold != nullptr) {
+    // The view holds the buffer until it ends: later tasks that conflict with it wait for that.
+    if (auto core = state_->root->runtime.lock())
+      *hold = std::make_shared<detail::HostAcquisition>(std::move(core), state_, mode);
+  }
   return state_->host_data();
 }
 

@@ -18,6 +18,7 @@
 #include "devices/remote/remote_pool.hpp"
 #include "data/dependencies.hpp"
 #include "scheduling/chunked_submission.hpp"
+#include "scheduling/transfer_label.hpp"
 #include "ferry/allocator/pinned_pool.hpp"
 #include "ferry/config.hpp"
 #include "ferry/cuda_probe.hpp"
@@ -176,6 +177,7 @@ Device* RuntimeCore::find_device(std::string_view name) const noexcept {
 void RuntimeCore::shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
+  host_views_.end_all_blocking();  // tasks waiting for a view this thread holds would never run
   wait_idle();
   {
     std::lock_guard lock(error_mutex_);
@@ -437,6 +439,7 @@ void RuntimeCore::place(TaskRecord* task, std::uint64_t eligible) {
 // ---- execution ----
 
 void RuntimeCore::execute(TaskRecord* task, Device& device, int worker, int lane) {
+  const TaskLabelScope transfers_for(task->name);
   for (std::size_t i = 0; i < task->buffers.size(); ++i) {
     const BufferState& view = *task->buffers[i];
     BufferArg& arg = task->buffer_arg(i);
@@ -548,6 +551,16 @@ TaskRecord* RuntimeCore::finish(TaskRecord* task, Device* current) {
   }
 }
 
+void RuntimeCore::release_successors(std::vector<TaskRecord::Edge> successors) {
+  TaskRecord* bypass = nullptr;  // no device is current: every ready task is queued
+  std::vector<TaskRecord*> skipped;
+  for (const auto& edge : successors) {
+    if (edge.task->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) ready(edge.task, nullptr, bypass, skipped);
+    release(edge.task);
+  }
+  for (TaskRecord* t : skipped) finish(t, nullptr);
+}
+
 void RuntimeCore::wait_idle() noexcept {
   waiters_.fetch_add(1, std::memory_order_seq_cst);
   {
@@ -558,6 +571,7 @@ void RuntimeCore::wait_idle() noexcept {
 }
 
 bool RuntimeCore::wait_all_for(std::chrono::nanoseconds timeout) {
+  host_views_.check_wait("Runtime::wait_for()");
   waiters_.fetch_add(1, std::memory_order_seq_cst);
   bool idle = false;
   {
@@ -571,6 +585,7 @@ bool RuntimeCore::wait_all_for(std::chrono::nanoseconds timeout) {
 }
 
 void RuntimeCore::wait_all() {
+  host_views_.check_wait("Runtime::wait()");
   wait_idle();
   std::exception_ptr error;
   {

@@ -22,6 +22,7 @@
 #include "ferry/runtime/runtime.hpp"
 #include "ferry/runtime/trace.hpp"
 #include "core/task_record.hpp"
+#include "data/host_acquisition.hpp"
 
 namespace ferry::detail {
 
@@ -95,6 +96,11 @@ class RuntimeCore : public std::enable_shared_from_this<RuntimeCore> {
   Device* find_device(std::string_view name) const noexcept;
   Trace* trace() const noexcept { return trace_.get(); }
   void release_task(TaskRecord* task) noexcept;
+  std::uint64_t next_task_id() noexcept { return next_task_id_.fetch_add(1, std::memory_order_relaxed); }
+  // The live host views (data/host_acquisition.hpp).
+  HostAcquisitions& host_views() noexcept { return host_views_; }
+  // A host view ended: the tasks that waited only for it become ready.
+  void release_successors(std::vector<TaskRecord::Edge> successors);
 
  private:
   // prepare()'s three phases: the arguments read and checked against the
@@ -132,6 +138,7 @@ class RuntimeCore : public std::enable_shared_from_this<RuntimeCore> {
   std::mutex rng_mutex_;
   std::mt19937_64 rng_;
 
+  HostAcquisitions host_views_;
   std::atomic<std::uint64_t> next_task_id_{1};
   std::atomic<std::uint64_t> next_buffer_id_{1};
   std::atomic<std::size_t> in_flight_{0};

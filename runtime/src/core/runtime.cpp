@@ -197,6 +197,7 @@ std::vector<DeviceInfo> Runtime::devices() const {
                     .tasks_run = d->tasks_run(),
                     .queued = d->snapshot().queued,
                     .perf_key = d->perf_key(),
+                    .peak = d->peak(),
                     .description = d->name()};
     if (const auto* remote = dynamic_cast<const detail::RemoteDevice*>(d.get())) {
       info.bytes_in = remote->bytes_shipped();

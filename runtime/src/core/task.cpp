@@ -93,6 +93,10 @@ detail::TaskRecord& require(detail::TaskRecord* record) {
 
 void Task::wait() const {
   detail::TaskRecord& r = require(record_);
+  if (!r.done.load(std::memory_order_acquire) && r.core != nullptr) {
+    const detail::TaskRecord* awaited[] = {&r};
+    r.core->host_views().check_wait("Task::wait()", awaited);
+  }
   r.done.wait(false, std::memory_order_acquire);
   if (r.error) std::rethrow_exception(r.error);
 }
@@ -100,6 +104,10 @@ void Task::wait() const {
 bool Task::wait_for(std::chrono::nanoseconds timeout) const {
   detail::TaskRecord& r = require(record_);
   if (r.done.load(std::memory_order_acquire)) return true;
+  if (r.core != nullptr) {
+    const detail::TaskRecord* awaited[] = {&r};
+    r.core->host_views().check_wait("Task::wait_for()", awaited);
+  }
   // Atomics have no timed wait: a continuation signals a condition variable.
   struct Signal {
     std::mutex mutex;

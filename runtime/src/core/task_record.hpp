@@ -10,6 +10,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/task_label.hpp"
@@ -60,6 +61,8 @@ struct TaskRecord {
   // Ids of the predecessors this task had to wait for when it was submitted
   // (written only while it is submitted): a remote forwards it behind them.
   std::vector<std::uint64_t> waits_on;
+  // Set for a host view's record (data/host_acquisition.hpp): the thread holding it.
+  std::thread::id view_owner;
 
   std::atomic<bool> done{false};
   std::exception_ptr error;

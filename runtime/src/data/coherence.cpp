@@ -1,3 +1,4 @@
+#include "scheduling/transfer_label.hpp"
 #include "data/coherence.hpp"
 
 #include <fmt/format.h>
@@ -152,6 +153,7 @@ void settle_lineage_readers(BufferRoot& root, const Region& region) {
 }  // namespace
 
 std::uint64_t acquire_on_node(const BufferState& view, AccessMode mode, NodeLink& link) {
+  const BufferLabelScope label(view.name);
   BufferRoot& root = *view.root;
   // Shipped from the host: a GPU's pages of a unified root come back first.
   unified_to_host(root, view.region);
@@ -268,6 +270,7 @@ void settle_copies_for_host(const BufferState& view, AccessMode mode) {
 }  // namespace
 
 void acquire_on_host(const BufferState& view, AccessMode mode) {
+  const BufferLabelScope label(view.name);
   settle_copies_for_host(view, mode);
   unified_to_host(*view.root, view.region);
 }
@@ -275,6 +278,7 @@ void acquire_on_host(const BufferState& view, AccessMode mode) {
 void acquire_unified(const BufferState& view, AccessMode mode) { settle_copies_for_host(view, mode); }
 
 void prefetch_on_node(const BufferState& view, NodeLink& link, const std::function<bool()>& writer_pending) {
+  const BufferLabelScope label(view.name);
   BufferRoot& root = *view.root;
   RootLock lock(root.transfer_mutex);
   // Checked under the lock: a writer that starts later must first take it

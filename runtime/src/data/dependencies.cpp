@@ -30,7 +30,21 @@ constexpr std::size_t kPruneAt = 32;
 
 }  // namespace
 
-void register_access(TaskRecord* task, const BufferState& view, AccessMode mode) {
+namespace {
+
+// `task` must follow the conflicting earlier tasks: edges from them, or (for
+// a host view, which cannot wait as a task does) a list of those unfinished.
+void order_after(TaskRecord* earlier, TaskRecord* task, bool data, std::vector<TaskRecord*>* unfinished) {
+  if (earlier == task) return;
+  if (unfinished == nullptr) {
+    add_edge(earlier, task, data);
+  } else if (!finished(earlier)) {
+    retain(earlier);
+    unfinished->push_back(earlier);
+  }
+}
+
+void record_access(TaskRecord* task, const BufferState& view, AccessMode mode, std::vector<TaskRecord*>* unfinished) {
   BufferRoot& root = *view.root;
   const Region& region = view.region;
   std::lock_guard lock(root.mutex);
@@ -39,11 +53,10 @@ void register_access(TaskRecord* task, const BufferState& view, AccessMode mode)
   for (AccessRecord& record : root.records) {
     if (!record.region.overlaps(region)) continue;
     // Read-after-write and write-after-write: wait for the last writer.
-    if (record.writer != nullptr && record.writer != task) add_edge(record.writer, task, reads(mode));
+    if (record.writer != nullptr) order_after(record.writer, task, reads(mode), unfinished);
     // Write-after-read: a writer waits for every reader since.
     if (writes(mode)) {
-      for (TaskRecord* reader : record.readers)
-        if (reader != task) add_edge(reader, task, /*data=*/false);
+      for (TaskRecord* reader : record.readers) order_after(reader, task, /*data=*/false, unfinished);
     } else if (record.readers.size() > kPruneAt) {
       std::erase_if(record.readers, [](TaskRecord* reader) {
         if (!finished(reader)) return false;
@@ -79,6 +92,18 @@ void register_access(TaskRecord* task, const BufferState& view, AccessMode mode)
   }
   retain(task);
   root.records.push_back(AccessRecord{region, nullptr, {task}});
+}
+
+}  // namespace
+
+void register_access(TaskRecord* task, const BufferState& view, AccessMode mode) {
+  record_access(task, view, mode, nullptr);
+}
+
+std::vector<TaskRecord*> register_view(TaskRecord* view_record, const BufferState& view, AccessMode mode) {
+  std::vector<TaskRecord*> unfinished;
+  record_access(view_record, view, mode, &unfinished);
+  return unfinished;
 }
 
 std::vector<Use> users_of(const BufferState& view) {

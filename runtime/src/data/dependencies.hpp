@@ -15,6 +15,11 @@ namespace ferry::detail {
 // earlier tasks it conflicts with. Call in submission order.
 void register_access(TaskRecord* task, const BufferState& view, AccessMode mode);
 
+// The same for a host view's record (host_acquisition.hpp), which gets no
+// edges: returns the conflicting tasks still unfinished (referenced), for
+// the view to wait for.
+std::vector<TaskRecord*> register_view(TaskRecord* view_record, const BufferState& view, AccessMode mode);
+
 struct Use {
   TaskRecord* task;
   bool writes;

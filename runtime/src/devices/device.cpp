@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "scheduling/transfer_label.hpp"
+
 namespace ferry::detail {
 
 bool Device::matches(const Place& place) const noexcept {
@@ -19,7 +21,11 @@ bool Device::matches(const Place& place) const noexcept {
 void Device::trace_transfer(Trace* trace, bool to_device, int lane, std::size_t bytes, std::int64_t start_ns) const {
   if (trace == nullptr) return;
   TransferSpan span;
-  span.what = to_device ? "ship" : "fetch";
+  const TransferLabel& label = current_transfer_label;
+  if (label.buffer != nullptr) span.buffer = *label.buffer;
+  if (label.task != nullptr) span.task = *label.task;
+  span.what = span.buffer.empty() ? (to_device ? "ship" : "fetch")
+                                  : fmt::format("{} {}", to_device ? "ship" : "fetch", span.buffer);
   span.link = to_device ? "host->" + name_ : name_ + "->host";
   span.lane = lane;
   span.start_ns = start_ns;

@@ -73,6 +73,8 @@ class Device {
   // Only before the device is in the runtime's list (a remote learns what it
   // is when it first connects); afterwards the key is read without a lock.
   void set_perf_key(std::string key) { perf_key_ = std::move(key); }
+  // The same rule: a remote learns its host's measured peak when it connects.
+  void set_peak(const DevicePeak& peak) { peak_ = peak; }
 
  private:
   DeviceId id_;

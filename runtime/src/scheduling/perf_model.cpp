@@ -31,6 +31,7 @@ const char* to_string(Estimate::Source source) noexcept {
     case Estimate::Source::history: return "history";
     case Estimate::Source::regression: return "regression";
     case Estimate::Source::hint: return "hint";
+    case Estimate::Source::probe: return "probe";
   }
   return "?";
 }
@@ -144,7 +145,8 @@ Estimate from_regression(const Buckets& buckets, std::size_t bytes) {
 Estimate from_hint(const Cost& hint, const DevicePeak& peak) {
   const double compute = peak.flops_per_second > 0 ? hint.flops / peak.flops_per_second : 0;
   const double memory = peak.bytes_per_second > 0 ? hint.bytes / peak.bytes_per_second : 0;
-  return {peak.launch_seconds + std::max(compute, memory), Estimate::Source::hint, 0, 0, false};
+  return {peak.launch_seconds + std::max(compute, memory),
+          peak.measured ? Estimate::Source::probe : Estimate::Source::hint, 0, 0, false};
 }
 
 bool valid_seconds(double s) { return std::isfinite(s) && s >= 0; }

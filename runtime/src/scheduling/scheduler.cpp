@@ -203,6 +203,22 @@ Decision decide(const DecisionInput& input) {
   return decision;
 }
 
+// The one-line why: the chosen device's expected finish against the
+// runner-up's (the eligible device that would have finished first after it).
+std::string versus_runner_up(const Decision& decision) {
+  const Candidate* chosen = nullptr;
+  const Candidate* runner_up = nullptr;
+  for (const auto& c : decision.candidates) {
+    if (!c.eligible) continue;
+    if (c.device == decision.device) chosen = &c;
+    else if (runner_up == nullptr || c.finish < runner_up->finish) runner_up = &c;
+  }
+  if (chosen == nullptr || runner_up == nullptr) return {};
+  return fmt::format("{} finishes in {:.3f} ms ({}) vs {} in {:.3f} ms ({})", chosen->name, chosen->finish * 1e3,
+                     to_string(chosen->exec.source), runner_up->name, runner_up->finish * 1e3,
+                     to_string(runner_up->exec.source));
+}
+
 std::string explain(const Decision& decision) {
   std::size_t width = 6;
   for (const auto& c : decision.candidates) width = std::max(width, c.name.size());
@@ -221,6 +237,7 @@ std::string explain(const Decision& decision) {
                        c.finish * 1e3);
   }
   out += fmt::format("policy {}: {}", to_string(decision.policy), decision.reason);
+  if (const std::string versus = versus_runner_up(decision); !versus.empty()) out += "; " + versus;
   return out;
 }
 

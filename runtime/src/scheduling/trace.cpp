@@ -44,6 +44,15 @@ struct CriticalPath {
   std::size_t tasks = 0;
 };
 
+// A transfer's trace-event args: its size and link, and the buffer and task
+// it was for where known (Perfetto shows them when the slice is selected).
+nlohmann::json transfer_args(const TransferSpan& x) {
+  nlohmann::json args{{"bytes", x.bytes}, {"link", x.link}};
+  if (!x.buffer.empty()) args["buffer"] = x.buffer;
+  if (!x.task.empty()) args["task"] = x.task;
+  return args;
+}
+
 // Longest duration-weighted path through the predecessor DAG, by Kahn's
 // topological order so a 100k-task chain needs no recursion. Predecessors
 // missing from the trace are ignored; tasks on a cycle (impossible from the
@@ -237,7 +246,7 @@ std::string Trace::chrome_json() const {
     events.push_back({{"ph", "X"}, {"pid", 1}, {"tid", x.lane}, {"name", x.what.empty() ? x.link : x.what},
                       {"cat", "transfer"}, {"ts", micros(x.start_ns)},
                       {"dur", micros(duration_ns(x.start_ns, x.end_ns))},
-                      {"args", {{"bytes", x.bytes}, {"link", x.link}}}});
+                      {"args", transfer_args(x)}});
   }
   const json doc = {{"traceEvents", std::move(events)}, {"displayTimeUnit", "ms"}};
   // Replace, not throw, on invalid UTF-8 in a task name: a trace is diagnostics and must still be written.

@@ -47,8 +47,9 @@ class BufferBase {
   // Waits for every task that uses this view (or an overlapping one) and
   // makes the host replica valid; returns the view's first element. For
   // writing, copies elsewhere (GPUs, remotes) become stale; for reading
-  // they stay valid, so the next task there moves no bytes.
-  void* acquire_host(bool for_writing = true) const;
+  // they stay valid, so the next task there moves no bytes. With `hold`,
+  // the acquisition lasts until *hold is dropped (host_view.hpp).
+  void* acquire_host(bool for_writing = true, std::shared_ptr<const void>* hold = nullptr) const;
   std::vector<std::shared_ptr<detail::BufferState>> split_states(std::size_t parts) const;
   std::vector<std::shared_ptr<detail::BufferState>> tile_states(std::size_t tile_rows, std::size_t tile_cols,
                                                                 std::size_t& grid_rows, std::size_t& grid_cols) const;
@@ -67,16 +68,20 @@ class Buffer : public BufferBase {
   explicit Buffer(std::shared_ptr<detail::BufferState> state) : BufferBase(std::move(state)) {}
 
   // Waits for the tasks using this buffer, then gives the host replica to
-  // read and write: copies on GPUs and remotes are dropped.
+  // read and write: copies on GPUs and remotes are dropped. Until the view
+  // ends, tasks submitted that use the buffer wait for it.
   HostView<T> host() const {
-    T* data = static_cast<T*>(acquire_host());
-    return HostView<T>(data, rows(), cols(), ld());
+    std::shared_ptr<const void> hold;
+    T* data = static_cast<T*>(acquire_host(true, &hold));
+    return HostView<T>(data, rows(), cols(), ld(), std::move(hold));
   }
   // The same, read-only: copies elsewhere stay valid. Prefer it to look at
   // results (printing one element of host() throws the GPU copy away).
+  // Until it ends, only tasks that write the buffer wait for it.
   HostView<const T> host_read() const {
-    const T* data = static_cast<const T*>(acquire_host(false));
-    return HostView<const T>(data, rows(), cols(), ld());
+    std::shared_ptr<const void> hold;
+    const T* data = static_cast<const T*>(acquire_host(false, &hold));
+    return HostView<const T>(data, rows(), cols(), ld(), std::move(hold));
   }
 
   // `parts` views of (nearly) equal size: along the elements of a 1-D buffer,

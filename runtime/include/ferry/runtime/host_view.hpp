@@ -1,8 +1,14 @@
 // The host replica of a buffer as the user sees it after acquiring it: a
 // row-major matrix (1-D buffers are one row) with a leading dimension.
+// A view is an acquisition (StarPU's acquire/release): while it (or a copy
+// of it) lives, tasks submitted later that would race with it wait for it,
+// those that write the buffer and, for a writable view, those that read it.
+// It ends when the last copy goes out of scope, or at release().
 #pragma once
 
 #include <cstddef>
+#include <memory>
+#include <utility>
 
 #include "ferry/error.hpp"
 
@@ -11,8 +17,17 @@ namespace ferry {
 template <typename T>
 class HostView {
  public:
-  HostView(T* data, std::size_t rows, std::size_t cols, std::size_t ld) noexcept
-      : data_(data), rows_(rows), cols_(cols), ld_(ld) {}
+  HostView(T* data, std::size_t rows, std::size_t cols, std::size_t ld,
+           std::shared_ptr<const void> hold = nullptr) noexcept
+      : data_(data), rows_(rows), cols_(cols), ld_(ld), hold_(std::move(hold)) {}
+
+  // Ends this view's hold early: tasks waiting for it may run. The view is
+  // empty afterwards (no elements), so it cannot be used by mistake.
+  void release() noexcept {
+    hold_.reset();
+    data_ = nullptr;
+    rows_ = cols_ = 0;
+  }
 
   T* data() const noexcept { return data_; }
   std::size_t rows() const noexcept { return rows_; }
@@ -44,6 +59,7 @@ class HostView {
 
   T* data_;
   std::size_t rows_, cols_, ld_;
+  std::shared_ptr<const void> hold_;  // the acquisition; shared by copies of the view
 };
 
 }  // namespace ferry

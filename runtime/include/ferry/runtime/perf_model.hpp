@@ -3,7 +3,8 @@
 // (powers of two of the bytes a call touches). Estimates are robust to
 // outliers (medians of recent runs), carry their confidence, fall back to a
 // regression over the measured buckets for unseen sizes, and before any run to
-// the kernel's cost hint over the device's peak rates.
+// the kernel's cost hint over the device's peak rates (measured by a device
+// probe where one ran: source "probe").
 #pragma once
 
 #include <cstddef>
@@ -16,15 +17,20 @@
 
 namespace ferry {
 
-// A device's peak rates, to turn a cost hint into seconds.
+// A device's peak rates, to turn a cost hint into seconds: measured by a
+// short device probe where one ran (the CPU's timed dgemm and daxpy; a
+// remote host's own probe, told at connect), otherwise from fixed figures
+// or the device's data sheet.
 struct DevicePeak {
   double flops_per_second = 1e9;
   double bytes_per_second = 1e9;
   double launch_seconds = 1e-6;  // fixed overhead per task
+  bool measured = false;         // the rates come from a probe
 };
 
 struct Estimate {
-  enum class Source : std::uint8_t { history, regression, hint };
+  // hint: the kernel's cost hint over fixed peak rates; probe: over measured ones.
+  enum class Source : std::uint8_t { history, regression, hint, probe };
   double seconds = 0;
   Source source = Source::hint;
   std::size_t samples = 0;  // measured runs behind it (in its bucket, or in all for regression)

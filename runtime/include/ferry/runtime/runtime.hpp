@@ -49,6 +49,9 @@ struct DeviceInfo {
   std::size_t tasks_run = 0;
   std::size_t queued = 0;     // tasks assigned to it and not finished
   std::string perf_key;       // which performance models apply to it (ferry models)
+  // Its peak rates per task: the first estimates before any run (measured:
+  // from a device probe).
+  DevicePeak peak;
   // Bytes copied into and out of its memory node (GPUs and remotes; 0 for the CPU).
   std::size_t bytes_in = 0, bytes_out = 0;
   // For people: a GPU's model and memory, a remote's state ("down: why").

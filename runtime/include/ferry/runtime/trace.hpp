@@ -26,8 +26,10 @@ struct TaskSpan {
 };
 
 struct TransferSpan {
-  std::string what;      // buffer name or id
+  std::string what;      // "ship x", "fetch x": the direction and the buffer
   std::string link;      // "host->cuda:0"
+  std::string buffer;    // the buffer moved, where known
+  std::string task;      // the task it was moved for, where known
   int lane = 0;
   std::int64_t start_ns = 0;
   std::int64_t end_ns = 0;

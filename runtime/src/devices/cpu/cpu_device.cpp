@@ -1,4 +1,5 @@
 #include "devices/cpu/cpu_device.hpp"
+#include "devices/cpu/cpu_probe.hpp"
 
 #include <cblas.h>
 #include <fmt/format.h>
@@ -13,19 +14,10 @@ namespace ferry::detail {
 
 namespace {
 
-DevicePeak cpu_peak() {
-  // A seed only: real figures come from the performance models after a few runs.
-  DevicePeak peak;
-  peak.flops_per_second = 8e9;
-  peak.bytes_per_second = 8e9;
-  peak.launch_seconds = 1e-6;
-  return peak;
-}
-
 }  // namespace
 
 CpuDevice::CpuDevice(RuntimeCore& core, DeviceId id, unsigned workers)
-    : Device(id, "cpu", DeviceKind::cpu, host_node, "cpu", cpu_peak()),
+    : Device(id, "cpu", DeviceKind::cpu, host_node, "cpu", cpu_probe()),
       core_(core),
       workers_(workers),
       // TBB keeps hardware_concurrency - 1 workers unless told otherwise; a

@@ -6,6 +6,8 @@
 #include <chrono>
 #include <utility>
 
+#include "devices/cuda/gpu_probe.hpp"
+#include "scheduling/transfer_label.hpp"
 #include "core/core.hpp"
 #include "cuda/handles.hpp"  // kernels/cuda: the built-ins' library handles
 #include "data/cuda_unified.hpp"
@@ -89,7 +91,7 @@ std::string cuda_text(cudaError_t status) {
 
 CudaDevice::CudaDevice(RuntimeCore& core, DeviceId id, MemoryNodeId node, CudaDeviceOptions options)
     : Device(id, fmt::format("cuda:{}", options.ordinal), DeviceKind::cuda, node, perf_key_of(options.ordinal),
-             peak_of(options.ordinal)),
+             gpu_probe(options.ordinal, peak_of(options.ordinal))),
       core_(core),
       options_(options) {
   const CurrentDevice current(options_.ordinal);
@@ -478,6 +480,7 @@ void CudaDevice::prefetch_loop() {
 
 void CudaDevice::prefetch_inputs(const Prefetch& job) {
   TaskRecord* task = job.task;
+  const TaskLabelScope transfers_for(task->name);
   for (const auto& input : job.inputs) {
     if (!alive() || task->done.load(std::memory_order_acquire)) return;  // too late to help
     const BufferState& view = *input;
@@ -514,6 +517,7 @@ void CudaDevice::finish_unlaunched(TaskRecord* task, const std::vector<std::uint
 }
 
 bool CudaDevice::stage_buffers(TaskRecord* task, InFlight& flight, Lane& lane) {
+  const TaskLabelScope transfers_for(task->name);
   std::size_t i = 0;
   try {
     for (; i < task->buffers.size(); ++i) {

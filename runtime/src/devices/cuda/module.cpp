@@ -5,6 +5,7 @@
 #include "devices/cuda/module.hpp"
 
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 #include <fmt/format.h>
 
 #include "cuda/variants.hpp"
@@ -28,13 +29,32 @@ void check_cuda(cudaError_t status, const char* call, std::source_location where
 
 namespace {
 
+// Without a driver the CUDA runtime answers cudaErrorInsufficientDriver
+// ("CUDA driver version is insufficient for CUDA runtime version") or
+// cudaErrorNoDevice: words that send a user hunting for a driver update on
+// a machine that has no driver at all. Say what is missing.
+std::string no_device_reason(cudaError_t status) {
+  if (status == cudaErrorInsufficientDriver || status == cudaErrorNoDevice) {
+    void* driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+    if (driver == nullptr) return "no NVIDIA driver found (libcuda.so.1 is not installed)";
+    dlclose(driver);
+    int driver_version = 0, runtime_version = 0;
+    if (status == cudaErrorInsufficientDriver && cudaDriverGetVersion(&driver_version) == cudaSuccess &&
+        cudaRuntimeGetVersion(&runtime_version) == cudaSuccess && driver_version > 0)
+      return fmt::format("the NVIDIA driver supports CUDA {}.{}, older than this build's CUDA runtime {}.{}",
+                         driver_version / 1000, driver_version % 1000 / 10, runtime_version / 1000,
+                         runtime_version % 1000 / 10);
+  }
+  return cudaGetErrorString(status);
+}
+
 class Driver final : public CudaDriver {
  public:
   int device_count(std::string& reason) const override {
     int count = 0;
     const cudaError_t status = cudaGetDeviceCount(&count);
     if (status != cudaSuccess) {
-      reason = cudaGetErrorString(status);
+      reason = no_device_reason(status);
       cudaGetLastError();  // not sticky: later calls start clean
       return 0;
     }

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "scheduling/transfer_label.hpp"
 #include "core/core.hpp"
 #include "data/dependencies.hpp"
 #include "ferry/error.hpp"
@@ -92,7 +93,16 @@ void RemoteDevice::start() {
   // Models follow what the host is, not where it listens: a restart on
   // another port, or an identical host, starts calibrated. Set before the
   // runtime lists this device; a host down at start keeps its address.
-  if (const std::string key = offer().device_key; !key.empty()) set_perf_key("remote:" + key);
+  const Offer offered = offer();
+  if (!offered.device_key.empty()) set_perf_key("remote:" + offered.device_key);
+  // The host's probe seeds the first estimates, so they are not fixed guesses.
+  if (offered.peak_flops > 0 && offered.peak_bytes > 0) {
+    DevicePeak measured = peak();
+    measured.flops_per_second = offered.peak_flops;
+    measured.bytes_per_second = offered.peak_bytes;
+    measured.measured = true;
+    set_peak(measured);
+  }
   for (unsigned slot = 0; slot < options_.proxies; ++slot) proxies_.emplace_back([this, slot] { proxy_loop(slot); });
   reconnector_ = std::thread([this] { reconnect_loop(); });
 }
@@ -194,7 +204,8 @@ void RemoteDevice::welcomed(const protocol::Welcome& welcome) {
   bool first = false;
   {
     std::lock_guard lock(offer_mutex_);
-    offer_ = Offer{welcome.server, welcome.kernels, welcome.devices, welcome.memory_quota, welcome.device_key};
+    offer_ = Offer{welcome.server, welcome.kernels, welcome.devices, welcome.memory_quota, welcome.device_key,
+                   welcome.peak_flops, welcome.peak_bytes};
     kernels_ = {welcome.kernels.begin(), welcome.kernels.end()};
     first = !std::exchange(told_missing_, true);
   }
@@ -644,6 +655,7 @@ void RemoteDevice::proxy_loop(unsigned slot) {
 }
 
 void RemoteDevice::prefetch_inputs(TaskRecord* task, const std::vector<std::shared_ptr<BufferState>>& inputs) {
+  const TaskLabelScope transfers_for(task->name);
   for (std::size_t i = 0; i < inputs.size() && available(); ++i) {
     if (task->done.load(std::memory_order_acquire)) return;  // too late to help
     const BufferState& view = *inputs[i];
@@ -657,6 +669,7 @@ void RemoteDevice::prefetch_inputs(TaskRecord* task, const std::vector<std::shar
 
 void RemoteDevice::marshal(TaskRecord* task, const std::vector<std::shared_ptr<BufferState>>& views,
                            Marshalled& out) {
+  const TaskLabelScope transfers_for(task->name);
   protocol::Run& run = out.run;
   run.request = next_request();
   run.kernel = task->kernel->name;

@@ -100,6 +100,7 @@ class RemoteDevice final : public Device, public NodeLink {
     std::vector<std::string> kernels, devices;
     std::uint64_t quota = 0;
     std::string device_key;
+    double peak_flops = 0, peak_bytes = 0;  // the host's device probe
   };
   Offer offer() const;
   // Warns when the host lacks any of these kernels (a plugin loaded here only).

@@ -143,7 +143,12 @@ struct Welcome {
   // What the host's devices are (GPU models, or CPU model and workers), the
   // same for every host alike: clients key their performance models by it.
   std::string device_key{};
-  Lane lane = Lane::none;  // what both ends use: the client's offer where the server can take it
+  // The peak rates of the host's fastest device, per task (measured by its
+  // device probe): the client's first estimates for the host before any
+  // run. 0: unknown.
+  double peak_flops = 0;
+  double peak_bytes = 0;
+  Lane lane = Lane::none;  // what both ends use: the client's offer where the server can take it (last: optional)
 };
 
 // A replica is a row-major rows x cols matrix of dtype, identified by a
