@@ -87,8 +87,9 @@ protocol::Message Server::accept(const transport::Peer& peer, std::shared_ptr<tr
                                           {"key", peer.key_name},
                                           {"result", "ok"},
                                           {"cipher", peer.encrypted ? transport::to_string(peer.cipher) : "plaintext"}});
-  log().info("client {} authenticated{}", session->describe(),
-             peer.encrypted ? fmt::format(" ({})", transport::to_string(peer.cipher)) : std::string(" (plaintext)"));
+  log().info("client {} authenticated ({}{})", session->describe(),
+             peer.encrypted ? transport::to_string(peer.cipher) : "plaintext",
+             peer.shared_memory ? ", shared-memory lane" : "");
   protocol::Welcome welcome{state_.name, session->quota(), state_.cpu_workers, grant.gpus ? state_.gpus : 0,
                             state_.limits.max_payload};
   welcome.kernels = state_.kernels;

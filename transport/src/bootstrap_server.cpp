@@ -593,7 +593,9 @@ class BootstrapServer::Impl {
                                         : protocol::Lane::none;
         auto connection = Connection::to_worker(worker_, client_address, who.address,
                                                 who.encrypted ? std::move(peer.channel) : nullptr, {}, {}, lane);
-        protocol::Message answer = on_accept_(who, connection);
+        Peer admitted = who;
+        admitted.shared_memory = lane == protocol::Lane::shared_memory;
+        protocol::Message answer = on_accept_(admitted, connection);
         if (auto* welcome = std::get_if<protocol::Welcome>(&answer)) {
           if (who.key_name == "token" && !who.key) welcome->mac = auth_mac(options_.token, digest, "server");
           welcome->encrypted = who.encrypted ? 1 : 0;

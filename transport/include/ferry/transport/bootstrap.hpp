@@ -47,6 +47,7 @@ struct Peer {
   bool encrypted = false;
   Cipher cipher = Cipher::xchacha20poly1305;
   bool dialled_out = false;  // ferryd opened the connection (connect_out), to `address`
+  bool shared_memory = false;  // its messages travel on a shared-memory lane (same host, same user)
 };
 
 struct DialOptions;
