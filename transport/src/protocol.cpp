@@ -483,6 +483,8 @@ class Reader : public Location {
     if (left() == 0) return;
     const auto value = uint<std::uint8_t>(field);
     lane = static_cast<Lane>(value);
+    // One encoding per message: none is written by leaving the byte out.
+    if (lane == Lane::none) fail(field, "0 is written by leaving the field out");
     if (!in_range(lane)) fail(field, std::to_string(value) + " is not a lane");
   }
 
