@@ -676,6 +676,22 @@ TEST(Worker, IdleWithAConnectionBurnsNoCpu) {
   EXPECT_LT(used, 0.1);
 }
 
+// Polling after activity is bounded: once the traffic stops, a worker that
+// polls for 2 ms after each message still goes to sleep (a test that fails
+// if the poll never ends: the thread would burn its whole core).
+TEST(Worker, PollingAfterActivityStillSleepsWhenIdle) {
+  ScopedEnv poll("FERRY_UCX_POLL_US", "2000");
+  Server server;
+  Client client(server.listener->port());
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(send_and_wait(*client.connection, text_bytes("hi"), nullptr, 0), "");
+  std::this_thread::sleep_for(200ms);
+  const auto before = process_cpu_seconds();
+  std::this_thread::sleep_for(1s);
+  const auto used = process_cpu_seconds() - before;
+  std::cout << "  idle CPU over 1 s after traffic, polling 2 ms after activity: " << used * 1000 << " ms\n";
+  EXPECT_LT(used, 0.1);
+}
+
 }  // namespace
 }  // namespace ferry::transport
 

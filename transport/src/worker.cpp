@@ -70,6 +70,15 @@ void close_callback(void* request, ucs_status_t status, void* user_data) {
 std::shared_ptr<Worker> Worker::create(Options options) {
   auto impl = std::make_unique<Impl>();
   impl->name = options.name;
+  impl->poll_after_activity = options.poll_after_activity;
+  if (const char* text = std::getenv("FERRY_UCX_POLL_US"); text != nullptr && *text != '\0') {
+    char* end = nullptr;
+    const long us = std::strtol(text, &end, 10);
+    if (*end != '\0' || us < 0 || us > 100000)
+      log().warn("FERRY_UCX_POLL_US={}: not a number of microseconds from 0 to 100000; ignored", text);
+    else
+      impl->poll_after_activity = std::chrono::microseconds(us);
+  }
 
   ucp_config_t* config = nullptr;
   check(ucp_config_read(nullptr, nullptr, &config), "ucp_config_read");
@@ -177,6 +186,7 @@ Worker::Impl::~Impl() {
 void Worker::Impl::post(std::function<void()> fn) {
   std::lock_guard lock(mutex);
   posted.push_back(std::move(fn));
+  has_posted.store(true, std::memory_order_release);
   // Only a sleeping progress thread needs waking; a busy one looks at the
   // queue before it sleeps, and `sleeping` changes only under this mutex.
   if (sleeping && worker != nullptr) {
@@ -189,6 +199,7 @@ bool Worker::Impl::run_posted() {
   std::deque<std::function<void()>> batch;
   {
     std::lock_guard lock(mutex);
+    has_posted.store(false, std::memory_order_relaxed);
     if (posted.empty()) return stop;
     batch.swap(posted);
   }
@@ -206,6 +217,22 @@ bool Worker::Impl::run_posted() {
 void Worker::Impl::progress_until_idle() {
   while (ucp_worker_progress(worker) != 0) {
   }
+}
+
+// Waking a thread that sleeps in poll() costs tens of microseconds on a VM
+// whose idle vCPU halted, more than a loopback round trip; a request and
+// its reply cross four such sleeps. So after activity the thread may poll
+// for a bounded time first: the answer to what it just sent usually comes
+// within it. Only after activity, so an idle worker still sleeps. True
+// when work came.
+bool Worker::Impl::poll_for_work() {
+  if (poll_after_activity.count() <= 0) return false;
+  const auto until = std::chrono::steady_clock::now() + poll_after_activity;
+  do {
+    if (has_posted.load(std::memory_order_acquire)) return true;
+    if (ucp_worker_progress(worker) != 0) return true;
+  } while (std::chrono::steady_clock::now() < until);
+  return false;
 }
 
 // Returns false when there is work and the thread must not sleep.
@@ -235,6 +262,7 @@ void Worker::Impl::run() {
 
   while (!run_posted()) {
     progress_until_idle();
+    if (poll_for_work()) continue;
     wait(-1);
   }
   shutdown();

@@ -6,6 +6,7 @@
 #include <ucp/api/ucp.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -55,6 +56,12 @@ struct Worker::Impl {
   std::deque<std::function<void()>> posted;
   bool stop = false;
   bool sleeping = false;  // the progress thread is (about to be) in poll() and needs a signal
+  // Set by post(), cleared when the progress thread takes the queue: lets a
+  // polling progress thread see new work without taking the mutex.
+  std::atomic<bool> has_posted{false};
+  // How long the progress thread keeps polling after activity before it
+  // sleeps on the event fd (Worker::Options::poll_after_activity).
+  std::chrono::microseconds poll_after_activity{0};
   // Set when the last Worker reference went away on the progress thread
   // itself: the thread cannot join itself, so it tears down and frees this.
   bool self_owned = false;
@@ -81,6 +88,7 @@ struct Worker::Impl {
  private:
   bool run_posted();
   void progress_until_idle();
+  bool poll_for_work();
   bool wait(int timeout_ms);
   void shutdown();
 };

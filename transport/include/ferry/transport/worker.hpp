@@ -5,6 +5,7 @@
 // through a queue and ucp_worker_signal. Every UCX call happens on it.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <future>
@@ -23,6 +24,9 @@ class Worker : public std::enable_shared_from_this<Worker> {
  public:
   struct Options {
     std::string name = "ferry";  // for logs and the progress thread's name
+    // How long the progress thread polls after activity before it sleeps
+    // (FERRY_UCX_POLL_US overrides): 0 sleeps at once.
+    std::chrono::microseconds poll_after_activity{0};
   };
 
   // Throws UcxError when UCX cannot be initialised (the message says why,
