@@ -24,6 +24,7 @@
 #include <ctime>
 #include <random>
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -59,6 +60,14 @@ inline std::uint16_t stable_port() {
     if (ok) return port;
   }
   throw std::runtime_error("no free port below the ephemeral range");
+}
+
+// The ferryd the tests start: the build's, unless FERRY_TEST_FERRYD names
+// another (tests/sanitizers/run_ferryd_asan.sh runs these tests against an
+// ASan/UBSan build of ferryd).
+inline const char* ferryd_path() {
+  const char* chosen = std::getenv("FERRY_TEST_FERRYD");
+  return chosen != nullptr && *chosen != '\0' ? chosen : FERRYD_PATH;
 }
 
 class FerrydProcess {
@@ -189,7 +198,7 @@ class FerrydProcess {
   }
 
   void spawn(const std::vector<std::string>& args) {
-    std::vector<std::string> argv_text{FERRYD_PATH};
+    std::vector<std::string> argv_text{ferryd_path()};
     argv_text.insert(argv_text.end(), args.begin(), args.end());
     std::vector<char*> argv;
     for (auto& a : argv_text) argv.push_back(a.data());
@@ -199,9 +208,9 @@ class FerrydProcess {
     posix_spawn_file_actions_init(&actions);
     posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log_file_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
-    const int rc = posix_spawn(&pid_, FERRYD_PATH, &actions, nullptr, argv.data(), environ);
+    const int rc = posix_spawn(&pid_, ferryd_path(), &actions, nullptr, argv.data(), environ);
     posix_spawn_file_actions_destroy(&actions);
-    if (rc != 0) throw std::runtime_error(std::string("posix_spawn ") + FERRYD_PATH + " failed");
+    if (rc != 0) throw std::runtime_error(std::string("posix_spawn ") + ferryd_path() + " failed");
   }
 
   void wait_for_port() {

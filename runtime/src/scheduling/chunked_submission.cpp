@@ -87,7 +87,7 @@ std::size_t submit_pieces(TaskRecord& whole) {
   const Cost hint = whole.kernel->cost ? whole.kernel->cost(whole.args) : Cost{};
   in.compute_seconds = core.models().estimate(whole.kernel->name, device.perf_key(), whole.bytes, hint, device.peak()).seconds;
   in.launch_seconds = device.peak().launch_seconds;
-  const ChunkPlan plan = plan_chunks(in);
+  const ChunkPlan plan = plan_chunks(in, core.options().chunk_policy);
   if (core.options().explain)
     log().info("{} on {}: {}", whole.label(), device.name(),
                plan.chunks > 1 ? "split into " + plan.reason : "not split: " + plan.reason);

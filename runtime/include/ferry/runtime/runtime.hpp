@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "ferry/allocator/memory_resource.hpp"
+#include "ferry/runtime/auto_chunk.hpp"
 #include "ferry/runtime/buffer.hpp"
 #include "ferry/runtime/perf_model.hpp"
 #include "ferry/runtime/scheduler.hpp"
@@ -143,6 +144,9 @@ class Runtime {
     // on a remote or a GPU into pieces whose transfers and kernels overlap,
     // when the measured link and perf model say it pays.   FERRY_AUTO_CHUNK=0
     bool auto_chunk = true;
+    // How small a piece may be and how much the pipeline must gain before a
+    // task is split (auto_chunk.hpp). The defaults suit every link measured.
+    ChunkPolicy chunk_policy{};
     // FERRY_* variables override the fields above unless this is false.
     bool read_environment = true;
   };
