@@ -392,6 +392,9 @@ TEST(ProtocolMalformed, RunAfter) {
   Body many;
   many.u64(1).str("k").str("t").u32(0).u32(max_after + 1);
   expect_refused(frame(Type::run, many), "run.after: 257 ids (at most 256)");
+  Body empty;  // the protocol fuzzer's finding: it re-encoded shorter
+  empty.u64(1).str("k").str("t").u32(0).u32(0);
+  expect_refused(frame(Type::run, empty), "run.after: an empty list is written by leaving it out");
   RunMessage too_many{.request = 1, .kernel = "k", .task = "t", .args = {}};
   too_many.after.assign(max_after + 1, 1);
   EXPECT_THROW(encode(too_many), ProtocolError);
@@ -516,6 +519,15 @@ TEST(ProtocolMalformed, HelloVersions) {
   hello.u8(0);
   expect_refused(frame(Type::hello, hello), "hello.min_version");
   expect_refused(frame(Type::hello, Body().u16(1).u16(1).str("c")), "hello.privacy: truncated");
+}
+
+TEST(ProtocolMalformed, ExplicitLaneNone) {
+  // One encoding per message: a hello without a lane leaves the byte out,
+  // so a present byte of 0 would re-encode shorter.
+  Bytes bytes = encode(Hello{.min_version = 1, .max_version = 1, .client = "c"});
+  bytes.push_back(std::byte{0});
+  bytes[8] = static_cast<std::byte>(std::to_integer<unsigned>(bytes[8]) + 1);
+  expect_refused(bytes, "hello.lane: 0 is written by leaving the field out");
 }
 
 TEST(ProtocolMalformed, OptionalByte) {

@@ -494,6 +494,8 @@ class Reader : public Location {
     ids.clear();
     if (left() == 0) return;
     const auto count = uint<std::uint32_t>(field);
+    // One encoding per message: an empty list is written by leaving it out.
+    if (count == 0) fail(field, "an empty list is written by leaving it out");
     if (count > max_after) fail(field, std::to_string(count) + " ids (at most " + std::to_string(max_after) + ")");
     ids.reserve(count);
     for (std::size_t i = 0; i < count; ++i) ids.push_back(uint<std::uint64_t>(field));
