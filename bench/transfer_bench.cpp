@@ -7,6 +7,7 @@
 //   ferry_bench_transfer --remote=HOST:PORT --token-file=F [--tls=LABEL]
 //     [--sizes=1,4,16,64,256] [--chunks=1,4,16,64] [--windows=1,2,4,8] [--sweep-mib=16,256]
 //     [--reps=5] [--tasks=2000] [--chain=10000] [--idle-s=2] [--peer-bw=MIB:MBps,...] [--peer-lat-us=ONE_WAY]
+//     [--peer-sleep-lat-us=ONE_WAY] [--ferryd-pid=PID]
 //     [--out=bench-transfer.json]
 // Sizes and chunks are MiB; the peer's MB/s are ucx_perftest's (MiB/s).
 #include <sys/resource.h>
@@ -16,6 +17,7 @@
 #include <thread>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -44,6 +46,8 @@ struct Config {
   double idle_s = 2;
   std::map<std::size_t, double> peer_mbps;  // size MiB -> ucx_perftest ucp_am_bw MiB/s
   double peer_lat_us = 0;                   // ucx_perftest ucp_am_lat one-way µs (median)
+  double peer_sleep_lat_us = 0;             // the same with -E sleep: a ping-pong whose threads block
+  long ferryd_pid = 0;                      // to count ferryd's context switches per round trip
 };
 
 Config parse(int argc, char** argv) {
@@ -64,6 +68,8 @@ Config parse(int argc, char** argv) {
     else if (auto v = value("--chain=")) c.chain = std::max(1, std::stoi(*v));
     else if (auto v = value("--idle-s=")) c.idle_s = std::max(0.1, std::stod(*v));
     else if (auto v = value("--peer-lat-us=")) c.peer_lat_us = std::stod(*v);
+    else if (auto v = value("--peer-sleep-lat-us=")) c.peer_sleep_lat_us = std::stod(*v);
+    else if (auto v = value("--ferryd-pid=")) c.ferryd_pid = std::stol(*v);
     else if (auto v = value("--peer-bw=")) {
       for (std::size_t b = 0; b < v->size();) {
         const std::size_t e = std::min(v->find(',', b), v->size()), colon = v->find(':', b);
@@ -146,7 +152,31 @@ Ship ship(const Config& c, std::size_t mib_size, std::size_t chunk_bytes, unsign
 
 struct Latency {
   double median_us = 0, mean_us = 0, p99_us = 0;
+  // Voluntary context switches per round trip: each is a thread that went to
+  // sleep and had to be woken, the hand-offs a round trip pays. Unlike the
+  // time, the count does not depend on how loaded the machine is.
+  double client_switches = 0, ferryd_switches = -1;
 };
+
+long own_switches() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);  // all threads of this process
+  return u.ru_nvcsw;
+}
+
+// Sum over ferryd's threads of voluntary_ctxt_switches; -1 when unreadable.
+long process_switches(long pid) {
+  if (pid <= 0) return -1;
+  long total = 0;
+  std::error_code ec;
+  const std::filesystem::path tasks = fmt::format("/proc/{}/task", pid);
+  for (const auto& entry : std::filesystem::directory_iterator(tasks, ec)) {
+    std::ifstream status(entry.path() / "status");
+    for (std::string line; std::getline(status, line);)
+      if (line.rfind("voluntary_ctxt_switches:", 0) == 0) total += std::stol(line.substr(24));
+  }
+  return ec ? -1 : total;
+}
 
 // Sequential submit + wait of scal on a 1-element buffer that stays on the remote.
 Latency round_trips(const Config& c) {
@@ -156,12 +186,16 @@ Latency round_trips(const Config& c) {
   const auto remote = ferry::on(ferry::remote());
   for (int i = 0; i < 200; ++i) rt.submit("scal", ferry::readwrite(y), 1.0, remote).wait();  // y lands there
   std::vector<double> us(static_cast<std::size_t>(c.tasks));
+  const long client_before = own_switches(), ferryd_before = process_switches(c.ferryd_pid);
   for (auto& u : us) {
     const auto t = Clock::now();
     rt.submit("scal", ferry::readwrite(y), 1.0, remote).wait();
     u = std::chrono::duration<double, std::micro>(Clock::now() - t).count();
   }
   Latency l;
+  l.client_switches = static_cast<double>(own_switches() - client_before) / c.tasks;
+  if (const long after = process_switches(c.ferryd_pid); after >= 0 && ferryd_before >= 0)
+    l.ferryd_switches = static_cast<double>(after - ferryd_before) / c.tasks;
   for (double u : us) l.mean_us += u / static_cast<double>(us.size());
   std::sort(us.begin(), us.end());
   l.median_us = us[us.size() / 2];
@@ -269,8 +303,15 @@ int main(int argc, char** argv) try {
   std::printf("ferry median %.1f us (mean %.1f, p99 %.1f); ucx_perftest am round trip %.2f us (2 x %.3f one-way)\n",
               l.median_us, l.mean_us, l.p99_us, peer_rtt, c.peer_lat_us);
   std::printf("ratio %.2fx (target <= 2x): %s\n", ratio, peer_rtt > 0 ? verdict(ratio <= 2.0) : "no peer");
+  const double sleep_rtt = 2 * c.peer_sleep_lat_us;
+  if (sleep_rtt > 0)
+    std::printf("ucx_perftest am round trip with blocking threads (-E sleep) %.2f us: ferry %.2fx that\n", sleep_rtt,
+                l.median_us / sleep_rtt);
+  std::printf("context switches per round trip: client %.2f, ferryd %s\n", l.client_switches,
+              l.ferryd_switches >= 0 ? fmt::format("{:.2f}", l.ferryd_switches).c_str() : "not counted");
   j["round_trip"] = {{"tasks", c.tasks}, {"median_us", l.median_us}, {"mean_us", l.mean_us}, {"p99_us", l.p99_us},
-                     {"perftest_rtt_us", peer_rtt}, {"ratio", ratio},
+                     {"perftest_rtt_us", peer_rtt}, {"ratio", ratio}, {"perftest_sleep_rtt_us", sleep_rtt},
+                     {"client_switches", l.client_switches}, {"ferryd_switches", l.ferryd_switches},
                      {"verdict", peer_rtt > 0 ? verdict(ratio <= 2.0) : "no peer"}};
 
   const double local = chain_us_per_task(c, false), remote = chain_us_per_task(c, true);

@@ -260,9 +260,11 @@ void ConnectionImpl::drop_endpoints(bool force) {
 
 void ConnectionImpl::send(std::vector<std::byte> header, const void* payload, std::size_t payload_bytes, Done done) {
   // Through the queue even on the progress thread, so sends keep their order
-  // with each other and with close().
+  // with each other and with close(); from another thread, started right
+  // here when the progress thread sleeps with nothing queued (run_or_post):
+  // no wake-up on the way out.
   auto* op = new SendOp{std::move(header), payload, payload_bytes, std::move(done), {}};
-  if (!channel_) return impl_.post([self = self(), op] { self->start_send(op); });
+  if (!channel_) return impl_.run_or_post([self = self(), op] { self->start_send(op); });
   if (op->header.size() + seal_overhead > impl_.max_am_header) {
     // Refused before sealing, so the peer's numbering never sees a gap.
     std::unique_ptr<SendOp> refused(op);
@@ -279,7 +281,7 @@ void ConnectionImpl::send(std::vector<std::byte> header, const void* payload, st
   op->header = channel_->seal(op->header, plain, op->sealed.get());
   op->payload = op->sealed.get();
   op->payload_bytes = sealed_bytes;
-  impl_.post([self = self(), op] { self->start_send(op); });
+  impl_.run_or_post([self = self(), op] { self->start_send(op); });
 }
 
 void ConnectionImpl::start_send(SendOp* raw) {
@@ -312,6 +314,9 @@ void ConnectionImpl::start_send(SendOp* raw) {
     notify(op->done, failure(UCS_PTR_STATUS(request), ("ucp_am_send_nbx to " + peer_).c_str()));
   } else {
     op.release();  // send_done owns it now
+    // Started on the sending thread while the progress thread sleeps: wake
+    // it to carry the rest (a rendezvous, a full socket).
+    if (impl_.thread_id.load() != std::this_thread::get_id()) impl_.wake();
   }
 }
 

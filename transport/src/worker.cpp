@@ -56,6 +56,9 @@ std::string describe_transports(ucp_context_h context) {
   return result.empty() ? "none" : result;
 }
 
+// The worker whose function run_or_post is running on this thread, if any.
+thread_local const Worker::Impl* running_inline = nullptr;
+
 void notice_sent(void* request, ucs_status_t, void*) { ucp_request_free(request); }
 
 void close_callback(void* request, ucs_status_t status, void* user_data) {
@@ -104,9 +107,10 @@ std::shared_ptr<Worker> Worker::create(Options options) {
 
   ucp_worker_params_t worker_params{};
   worker_params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-  // Only the progress thread calls into the worker; ucp_worker_signal, the
-  // one call other threads make, is documented safe in every thread mode.
-  worker_params.thread_mode = UCS_THREAD_MODE_SINGLE;
+  // One thread at a time calls into the worker: the progress thread, or a
+  // thread sending while the progress thread sleeps (Impl::serial says
+  // which); ucp_worker_signal is documented safe in every thread mode.
+  worker_params.thread_mode = UCS_THREAD_MODE_SERIALIZED;
   check(ucp_worker_create(impl->context, &worker_params, &impl->worker), "ucp_worker_create");
 
   ucp_worker_attr_t attr{};
@@ -195,6 +199,37 @@ void Worker::Impl::post(std::function<void()> fn) {
   }
 }
 
+bool Worker::Impl::on_progress_thread() const noexcept {
+  return running_inline == this || thread_id.load() == std::this_thread::get_id();
+}
+
+void Worker::Impl::run_or_post(std::function<void()> fn) {
+  if (on_progress_thread()) return post(std::move(fn));  // after what is queued, in order
+  std::unique_lock held(serial, std::try_to_lock);
+  bool queue_first = !held.owns_lock();
+  if (!queue_first) {
+    // Something queued earlier goes first: a thread's messages keep their order.
+    std::lock_guard lock(mutex);
+    queue_first = !posted.empty() || stop || worker == nullptr;
+  }
+  if (queue_first) {
+    if (held.owns_lock()) held.unlock();
+    return post(std::move(fn));
+  }
+  running_inline = this;
+  try {
+    fn();
+  } catch (const std::exception& e) {
+    log().error("ucx: a function run for worker '{}' threw: {}", name, e.what());
+  }
+  running_inline = nullptr;
+}
+
+void Worker::Impl::wake() noexcept {
+  std::lock_guard lock(mutex);
+  if (worker != nullptr) ucp_worker_signal(worker);
+}
+
 bool Worker::Impl::run_posted() {
   std::deque<std::function<void()>> batch;
   {
@@ -236,7 +271,7 @@ bool Worker::Impl::poll_for_work() {
 }
 
 // Returns false when there is work and the thread must not sleep.
-bool Worker::Impl::wait(int timeout_ms) {
+bool Worker::Impl::wait(int timeout_ms, std::unique_lock<std::mutex>& serial_lock) {
   auto status = ucp_worker_arm(worker);
   if (status == UCS_ERR_BUSY) return false;
   if (status != UCS_OK) {
@@ -249,7 +284,9 @@ bool Worker::Impl::wait(int timeout_ms) {
     sleeping = true;
   }
   pollfd fd{event_fd, POLLIN, 0};
+  serial_lock.unlock();
   ::poll(&fd, 1, timeout_ms);
+  serial_lock.lock();
   std::lock_guard lock(mutex);
   sleeping = false;
   return true;
@@ -260,12 +297,14 @@ void Worker::Impl::run() {
   auto thread_name = (name + "-ucx").substr(0, 15);  // the kernel's limit
   pthread_setname_np(pthread_self(), thread_name.c_str());
 
+  std::unique_lock serial_lock(serial);
   while (!run_posted()) {
     progress_until_idle();
     if (poll_for_work()) continue;
-    wait(-1);
+    wait(-1, serial_lock);
   }
-  shutdown();
+  shutdown(serial_lock);
+  serial_lock.unlock();
   if (self_owned) delete this;
 }
 
@@ -292,7 +331,7 @@ void Worker::Impl::close_endpoint(ucp_ep_h ep, bool force, bool notice) {
   }
 }
 
-void Worker::Impl::shutdown() {
+void Worker::Impl::shutdown(std::unique_lock<std::mutex>& serial_lock) {
   // Connections keep their Worker alive, so none is left here; endpoints
   // whose close is still flushing are, and get a bounded wait.
   for (auto& [ep, connection] : connections) close_endpoint(ep, false);
@@ -307,7 +346,7 @@ void Worker::Impl::shutdown() {
       log().warn("ucx: worker '{}': {} endpoint close(s) did not finish; destroying anyway", name, closing);
       break;
     }
-    wait(50);
+    wait(50, serial_lock);
   }
   slabs->stop();
   // Other threads signal the worker only under the mutex and only while it

@@ -52,6 +52,11 @@ struct Worker::Impl {
   std::thread thread;
   std::atomic<std::thread::id> thread_id{};
 
+  // Held by the progress thread except while it sleeps in poll(). Another
+  // thread that takes it may call into UCX (the worker runs in
+  // UCS_THREAD_MODE_SERIALIZED), so a message can leave from the thread that
+  // decided to send it without waking the progress thread (run_or_post).
+  std::mutex serial;
   std::mutex mutex;  // guards posted and stop
   std::deque<std::function<void()>> posted;
   bool stop = false;
@@ -77,7 +82,15 @@ struct Worker::Impl {
   ~Impl();
   void run();
   void post(std::function<void()> fn);
-  bool on_progress_thread() const noexcept { return thread_id.load() == std::this_thread::get_id(); }
+  // Runs fn here, at once, when the progress thread sleeps and nothing is
+  // queued before it; otherwise posts it. Either way fn runs as if on the
+  // progress thread (on_progress_thread() is true inside it).
+  void run_or_post(std::function<void()> fn);
+  // True on the progress thread and inside a function run_or_post runs here.
+  bool on_progress_thread() const noexcept;
+  // Wakes the progress thread so it progresses what a function run here left
+  // in flight (a send UCX could not finish at once).
+  void wake() noexcept;
 
   // Progress thread only: closes an endpoint that is no longer in
   // `connections`; shutdown waits for it. `force` skips the flush (for
@@ -89,8 +102,8 @@ struct Worker::Impl {
   bool run_posted();
   void progress_until_idle();
   bool poll_for_work();
-  bool wait(int timeout_ms);
-  void shutdown();
+  bool wait(int timeout_ms, std::unique_lock<std::mutex>& serial_lock);
+  void shutdown(std::unique_lock<std::mutex>& serial_lock);
 };
 
 }  // namespace ferry::transport

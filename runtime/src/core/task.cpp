@@ -96,6 +96,10 @@ void Task::wait() const {
   if (!r.done.load(std::memory_order_acquire) && r.core != nullptr) {
     const detail::TaskRecord* awaited[] = {&r};
     r.core->host_views().check_wait("Task::wait()", awaited);
+    // The task's device is read by trying each: a task handed elsewhere
+    // (a lost remote's to the CPU) changes it on another thread.
+    for (const auto& device : r.core->devices())
+      if (r.done.load(std::memory_order_acquire) || device->run_for_waiter(&r)) break;
   }
   r.done.wait(false, std::memory_order_acquire);
   if (r.error) std::rethrow_exception(r.error);

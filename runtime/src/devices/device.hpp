@@ -45,6 +45,11 @@ class Device {
   virtual void prefetch(TaskRecord* /*task*/) {}
   // Returns once nothing of this device runs any more.
   virtual void drain() = 0;
+  // A thread is about to block until `task` is done: a device whose own
+  // thread would only wait for the task's reply may run it on this thread
+  // instead, which saves the waiter a wake-up (Task::wait). True when it ran
+  // and finished the task here.
+  virtual bool run_for_waiter(TaskRecord* /*task*/) { return false; }
 
   bool matches(const Place& place) const noexcept;
 

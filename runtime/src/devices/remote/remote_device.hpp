@@ -80,6 +80,7 @@ class RemoteDevice final : public Device, public NodeLink {
   void enqueue(TaskRecord* task) override;
   void prefetch(TaskRecord* task) override;
   void drain() override;
+  bool run_for_waiter(TaskRecord* task) override;
 
   // NodeLink
   MemoryNodeId node() const noexcept override { return Device::node(); }
@@ -249,6 +250,9 @@ class RemoteDevice final : public Device, public NodeLink {
 
   std::mutex queue_mutex_;
   std::condition_variable queue_cv_;
+  // Apart from queue_cv_: telling drain() that the last job finished must not
+  // wake every idle proxy (each round trip paid one wake-up per proxy).
+  std::condition_variable drained_cv_;
   std::deque<Job> queue_;
   std::atomic<std::size_t> active_{0};
   std::vector<std::thread> proxies_;

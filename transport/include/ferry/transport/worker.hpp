@@ -2,7 +2,9 @@
 // context and worker and the one thread that drives them. That progress
 // thread blocks on the worker's event fd when nothing is pending (an idle
 // runtime with a connected remote costs no CPU); other threads hand it work
-// through a queue and ucp_worker_signal. Every UCX call happens on it.
+// through a queue and ucp_worker_signal. Every UCX call happens on it,
+// except a send started by the sending thread while it sleeps (one thread at
+// a time, under the worker's lock: UCS_THREAD_MODE_SERIALIZED).
 #pragma once
 
 #include <chrono>
