@@ -64,6 +64,14 @@ for tls in ${TRANSFER_TLS:-tcp default}; do
     lat=$(awk -v a="$lat" -v b="$l" 'BEGIN{print (b < a) ? b : a}')
   done
   echo "ucx_perftest ucp_am_lat 8 B: $lat us one-way median (best of $reps)"
+  # The same ping-pong with threads that block between messages (-E sleep),
+  # as Ferry's do: what a round trip costs without busy-polling.
+  sleep_lat=1e300
+  for _ in $(seq "$reps"); do
+    l=$(perftest -t ucp_am_lat -s 8 -n 5000 -w 200 -E sleep | awk '{print $3}')
+    sleep_lat=$(awk -v a="$sleep_lat" -v b="$l" 'BEGIN{print (b < a) ? b : a}')
+  done
+  echo "ucx_perftest ucp_am_lat -E sleep 8 B: $sleep_lat us one-way median (best of $reps)"
 
   : >"$tmp/port"
   "$ferryd" --listen 127.0.0.1:0 --token-file "$tmp/token" --port-file "$tmp/port" >"$tmp/ferryd.log" 2>&1 &
@@ -72,7 +80,7 @@ for tls in ${TRANSFER_TLS:-tcp default}; do
   [[ -s $tmp/port ]] || { echo "run_transfer_bench: ferryd wrote no port" >&2; cat "$tmp/ferryd.log" >&2; exit 1; }
   rc=0
   "$bench" --remote="127.0.0.1:$(cat "$tmp/port")" --token-file="$tmp/token" --tls="$tls" \
-    --sizes="${sizes// /,}" --peer-bw="$peer_bw" --peer-lat-us="$lat" \
+    --sizes="${sizes// /,}" --peer-bw="$peer_bw" --peer-lat-us="$lat" --peer-sleep-lat-us="$sleep_lat" --ferryd-pid="$ferryd_pid" \
     --out="$build/bench/bench-transfer-$tls.json" "$@" || rc=$?
   stop
   ((rc == 0)) || { echo "run_transfer_bench: ferry_bench_transfer failed ($rc); ferryd's log:" >&2; cat "$tmp/ferryd.log" >&2; exit "$rc"; }

@@ -288,6 +288,7 @@ void RemoteDevice::lost(const std::string& reason) {
   if (alive_.exchange(false, std::memory_order_acq_rel))
     log().warn("remote {} lost: {}; its tasks run elsewhere until it is back", options_.address, reason);
   rpc_.fail_all(reason);
+  reply_came(true);
   std::shared_ptr<transport::Connection> connection;
   {
     std::lock_guard lock(connection_mutex_);
@@ -354,7 +355,7 @@ void RemoteDevice::on_message(transport::Incoming& incoming) {
     const std::string why =
         fmt::format("ferryd at {} sent an undecodable message (another version of Ferry?): {}", options_.address, e.what());
     rpc_.fail_all(why);
-    lost(why);
+    lost(why);  // wakes proxies for the replies that failed
     return;
   }
   std::visit(
@@ -364,6 +365,7 @@ void RemoteDevice::on_message(transport::Incoming& incoming) {
                       std::is_same_v<M, protocol::Done> || std::is_same_v<M, protocol::Pong> ||
                       std::is_same_v<M, protocol::StatsReply>) {
           rpc_.complete(m.request, message, incoming);
+          if constexpr (std::is_same_v<M, protocol::Done>) reply_came(false);
         } else if constexpr (std::is_same_v<M, protocol::ErrorMessage>) {
           if (!rpc_.complete(0, message, incoming))
             lost(fmt::format("ferryd error {}: {}", protocol::to_string(m.status), m.message));
@@ -603,11 +605,38 @@ bool RemoteDevice::fall_back(TaskRecord* task, const std::string& why) {
 
 void RemoteDevice::enqueue(TaskRecord* task) {
   active_.fetch_add(1, std::memory_order_relaxed);
+  std::shared_ptr<Forwarded> forwarded;
+  {
+    std::lock_guard lock(forward_mutex_);
+    if (auto it = forwarded_.find(task->id); it != forwarded_.end()) forwarded = it->second;
+  }
+  bool wake = true;
   {
     std::lock_guard lock(queue_mutex_);
-    queue_.push_back({task, false, {}});
+    const auto now = std::chrono::steady_clock::now();
+    queue_.push_back({task, false, {}, std::move(forwarded), now});
+    // Decided under the lock, after the push: a reply that comes meanwhile
+    // finds the job queued (reply_came), one that came before is seen here.
+    wake = takeable(queue_.back(), now);
   }
-  queue_cv_.notify_one();
+  if (wake) queue_cv_.notify_one();
+}
+
+// Longer than a reply takes on any link we serve; after it a proxy takes the
+// job anyway and waits as before, so a reply that never comes still times out.
+constexpr auto deferral_limit = std::chrono::milliseconds(500);
+
+bool RemoteDevice::takeable(const Job& job, std::chrono::steady_clock::time_point now) {
+  return !job.forwarded || now - job.since >= deferral_limit ||
+         job.forwarded->reply.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+}
+
+void RemoteDevice::reply_came(bool all) {
+  std::lock_guard lock(queue_mutex_);
+  const bool deferred = std::any_of(queue_.begin(), queue_.end(), [](const Job& j) { return j.forwarded != nullptr; });
+  if (!deferred) return;
+  if (all) queue_cv_.notify_all();
+  else queue_cv_.notify_one();
 }
 
 void RemoteDevice::prefetch(TaskRecord* task) {
@@ -661,10 +690,21 @@ void RemoteDevice::proxy_loop(unsigned slot) {
     Job job;
     {
       std::unique_lock lock(queue_mutex_);
-      queue_cv_.wait(lock, [&] { return stopping_.load() || !queue_.empty(); });
-      if (queue_.empty()) return;
-      job = std::move(queue_.front());
-      queue_.pop_front();
+      auto next = queue_.end();
+      const auto found = [&] {
+        const auto now = std::chrono::steady_clock::now();
+        next = std::find_if(queue_.begin(), queue_.end(), [&](const Job& j) { return takeable(j, now); });
+        return next != queue_.end();
+      };
+      for (;;) {
+        if (found()) break;
+        if (stopping_.load() && queue_.empty()) return;
+        // Deferred jobs only: a reply wakes us; the timeout is the backstop.
+        if (queue_.empty()) queue_cv_.wait(lock);
+        else queue_cv_.wait_for(lock, deferral_limit / 5);
+      }
+      job = std::move(*next);
+      queue_.erase(next);
     }
     if (job.prefetch) {
       prefetch_inputs(job.task, job.inputs);

@@ -125,13 +125,23 @@ class RemoteDevice final : public Device, public NodeLink {
   std::uint64_t tasks_forwarded() const noexcept { return forwarded_count_.load(std::memory_order_relaxed); }
 
  private:
+  struct Forwarded;
   struct Job {
     TaskRecord* task = nullptr;
     bool prefetch = false;  // ship the task's inputs early, do not run it
     // For a prefetch: the views it reads, taken at assignment, because the
     // task may finish (and drop its buffer list) while the prefetch still runs.
     std::vector<std::shared_ptr<BufferState>> inputs;
+    // A forwarded task whose reply had not come when it was queued: no proxy
+    // is woken for it until the reply comes (or `since` is long ago), since
+    // a proxy would only wake to wait for the reply (or the waiter takes it).
+    std::shared_ptr<Forwarded> forwarded;
+    std::chrono::steady_clock::time_point since{};
   };
+  // Under queue_mutex_: a proxy may take it now.
+  static bool takeable(const Job& job, std::chrono::steady_clock::time_point now);
+  // A reply came (or every reply failed): wake a proxy for a deferred job.
+  void reply_came(bool all);
 
   void connect();
   // A connection authenticated either way: ready for tasks once measured.

@@ -64,6 +64,7 @@ void RemoteDevice::retire() {
   }
   alive_.store(false, std::memory_order_release);
   rpc_.fail_all("removed from the pool");
+  reply_came(true);
   {
     std::lock_guard lock(offer_mutex_);
     down_reason_ = "removed from the pool";
