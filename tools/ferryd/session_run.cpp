@@ -263,7 +263,11 @@ bool Session::start_run(std::uint64_t seq, const protocol::Run& run, const Kerne
     return refuse(Status::internal, e.what());
   }
   // In the order lanes were given: what a test of the fair share reads.
-  audit("task_start", {{"kernel", run.kernel}, {"task", run.task}, {"share", ticket.client}, {"lane", to_string(ticket.lane)}});
+  // Checked first: building the record costs more than a short run (its JSON
+  // would be built and thrown away for every task).
+  if (server_.audit->enabled())
+    audit("task_start",
+          {{"kernel", run.kernel}, {"task", run.task}, {"share", ticket.client}, {"lane", to_string(ticket.lane)}});
 
   const bool scalar = kernel.def->returns_scalar;
   std::weak_ptr<Session> session = weak_from_this();
