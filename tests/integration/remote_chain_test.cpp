@@ -4,6 +4,8 @@
 // as if every task had waited for the one before.
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+
 #include <csignal>
 #include <random>
 
@@ -112,6 +114,37 @@ TEST(RemoteChain, KillNineMidForwardedChainStillFinishesCorrectly) {
   EXPECT_GT(on_cpu, 0) << "nothing was rescheduled";
   EXPECT_GT(rt.remote_stats(server.address()).tasks_forwarded, 0u) << "the chain was not forwarded";
   for (double v : y.host()) ASSERT_EQ(v, 600.0);
+}
+
+long own_voluntary_switches() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);  // every thread of this process
+  return u.ru_nvcsw;
+}
+
+// Submit and wait, one task at a time: the waiting thread takes its
+// forwarded task and waits for the reply itself, and no proxy wakes for it,
+// so the whole client sleeps about twice per task (the progress thread for
+// the reply, the waiter). It was nine: the proxy's two, and every idle
+// proxy woken each time a job finished. The results stay the CPU's.
+TEST(RemoteChain, ASubmitAndWaitWakesTheClientOnlyForTheReply) {
+  FerrydProcess server;
+  ferry::Runtime rt(options_for(&server));
+  const auto remote = ferry::on(ferry::remote(server.address()));
+  auto y = rt.buffer<double>(1);
+  y.host()[0] = 1.0;
+  for (int i = 0; i < 50; ++i) rt.submit("scal", ferry::readwrite(y), 1.0, remote).wait();  // y lives there
+  constexpr int tasks = 400;
+  const long before = own_voluntary_switches();
+  for (int i = 0; i < tasks; ++i) {
+    auto t = rt.submit("scal", ferry::readwrite(y), i % 2 == 0 ? 2.0 : 0.5, remote);
+    t.wait();
+    ASSERT_EQ(t.device(), "remote:" + server.address()) << "task " << i << " did not run on the remote";
+  }
+  const double per_task = static_cast<double>(own_voluntary_switches() - before) / tasks;
+  std::cout << "  context switches per submit+wait: " << per_task << "\n";
+  EXPECT_LT(per_task, 5.0);
+  EXPECT_EQ(y.host()[0], 1.0);
 }
 
 }  // namespace

@@ -16,6 +16,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <optional>
 #include <random>
@@ -690,6 +692,49 @@ TEST(Worker, PollingAfterActivityStillSleepsWhenIdle) {
   const auto used = process_cpu_seconds() - before;
   std::cout << "  idle CPU over 1 s after traffic, polling 2 ms after activity: " << used * 1000 << " ms\n";
   EXPECT_LT(used, 0.1);
+}
+
+// Voluntary context switches of this process's threads named `comm`
+// (the progress thread of Worker "client" is "client-ucx").
+long switches_of(const std::string& comm) {
+  long total = 0;
+  std::error_code ec;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task", ec)) {
+    std::ifstream name_file(task.path() / "comm");
+    std::string name;
+    std::getline(name_file, name);
+    if (name != comm) continue;
+    std::ifstream status(task.path() / "status");
+    for (std::string line; std::getline(status, line);)
+      if (line.rfind("voluntary_ctxt_switches:", 0) == 0) total += std::stol(line.substr(24));
+  }
+  return total;
+}
+
+// A message sent while the progress thread sleeps leaves from the sending
+// thread (the worker's lock, UCS_THREAD_MODE_SERIALIZED): the progress
+// thread is not woken for it. Before, every such send cost it one wake-up.
+TEST(Worker, ASendWhileTheProgressThreadSleepsDoesNotWakeIt) {
+  // No replies: nothing else wakes the client's progress thread.
+  auto received = std::make_shared<Inbox<std::string>>();
+  Server server([received](Connection&, Incoming& in) {
+    received->push(std::string(reinterpret_cast<const char*>(in.header().data()), in.header().size()));
+  });
+  Client client(server.listener->port());
+  ASSERT_EQ(send_and_wait(*client.connection, text_bytes("hi"), nullptr, 0), "");
+  std::this_thread::sleep_for(200ms);  // wire-up done, the progress thread asleep
+  const long before = switches_of("client-ucx");
+  constexpr int sends = 200;
+  for (int i = 0; i < sends; ++i) {
+    ASSERT_EQ(send_and_wait(*client.connection, text_bytes("m" + std::to_string(i)), nullptr, 0), "");
+    std::this_thread::sleep_for(1ms);  // let it sleep again, were it woken
+  }
+  const long woken = switches_of("client-ucx") - before;
+  std::cout << "  client progress thread woken " << woken << " times for " << sends << " sends\n";
+  EXPECT_LT(woken, sends / 4);
+  const auto got = received->wait(sends + 1, 30s);  // all of them, in order
+  ASSERT_EQ(got.size(), sends + 1u);
+  for (int i = 0; i < sends; ++i) EXPECT_EQ(got[i + 1], "m" + std::to_string(i));
 }
 
 }  // namespace
