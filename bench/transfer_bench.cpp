@@ -11,6 +11,7 @@
 //     [--out=bench-transfer.json]
 // Sizes and chunks are MiB; the peer's MB/s are ucx_perftest's (MiB/s).
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -21,6 +22,7 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -203,9 +205,40 @@ Latency round_trips(const Config& c) {
   return l;
 }
 
+double cpu_seconds() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
+}
+
+// ferryd's user+system CPU seconds (/proc/PID/stat fields 14 and 15); -1 when unreadable.
+double process_cpu_seconds(long pid) {
+  if (pid <= 0) return -1;
+  std::ifstream stat(fmt::format("/proc/{}/stat", pid));
+  std::string text;
+  std::getline(stat, text);
+  const auto close = text.rfind(')');  // the name may hold spaces
+  if (close == std::string::npos) return -1;
+  std::istringstream fields(text.substr(close + 2));
+  std::string field;
+  double ticks = 0;
+  for (int i = 3; i <= 15 && fields >> field; ++i)
+    if (i >= 14) ticks += std::stod(field);
+  return ticks / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+struct Chain {
+  double us_per_task = 0;
+  // CPU per task of the best repetition: what the chain costs the client and
+  // ferryd whatever else the machine runs (-1: ferryd not counted).
+  double client_cpu_us = 0, ferryd_cpu_us = -1;
+  double client_switches = 0, ferryd_switches = -1;  // voluntary context switches per task
+};
+
 // µs per task of a chain of scal on one resident float, submitted at once
 // then waited for: placed on the remote, or (the peer) on the local CPU.
-double chain_us_per_task(const Config& c, bool on_remote) {
+Chain chain_us_per_task(const Config& c, bool on_remote) {
   ferry::Runtime::Options o = options(c, 0, 0, false);
   if (!on_remote) o.remotes.clear();
   ferry::Runtime rt(o);
@@ -213,22 +246,31 @@ double chain_us_per_task(const Config& c, bool on_remote) {
   y.host()[0] = 1.0f;
   const auto where = on_remote ? ferry::on(ferry::remote()) : ferry::on(ferry::cpu());
   rt.submit("scal", ferry::readwrite(y), 1.0, where).wait();  // y lands there
-  double best = 1e300;
+  Chain best;
+  best.us_per_task = 1e300;
   for (int r = 0; r < std::min(c.reps, 3); ++r) {
+    const double client_before = cpu_seconds(), ferryd_before = process_cpu_seconds(c.ferryd_pid);
+    const long switches_before = own_switches(), ferryd_switches_before = process_switches(c.ferryd_pid);
     const auto t = Clock::now();
     for (int i = 0; i < c.chain; ++i) rt.submit("scal", ferry::readwrite(y), 1.0, where);
     rt.wait();
-    best = std::min(best, std::chrono::duration<double, std::micro>(Clock::now() - t).count() / c.chain);
+    const double us = std::chrono::duration<double, std::micro>(Clock::now() - t).count() / c.chain;
+    if (us >= best.us_per_task) continue;
+    best.us_per_task = us;
+    best.client_cpu_us = (cpu_seconds() - client_before) * 1e6 / c.chain;
+    best.client_switches = static_cast<double>(own_switches() - switches_before) / c.chain;
+    const long ferryd_switches_after = process_switches(c.ferryd_pid);
+    best.ferryd_switches = on_remote && ferryd_switches_before >= 0 && ferryd_switches_after >= 0
+                               ? static_cast<double>(ferryd_switches_after - ferryd_switches_before) / c.chain
+                               : -1;
+    const double ferryd_after = process_cpu_seconds(c.ferryd_pid);
+    best.ferryd_cpu_us = on_remote && ferryd_before >= 0 && ferryd_after >= 0
+                             ? (ferryd_after - ferryd_before) * 1e6 / c.chain
+                             : -1;
   }
   return best;
 }
 
-double cpu_seconds() {
-  rusage u{};
-  ::getrusage(RUSAGE_SELF, &u);
-  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
-         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
-}
 
 // Percent of one core this process uses while a runtime with a connected remote idles.
 double idle_percent(const Config& c) {
@@ -314,12 +356,26 @@ int main(int argc, char** argv) try {
                      {"client_switches", l.client_switches}, {"ferryd_switches", l.ferryd_switches},
                      {"verdict", peer_rtt > 0 ? verdict(ratio <= 2.0) : "no peer"}};
 
-  const double local = chain_us_per_task(c, false), remote = chain_us_per_task(c, true);
+  const Chain local_chain = chain_us_per_task(c, false), remote_chain = chain_us_per_task(c, true);
+  const double local = local_chain.us_per_task, remote = remote_chain.us_per_task;
   std::printf("\n%d-task readwrite chain (scal on 1 resident float), submitted at once, best of %d\n", c.chain,
               std::min(c.reps, 3));
   std::printf("remote %.2f us/task; local CPU %.2f us/task (%.1fx local); target <= 3 us/task: %s\n", remote, local,
               remote / local, verdict(remote <= 3.0));
-  j["chain"] = {{"tasks", c.chain}, {"remote_us_per_task", remote}, {"local_us_per_task", local},
+  std::printf("per remote task: CPU client %.2f us, ferryd %s; context switches client %.2f, ferryd %s\n",
+              remote_chain.client_cpu_us,
+              remote_chain.ferryd_cpu_us >= 0 ? fmt::format("{:.2f} us", remote_chain.ferryd_cpu_us).c_str()
+                                              : "not counted",
+              remote_chain.client_switches,
+              remote_chain.ferryd_switches >= 0 ? fmt::format("{:.2f}", remote_chain.ferryd_switches).c_str()
+                                                : "not counted");
+  j["chain"] = {{"tasks", c.chain},
+                {"remote_us_per_task", remote},
+                {"local_us_per_task", local},
+                {"client_cpu_us_per_task", remote_chain.client_cpu_us},
+                {"ferryd_cpu_us_per_task", remote_chain.ferryd_cpu_us},
+                {"client_switches_per_task", remote_chain.client_switches},
+                {"ferryd_switches_per_task", remote_chain.ferryd_switches},
                 {"verdict", verdict(remote <= 3.0)}};
 
   const double idle = idle_percent(c);
