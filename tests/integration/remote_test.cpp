@@ -1,6 +1,8 @@
 // A runtime offloading to real ferryd processes over real UCX (loopback).
 #include <gtest/gtest.h>
 
+#include <csignal>
+#include <cstdlib>
 #include <random>
 
 #include "ferry/ferry.hpp"
@@ -122,6 +124,48 @@ TEST(Remote, KillNineMidRunStillFinishesCorrectly) {
   auto h = y.host();
   EXPECT_EQ(h[0], 200.0);
   EXPECT_EQ(h[n - 1], 200.0);
+}
+
+// A host lost mid-run: the tasks it still had go to another host of the
+// pool that can run them (placed again), not to the CPU. Over TCP, as
+// between the hosts of a pool: with the same-host shared-memory lane, a
+// ferryd killed while data is in flight on it can wedge the client's UCX
+// worker (UCX 1.13 force-closing an endpoint without error handling; see
+// docs/protocol.md), which this test once hit in about forty runs.
+TEST(Remote, AHostLostMidRunHandsItsTasksToAnotherHost) {
+  setenv("FERRY_SHARED_MEMORY", "0", 1);  // read when the runtime dials
+  FerrydProcess a, b;  // one token
+  ferry::Runtime::Options o = remote_options(a);
+  o.remotes.push_back(b.address());
+  ferry::Runtime rt(o);
+  const auto any_remote = ferry::on(ferry::remote());
+  const std::size_t n = 1 << 16;
+  auto x = rt.buffer<double>(n), y = rt.buffer<double>(n);
+  std::ranges::fill(x.host(), 1.0);
+  std::vector<ferry::Task> tasks;
+  std::string lost;
+  for (int i = 0; i < 200; ++i) {
+    tasks.push_back(rt.submit("axpy", ferry::read(x), ferry::readwrite(y), 1.0, any_remote));
+    if (i == 100) {
+      tasks[50].wait();
+      lost = tasks[50].device();
+      (lost == "remote:" + a.address() ? a : b).stop(SIGKILL);
+    }
+  }
+  rt.wait();
+  int on_cpu = 0, on_lost = 0, on_other = 0;
+  for (auto& t : tasks) {
+    on_cpu += t.device() == "cpu";
+    on_lost += t.device() == lost;
+    on_other += t.device() != "cpu" && t.device() != lost;
+  }
+  EXPECT_GT(on_lost, 0) << "nothing ran on the host before it was lost";
+  EXPECT_GT(on_other, 0) << "the other host got nothing";
+  EXPECT_EQ(on_cpu, 0) << "tasks of the lost host went to the CPU while another host was up";
+  auto h = y.host();
+  EXPECT_EQ(h[0], 200.0);
+  EXPECT_EQ(h[n - 1], 200.0);
+  unsetenv("FERRY_SHARED_MEMORY");
 }
 
 TEST(Remote, RecomputationSeesTheInputsTheLostTaskSaw) {

@@ -36,6 +36,12 @@ std::future<protocol::Message> RpcClient::request(const std::shared_ptr<Connecti
     if (error.empty()) return;
     if (auto p = take(id)) p->reply.set_exception(std::make_exception_ptr(RemoteError(fmt::format("send failed: {}", error))));
   });
+  // Closed meanwhile (its peer lost): no reply will come, and fail_all may
+  // have run before this request was registered. Its send may even have
+  // succeeded: a shared-memory lane has no error handling of its own.
+  if (connection->closed())
+    if (auto p = take(id))
+      p->reply.set_exception(std::make_exception_ptr(RemoteError(fmt::format("remote {}: connection closed", peer_))));
   return future;
 }
 
@@ -55,7 +61,17 @@ bool RpcClient::complete(std::uint64_t id, const protocol::Message& reply, Incom
     p->reply.set_value(reply);
     return true;
   }
-  incoming.into(p->dest, [p, reply](const std::string& error) {
+  {
+    std::lock_guard lock(receiving_->mutex);
+    receiving_->requests.emplace(id, p);
+  }
+  std::weak_ptr<Receiving> receiving = receiving_;
+  incoming.into(p->dest, [p, id, receiving, reply](const std::string& error) {
+    if (auto r = receiving.lock()) {
+      std::lock_guard lock(r->mutex);
+      r->requests.erase(id);
+    }
+    if (p->answered.exchange(true)) return;  // failed already (fail_all)
     if (error.empty()) p->reply.set_value(reply);
     else p->reply.set_exception(std::make_exception_ptr(RemoteError("receiving data: " + error)));
   });
@@ -63,11 +79,17 @@ bool RpcClient::complete(std::uint64_t id, const protocol::Message& reply, Incom
 }
 
 void RpcClient::fail_all(const std::string& reason) {
-  std::unordered_map<std::uint64_t, std::shared_ptr<Pending>> pending;
+  std::unordered_map<std::uint64_t, std::shared_ptr<Pending>> pending, receiving;
   {
     std::lock_guard lock(mutex_);
     pending.swap(pending_);
   }
+  {
+    std::lock_guard lock(receiving_->mutex);
+    receiving.swap(receiving_->requests);
+  }
+  for (auto& [id, p] : receiving)
+    if (!p->answered.exchange(true)) pending.emplace(id, std::move(p));
   // In request order, so the oldest waiter hears first.
   std::map<std::uint64_t, std::shared_ptr<Pending>> ordered(pending.begin(), pending.end());
   for (auto& [id, p] : ordered)

@@ -160,8 +160,20 @@ std::shared_ptr<MemoryResource> RuntimeCore::unified_memory() {
 
 void RuntimeCore::reschedule(TaskRecord* task, Device& from) {
   from.unassigned(task->estimate_ns);
-  Device& cpu = *devices().front();
   task->estimate_ns = 0;
+  // Placed again among the devices it was eligible for that are still up
+  // (another host of the pool, say); the CPU when none is.
+  std::uint64_t others = 0;
+  for (std::size_t i = 1; i < devices().size(); ++i)
+    if (((task->eligible >> i) & 1) != 0 && devices()[i].get() != &from && devices()[i]->available())
+      others |= std::uint64_t{1} << i;
+  if (others != 0) {
+    place(task, others | (task->eligible & 1));
+    log().debug("{}: {} could not run it; placed again on {}", task->label(), from.name(), task->device->name());
+    task->device->enqueue(task);
+    return;
+  }
+  Device& cpu = *devices().front();
   task->device = &cpu;
   task->device_name = cpu.name();
   cpu.assigned(0);
@@ -371,6 +383,7 @@ Task RuntimeCore::launch(Prepared&& prepared) {
   task->bytes = prepared.bytes;
   in_flight_.fetch_add(1, std::memory_order_seq_cst);
 
+  task->eligible = prepared.eligible;
   place(task, prepared.eligible);
   task->join = !prepared.piece && submit_pieces(*task) > 0;
   for (std::size_t i = 0; i < task->buffers.size(); ++i) {

@@ -42,6 +42,7 @@ struct TaskRecord {
   std::size_t bytes = 0;  // what the call touches: the perf-model size
 
   Device* device = nullptr;
+  std::uint64_t eligible = 0;  // bit i: devices()[i] may run it (where a lost device's task may go)
   std::string device_name;  // outlives the device, for handles kept past the runtime
   std::int64_t estimate_ns = 0;  // counted in the device's expected backlog until done
   std::string explanation;

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstring>
 #include <mutex>
 
 #include "core/task_label.hpp"
@@ -63,13 +64,40 @@ void replay(LineageEntry& entry) {
   entry.kernel->cpu(context);
 }
 
+// Whether replaying the copy's lineage would read the host's data of its
+// region (a readwrite task in it), rather than write it whole.
+bool lineage_reads(const BufferRoot& root, const RemoteCopy& copy) {
+  for (const auto& entry : copy.lineage)
+    for (std::size_t i = 0; i < entry->buffer_args.size(); ++i) {
+      if (!reads(entry->buffer_arg(i).mode)) continue;
+      const auto other = entry->roots[i].lock();
+      if (other.get() == &root && entry->regions[i].overlaps(copy.region)) return true;
+    }
+  return false;
+}
+
 // Makes the host hold the copy's data: fetched from a live node, or
 // recomputed from lineage when its node is gone.
 void bring_home(BufferRoot& root, RemoteCopy& copy) {
   const HostRegion dest = host_region(root, copy.region);
   if (!lost(copy)) {
     try {
-      copy.link->fetch(copy.id, dest);
+      if (lineage_reads(root, copy)) {
+        // Replaying the lineage starts from the host's data as it was: a
+        // fetch that fails half-way must not have overwritten it (a task
+        // would then apply twice). So the bytes land beside it first.
+        std::vector<std::byte> staging(dest.bytes());
+        HostRegion packed = dest;
+        packed.data = staging.data();
+        packed.ld = dest.cols;
+        copy.link->fetch(copy.id, packed);
+        const std::size_t row = dest.cols * size_of(dest.dtype);
+        for (std::size_t r = 0; r < dest.rows; ++r)
+          std::memcpy(static_cast<std::byte*>(dest.data) + r * dest.ld * size_of(dest.dtype), staging.data() + r * row,
+                      row);
+      } else {
+        copy.link->fetch(copy.id, dest);
+      }
       copy.modified = false;
       copy.lineage.clear();
       return;

@@ -287,14 +287,17 @@ void RemoteDevice::lost(const std::string& reason) {
   }
   if (alive_.exchange(false, std::memory_order_acq_rel))
     log().warn("remote {} lost: {}; its tasks run elsewhere until it is back", options_.address, reason);
-  rpc_.fail_all(reason);
-  reply_came(true);
+  // Closed before the pending requests fail: a request made meanwhile sees
+  // the closed connection and fails itself (RpcClient::request), rather
+  // than wait for a reply that cannot come.
   std::shared_ptr<transport::Connection> connection;
   {
     std::lock_guard lock(connection_mutex_);
     connection = std::move(connection_);
   }
   if (connection) connection->close();
+  rpc_.fail_all(reason);
+  reply_came(true);
   reconnect_cv_.notify_all();
 }
 

@@ -63,8 +63,6 @@ void RemoteDevice::retire() {
     connection = std::move(connection_);
   }
   alive_.store(false, std::memory_order_release);
-  rpc_.fail_all("removed from the pool");
-  reply_came(true);
   {
     std::lock_guard lock(offer_mutex_);
     down_reason_ = "removed from the pool";
@@ -73,6 +71,9 @@ void RemoteDevice::retire() {
     connection->send(protocol::encode(protocol::Bye{protocol::Status::ok, "removed from the client's pool"}));
     connection->close();
   }
+  // After the close, as in lost(): a request made meanwhile fails itself.
+  rpc_.fail_all("removed from the pool");
+  reply_came(true);
 }
 
 void RemoteDevice::rejoin() {

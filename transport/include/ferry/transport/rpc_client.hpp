@@ -38,7 +38,9 @@ class RpcClient {
   // receiving its payload, if it has one); false when no request waits.
   bool complete(std::uint64_t id, const protocol::Message& reply, Incoming& incoming);
 
-  // Every request still waiting fails with RemoteError(reason).
+  // Every request still waiting fails with RemoteError(reason), those whose
+  // reply's payload is still arriving included (a peer that died mid-payload
+  // on an endpoint without error handling never completes that receive).
   void fail_all(const std::string& reason);
 
   // The reply, or RemoteError naming `what` when none comes within the limit.
@@ -48,6 +50,14 @@ class RpcClient {
   struct Pending {
     std::promise<protocol::Message> reply;
     void* dest = nullptr;
+    std::atomic<bool> answered{false};  // for one whose payload is arriving: set once, by whoever comes first
+  };
+  // Answered, the payload still landing in dest. Shared with the receive's
+  // callback, which may run after this client is gone (on the progress
+  // thread, as its endpoint closes).
+  struct Receiving {
+    std::mutex mutex;
+    std::unordered_map<std::uint64_t, std::shared_ptr<Pending>> requests;
   };
   std::shared_ptr<Pending> take(std::uint64_t id);
 
@@ -55,6 +65,7 @@ class RpcClient {
   std::atomic<std::uint64_t> next_id_{1};
   std::mutex mutex_;
   std::unordered_map<std::uint64_t, std::shared_ptr<Pending>> pending_;
+  const std::shared_ptr<Receiving> receiving_ = std::make_shared<Receiving>();
 };
 
 }  // namespace ferry::transport
