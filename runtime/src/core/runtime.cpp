@@ -239,6 +239,7 @@ Runtime::RemoteStats Runtime::remote_stats(const std::string& address) const {
   RemoteStats out;
   out.bytes_shipped = remote->bytes_shipped();
   out.bytes_fetched = remote->bytes_fetched();
+  out.bytes_from_hosts = remote->bytes_from_hosts();
   out.connected = remote->alive();
   const auto offer = remote->offer();
   out.server = offer.server;

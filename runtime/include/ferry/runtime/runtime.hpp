@@ -278,6 +278,9 @@ class Runtime {
     std::uint64_t server_bytes_in = 0, server_bytes_out = 0, server_tasks = 0, server_replicas = 0;
     std::uint64_t server_memory_in_use = 0;
     std::size_t bytes_shipped = 0, bytes_fetched = 0;
+    // Bytes this host pulled from other hosts directly (host-to-host): they
+    // did not pass through this runtime and are in neither count above.
+    std::size_t bytes_from_hosts = 0;
     bool connected = false;
     // What the host said when it last welcomed us (empty before that).
     std::string server;                 // "ferryd <version>"
