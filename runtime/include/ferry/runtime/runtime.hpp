@@ -123,6 +123,10 @@ class Runtime {
     // Transfers above this are split and pipelined, this many chunks in flight.  FERRY_CHUNK_BYTES, FERRY_CHUNK_WINDOW
     std::size_t chunk_bytes = std::size_t{4} << 20;
     unsigned chunk_window = 4;
+    // Data that only remote host A holds, needed on remote host B, moves
+    // from A to B directly (the runtime grants B a capability on A), not
+    // through this process. Off: it comes here and goes out again.  FERRY_HOST_TO_HOST=0
+    bool host_to_host = true;
     // Local GPUs: "all", "none" or ordinals like "0,1". An ordinal this host
     // lacks is a UsageError; without a driver, "all" means none.   FERRY_GPUS
     std::string gpus = "all";

@@ -7,9 +7,8 @@
 // one this runtime saw. Not one byte of the data passes through here.
 #include <fmt/format.h>
 
-#include <cstdlib>
+#include <chrono>
 #include <cstring>
-#include <string_view>
 
 #include "core/core.hpp"
 #include "devices/remote/remote_device.hpp"
@@ -22,13 +21,6 @@
 namespace ferry::detail {
 
 namespace {
-
-// FERRY_HOST_TO_HOST=0 moves such copies through the client as before (for
-// comparisons and debugging).
-bool host_to_host_enabled() {
-  const char* value = std::getenv("FERRY_HOST_TO_HOST");
-  return value == nullptr || std::string_view(value) != "0";
-}
 
 // Long enough for B to sign in and fetch a large copy over a slow link; the
 // grant also goes when the buffer is freed there or this runtime leaves.
@@ -79,7 +71,7 @@ std::optional<std::uint64_t> RemoteDevice::copy_from(NodeLink& source, std::uint
                                                      const HostRegion& shape) {
   auto* peer = dynamic_cast<RemoteDevice*>(&source);
   // A host that dials in has no address another host could dial.
-  if (peer == nullptr || peer == this || peer->reverse() || reverse() || !host_to_host_enabled()) return std::nullopt;
+  if (peer == nullptr || peer == this || peer->reverse() || reverse() || !options_.host_to_host) return std::nullopt;
   if (!alive() || !peer->alive() || shape.bytes() == 0) return std::nullopt;
   const transport::Nonce random = transport::random_nonce();
   std::uint64_t capability = 0;
@@ -89,11 +81,16 @@ std::optional<std::uint64_t> RemoteDevice::copy_from(NodeLink& source, std::uint
   std::memcpy(secret.data(), more.data(), secret.size());
 
   const std::int64_t start_ns = core_.trace() ? core_.trace()->now_ns() : 0;
+  const auto start = std::chrono::steady_clock::now();
   try {
     peer->grant_read(capability, secret, source_id, shape.bytes());
     const std::uint64_t id =
         with_room(shape.bytes(), [&] { return fetch_from(*peer, capability, secret, source_id, shape); });
     bytes_from_hosts_.fetch_add(shape.bytes(), std::memory_order_relaxed);
+    // The scheduler prices data between these two hosts by this direct
+    // link from now on (one hop), not by both hops through this process.
+    core_.links().record(peer->node(), node(), shape.bytes(),
+                         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     if (auto* trace = core_.trace()) {
       TransferSpan span;
       const TransferLabel& label = current_transfer_label;

@@ -60,6 +60,7 @@ struct RemoteOptions {
   std::size_t chunk_bytes = std::size_t{4} << 20;
   unsigned window = 4;   // chunks in flight per transfer
   unsigned proxies = 4;  // tasks in flight
+  bool host_to_host = true;  // pull copies other remotes hold from them directly (host_to_host.cpp)
   RemotePolicy policy = RemotePolicy::require;
   std::chrono::milliseconds timeout{10000};  // to connect and authenticate under require
   // The host dials this runtime (ferryd --connect): `address` names it (its
