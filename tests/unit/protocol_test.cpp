@@ -469,7 +469,7 @@ TEST(ProtocolMalformed, FrameFields) {
   expect_refused(frame(14, Body().u64(1).bytes, 0), "speaks versions 1 to 1");
   expect_refused(frame(14, Body().u64(1).bytes, 99), "frame.version: 99");
   expect_refused(frame(0, Body().u64(1).bytes), "frame.type: unknown message type 0");
-  expect_refused(frame(19, Body().u64(1).bytes), "frame.type: unknown message type 19");
+  expect_refused(frame(21, Body().u64(1).bytes), "frame.type: unknown message type 21");
   expect_refused(frame(0xffff, Body().u64(1).bytes), "frame.type");
 
   Bytes longer = ping;  // body_length says one byte more than follows
@@ -662,9 +662,6 @@ TEST(ProtocolEncode, WelcomeKernelListBounds) {
   }
 }
 
-}  // namespace
-}  // namespace ferry::protocol
-
 // ---- grant and fetch: host-to-host transfers ----
 
 TEST(Protocol, GoldenGrant) {
@@ -738,3 +735,6 @@ TEST(ProtocolMalformed, Fetch) {
             .source = "h:1"};
   expect_encode_refused(bad, "cannot encode fetch.offset+length");
 }
+
+}  // namespace
+}  // namespace ferry::protocol

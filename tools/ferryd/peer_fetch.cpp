@@ -99,6 +99,9 @@ void PeerFetches::run(const std::shared_ptr<Job>& job) {
     options.client = transport::capability_client(fetch.capability);
     options.token.assign(reinterpret_cast<const char*>(fetch.secret.data()), fetch.secret.size());
     options.timeout = std::chrono::seconds(10);
+    // Its source may die mid-transfer (kill -9): only an endpoint with peer
+    // error handling notices that without stalling this worker.
+    options.shared_memory_lane = false;
     auto rpc = job->rpc;
     auto dialed = transport::dial(
         worker_, host, port, options, [rpc](transport::Connection&, transport::Incoming& in) { on_reply(*rpc, in); },

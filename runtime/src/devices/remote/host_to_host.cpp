@@ -14,6 +14,7 @@
 #include "devices/remote/remote_device.hpp"
 #include "ferry/error.hpp"
 #include "ferry/log.hpp"
+#include "ferry/runtime/trace.hpp"
 #include "ferry/transport/auth.hpp"
 #include "ferry/units.hpp"
 #include "scheduling/transfer_label.hpp"
@@ -63,7 +64,11 @@ std::uint64_t RemoteDevice::fetch_from(RemoteDevice& source, std::uint64_t capab
   protocol::Fetch fetch{req,     id,       wire(shape.dtype), shape.rows, shape.cols, 0, shape.bytes(), address,
                         host_key, capability, secret,          source_id,  0};
   auto reply = request(req, fetch, nullptr, 0);
-  expect_ok(await(reply, "fetch"), options_.address, "fetch");
+  const protocol::Message answer = await(reply, "fetch");
+  const auto* ack = std::get_if<protocol::PutAck>(&answer);
+  // A fetch that failed after the host made the replica leaves it there: drop it.
+  if (ack != nullptr && ack->status != protocol::Status::ok) drop(id);
+  expect_ok(answer, options_.address, "fetch");
   return id;
 }
 

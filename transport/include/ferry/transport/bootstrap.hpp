@@ -139,6 +139,11 @@ struct DialOptions {
   Pinning pinning = Pinning::trust_on_first_use;
   protocol::Privacy privacy = protocol::Privacy::automatic;
   std::chrono::milliseconds timeout{20000};
+  // Offer a shared-memory lane when the server is a process of this user
+  // on this host (docs/protocol.md). A ferryd fetching from another ferryd
+  // does not: a lane has no peer error handling, and a source killed
+  // mid-transfer was seen to stall the fetching ferryd's worker.
+  bool shared_memory_lane = true;
 };
 
 // The server answered and said no, or answered what cannot be trusted (a
