@@ -21,6 +21,10 @@ sizes=${TRANSFER_SIZES:-1 4 16 64 256} reps=${PERFTEST_REPS:-3}
 if [[ ${1:-} == --only=h2h ]]; then
   shift
   h2h=$build/bench/ferry_bench_h2h
+  # The same kind of link both ways: ferryd never opens a shared-memory lane
+  # to another ferryd (docs/protocol.md), so the client's ship to B must not
+  # use one either; between real hosts neither exists.
+  export FERRY_SHARED_MEMORY=0
   [[ -x $ferryd && -x $h2h ]] || { echo "run_transfer_bench: build ferryd and ferry_bench_h2h first" >&2; exit 2; }
   tmp=$(mktemp -d) pids=()
   trap 'for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null; done; rm -rf "$tmp"' EXIT
