@@ -147,9 +147,12 @@ void PeerFetches::run(const std::shared_ptr<Job>& job) {
     std::lock_guard lock(job->mutex);
     connection = std::move(job->connection);
   }
-  // UCX objects are let go on the progress thread; the answer goes from there too.
+  // UCX objects are let go on the progress thread; the answer goes from there
+  // too. The connection closes once its sends have completed (a failed fetch
+  // may leave gets in flight), and the job, whose RpcClient their completions
+  // reach, lives until then.
   worker_->post([job, connection, error] {
-    if (connection) connection->close();
+    if (connection) connection->flush([job, connection](const std::string&) { connection->close(); });
     job->done(error);
   });
   std::lock_guard lock(mutex_);
