@@ -85,6 +85,9 @@ TEST(HostToHost, FetchWithTheOwnersCapabilityMovesTheBytesFromHostToHost) {
   // A sent nothing to the client: the bytes went to B.
   EXPECT_EQ(hosts.a_client.stats().bytes_out, before.bytes_out);
   EXPECT_TRUE(hosts.a.wait_for_log("capability:41"));
+  // Both stop cleanly (under ASan: without leaks), B's fetch machinery too.
+  EXPECT_EQ(hosts.b.stop(SIGTERM), 0) << hosts.b.log();
+  EXPECT_EQ(hosts.a.stop(SIGTERM), 0) << hosts.a.log();
 }
 
 TEST(HostToHost, PartOfAGrantedRegionCanBeFetched) {
@@ -314,6 +317,8 @@ TEST(HostToHost, TheSourceKilledDuringTheMoveStillGivesTheRightResult) {
   EXPECT_TRUE(rt.remote_stats(b.address()).connected) << rt.remote_stats(b.address()).down_reason;
   // The program goes on: B still computes, the lost host's share on the CPU.
   EXPECT_EQ(rt.submit("sum", ferry::read(x), on(b)).result(), 5.0 * static_cast<double>(n));
+  // B, whose fetch failed half-way, still stops cleanly (under ASan: without leaks).
+  EXPECT_EQ(b.stop(SIGTERM), 0) << b.log();
 }
 
 }  // namespace
