@@ -27,6 +27,11 @@ namespace {
 // grant also goes when the buffer is freed there or this runtime leaves.
 constexpr std::uint32_t grant_lifetime_ms = 300'000;
 
+// After a direct move from a host failed, moves from it go through this
+// runtime for this long (a host B cannot reach would cost each edge B's dial
+// timeout otherwise).
+constexpr std::chrono::seconds retry_direct_after{30};
+
 protocol::DType wire(DType t) { return static_cast<protocol::DType>(static_cast<std::uint8_t>(t)); }
 
 void expect_ok(const protocol::Message& reply, const std::string& host, const char* what) {
@@ -78,6 +83,11 @@ std::optional<std::uint64_t> RemoteDevice::copy_from(NodeLink& source, std::uint
   // A host that dials in has no address another host could dial.
   if (peer == nullptr || peer == this || peer->reverse() || reverse() || !options_.host_to_host) return std::nullopt;
   if (!alive() || !peer->alive() || shape.bytes() == 0) return std::nullopt;
+  {
+    std::lock_guard lock(direct_mutex_);
+    auto it = no_direct_until_.find(peer);
+    if (it != no_direct_until_.end() && std::chrono::steady_clock::now() < it->second) return std::nullopt;
+  }
   const transport::Nonce random = transport::random_nonce();
   std::uint64_t capability = 0;
   std::memcpy(&capability, random.data(), sizeof capability);
@@ -113,8 +123,11 @@ std::optional<std::uint64_t> RemoteDevice::copy_from(NodeLink& source, std::uint
                 peer->address());
     return id;
   } catch (const Error& e) {
-    log().info("remote {}: moving {} from {} directly failed ({}); it goes through this runtime", options_.address,
-               format_bytes(shape.bytes()), peer->address(), e.what());
+    log().info("remote {}: moving {} from {} directly failed ({}); it goes through this runtime, and so do "
+               "moves from there for the next {} s",
+               options_.address, format_bytes(shape.bytes()), peer->address(), e.what(), retry_direct_after.count());
+    std::lock_guard lock(direct_mutex_);
+    no_direct_until_[peer] = std::chrono::steady_clock::now() + retry_direct_after;
     return std::nullopt;
   }
 }

@@ -26,6 +26,7 @@
 #include <deque>
 #include <functional>
 #include <future>
+#include <chrono>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -249,6 +250,11 @@ class RemoteDevice final : public Device, public NodeLink {
   std::atomic<std::size_t> bytes_shipped_{0};
   std::atomic<std::size_t> bytes_fetched_{0};
   std::atomic<std::size_t> bytes_from_hosts_{0};
+  // Sources a direct move from failed recently (unreachable from this host,
+  // refused): not tried again until then, so each edge does not wait for a
+  // dial that will fail.
+  std::mutex direct_mutex_;
+  std::map<const RemoteDevice*, std::chrono::steady_clock::time_point> no_direct_until_;
   transport::PublicKey host_key_{};  // from the last handshake (connection_mutex_)
   std::atomic<bool> stopping_{false};
   mutable std::mutex connection_mutex_;
