@@ -105,7 +105,7 @@ TEST(HostToHost, FetchWithoutAGrantIsRefusedAndLeavesNoData) {
   TwoHosts hosts(bytes);
   const auto ack = hosts.fetch(43, random_secret(), 1, 0, bytes);
   EXPECT_NE(ack.status, proto::Status::ok);
-  EXPECT_NE(ack.message.find("capability 43 is unknown or expired"), std::string::npos) << ack.message;
+  EXPECT_NE(ack.message.find("capability 43 is unknown, expired or used"), std::string::npos) << ack.message;
   // B made the replica, but nothing of A's is in it: it reads as zeros.
   const auto got = hosts.b_client.get(2, 0, bytes);
   EXPECT_TRUE(std::all_of(got.begin(), got.end(), [](std::byte b) { return b == std::byte{0}; }));
@@ -120,23 +120,30 @@ TEST(HostToHost, FetchOfAnotherBufferOrRegionThanGrantedIsRefused) {
   const auto audit = ferry::test::make_temp_dir() / "audit.jsonl";
   TwoHosts hosts(bytes, {"--audit-log", audit.string()});
   hosts.a_client.put_all(3, proto::DType::u8, 1, bytes, hosts.data.data(), bytes, 1 << 20);  // also the client's
-  const auto secret = random_secret();
-  ASSERT_EQ(hosts.grant(45, secret, 1, 0, bytes / 2).status, proto::Status::ok);
+  // Each attempt gets a grant of its own (of [0, bytes / 2) of buffer 1):
+  // a capability is spent by the first peer that signs in with it.
+  const auto granted = [&](std::uint64_t id) {
+    const auto secret = random_secret();
+    EXPECT_EQ(hosts.grant(id, secret, 1, 0, bytes / 2).status, proto::Status::ok);
+    return secret;
+  };
 
-  const auto other_buffer = hosts.fetch(45, secret, 3, 0, bytes / 2);
+  const auto other_buffer = hosts.fetch(45, granted(45), 3, 0, bytes / 2);
   EXPECT_NE(other_buffer.status, proto::Status::ok);
   EXPECT_NE(other_buffer.message.find("outside the grant"), std::string::npos) << other_buffer.message;
-  const auto beyond = hosts.fetch(45, secret, 1, bytes / 2, bytes / 2);
+  const auto beyond = hosts.fetch(46, granted(46), 1, bytes / 2, bytes / 2);
   EXPECT_NE(beyond.status, proto::Status::ok);
   EXPECT_NE(beyond.message.find("outside the grant"), std::string::npos) << beyond.message;
-  const auto overlapping = hosts.fetch(45, secret, 1, bytes / 4, bytes / 2);
+  const auto overlapping = hosts.fetch(47, granted(47), 1, bytes / 4, bytes / 2);
   EXPECT_NE(overlapping.status, proto::Status::ok);
-  const auto wrong_secret = hosts.fetch(45, random_secret(), 1, 0, bytes / 2);
+  EXPECT_NE(overlapping.message.find("outside the grant"), std::string::npos) << overlapping.message;
+  granted(48);
+  const auto wrong_secret = hosts.fetch(48, random_secret(), 1, 0, bytes / 2);
   EXPECT_NE(wrong_secret.status, proto::Status::ok);
-  EXPECT_NE(wrong_secret.message.find("secret of capability 45 is wrong"), std::string::npos) << wrong_secret.message;
+  EXPECT_NE(wrong_secret.message.find("secret of capability 48 is wrong"), std::string::npos) << wrong_secret.message;
   proto::Key impostor{};
   impostor.fill(7);
-  const auto wrong_key = hosts.fetch(45, secret, 1, 0, bytes / 2, impostor);
+  const auto wrong_key = hosts.fetch(49, granted(49), 1, 0, bytes / 2, impostor);
   EXPECT_NE(wrong_key.status, proto::Status::ok);
   EXPECT_NE(wrong_key.message.find("not the"), std::string::npos) << wrong_key.message;
   // B's replica 2 never got A's bytes.
@@ -148,8 +155,12 @@ TEST(HostToHost, FetchOfAnotherBufferOrRegionThanGrantedIsRefused) {
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   EXPECT_NE(text.find("\"capability_refused\""), std::string::npos) << text;
   EXPECT_NE(text.find("\"grant\""), std::string::npos) << text;
-  // The granted fetch still works after all that.
-  EXPECT_EQ(hosts.fetch(45, secret, 1, 0, bytes / 2).status, proto::Status::ok);
+  // A granted fetch still works after all that; its capability is spent then.
+  const auto secret = granted(50);
+  EXPECT_EQ(hosts.fetch(50, secret, 1, 0, bytes / 2).status, proto::Status::ok);
+  const auto again = hosts.fetch(50, secret, 1, 0, bytes / 2);
+  EXPECT_NE(again.status, proto::Status::ok);
+  EXPECT_NE(again.message.find("capability 50 is unknown, expired or used"), std::string::npos) << again.message;
 }
 
 TEST(HostToHost, ACapabilityPeerMayOnlyReadItsGrant) {
@@ -169,8 +180,17 @@ TEST(HostToHost, ACapabilityPeerMayOnlyReadItsGrant) {
   EXPECT_EQ(reader.next_as<proto::ErrorMessage>().status, proto::Status::auth_failed);
   EXPECT_TRUE(reader.wait_closed());
 
-  TestClient greedy(hosts.a.port(), ferry::transport::capability_client(46));
-  greedy.authenticate(as_token(secret));
+  // Spent: nobody else signs in with it, even with the secret.
+  TestClient second(hosts.a.port(), ferry::transport::capability_client(46));
+  ferry::transport::DialOptions with_secret;
+  with_secret.token = as_token(secret);
+  const std::string why = second.refusal(with_secret);
+  EXPECT_NE(why.find("capability 46 is unknown, expired or used"), std::string::npos) << why;
+
+  const auto other = random_secret();
+  ASSERT_EQ(hosts.grant(146, other, 1, 0, 4096).status, proto::Status::ok);
+  TestClient greedy(hosts.a.port(), ferry::transport::capability_client(146));
+  greedy.authenticate(as_token(other));
   greedy.send(proto::Get{greedy.next_request(), 1, 0, 4097});
   const auto error = greedy.next_as<proto::ErrorMessage>();
   EXPECT_NE(error.message.find("outside the grant"), std::string::npos) << error.message;
@@ -189,7 +209,7 @@ TEST(HostToHost, AGrantEndsWithTheBufferAndWithItsOwner) {
   hosts.a_client.stats();  // the free is handled before the stats
   const auto ack = hosts.fetch(47, secret, 1, 0, bytes);
   EXPECT_NE(ack.status, proto::Status::ok);
-  EXPECT_NE(ack.message.find("unknown or expired"), std::string::npos) << ack.message;
+  EXPECT_NE(ack.message.find("unknown, expired or used"), std::string::npos) << ack.message;
 
   // A grant by a client that left is gone with it.
   const auto other = random_secret();
@@ -214,7 +234,7 @@ TEST(HostToHost, AGrantEndsWithTheBufferAndWithItsOwner) {
       std::this_thread::sleep_for(50ms);
     }
   }
-  EXPECT_NE(why.find("unknown or expired"), std::string::npos) << why;
+  EXPECT_NE(why.find("unknown, expired or used"), std::string::npos) << why;
 }
 
 TEST(HostToHost, AGrantIsRefusedForABufferTheClientDoesNotHold) {

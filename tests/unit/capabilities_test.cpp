@@ -48,6 +48,19 @@ TEST(Capabilities, ALiveGrantGivesItsSecretAndCoversOnlyItsRegion) {
   EXPECT_FALSE(c->covers(1, ~std::uint64_t{0}, 2)) << "wrapping around";
 }
 
+TEST(Capabilities, TheFirstPeerInSpendsIt) {
+  Capabilities table;
+  std::string why;
+  ASSERT_TRUE(table.add(grant(1, owner_a), why));
+  EXPECT_TRUE(table.claim(1));
+  EXPECT_FALSE(table.claim(1)) << "a second peer that raced through the handshake";
+  EXPECT_FALSE(table.secret(1).has_value()) << "nobody else signs in with it";
+  EXPECT_TRUE(table.find(1).has_value()) << "the peer that claimed it still reads through it";
+  EXPECT_FALSE(table.claim(2));
+  ASSERT_TRUE(table.add(grant(1, owner_a), why));
+  EXPECT_EQ(table.secret(1), "secret-1") << "granted again by its owner: a new capability";
+}
+
 TEST(Capabilities, AnExpiredGrantIsGone) {
   Capabilities table;
   std::string why;

@@ -35,8 +35,17 @@ bool Capabilities::add(Capability capability, std::string& why) {
 
 std::optional<std::string> Capabilities::secret(std::uint64_t id) {
   auto found = find(id);
-  if (!found) return std::nullopt;
+  if (!found || found->claimed) return std::nullopt;
   return std::move(found->secret);
+}
+
+bool Capabilities::claim(std::uint64_t id) {
+  std::lock_guard lock(mutex_);
+  expire(std::chrono::steady_clock::now());
+  auto it = by_id_.find(id);
+  if (it == by_id_.end() || it->second.claimed) return false;
+  it->second.claimed = true;
+  return true;
 }
 
 std::optional<Capability> Capabilities::find(std::uint64_t id) {

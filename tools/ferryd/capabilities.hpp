@@ -26,6 +26,7 @@ struct Capability {
   std::weak_ptr<Session> session;  // the same, to read its replica through
   std::uint64_t buffer = 0, offset = 0, length = 0;
   std::chrono::steady_clock::time_point deadline;
+  bool claimed = false;  // a peer signed in with it: no one else may (one use)
 
   bool covers(std::uint64_t buf, std::uint64_t off, std::uint64_t len) const noexcept {
     return buf == buffer && off >= offset && len <= length && off - offset <= length - len;
@@ -40,8 +41,12 @@ class Capabilities {
 
   // False, saying why, when the id is taken or the owner holds too many.
   bool add(Capability capability, std::string& why);
-  // The secret of a live capability (bootstrap thread).
+  // The secret of a live capability no peer has claimed yet (bootstrap thread).
   std::optional<std::string> secret(std::uint64_t id);
+  // The peer that signed in with it takes it: false when one did already
+  // (two raced through the handshake) or it is gone. Its session keeps
+  // using it (find); the secret lets no one else in.
+  bool claim(std::uint64_t id);
   std::optional<Capability> find(std::uint64_t id);
   void drop_owner(const Session* owner);
   void drop_buffer(const Session* owner, std::uint64_t buffer);

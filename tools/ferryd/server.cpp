@@ -72,8 +72,10 @@ protocol::Message Server::accept(const transport::Peer& peer, std::shared_ptr<tr
     if (!found) return protocol::ErrorMessage{protocol::Status::auth_failed, "the key was withdrawn"};
     grant = std::move(*found);
   }
-  if (peer.capability && !state_.capabilities->find(*peer.capability))
-    return protocol::ErrorMessage{protocol::Status::auth_failed, "the capability was withdrawn"};
+  // One use: the first peer in with a capability spends it.
+  if (peer.capability && !state_.capabilities->claim(*peer.capability))
+    return protocol::ErrorMessage{protocol::Status::auth_failed,
+                                  fmt::format("capability {} was withdrawn or used", *peer.capability)};
   if (peer.dialled_out) {
     std::lock_guard lock(dial_mutex_);
     dialled_live_.insert(peer.address);

@@ -551,7 +551,7 @@ class BootstrapServer::Impl {
       // secret is its token, so it never crosses the wire either.
       auto secret = options_.capability_secret ? options_.capability_secret(*capability) : std::nullopt;
       if (!secret)
-        return refuse(peer, Status::auth_failed, fmt::format("capability {} is unknown or expired", *capability));
+        return refuse(peer, Status::auth_failed, fmt::format("capability {} is unknown, expired or used", *capability));
       if (!verify_mac(*secret, digest, "client", auth->mac))
         return refuse(peer, Status::auth_failed,
                       fmt::format("authentication failed: the secret of capability {} is wrong", *capability));

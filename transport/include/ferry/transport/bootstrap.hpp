@@ -80,7 +80,7 @@ class BootstrapServer {
     bool allow_plaintext = false;   // --plaintext: a client that asks for plaintext gets it
     bool encrypt_loopback = false;  // seal loopback links too
     // Host-to-host transfers: the secret of a capability a client granted
-    // (its token), or none when it is unknown or expired. Thread-safe (the
+    // (its token), or none when it is unknown, expired or used. Thread-safe (the
     // bootstrap thread calls it). Null: capability peers are refused.
     std::function<std::optional<std::string>(std::uint64_t capability)> capability_secret;
   };
