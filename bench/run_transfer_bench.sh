@@ -7,6 +7,10 @@
 # CPU) and the idle CPU of a runtime with the remote connected. Extra args go
 # to ferry_bench_transfer (e.g. --sweep-mib= to skip the chunk sweep).
 #   run_transfer_bench.sh BUILD_DIR [ferry_bench_transfer args...]
+#   run_transfer_bench.sh BUILD_DIR --only=h2h [ferry_bench_h2h args...]
+# --only=h2h: two ferryd on loopback; a host-to-host edge of 256 MiB from one
+# to the other against a direct client -> host ship in the same run, as a
+# ratio (ferry_bench_h2h; JSON in BUILD_DIR/bench/bench-h2h.json).
 # Env: TRANSFER_TLS ("tcp default"; "default" leaves UCX_TLS unset, so UCX may
 # pick shared memory), TRANSFER_SIZES (MiB, "1 4 16 64 256"), PERFTEST_REPS (3:
 # best of). JSON lands in BUILD_DIR/bench/bench-transfer-<tls>.json.
@@ -14,6 +18,32 @@ set -euo pipefail
 build=$(cd "${1:?usage: $0 BUILD_DIR [args...]}" && pwd); shift
 ferryd=$build/tools/ferryd bench=$build/bench/ferry_bench_transfer
 sizes=${TRANSFER_SIZES:-1 4 16 64 256} reps=${PERFTEST_REPS:-3}
+if [[ ${1:-} == --only=h2h ]]; then
+  shift
+  h2h=$build/bench/ferry_bench_h2h
+  # The same kind of link both ways: ferryd never opens a shared-memory lane
+  # to another ferryd (docs/protocol.md), so the client's ship to B must not
+  # use one either; between real hosts neither exists.
+  export FERRY_SHARED_MEMORY=0
+  [[ -x $ferryd && -x $h2h ]] || { echo "run_transfer_bench: build ferryd and ferry_bench_h2h first" >&2; exit 2; }
+  tmp=$(mktemp -d) pids=()
+  trap 'for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null; done; rm -rf "$tmp"' EXIT
+  (umask 077; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$tmp/token")
+  for host in a b; do
+    "$ferryd" --listen 127.0.0.1:0 --token-file "$tmp/token" --port-file "$tmp/$host.port" --gpus none \
+      >"$tmp/$host.log" 2>&1 &
+    pids+=($!)
+  done
+  for host in a b; do
+    for _ in {1..100}; do [[ -s $tmp/$host.port ]] && break; sleep 0.1; done
+    [[ -s $tmp/$host.port ]] || { echo "run_transfer_bench: ferryd $host wrote no port" >&2; cat "$tmp/$host.log" >&2; exit 1; }
+  done
+  mkdir -p "$build/bench"
+  echo "load average: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores (other work on this machine shows in the figures)"
+  "$h2h" --a="127.0.0.1:$(cat "$tmp/a.port")" --b="127.0.0.1:$(cat "$tmp/b.port")" --token-file="$tmp/token" \
+    --out="$build/bench/bench-h2h.json" "$@"
+  exit
+fi
 command -v ucx_perftest >/dev/null || { echo "run_transfer_bench: ucx_perftest not found (ucx-utils)" >&2; exit 2; }
 [[ -x $ferryd && -x $bench ]] || { echo "run_transfer_bench: build ferryd and ferry_bench_transfer first" >&2; exit 2; }
 

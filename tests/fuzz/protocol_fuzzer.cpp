@@ -73,6 +73,11 @@ std::vector<Message> seeds() {
       Bye{.status = Status::shutting_down, .message = std::string(max_string_bytes, 'x')},
       DefineKernel{.request = 6, .name = "scale", .entry = "scale", .options = {"-use_fast_math", ""},
                    .writes = {"y"}, .source_bytes = 4096},
+      GrantRead{.request = 7, .capability = 8, .secret = {1, 2, 3}, .buffer = 2, .offset = 0, .length = 64,
+                .lifetime_ms = 1000},
+      Fetch{.request = 8, .buffer = 3, .dtype = DType::f64, .rows = 4, .cols = 4, .offset = 0, .length = 128,
+            .source = "127.0.0.1:7070", .host_key = {9}, .capability = 8, .secret = {1, 2, 3}, .source_buffer = 2,
+            .source_offset = 0},
   };
 }
 

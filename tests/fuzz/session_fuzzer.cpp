@@ -141,7 +141,25 @@ bool send_one(test::TestClient& client, Input& in, std::vector<std::string>& pay
       client.send(run);
       return true;
     }
-    case 4: client.send(proto::Free{in.byte() % 4}); return true;
+    case 4: {
+      proto::Secret secret{};
+      switch (in.byte() % 3) {
+        case 0: client.send(proto::Free{in.byte() % 4}); return true;
+        case 1:  // a grant (few ids and secrets, so fetches below find some)
+          secret.fill(static_cast<std::uint8_t>(in.byte() % 2));
+          client.send(proto::GrantRead{request, in.byte() % 4, secret, in.byte() % 4, in.u16(), 1 + in.u16(),
+                                       static_cast<std::uint32_t>(1 + in.u16())});
+          return true;
+        default: {  // a fetch from this very ferryd: it dials itself with whatever capability
+          secret.fill(static_cast<std::uint8_t>(in.byte() % 2));
+          proto::Fetch fetch{request, in.byte() % 4, dtypes[in.byte() % 5], 1 + in.byte() % 4, 1 + in.u16(), in.u16(),
+                             1 + in.u16(), "127.0.0.1:" + std::to_string(ferryd_instance().port), client.host_key(),
+                             in.byte() % 4, secret, in.byte() % 4, in.u16()};
+          client.send(fetch);
+          return true;
+        }
+      }
+    }
     case 5: {
       // The kernel above with bytes of the input spliced in somewhere.
       std::string source = kernel_source;

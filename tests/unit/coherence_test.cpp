@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <memory>
 #include <vector>
 
@@ -58,6 +59,15 @@ class FakeNode final : public NodeLink {
     ++drops;
     memory.erase(id);
   }
+  // Host to host: another FakeNode's copy, straight from its memory, when `direct`.
+  std::optional<std::uint64_t> copy_from(NodeLink& source, std::uint64_t source_id, const HostRegion&) override {
+    auto* peer = dynamic_cast<FakeNode*>(&source);
+    if (!direct || peer == nullptr || !alive_ || !peer->alive_ || !peer->memory.contains(source_id)) return std::nullopt;
+    ++copies_in;
+    const std::uint64_t id = next_id_++;
+    memory[id] = peer->memory.at(source_id);
+    return id;
+  }
 
   // What a crashed host or a failed GPU looks like from here: everything it held is gone.
   void lose() {
@@ -78,7 +88,8 @@ class FakeNode final : public NodeLink {
   }
 
   std::map<std::uint64_t, std::vector<char>> memory;
-  int ships = 0, fetches = 0, drops = 0, holds = 0;
+  int ships = 0, fetches = 0, drops = 0, holds = 0, copies_in = 0;
+  bool direct = true;  // copy_from works (false: as a node pair that cannot, or a move that failed)
 
  private:
   void require_alive() const {
@@ -93,6 +104,7 @@ class FakeNode final : public NodeLink {
 class Coherence : public ::testing::Test {
  protected:
   FakeNode node{7};  // outlives the runtime and its buffers, which drop their copies on it
+  FakeNode other{8};  // a second host, for host-to-host moves
   Runtime rt{testing::quiet_options(1)};
   Buffer<double> x = rt.buffer<double>(4, 4);
   BufferState& view = *x.state();
@@ -211,6 +223,79 @@ TEST_F(Coherence, LocalGpusReadAUnifiedBufferInPlace) {
   const auto nodes = valid_nodes(view, {3, 4});
   EXPECT_TRUE((nodes == std::vector<MemoryNodeId>{host_node, 3, 4}));
   view.root->unified = false;
+}
+
+// ---- host to host: twins ----
+
+// Data written on `node` (its only valid copy, 2.0 everywhere); returns the copy's id.
+std::uint64_t written_on(FakeNode& n, BufferState& v, double value) {
+  const std::uint64_t id = acquire_on_node(v, AccessMode::write, n);
+  n.write(id, value);
+  written_on_node(v, n, id, nullptr);
+  release_on_node(v, n, id);
+  return id;
+}
+
+TEST_F(Coherence, HostToHostMakesATwinAndTheHostStaysStale) {
+  fill_host(1.0);
+  written_on(node, view, 2.0);
+  const std::uint64_t twin = acquire_on_node(view, AccessMode::read, other);
+  release_on_node(view, other, twin);
+  EXPECT_EQ(other.copies_in, 1);
+  EXPECT_EQ(other.ships, 0) << "nothing shipped from the host";
+  EXPECT_EQ(node.fetches, 0) << "nothing fetched to the host";
+  EXPECT_TRUE(valid_on(7));
+  EXPECT_TRUE(valid_on(8));
+  EXPECT_FALSE(valid_on(host_node)) << "the host is still stale";
+  EXPECT_TRUE(host_holds(1.0));
+  // A second read there uses the twin.
+  EXPECT_EQ(acquire_on_node(view, AccessMode::read, other), twin);
+  release_on_node(view, other, twin);
+  EXPECT_EQ(other.copies_in, 1);
+  // Host use brings it home once; both copies are shared afterwards.
+  acquire_on_host(view, AccessMode::read);
+  EXPECT_TRUE(host_holds(2.0));
+  EXPECT_EQ(node.fetches + other.fetches, 1);
+  EXPECT_TRUE(valid_on(host_node));
+  EXPECT_TRUE(valid_on(7));
+  EXPECT_TRUE(valid_on(8));
+}
+
+TEST_F(Coherence, ALostSourceComesHomeFromItsTwin) {
+  fill_host(1.0);
+  written_on(node, view, 2.0);
+  release_on_node(view, other, acquire_on_node(view, AccessMode::read, other));
+  node.lose();
+  acquire_on_host(view, AccessMode::read);
+  EXPECT_TRUE(host_holds(2.0)) << "from the twin; there was no lineage to recompute it";
+  EXPECT_EQ(other.fetches, 1);
+}
+
+TEST_F(Coherence, WithoutADirectMoveTheDataGoesThroughTheHost) {
+  fill_host(1.0);
+  written_on(node, view, 2.0);
+  other.direct = false;
+  release_on_node(view, other, acquire_on_node(view, AccessMode::read, other));
+  EXPECT_EQ(other.copies_in, 0);
+  EXPECT_EQ(node.fetches, 1);
+  EXPECT_EQ(other.ships, 1);
+  EXPECT_TRUE(host_holds(2.0));
+  EXPECT_TRUE(valid_on(host_node));
+}
+
+TEST_F(Coherence, AWriteOnTheTwinDropsTheSource) {
+  fill_host(1.0);
+  written_on(node, view, 2.0);
+  const std::uint64_t twin = acquire_on_node(view, AccessMode::readwrite, other);
+  EXPECT_EQ(other.copies_in, 1);
+  other.write(twin, 3.0);
+  written_on_node(view, other, twin, nullptr);
+  release_on_node(view, other, twin);
+  EXPECT_EQ(node.drops, 1) << "the source's copy is stale now";
+  EXPECT_FALSE(valid_on(7));
+  EXPECT_TRUE(valid_on(8));
+  acquire_on_host(view, AccessMode::read);
+  EXPECT_TRUE(host_holds(3.0));
 }
 
 }  // namespace

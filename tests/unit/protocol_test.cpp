@@ -90,6 +90,17 @@ bool same(const DefineKernel& a, const DefineKernel& b) {
          std::tie(b.request, b.name, b.entry, b.options, b.writes, b.source_bytes);
 }
 
+bool same(const GrantRead& a, const GrantRead& b) {
+  return std::tie(a.request, a.capability, a.secret, a.buffer, a.offset, a.length, a.lifetime_ms) ==
+         std::tie(b.request, b.capability, b.secret, b.buffer, b.offset, b.length, b.lifetime_ms);
+}
+bool same(const Fetch& a, const Fetch& b) {
+  return std::tie(a.request, a.buffer, a.dtype, a.rows, a.cols, a.offset, a.length, a.source, a.host_key,
+                  a.capability, a.secret, a.source_buffer, a.source_offset) ==
+         std::tie(b.request, b.buffer, b.dtype, b.rows, b.cols, b.offset, b.length, b.source, b.host_key,
+                  b.capability, b.secret, b.source_buffer, b.source_offset);
+}
+
 bool same(const Message& a, const Message& b) {
   if (a.index() != b.index()) return false;
   return std::visit([&](const auto& x) { return same(x, std::get<std::decay_t<decltype(x)>>(b)); }, a);
@@ -187,6 +198,16 @@ std::vector<Message> samples() {
                              .options = {"-use_fast_math", with_nuls(), ""},
                              .writes = {"y"},
                              .source_bytes = max_source_bytes});
+  GrantRead grant{.request = 16, .capability = 0xfeedfacecafebeef, .buffer = 77, .offset = 8, .length = 4096,
+                  .lifetime_ms = max_grant_ms};
+  grant.secret.fill(0xa5);
+  out.push_back(grant);
+  Fetch fetch{.request = 17, .buffer = 78, .dtype = DType::f64, .rows = 512, .cols = 1, .offset = 0,
+              .length = 4096, .source = "[::1]:7070", .capability = 0xfeedfacecafebeef, .source_buffer = 77,
+              .source_offset = 8};
+  fetch.host_key.fill(0x44);
+  fetch.secret.fill(0xa5);
+  out.push_back(fetch);
   return out;
 }
 
@@ -248,7 +269,7 @@ void expect_encode_refused(const Message& m, const std::string& where) {
 // ---- round trips ----
 
 TEST(Protocol, EveryMessageRoundTrips) {
-  std::vector<bool> seen(static_cast<std::size_t>(Type::define_kernel) + 1, false);
+  std::vector<bool> seen(static_cast<std::size_t>(Type::fetch) + 1, false);
   for (const Message& m : samples()) {
     SCOPED_TRACE(to_string(type_of(m)));
     const Bytes bytes = encode(m);
@@ -306,18 +327,22 @@ TEST(Protocol, NamesAndTypes) {
   EXPECT_STREQ(to_string(Type::bye), "bye");
   EXPECT_STREQ(to_string(static_cast<Type>(0)), "unknown");
   EXPECT_STREQ(to_string(Type::define_kernel), "define_kernel");
-  EXPECT_STREQ(to_string(static_cast<Type>(19)), "unknown");
+  EXPECT_STREQ(to_string(Type::grant), "grant");
+  EXPECT_STREQ(to_string(Type::fetch), "fetch");
+  EXPECT_STREQ(to_string(static_cast<Type>(21)), "unknown");
   EXPECT_STREQ(to_string(Status::ok), "ok");
   EXPECT_STREQ(to_string(Status::version_mismatch), "version_mismatch");
   EXPECT_STREQ(to_string(Status::internal), "internal");
   EXPECT_STREQ(to_string(static_cast<Status>(13)), "unknown");
-  for (std::uint16_t t = 1; t <= static_cast<std::uint16_t>(Type::define_kernel); ++t)
+  for (std::uint16_t t = 1; t <= static_cast<std::uint16_t>(Type::fetch); ++t)
     EXPECT_STRNE(to_string(static_cast<Type>(t)), "unknown") << t;
   for (std::uint16_t s = 0; s <= static_cast<std::uint16_t>(Status::internal); ++s)
     EXPECT_STRNE(to_string(static_cast<Status>(s)), "unknown") << s;
   EXPECT_EQ(type_of(StatsRequest{}), Type::stats);
   EXPECT_EQ(type_of(ErrorMessage{}), Type::error);
   EXPECT_EQ(type_of(DefineKernel{}), Type::define_kernel);
+  EXPECT_EQ(type_of(GrantRead{}), Type::grant);
+  EXPECT_EQ(type_of(Fetch{}), Type::fetch);
 }
 
 // ---- golden vectors: a change of layout must fail here ----
@@ -444,7 +469,7 @@ TEST(ProtocolMalformed, FrameFields) {
   expect_refused(frame(14, Body().u64(1).bytes, 0), "speaks versions 1 to 1");
   expect_refused(frame(14, Body().u64(1).bytes, 99), "frame.version: 99");
   expect_refused(frame(0, Body().u64(1).bytes), "frame.type: unknown message type 0");
-  expect_refused(frame(19, Body().u64(1).bytes), "frame.type: unknown message type 19");
+  expect_refused(frame(21, Body().u64(1).bytes), "frame.type: unknown message type 21");
   expect_refused(frame(0xffff, Body().u64(1).bytes), "frame.type");
 
   Bytes longer = ping;  // body_length says one byte more than follows
@@ -635,6 +660,80 @@ TEST(ProtocolEncode, WelcomeKernelListBounds) {
   } catch (const ProtocolError& e) {
     EXPECT_NE(std::string(e.what()).find("welcome.kernels: 513 items (at most 512)"), std::string::npos) << e.what();
   }
+}
+
+// ---- grant and fetch: host-to-host transfers ----
+
+TEST(Protocol, GoldenGrant) {
+  GrantRead grant{.request = 1, .capability = 0x0102030405060708, .buffer = 5, .offset = 16, .length = 32,
+                  .lifetime_ms = 1000};
+  for (std::size_t i = 0; i < secret_bytes; ++i) grant.secret[i] = static_cast<std::uint8_t>(i);
+  Body b;
+  b.u64(1).u64(0x0102030405060708);
+  for (std::size_t i = 0; i < secret_bytes; ++i) b.u8(i);
+  b.u64(5).u64(16).u64(32).u32(1000);
+  const Bytes expected = frame(Type::grant, b);
+  ASSERT_EQ(expected.size(), 12u + 8 + 8 + 32 + 8 + 8 + 8 + 4);
+  EXPECT_EQ(expected[6], std::byte{19});  // type grant (19)
+  EXPECT_EQ(encode(grant), expected);
+  EXPECT_TRUE(same(decode(expected), Message{grant}));
+}
+
+Body fetch_body(std::uint64_t rows, std::uint64_t offset, std::uint64_t length, const std::string& source,
+                std::uint64_t source_offset) {
+  Body b;
+  b.u64(2).u64(9).u8(1).u64(rows).u64(1).u64(offset).u64(length).str(source);
+  for (std::size_t i = 0; i < key_bytes; ++i) b.u8(0x44);
+  b.u64(7);
+  for (std::size_t i = 0; i < secret_bytes; ++i) b.u8(0xa5);
+  b.u64(5).u64(source_offset);
+  return b;
+}
+
+TEST(Protocol, GoldenFetch) {
+  Fetch fetch{.request = 2, .buffer = 9, .dtype = DType::f64, .rows = 4, .cols = 1, .offset = 8, .length = 16,
+              .source = "a:1", .capability = 7, .source_buffer = 5, .source_offset = 0};
+  fetch.host_key.fill(0x44);
+  fetch.secret.fill(0xa5);
+  const Bytes expected = frame(Type::fetch, fetch_body(4, 8, 16, "a:1", 0));
+  EXPECT_EQ(expected[6], std::byte{20});  // type fetch (20)
+  EXPECT_EQ(encode(fetch), expected);
+  EXPECT_TRUE(same(decode(expected), Message{fetch}));
+}
+
+TEST(ProtocolMalformed, Grant) {
+  const auto body = [](std::uint64_t offset, std::uint64_t length, std::uint64_t lifetime) {
+    Body b;
+    b.u64(1).u64(2);
+    for (std::size_t i = 0; i < secret_bytes; ++i) b.u8(1);
+    b.u64(3).u64(offset).u64(length).u32(lifetime);
+    return b;
+  };
+  ASSERT_NO_THROW(decode(frame(Type::grant, body(0, max_buffer_bytes, max_grant_ms))));
+  expect_refused(frame(Type::grant, body(0, 0, 1)), "grant.offset+length: an empty range");
+  expect_refused(frame(Type::grant, body(1, max_buffer_bytes, 1)), "grant.offset+length");
+  expect_refused(frame(Type::grant, body(std::numeric_limits<std::uint64_t>::max(), 1, 1)), "grant.offset+length");
+  expect_refused(frame(Type::grant, body(0, 1, 0)), "grant.lifetime_ms: 0");
+  expect_refused(frame(Type::grant, body(0, 1, max_grant_ms + 1)), "grant.lifetime_ms");
+  Body truncated;
+  truncated.u64(1).u64(2).u64(3);  // the secret cut short
+  expect_refused(frame(Type::grant, truncated), "grant.secret: truncated");
+  Body trailing = body(0, 1, 1);
+  trailing.u8(0);
+  expect_refused(frame(Type::grant, trailing), "trailing");
+}
+
+TEST(ProtocolMalformed, Fetch) {
+  ASSERT_NO_THROW(decode(frame(Type::fetch, fetch_body(4, 0, 32, "h:1", 0))));
+  expect_refused(frame(Type::fetch, fetch_body(4, 0, 0, "h:1", 0)), "fetch.offset+length: an empty range");
+  expect_refused(frame(Type::fetch, fetch_body(4, 8, 32, "h:1", 0)), "beyond the replica's 32 bytes");
+  expect_refused(frame(Type::fetch, fetch_body(4, 0, 32, "", 0)), "fetch.source: empty");
+  expect_refused(frame(Type::fetch, fetch_body(4, 0, 32, "h:1", std::numeric_limits<std::uint64_t>::max())),
+                 "fetch.source_offset+length");
+  expect_refused(frame(Type::fetch, fetch_body(std::uint64_t{1} << 62, 0, 32, "h:1", 0)), "fetch.rows*cols");
+  Fetch bad{.request = 1, .buffer = 1, .dtype = DType::u8, .rows = 1, .cols = 1, .offset = 0, .length = 2,
+            .source = "h:1"};
+  expect_encode_refused(bad, "cannot encode fetch.offset+length");
 }
 
 }  // namespace

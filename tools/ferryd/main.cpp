@@ -344,6 +344,7 @@ int serve(const Options& options, int signal_fd) {
     }
     log().info("ferryd stopped: {} clients told, every task drained", clients);
   }
+  state.fetches.reset();  // fetches from other hosts still running fail and end
   state.worker.reset();
   return EXIT_SUCCESS;
 }

@@ -44,6 +44,10 @@ std::uint16_t Server::listen(transport::BootstrapServer::Options options) {
       return std::nullopt;
     };
   }
+  // Another ferryd reading what a client granted signs in with the grant's secret.
+  options.capability_secret = [capabilities = state_.capabilities](std::uint64_t id) {
+    return capabilities->secret(id);
+  };
   options.deadline = state_.limits.handshake_timeout;
   bootstrap_ = std::make_unique<transport::BootstrapServer>(
       state_.worker, std::move(options),
@@ -68,6 +72,10 @@ protocol::Message Server::accept(const transport::Peer& peer, std::shared_ptr<tr
     if (!found) return protocol::ErrorMessage{protocol::Status::auth_failed, "the key was withdrawn"};
     grant = std::move(*found);
   }
+  // One use: the first peer in with a capability spends it.
+  if (peer.capability && !state_.capabilities->claim(*peer.capability))
+    return protocol::ErrorMessage{protocol::Status::auth_failed,
+                                  fmt::format("capability {} was withdrawn or used", *peer.capability)};
   if (peer.dialled_out) {
     std::lock_guard lock(dial_mutex_);
     dialled_live_.insert(peer.address);
@@ -90,10 +98,14 @@ protocol::Message Server::accept(const transport::Peer& peer, std::shared_ptr<tr
   log().info("client {} authenticated ({}{})", session->describe(),
              peer.encrypted ? transport::to_string(peer.cipher) : "plaintext",
              peer.shared_memory ? ", shared-memory lane" : "");
-  protocol::Welcome welcome{state_.name, session->quota(), state_.cpu_workers, grant.gpus ? state_.gpus : 0,
-                            state_.limits.max_payload};
-  welcome.kernels = state_.kernels;
-  welcome.devices = state_.devices;
+  // A capability peer may only read what it was granted: it is offered nothing else.
+  const bool reader = peer.capability.has_value();
+  protocol::Welcome welcome{state_.name, reader ? 0 : session->quota(), reader ? 0 : state_.cpu_workers,
+                            grant.gpus && !reader ? state_.gpus : 0, state_.limits.max_payload};
+  if (!reader) {
+    welcome.kernels = state_.kernels;
+    welcome.devices = state_.devices;
+  }
   welcome.device_key = state_.device_key;
   welcome.peak_flops = state_.peak_flops;
   welcome.peak_bytes = state_.peak_bytes;

@@ -12,9 +12,11 @@
 #include "ferry/runtime/runtime.hpp"
 #include "audit.hpp"
 #include "background.hpp"
+#include "capabilities.hpp"
 #include "fair_share.hpp"
 #include "ferry/transport/worker.hpp"
 #include "metrics.hpp"
+#include "peer_fetch.hpp"
 
 namespace ferry::ferryd {
 
@@ -58,6 +60,12 @@ struct ServerState {
 
   // Off unless --audit-log; shared with task continuations, which may outlive a session.
   std::shared_ptr<AuditLog> audit = std::make_shared<AuditLog>();
+  // What clients granted other ferryd hosts to read (the bootstrap thread
+  // asks it for secrets), and the fetches this host runs from others; made
+  // at the first fetch.
+  std::shared_ptr<Capabilities> capabilities = std::make_shared<Capabilities>();
+  std::shared_ptr<PeerFetches> fetches{};
+
   // Last, so it stops first: its jobs post to the worker and read nothing else here.
   Background background{};
 };

@@ -26,11 +26,15 @@ Session::Session(ServerState& server, std::shared_ptr<transport::Connection> con
       client_(peer.client),
       grant_(std::move(grant)),
       share_key_(peer.key ? grant_.name : "token:" + (client_.empty() ? peer_ : client_)),
-      key_(peer.key) {
+      key_(peer.key),
+      capability_(peer.capability) {
   server_.metrics.client_connected();
 }
 
-Session::~Session() { release_memory(); }
+Session::~Session() {
+  server_.capabilities->drop_owner(this);
+  release_memory();
+}
 
 // The client's name is its own choice, and logged before it authenticates: printable() only.
 std::string Session::describe() const {
@@ -94,9 +98,11 @@ void Session::dispatch(protocol::Message& message, transport::Incoming& incoming
                printable(error.message, 1024));
     return close("the client reported an error");
   }
+  if (capability_) return dispatch_capability(message);
   // The handshake's messages belong on the bootstrap socket, never here.
   const bool allowed = type == Type::put || type == Type::get || type == Type::run || type == Type::free ||
-                       type == Type::stats || type == Type::ping || type == Type::define_kernel;
+                       type == Type::stats || type == Type::ping || type == Type::define_kernel ||
+                       type == Type::grant || type == Type::fetch;
   if (!allowed)
     return fail(Status::out_of_order,
                 fmt::format("unexpected {} message: expected a request", protocol::to_string(type)));
@@ -112,6 +118,8 @@ void Session::dispatch(protocol::Message& message, transport::Incoming& incoming
         else if constexpr (std::is_same_v<M, protocol::StatsRequest>) on_stats(m);
         else if constexpr (std::is_same_v<M, protocol::Ping>) send(protocol::Pong{m.request});
         else if constexpr (std::is_same_v<M, protocol::DefineKernel>) on_define_kernel(m, incoming);
+        else if constexpr (std::is_same_v<M, protocol::GrantRead>) on_grant(m);
+        else if constexpr (std::is_same_v<M, protocol::Fetch>) on_fetch(m);
       },
       message);
 }
@@ -125,6 +133,8 @@ void Session::refuse_while_shutting_down(const protocol::Message& message) {
           send(protocol::PutAck{m.request, m.buffer, Status::shutting_down, why});
         else if constexpr (std::is_same_v<M, protocol::Get>)
           send(protocol::Data{m.request, m.buffer, m.offset, Status::shutting_down, why});
+        else if constexpr (std::is_same_v<M, protocol::GrantRead> || std::is_same_v<M, protocol::Fetch>)
+          send(protocol::PutAck{m.request, m.buffer, Status::shutting_down, why});
         else if constexpr (std::is_same_v<M, protocol::Run> || std::is_same_v<M, protocol::DefineKernel>)
           send(protocol::Done{m.request, Status::shutting_down, 0.0, std::nullopt, why});
         else if constexpr (std::is_same_v<M, protocol::StatsRequest>) on_stats(m);
@@ -165,6 +175,7 @@ void Session::close(const std::string& why) {
                        {"tasks", counters_.tasks}});
   connection_->close();
   runs_.clear();
+  server_.capabilities->drop_owner(this);
   release_memory();
   // Last: the handler may drop the server's reference to this session.
   if (auto handler = std::exchange(on_closed_, nullptr)) handler(*this);

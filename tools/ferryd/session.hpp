@@ -58,6 +58,8 @@ class Session : public std::enable_shared_from_this<Session> {
   const Grant& grant() const noexcept { return grant_; }
   const std::optional<transport::PublicKey>& key() const noexcept { return key_; }
   std::uint64_t quota() const noexcept { return grant_.quota.value_or(server_.limits.client_quota); }
+  // One of this client's replicas, or null (a capability peer reads through it).
+  std::shared_ptr<Replica> replica(std::uint64_t id) const;
 
  private:
   enum class State { ready, closed };
@@ -86,6 +88,22 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void on_put(const protocol::Put& put, transport::Incoming& incoming);
   void on_get(const protocol::Get& get);
+  // Answers a get from `replica` (which holds the range).
+  void send_data(const protocol::Get& get, const std::shared_ptr<Replica>& replica);
+  // Whether replica `id` may have this shape (an existing one keeps its
+  // own; a new one must be possible); else `refusal` says why.
+  bool shape_allowed(std::uint64_t id, protocol::DType dtype, std::uint64_t rows, std::uint64_t cols,
+                     std::string_view request, std::pair<protocol::Status, std::string>& refusal) const;
+  // The client's replica `id` with this shape, made (and charged) if new;
+  // null with `refusal` filled in when it cannot be.
+  std::shared_ptr<Replica> replica_for(std::uint64_t id, protocol::DType dtype, std::uint64_t rows, std::uint64_t cols,
+                                       std::string_view request, std::pair<protocol::Status, std::string>& refusal);
+  // ---- host-to-host transfers (session_peer.cpp) ----
+  void on_grant(const protocol::GrantRead& grant);
+  void on_fetch(const protocol::Fetch& fetch);
+  void fetched(const protocol::Fetch& fetch, const std::shared_ptr<Replica>& replica, const std::string& error);
+  // A capability peer's messages: gets inside its grant, pings, bye.
+  void dispatch_capability(protocol::Message& message);
   void on_run(const protocol::Run& run);
   // Called by the fair share when a lane is free for this queued run; false
   // when it did not reach the runtime (refused, or answered already).
@@ -130,6 +148,8 @@ class Session : public std::enable_shared_from_this<Session> {
   // several connections of one identity share a queue.
   const std::string share_key_;
   const std::optional<transport::PublicKey> key_;  // none: it used the shared token
+  // Set for another ferryd that signed in with a capability a client granted.
+  const std::optional<std::uint64_t> capability_;
 
   std::unordered_map<std::uint64_t, std::shared_ptr<Replica>> replicas_;
   std::uint64_t memory_in_use_ = 0;

@@ -34,53 +34,16 @@ void Session::on_put(const protocol::Put& put, transport::Incoming& incoming) {
     send(protocol::PutAck{put.request, put.buffer, status, std::move(message)});
   };
 
-  std::shared_ptr<Replica> replica;
-  if (auto it = replicas_.find(put.buffer); it != replicas_.end()) {
-    replica = it->second;
-    if (replica->dtype != put.dtype || replica->rows != put.rows || replica->cols != put.cols)
-      return refuse(Status::bad_arguments,
-                    fmt::format("buffer {} is {}; a put cannot change it to {}", put.buffer,
-                                describe_shape(replica->dtype, replica->rows, replica->cols),
-                                describe_shape(put.dtype, put.rows, put.cols)));
-  }
-
-  const std::uint64_t elements = put.rows * put.cols;
-  const bool overflows = put.cols != 0 && elements / put.cols != put.rows;
-  if (overflows || elements > protocol::max_buffer_bytes / element_bytes(put.dtype) || elements == 0)
-    return refuse(Status::bad_arguments, fmt::format("buffer {}: a {} buffer cannot be made", put.buffer,
-                                                     describe_shape(put.dtype, put.rows, put.cols)));
-  const std::uint64_t bytes = elements * element_bytes(put.dtype);
+  std::pair<Status, std::string> refusal;
+  if (!shape_allowed(put.buffer, put.dtype, put.rows, put.cols, "put", refusal))
+    return refuse(refusal.first, std::move(refusal.second));
+  const std::uint64_t bytes = put.rows * put.cols * element_bytes(put.dtype);
   // A payload that does not fit is the client's bug, not a refusal: stop it early.
   if (put.offset > bytes || payload > bytes - put.offset)
     return fail(Status::malformed, fmt::format("put of {} bytes at offset {} overruns buffer {} of {} bytes", payload,
                                                put.offset, put.buffer, bytes));
-
-  if (!replica) {
-    if (auto refusal = admit(bytes, fmt::format("buffer {}", put.buffer), "put"))
-      return refuse(refusal->first, std::move(refusal->second));
-    replica = std::make_shared<Replica>();
-    try {
-      // Not zeroed: puts usually overwrite it whole, and zeroing first would
-      // double the memory traffic. Whatever a put leaves unwritten is zeroed
-      // before it is read (Replica::written), so another client's data that
-      // the pool's memory held never shows.
-      replica->buffer =
-          server_.runtime.buffer(static_cast<DType>(put.dtype), put.rows, put.cols, ferry::Runtime::Fill::none);
-      // Taken once: the buffer is new, so no task uses it and this does not wait.
-      replica->host = static_cast<std::byte*>(replica->buffer.host_data());
-    } catch (const OutOfMemory& e) {
-      return refuse(Status::out_of_memory, e.what());
-    } catch (const Error& e) {
-      return refuse(Status::bad_arguments, e.what());
-    }
-    replica->bytes = bytes;
-    replica->dtype = put.dtype;
-    replica->rows = put.rows;
-    replica->cols = put.cols;
-    replica->written = WrittenRanges(bytes);
-    replicas_.emplace(put.buffer, replica);
-    charge(bytes);
-  }
+  std::shared_ptr<Replica> replica = replica_for(put.buffer, put.dtype, put.rows, put.cols, "put", refusal);
+  if (!replica) return refuse(refusal.first, std::move(refusal.second));
 
   if (payload == 0) return put_stored(put, replica, 0, {});
   std::weak_ptr<Session> weak = weak_from_this();
@@ -94,6 +57,69 @@ void Session::on_put(const protocol::Put& put, transport::Incoming& incoming) {
                                      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     self->put_stored(put, replica, payload, error);
   });
+}
+
+bool Session::shape_allowed(std::uint64_t id, protocol::DType dtype, std::uint64_t rows, std::uint64_t cols,
+                            std::string_view request, std::pair<Status, std::string>& refusal) const {
+  if (auto it = replicas_.find(id); it != replicas_.end()) {
+    const auto& replica = it->second;
+    if (replica->dtype != dtype || replica->rows != rows || replica->cols != cols) {
+      refusal = {Status::bad_arguments, fmt::format("buffer {} is {}; a {} cannot change it to {}", id,
+                                                    describe_shape(replica->dtype, replica->rows, replica->cols),
+                                                    request, describe_shape(dtype, rows, cols))};
+      return false;
+    }
+    return true;
+  }
+  const std::uint64_t elements = rows * cols;
+  const bool overflows = cols != 0 && elements / cols != rows;
+  if (overflows || elements > protocol::max_buffer_bytes / element_bytes(dtype) || elements == 0) {
+    refusal = {Status::bad_arguments,
+               fmt::format("buffer {}: a {} buffer cannot be made", id, describe_shape(dtype, rows, cols))};
+    return false;
+  }
+  return true;
+}
+
+std::shared_ptr<Replica> Session::replica_for(std::uint64_t id, protocol::DType dtype, std::uint64_t rows,
+                                              std::uint64_t cols, std::string_view request,
+                                              std::pair<Status, std::string>& refusal) {
+  if (!shape_allowed(id, dtype, rows, cols, request, refusal)) return nullptr;
+  if (auto it = replicas_.find(id); it != replicas_.end()) return it->second;
+  const std::uint64_t bytes = rows * cols * element_bytes(dtype);
+  if (auto refused = admit(bytes, fmt::format("buffer {}", id), request)) {
+    refusal = std::move(*refused);
+    return nullptr;
+  }
+  auto replica = std::make_shared<Replica>();
+  try {
+    // Not zeroed: puts usually overwrite it whole, and zeroing first would
+    // double the memory traffic. Whatever a put leaves unwritten is zeroed
+    // before it is read (Replica::written), so another client's data that
+    // the pool's memory held never shows.
+    replica->buffer = server_.runtime.buffer(static_cast<DType>(dtype), rows, cols, ferry::Runtime::Fill::none);
+    // Taken once: the buffer is new, so no task uses it and this does not wait.
+    replica->host = static_cast<std::byte*>(replica->buffer.host_data());
+  } catch (const OutOfMemory& e) {
+    refusal = {Status::out_of_memory, e.what()};
+    return nullptr;
+  } catch (const Error& e) {
+    refusal = {Status::bad_arguments, e.what()};
+    return nullptr;
+  }
+  replica->bytes = bytes;
+  replica->dtype = dtype;
+  replica->rows = rows;
+  replica->cols = cols;
+  replica->written = WrittenRanges(bytes);
+  replicas_.emplace(id, replica);
+  charge(bytes);
+  return replica;
+}
+
+std::shared_ptr<Replica> Session::replica(std::uint64_t id) const {
+  auto it = replicas_.find(id);
+  return it == replicas_.end() ? nullptr : it->second;
 }
 
 // `replica` is the one the payload went to, which a free and a put of the
@@ -125,6 +151,10 @@ void Session::on_get(const protocol::Get& get) {
     return send(protocol::Data{get.request, get.buffer, get.offset, Status::bad_arguments,
                                fmt::format("bytes [{}, {}) lie outside buffer {} of {} bytes", get.offset,
                                            get.offset + get.length, get.buffer, replica->bytes)});
+  send_data(get, replica);
+}
+
+void Session::send_data(const protocol::Get& get, const std::shared_ptr<Replica>& replica) {
   if (!replica->spoiled.empty())
     return send(protocol::Data{get.request, get.buffer, get.offset, Status::kernel_failed, replica->spoiled});
 
@@ -152,6 +182,7 @@ void Session::on_free(const protocol::Free& free) {
     return;
   }
   uncharge(it->second->bytes);
+  server_.capabilities->drop_buffer(this, free.buffer);  // what it granted of it goes too
   // Tasks using it hold the runtime buffer; transfers hold the replica.
   replicas_.erase(it);
 }

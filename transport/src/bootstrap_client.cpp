@@ -125,7 +125,7 @@ Dialed dial(const std::shared_ptr<Worker>& worker, const std::string& host, std:
                             host.find(':') != std::string::npos ? fmt::format("[{}]:{}", host, port)
                                                                 : fmt::format("{}:{}", host, port),
                             false,
-                            shared_memory_lane_possible(socket.fd(), worker->transports())
+                            options.shared_memory_lane && shared_memory_lane_possible(socket.fd(), worker->transports())
                                 ? protocol::Lane::shared_memory
                                 : protocol::Lane::none);
   socket.write_frame(handshake.hello());

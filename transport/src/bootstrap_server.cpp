@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -195,6 +196,7 @@ class BootstrapServer::Impl {
     Outcome outcome;                           // a socket we opened: told how it ended
     bool admitted = false;
     std::string failure;  // why it ended, when not admitted
+    std::string secret;  // token mode: what the welcome's MAC is keyed with (the token, or a capability's secret)
     std::vector<std::byte> welcome;               // wiring: sent once wired
     std::shared_ptr<std::atomic<int>> wired;      // wiring: 0 not yet, 1 done, 2 failed
   };
@@ -544,12 +546,25 @@ class BootstrapServer::Impl {
                                                              *name, fingerprint(key)));
       who.key_name = std::move(*name);
       who.key = key;
+    } else if (const auto capability = capability_of(peer.hello.client)) {
+      // Another ferryd fetching what a client granted: the capability's
+      // secret is its token, so it never crosses the wire either.
+      auto secret = options_.capability_secret ? options_.capability_secret(*capability) : std::nullopt;
+      if (!secret)
+        return refuse(peer, Status::auth_failed, fmt::format("capability {} is unknown, expired or used", *capability));
+      if (!verify_mac(*secret, digest, "client", auth->mac))
+        return refuse(peer, Status::auth_failed,
+                      fmt::format("authentication failed: the secret of capability {} is wrong", *capability));
+      who.key_name = "capability";
+      who.capability = capability;
+      peer.secret = std::move(*secret);
     } else {
       if (options_.token.empty())
         return refuse(peer, Status::auth_failed, "this ferryd takes authorized keys only; the client sent no key");
       if (!verify_mac(options_.token, digest, "client", auth->mac))
         return refuse(peer, Status::auth_failed, "authentication failed: the client's token is not ferryd's");
       who.key_name = "token";
+      peer.secret = options_.token;
     }
     const std::string ip = peer.address.substr(0, peer.address.rfind(':'));
     const bool loopback = is_loopback(ip.size() >= 2 && ip.front() == '[' ? ip.substr(1, ip.size() - 2) : ip);
@@ -597,7 +612,7 @@ class BootstrapServer::Impl {
         admitted.shared_memory = lane == protocol::Lane::shared_memory;
         protocol::Message answer = on_accept_(admitted, connection);
         if (auto* welcome = std::get_if<protocol::Welcome>(&answer)) {
-          if (who.key_name == "token" && !who.key) welcome->mac = auth_mac(options_.token, digest, "server");
+          if (!who.key) welcome->mac = auth_mac(peer.secret, digest, "server");
           welcome->encrypted = who.encrypted ? 1 : 0;
           welcome->worker_address = worker_address_;
           welcome->lane = lane;
@@ -698,6 +713,19 @@ std::string BootstrapServer::connect_out(const std::string& host, std::uint16_t 
 std::uint16_t BootstrapServer::port() const noexcept { return impl_->port(); }
 const PublicKey& BootstrapServer::host_key() const noexcept { return impl_->host_key(); }
 void BootstrapServer::stop() { impl_->stop(); }
+
+std::string capability_client(std::uint64_t id) { return std::string(capability_prefix) + std::to_string(id); }
+
+std::optional<std::uint64_t> capability_of(std::string_view client) {
+  if (!client.starts_with(capability_prefix)) return std::nullopt;
+  const std::string_view digits = client.substr(capability_prefix.size());
+  std::uint64_t id = 0;
+  const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), id);
+  // One spelling per id: no sign, no leading zeros, nothing after the digits.
+  if (error != std::errc{} || end != digits.data() + digits.size() || (digits.size() > 1 && digits[0] == '0'))
+    return std::nullopt;
+  return id;
+}
 
 bool is_loopback(const std::string& ip) {
   in_addr v4{};

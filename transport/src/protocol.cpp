@@ -16,7 +16,7 @@ namespace ferry::protocol {
 namespace {
 
 constexpr std::size_t frame_bytes = 4 + 2 + 2 + 4;  // magic, version, type, body_length
-constexpr std::uint16_t last_type = static_cast<std::uint16_t>(Type::define_kernel);
+constexpr std::uint16_t last_type = static_cast<std::uint16_t>(Type::fetch);
 
 template <class E>
 constexpr E last_value() noexcept;
@@ -95,19 +95,52 @@ void check(const Hello& m, const Location& at) {
   if (m.aes_gcm > 1) at.fail("aes_gcm", std::to_string(m.aes_gcm) + " (must be 0 or 1)");
 }
 
-void check(const Put& m, const Location& at) {
+// The bytes of a rows x cols replica of dtype; fails when that overflows
+// or exceeds max_buffer_bytes.
+std::uint64_t shape_bytes(DType dtype, std::uint64_t rows, std::uint64_t cols, const Location& at) {
   // A shape whose size wraps around would let a small allocation be indexed
   // as a huge one, so the product is checked before anyone multiplies it.
   const std::uint64_t max = std::numeric_limits<std::uint64_t>::max();
-  if (m.cols != 0 && m.rows > max / m.cols)
-    at.fail("rows*cols", std::to_string(m.rows) + " x " + std::to_string(m.cols) + " overflows");
-  const std::uint64_t elements = m.rows * m.cols;
-  const std::uint64_t elem = element_bytes(m.dtype);
+  if (cols != 0 && rows > max / cols)
+    at.fail("rows*cols", std::to_string(rows) + " x " + std::to_string(cols) + " overflows");
+  const std::uint64_t elements = rows * cols;
+  const std::uint64_t elem = element_bytes(dtype);
   if (elements > max / elem)
     at.fail("rows*cols", std::to_string(elements) + " elements of " + std::to_string(elem) + " bytes overflows");
   const std::uint64_t bytes = elements * elem;
   if (bytes > max_buffer_bytes)
     at.fail("rows*cols", std::to_string(bytes) + " bytes (at most " + std::to_string(max_buffer_bytes) + ")");
+  return bytes;
+}
+
+// A non-empty range [offset, offset + length) that does not wrap.
+void check_range(std::uint64_t offset, std::uint64_t length, const char* field, const Location& at) {
+  if (length == 0) at.fail(field, "an empty range");
+  if (length > max_buffer_bytes)
+    at.fail(field, std::to_string(length) + " bytes (at most " + std::to_string(max_buffer_bytes) + ")");
+  if (offset > max_buffer_bytes - length)
+    at.fail(field, std::to_string(offset) + " + " + std::to_string(length) + " lies beyond " +
+                       std::to_string(max_buffer_bytes) + " bytes");
+}
+
+void check(const GrantRead& m, const Location& at) {
+  check_range(m.offset, m.length, "offset+length", at);
+  if (m.lifetime_ms == 0 || m.lifetime_ms > max_grant_ms)
+    at.fail("lifetime_ms", std::to_string(m.lifetime_ms) + " (1 to " + std::to_string(max_grant_ms) + ")");
+}
+
+void check(const Fetch& m, const Location& at) {
+  const std::uint64_t bytes = shape_bytes(m.dtype, m.rows, m.cols, at);
+  check_range(m.offset, m.length, "offset+length", at);
+  if (m.offset + m.length > bytes)
+    at.fail("offset+length", std::to_string(m.offset) + " + " + std::to_string(m.length) + " beyond the replica's " +
+                                 std::to_string(bytes) + " bytes");
+  check_range(m.source_offset, m.length, "source_offset+length", at);
+  if (m.source.empty()) at.fail("source", "empty (host:port)");
+}
+
+void check(const Put& m, const Location& at) {
+  const std::uint64_t bytes = shape_bytes(m.dtype, m.rows, m.cols, at);
   if (m.offset > bytes)
     at.fail("offset", std::to_string(m.offset) + " beyond the replica's " + std::to_string(bytes) + " bytes");
 }
@@ -285,6 +318,32 @@ void fields(IO& io, M& m) {
   io("options", m.options);
   io("writes", m.writes);
   io("source_bytes", m.source_bytes);
+}
+template <class IO, Is<GrantRead> M>
+void fields(IO& io, M& m) {
+  io("request", m.request);
+  io("capability", m.capability);
+  io("secret", m.secret);
+  io("buffer", m.buffer);
+  io("offset", m.offset);
+  io("length", m.length);
+  io("lifetime_ms", m.lifetime_ms);
+}
+template <class IO, Is<Fetch> M>
+void fields(IO& io, M& m) {
+  io("request", m.request);
+  io("buffer", m.buffer);
+  io("dtype", m.dtype);
+  io("rows", m.rows);
+  io("cols", m.cols);
+  io("offset", m.offset);
+  io("length", m.length);
+  io("source", m.source);
+  io("host_key", m.host_key);
+  io("capability", m.capability);
+  io("secret", m.secret);
+  io("source_buffer", m.source_buffer);
+  io("source_offset", m.source_offset);
 }
 
 // ---- encoding ----
@@ -608,6 +667,8 @@ Message decode(std::span<const std::byte> header) {
     case Type::error: return read<ErrorMessage>(type, body);
     case Type::bye: return read<Bye>(type, body);
     case Type::define_kernel: return read<DefineKernel>(type, body);
+    case Type::grant: return read<GrantRead>(type, body);
+    case Type::fetch: return read<Fetch>(type, body);
   }
   frame_error("type: unknown message type " + std::to_string(raw_type));  // unreachable: checked above
 }

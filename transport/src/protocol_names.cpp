@@ -29,6 +29,8 @@ const char* to_string(Type type) noexcept {
     case Type::error: return "error";
     case Type::bye: return "bye";
     case Type::define_kernel: return "define_kernel";
+    case Type::grant: return "grant";
+    case Type::fetch: return "fetch";
   }
   return "unknown";
 }
@@ -73,9 +75,11 @@ constexpr Type type_for() noexcept {
   else if constexpr (std::is_same_v<T, Pong>) return Type::pong;
   else if constexpr (std::is_same_v<T, ErrorMessage>) return Type::error;
   else if constexpr (std::is_same_v<T, Bye>) return Type::bye;
+  else if constexpr (std::is_same_v<T, DefineKernel>) return Type::define_kernel;
+  else if constexpr (std::is_same_v<T, GrantRead>) return Type::grant;
   else {
-    static_assert(std::is_same_v<T, DefineKernel>, "a Message alternative without a Type");
-    return Type::define_kernel;
+    static_assert(std::is_same_v<T, Fetch>, "a Message alternative without a Type");
+    return Type::fetch;
   }
 }
 

@@ -291,6 +291,7 @@ void bind_runtime(nb::module_& m) {
         d["connected"] = s.connected;
         d["bytes_shipped"] = s.bytes_shipped;
         d["bytes_fetched"] = s.bytes_fetched;
+        d["bytes_from_hosts"] = s.bytes_from_hosts;  // pulled from other hosts directly
         d["server_tasks"] = s.server_tasks;
         d["server_replicas"] = s.server_replicas;
         d["server_bytes_in"] = s.server_bytes_in;

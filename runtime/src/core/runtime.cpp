@@ -88,6 +88,7 @@ void apply_environment(Runtime::Options& o) {
   if (const char* v = env("FERRY_PLAINTEXT")) o.plaintext = truthy("FERRY_PLAINTEXT", v);
   if (const char* v = env("FERRY_AUTO_CHUNK")) o.auto_chunk = truthy("FERRY_AUTO_CHUNK", v);
   if (const char* v = env("FERRY_CHUNK_BYTES")) o.chunk_bytes = parse_bytes(v);
+  if (const char* v = env("FERRY_HOST_TO_HOST")) o.host_to_host = truthy("FERRY_HOST_TO_HOST", v);
   if (const char* v = env("FERRY_GPUS")) o.gpus = v;
   if (const char* v = env("FERRY_GPU_MEMORY")) o.gpu_memory_limit = parse_bytes(v);
   if (const char* v = env("FERRY_GPU_STREAMS")) {
@@ -239,6 +240,7 @@ Runtime::RemoteStats Runtime::remote_stats(const std::string& address) const {
   RemoteStats out;
   out.bytes_shipped = remote->bytes_shipped();
   out.bytes_fetched = remote->bytes_fetched();
+  out.bytes_from_hosts = remote->bytes_from_hosts();
   out.connected = remote->alive();
   const auto offer = remote->offer();
   out.server = offer.server;

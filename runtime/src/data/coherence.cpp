@@ -78,9 +78,34 @@ bool lineage_reads(const BufferRoot& root, const RemoteCopy& copy) {
 
 // Makes the host hold the copy's data: fetched from a live node, or
 // recomputed from lineage when its node is gone.
+// Copies that hold the same data as `copy`: modified copies of exactly its
+// region on other nodes, made from it host-to-host (copy_from). Modified
+// copies of overlapping regions exist only that way: a write drops every
+// other copy it overlaps, and a copy is made elsewhere only after modified
+// data came home, or from a twin.
+bool twins(const RemoteCopy& a, const RemoteCopy& b) noexcept {
+  return &a != &b && a.modified && b.modified && a.region == b.region;
+}
+
+// The host holds the copy's data now: its twins are plain shared copies too.
+void home_now(BufferRoot& root, RemoteCopy& copy) {
+  for (auto& other : root.copies)
+    if (twins(*other, copy)) {
+      other->modified = false;
+      other->lineage.clear();
+    }
+  copy.modified = false;
+  copy.lineage.clear();
+}
+
 void bring_home(BufferRoot& root, RemoteCopy& copy) {
   const HostRegion dest = host_region(root, copy.region);
-  if (!lost(copy)) {
+  // From the copy's node, or when that is gone, from a twin on a live one.
+  std::vector<RemoteCopy*> sources{&copy};
+  for (auto& other : root.copies)
+    if (twins(*other, copy)) sources.push_back(other.get());
+  for (RemoteCopy* source : sources) {
+    if (lost(*source)) continue;
     try {
       if (lineage_reads(root, copy)) {
         // Replaying the lineage starts from the host's data as it was: a
@@ -90,19 +115,19 @@ void bring_home(BufferRoot& root, RemoteCopy& copy) {
         HostRegion packed = dest;
         packed.data = staging.data();
         packed.ld = dest.cols;
-        copy.link->fetch(copy.id, packed);
+        source->link->fetch(source->id, packed);
         const std::size_t row = dest.cols * size_of(dest.dtype);
         for (std::size_t r = 0; r < dest.rows; ++r)
           std::memcpy(static_cast<std::byte*>(dest.data) + r * dest.ld * size_of(dest.dtype), staging.data() + r * row,
                       row);
       } else {
-        copy.link->fetch(copy.id, dest);
+        source->link->fetch(source->id, dest);
       }
-      copy.modified = false;
-      copy.lineage.clear();
+      home_now(root, copy);
       return;
     } catch (const RemoteError& e) {
-      log().warn("fetching a buffer back failed ({}); recomputing it", e.what());
+      log().warn("fetching a buffer back failed ({}); {}", e.what(),
+                 source == sources.back() ? "recomputing it" : "trying another copy");
     }
   }
   if (copy.lineage.empty())
@@ -112,8 +137,7 @@ void bring_home(BufferRoot& root, RemoteCopy& copy) {
   // The host holds the data as it was before the lineage: mark the copy home
   // first, so the replayed tasks read this region from the host.
   const auto lineage = std::move(copy.lineage);
-  copy.lineage.clear();
-  copy.modified = false;
+  home_now(root, copy);
   log().warn("recomputing a {} x {} region on the host from its lineage ({} tasks, from '{}'): its only copy was on "
              "a lost remote",
              copy.region.rows, copy.region.cols, lineage.size(), lineage.front()->name);
@@ -178,6 +202,58 @@ void settle_lineage_readers(BufferRoot& root, const Region& region) {
   }
 }
 
+// Its read-only inputs must not change under a lineage entry until the
+// copy it wrote is home: they remember the copy. Locks each input on its
+// own; never call it holding the copy's root's lock.
+void note_lineage_reads(const std::shared_ptr<BufferRoot>& root, const std::shared_ptr<RemoteCopy>& copy,
+                        const LineageEntry& lineage) {
+  for (std::size_t i = 0; i < lineage.buffer_args.size(); ++i) {
+    if (writes(lineage.buffer_arg(i).mode)) continue;
+    auto input = lineage.roots[i].lock();
+    if (!input || input == root) continue;
+    RootLock input_lock(input->transfer_mutex);
+    input->lineage_readers.push_back({root, copy, lineage.regions[i]});
+    input->has_lineage_readers.store(true, std::memory_order_release);
+  }
+}
+
+// Host-to-host: when the view's data is valid only in a modified copy of
+// exactly its region on another node, and no copy is here yet, that node
+// sends it to `link` directly (NodeLink::copy_from). The new copy is its
+// twin: modified too (the host is still stale), with the same lineage, so
+// losing either node loses nothing. Null when that is not the case, or the
+// move failed (the caller brings the data home and ships it, as always).
+// The root's lock is held.
+std::shared_ptr<RemoteCopy> copy_between_nodes(const BufferState& view, NodeLink& link) {
+  BufferRoot& root = *view.root;
+  std::shared_ptr<RemoteCopy> source;
+  for (const auto& copy : root.copies) {
+    if (!copy->region.overlaps(view.region)) continue;
+    if (copy->link == &link && !lost(*copy)) return nullptr;  // a copy is here already
+    if (!copy->modified) continue;
+    if (copy->region != view.region || lost(*copy)) return nullptr;  // the general path sorts these out
+    if (!source) source = copy;
+  }
+  if (!source) return nullptr;
+  const HostRegion shape = host_region(view);
+  const auto id = link.copy_from(*source->link, source->id, shape);
+  if (!id) return nullptr;
+  auto twin = std::make_shared<RemoteCopy>();
+  twin->link = &link;
+  twin->epoch = link.epoch();
+  twin->region = view.region;
+  twin->id = *id;
+  twin->bytes = shape.bytes();
+  twin->modified = true;
+  twin->lineage = source->lineage;
+  twin->last_use = use_clock.fetch_add(1);
+  twin->pins = 1;
+  link.hold(view.root);
+  root.copies.push_back(twin);
+  root.copy_count.store(root.copies.size(), std::memory_order_release);
+  return twin;
+}
+
 }  // namespace
 
 std::uint64_t acquire_on_node(const BufferState& view, AccessMode mode, NodeLink& link) {
@@ -188,6 +264,13 @@ std::uint64_t acquire_on_node(const BufferState& view, AccessMode mode, NodeLink
   if (writes(mode)) settle_lineage_readers(root, view.region);
   std::unique_lock replay_guard(replay_mutex(), std::defer_lock);
   RootLock lock = lock_for(root, view.region, replay_guard);
+  if (reads(mode)) {
+    if (auto twin = copy_between_nodes(view, link)) {
+      lock.unlock();
+      for (const auto& entry : twin->lineage) note_lineage_reads(view.root, twin, *entry);
+      return twin->id;
+    }
+  }
   std::shared_ptr<RemoteCopy> exact;
   // Modified data elsewhere (another node, or another region of this one)
   // comes home first: the host is where copies are made from.
@@ -266,17 +349,7 @@ void written_on_node(const BufferState& view, NodeLink& link, std::uint64_t id, 
     mine->modified = true;
     if (lineage) mine->lineage.push_back(lineage);
   }
-  if (!lineage) return;
-  // Its read-only inputs must not change under it until it is home. Each
-  // input is locked on its own, never while holding this root's lock.
-  for (std::size_t i = 0; i < lineage->buffer_args.size(); ++i) {
-    if (writes(lineage->buffer_arg(i).mode)) continue;
-    auto input = lineage->roots[i].lock();
-    if (!input || input.get() == &root) continue;
-    RootLock input_lock(input->transfer_mutex);
-    input->lineage_readers.push_back({view.root, mine, lineage->regions[i]});
-    input->has_lineage_readers.store(true, std::memory_order_release);
-  }
+  if (lineage) note_lineage_reads(view.root, mine, *lineage);
 }
 
 namespace {

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,14 @@ class NodeLink {
   virtual std::uint64_t allocate(const HostRegion& shape) = 0;  // a new copy, contents undefined
   virtual void fetch(std::uint64_t id, const HostRegion& dest) = 0;
   virtual void drop(std::uint64_t id) noexcept = 0;  // fire and forget
+  // A new copy here of copy `source_id` on `source`, moved between the two
+  // nodes directly (host-to-host), not through this process; nothing when
+  // this pair cannot, or the move failed (the caller moves it through the
+  // host then). Blocking.
+  virtual std::optional<std::uint64_t> copy_from(NodeLink& /*source*/, std::uint64_t /*source_id*/,
+                                                 const HostRegion& /*shape*/) {
+    return std::nullopt;
+  }
 };
 
 // A task that wrote a copy; replayed on the host if the copy is lost.

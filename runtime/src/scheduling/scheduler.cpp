@@ -55,8 +55,10 @@ double data_ready(const DecisionInput& input, MemoryNodeId node) {
     double best = std::numeric_limits<double>::infinity();
     for (MemoryNodeId from : in.valid_on) {
       best = std::min(best, input.links->seconds(from, node, in.bytes));
-      // Between two remote hosts the data goes through this process: both
-      // hops, one after the other (no direct link is modelled, or used).
+      // Between two remote hosts the data moves directly (host-to-host)
+      // once that link was measured (the line above); until then, and when
+      // it is switched off, it goes through this process: both hops, one
+      // after the other.
       if (from != host_node && node != host_node)
         best = std::min(best, input.links->seconds(from, host_node, in.bytes) +
                                   input.links->seconds(host_node, node, in.bytes));

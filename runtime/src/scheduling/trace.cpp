@@ -141,6 +141,11 @@ void Trace::record(TransferSpan span) {
   impl_->transfers.push_back(std::move(span));
 }
 
+std::vector<TransferSpan> Trace::transfers() const {
+  std::lock_guard lock(impl_->spans_mutex);
+  return impl_->transfers;
+}
+
 std::vector<TaskSpan> Trace::tasks() const {
   std::lock_guard lock(impl_->spans_mutex);
   return impl_->tasks;

@@ -123,6 +123,10 @@ class Runtime {
     // Transfers above this are split and pipelined, this many chunks in flight.  FERRY_CHUNK_BYTES, FERRY_CHUNK_WINDOW
     std::size_t chunk_bytes = std::size_t{4} << 20;
     unsigned chunk_window = 4;
+    // Data that only remote host A holds, needed on remote host B, moves
+    // from A to B directly (the runtime grants B a capability on A), not
+    // through this process. Off: it comes here and goes out again.  FERRY_HOST_TO_HOST=0
+    bool host_to_host = true;
     // Local GPUs: "all", "none" or ordinals like "0,1". An ordinal this host
     // lacks is a UsageError; without a driver, "all" means none.   FERRY_GPUS
     std::string gpus = "all";
@@ -278,6 +282,9 @@ class Runtime {
     std::uint64_t server_bytes_in = 0, server_bytes_out = 0, server_tasks = 0, server_replicas = 0;
     std::uint64_t server_memory_in_use = 0;
     std::size_t bytes_shipped = 0, bytes_fetched = 0;
+    // Bytes this host pulled from other hosts directly (host-to-host): they
+    // did not pass through this runtime and are in neither count above.
+    std::size_t bytes_from_hosts = 0;
     bool connected = false;
     // What the host said when it last welcomed us (empty before that).
     std::string server;                 // "ferryd <version>"

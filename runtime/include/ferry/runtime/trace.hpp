@@ -70,6 +70,7 @@ class Trace {
   void record(TransferSpan span);
 
   std::vector<TaskSpan> tasks() const;
+  std::vector<TransferSpan> transfers() const;
   TraceSummary summary() const;
   // {"traceEvents": [...], "displayTimeUnit": "ms"} with process/thread name metadata.
   std::string chrome_json() const;

@@ -24,11 +24,6 @@ namespace ferry::detail {
 
 namespace {
 
-// The remote refused data for lack of room (quota or memory): eviction may help.
-struct NoRoom : RemoteError {
-  using RemoteError::RemoteError;
-};
-
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
@@ -179,6 +174,7 @@ void RemoteDevice::use(transport::Dialed& dialed) {
   {
     std::lock_guard lock(connection_mutex_);
     connection_ = dialed.connection;
+    host_key_ = dialed.host_key;
   }
   const auto* welcome = &dialed.welcome;
   welcomed(*welcome);
@@ -448,8 +444,7 @@ void RemoteDevice::get_chunks(std::uint64_t id, std::byte* dest, std::size_t byt
       });
 }
 
-template <typename Put>
-std::uint64_t RemoteDevice::with_room(std::size_t bytes, Put put) {
+std::uint64_t RemoteDevice::with_room(std::size_t bytes, const std::function<std::uint64_t()>& put) {
   try {
     return put();
   } catch (const NoRoom&) {

@@ -24,7 +24,9 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <future>
+#include <chrono>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -48,12 +50,18 @@ namespace ferry::detail {
 
 class RuntimeCore;
 
+// The remote refused data for lack of room (quota or memory): eviction may help.
+struct NoRoom : RemoteError {
+  using RemoteError::RemoteError;
+};
+
 struct RemoteOptions {
   std::string address;  // host:port
   transport::DialOptions dial;  // how to sign in (its client name is filled in per connection)
   std::size_t chunk_bytes = std::size_t{4} << 20;
   unsigned window = 4;   // chunks in flight per transfer
   unsigned proxies = 4;  // tasks in flight
+  bool host_to_host = true;  // pull copies other remotes hold from them directly (host_to_host.cpp)
   RemotePolicy policy = RemotePolicy::require;
   std::chrono::milliseconds timeout{10000};  // to connect and authenticate under require
   // The host dials this runtime (ferryd --connect): `address` names it (its
@@ -91,6 +99,11 @@ class RemoteDevice final : public Device, public NodeLink {
   std::uint64_t allocate(const HostRegion& shape) override;
   void fetch(std::uint64_t id, const HostRegion& dest) override;
   void drop(std::uint64_t id) noexcept override;
+  // Host-to-host (host_to_host.cpp): `source` another remote host holding
+  // copy `source_id` of `shape`'s region; this host pulls it from there
+  // directly. Nothing when it cannot (off, not a dialled remote, refused,
+  // the source lost mid-fetch): the caller then moves it through the host.
+  std::optional<std::uint64_t> copy_from(NodeLink& source, std::uint64_t source_id, const HostRegion& shape) override;
 
   // The server's counters for this client (tests and the demo).
   protocol::StatsReply stats();
@@ -123,6 +136,8 @@ class RemoteDevice final : public Device, public NodeLink {
   std::size_t bytes_shipped() const noexcept { return bytes_shipped_.load(std::memory_order_relaxed); }
   std::size_t bytes_fetched() const noexcept { return bytes_fetched_.load(std::memory_order_relaxed); }
   std::uint64_t tasks_forwarded() const noexcept { return forwarded_count_.load(std::memory_order_relaxed); }
+  // Bytes this host pulled from other hosts directly: none went through this runtime.
+  std::size_t bytes_from_hosts() const noexcept { return bytes_from_hosts_.load(std::memory_order_relaxed); }
 
  private:
   struct Forwarded;
@@ -170,9 +185,17 @@ class RemoteDevice final : public Device, public NodeLink {
   template <typename Send, typename Check>
   void in_chunks(std::size_t bytes, const char* what, Send send, Check check);
   void put_chunks(std::uint64_t id, const HostRegion& shape, const std::byte* data, std::size_t bytes);
-  template <typename Put>
-  std::uint64_t with_room(std::size_t bytes, Put put);
+  // Runs `put`; when the host has no room, evicts the LRU way and runs it once more.
+  std::uint64_t with_room(std::size_t bytes, const std::function<std::uint64_t()>& put);
   std::uint64_t ship_now(const HostRegion& source);
+  // ---- host-to-host (host_to_host.cpp) ----
+  // Lets a peer that signs in with `secret` read [0, bytes) of copy `id` here.
+  void grant_read(std::uint64_t capability, const protocol::Secret& secret, std::uint64_t id, std::size_t bytes);
+  // Has this host pull copy `source_id` from `source` into a new copy; its id.
+  std::uint64_t fetch_from(RemoteDevice& source, std::uint64_t capability, const protocol::Secret& secret,
+                           std::uint64_t source_id, const HostRegion& shape);
+  // Where another ferryd dials this host, and the host key it must present.
+  std::pair<std::string, transport::PublicKey> peer_address() const;
   void get_chunks(std::uint64_t id, std::byte* dest, std::size_t bytes);
 
   // A task's run message, its buffers acquired here (pinned) as it is made.
@@ -237,8 +260,15 @@ class RemoteDevice final : public Device, public NodeLink {
   std::atomic<std::uint64_t> epoch_{0};
   std::atomic<std::size_t> bytes_shipped_{0};
   std::atomic<std::size_t> bytes_fetched_{0};
+  std::atomic<std::size_t> bytes_from_hosts_{0};
+  // Sources a direct move from failed recently (unreachable from this host,
+  // refused): not tried again until then, so each edge does not wait for a
+  // dial that will fail.
+  std::mutex direct_mutex_;
+  std::map<const RemoteDevice*, std::chrono::steady_clock::time_point> no_direct_until_;
+  transport::PublicKey host_key_{};  // from the last handshake (connection_mutex_)
   std::atomic<bool> stopping_{false};
-  std::mutex connection_mutex_;
+  mutable std::mutex connection_mutex_;
   std::shared_ptr<transport::Connection> connection_;
   std::size_t max_payload_ = 0;
   std::uint64_t quota_ = 0;

@@ -166,6 +166,7 @@ void RemotePool::add_host(const std::string& address, bool discovered) {
   remote.dial = dial_options();
   remote.chunk_bytes = options.chunk_bytes;
   remote.window = options.chunk_window;
+  remote.host_to_host = options.host_to_host;
   // Discovered hosts come and go with the name: never fatal.
   remote.policy = discovered ? RemotePolicy::prefer : options.remote_policy;
   remote.timeout = options.remote_timeout;

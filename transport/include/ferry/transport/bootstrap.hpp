@@ -27,6 +27,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "ferry/error.hpp"
 #include "ferry/transport/connection.hpp"
@@ -48,7 +49,16 @@ struct Peer {
   Cipher cipher = Cipher::xchacha20poly1305;
   bool dialled_out = false;  // ferryd opened the connection (connect_out), to `address`
   bool shared_memory = false;  // its messages travel on a shared-memory lane (same host, same user)
+  // A capability peer (another ferryd fetching what a client granted): it
+  // signed in with the capability's secret as the token; the id it named.
+  std::optional<std::uint64_t> capability;
 };
+
+// The client name a capability peer gives in hello: "capability:" and the
+// id in decimal. Parsed back by capability_of (nothing when not one).
+inline constexpr std::string_view capability_prefix = "capability:";
+std::string capability_client(std::uint64_t id);
+std::optional<std::uint64_t> capability_of(std::string_view client);
 
 struct DialOptions;
 struct Dialed;
@@ -69,6 +79,10 @@ class BootstrapServer {
     double per_address_burst = 60;
     bool allow_plaintext = false;   // --plaintext: a client that asks for plaintext gets it
     bool encrypt_loopback = false;  // seal loopback links too
+    // Host-to-host transfers: the secret of a capability a client granted
+    // (its token), or none when it is unknown, expired or used. Thread-safe (the
+    // bootstrap thread calls it). Null: capability peers are refused.
+    std::function<std::optional<std::string>(std::uint64_t capability)> capability_secret;
   };
   // Progress thread: an authenticated peer and its connection (handlers not
   // yet set). Returns the welcome to send (the bootstrap fills in its proof
@@ -125,6 +139,11 @@ struct DialOptions {
   Pinning pinning = Pinning::trust_on_first_use;
   protocol::Privacy privacy = protocol::Privacy::automatic;
   std::chrono::milliseconds timeout{20000};
+  // Offer a shared-memory lane when the server is a process of this user
+  // on this host (docs/protocol.md). A ferryd fetching from another ferryd
+  // does not: a lane has no peer error handling, and a source killed
+  // mid-transfer was seen to stall the fetching ferryd's worker.
+  bool shared_memory_lane = true;
 };
 
 // The server answered and said no, or answered what cannot be trusted (a

@@ -36,6 +36,8 @@ inline constexpr std::size_t signature_bytes = 64;   // Ed25519
 inline constexpr std::size_t max_address_bytes = 4096;  // a UCX worker address
 inline constexpr std::size_t max_names = 512;  // welcome's kernel and device lists (the header bound still applies)
 inline constexpr std::size_t max_after = 256;  // a run's predecessors on the same connection
+inline constexpr std::size_t secret_bytes = 32;  // a capability's secret (host-to-host transfers)
+inline constexpr std::uint32_t max_grant_ms = 600'000;  // a grant lives at most 10 minutes
 
 enum class Type : std::uint16_t {
   hello = 1,   // client -> server: first message
@@ -56,6 +58,8 @@ enum class Type : std::uint16_t {
   error,       // server -> client: a fatal error; the server closes the connection
   bye,         // either way: orderly close (a server going down says why)
   define_kernel,  // client -> server: a kernel from CUDA source (payload) for this connection; answered by done
+  grant,       // client -> server: let a capability peer read part of a replica; answered by put_ack
+  fetch,       // client -> server: pull part of a replica from another ferryd (with a grant); answered by put_ack
 };
 const char* to_string(Type type) noexcept;
 
@@ -262,8 +266,45 @@ struct DefineKernel {
   std::uint32_t source_bytes = 0;    // at most max_source_bytes
 };
 
+using Secret = std::array<std::uint8_t, secret_bytes>;
+
+// Host-to-host transfers (docs/protocol.md). The owner of a replica on host
+// A lets one peer read [offset, offset + length) of it: the peer signs in at
+// A's bootstrap in token mode with `secret` as the token and
+// "capability:<capability>" as its client name, and may then only get bytes
+// of that region. Answered by a put_ack (request, buffer).
+struct GrantRead {
+  std::uint64_t request = 0;
+  std::uint64_t capability = 0;  // client-chosen id, unique on the host
+  Secret secret{};               // the token the peer signs in with
+  std::uint64_t buffer = 0;      // the owner's replica on this host
+  std::uint64_t offset = 0;
+  std::uint64_t length = 0;      // > 0
+  std::uint32_t lifetime_ms = 0; // 1 .. max_grant_ms: the capability is gone after that
+};
+
+// Tells host B to pull bytes of a replica from host A (which granted them)
+// into [offset, offset + length) of its replica `buffer` (created with the
+// shape, as by a put). B dials `source` ("host:port"), checks that A's host
+// key is `host_key`, and answers with a put_ack once the bytes are stored.
+struct Fetch {
+  std::uint64_t request = 0;
+  std::uint64_t buffer = 0;  // B's replica
+  DType dtype = DType::f32;
+  std::uint64_t rows = 0;
+  std::uint64_t cols = 0;
+  std::uint64_t offset = 0;  // in B's replica
+  std::uint64_t length = 0;  // > 0
+  std::string source;        // A's bootstrap address, "host:port"
+  Key host_key{};            // A's host key, as the client pinned it
+  std::uint64_t capability = 0;
+  Secret secret{};
+  std::uint64_t source_buffer = 0;  // the replica on A
+  std::uint64_t source_offset = 0;
+};
+
 using Message = std::variant<Hello, Challenge, Auth, Welcome, Put, PutAck, Get, Data, Run, Done, Free, StatsRequest,
-                             StatsReply, Ping, Pong, ErrorMessage, Bye, DefineKernel>;
+                             StatsReply, Ping, Pong, ErrorMessage, Bye, DefineKernel, GrantRead, Fetch>;
 
 Type type_of(const Message& message) noexcept;
 

@@ -1,0 +1,344 @@
+// Host-to-host transfers between real ferryd processes on loopback: a
+// client grants host B a capability on host A for one region of one
+// replica, and B pulls it from A directly (grant, fetch: docs/protocol.md).
+// Refusals (no grant, another buffer or region, a wrong secret or host key)
+// and a runtime moving an edge between two hosts with no byte through the
+// client, including when the source is killed during the move.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <atomic>
+#include <cstring>
+#include <fstream>
+#include <thread>
+
+#include "ferry/ferry.hpp"
+#include "ferry/runtime/trace.hpp"
+#include "ferry/transport/auth.hpp"
+#include "ferry/transport/bootstrap.hpp"
+#include "ferryd_process.hpp"
+#include "test_client.hpp"
+
+namespace {
+
+using ferry::test::FerrydProcess;
+using ferry::test::TestClient;
+namespace proto = ferry::protocol;
+using namespace std::chrono_literals;
+
+proto::Secret random_secret() {
+  proto::Secret secret{};
+  const auto random = ferry::transport::random_nonce();
+  std::memcpy(secret.data(), random.data(), secret.size());
+  return secret;
+}
+
+std::string as_token(const proto::Secret& secret) { return std::string(secret.begin(), secret.end()); }
+
+std::vector<std::uint8_t> pattern(std::size_t bytes) {
+  std::vector<std::uint8_t> data(bytes);
+  for (std::size_t i = 0; i < bytes; ++i) data[i] = static_cast<std::uint8_t>(i * 131 + (i >> 11) + 7);
+  return data;
+}
+
+// A client of two hosts, holding `bytes` of a pattern in replica 1 on A.
+struct TwoHosts {
+  explicit TwoHosts(std::size_t bytes, std::vector<std::string> a_args = {})
+      : a(std::move(a_args)), a_client(a.port()), b_client(b.port()), data(pattern(bytes)) {
+    a_client.authenticate(FerrydProcess::default_token);
+    b_client.authenticate(FerrydProcess::default_token);
+    a_client.put_all(1, proto::DType::u8, 1, bytes, data.data(), bytes, 1 << 20);
+    a_key = a_client.host_key();
+  }
+  proto::PutAck grant(std::uint64_t capability, const proto::Secret& secret, std::uint64_t buffer,
+                      std::uint64_t offset, std::uint64_t length) {
+    a_client.send(proto::GrantRead{a_client.next_request(), capability, secret, buffer, offset, length, 60000});
+    return a_client.next_as<proto::PutAck>();
+  }
+  // Has B pull [offset, offset + length) of A's `source` into its replica 2 (as big as the source's range).
+  proto::PutAck fetch(std::uint64_t capability, const proto::Secret& secret, std::uint64_t source,
+                      std::uint64_t offset, std::uint64_t length, std::optional<proto::Key> key = std::nullopt) {
+    b_client.send(proto::Fetch{b_client.next_request(), 2, proto::DType::u8, 1, length, 0, length, a.address(),
+                               key.value_or(a_key), capability, secret, source, offset});
+    return b_client.next_as<proto::PutAck>(60s);
+  }
+
+  FerrydProcess a, b;
+  TestClient a_client, b_client;
+  std::vector<std::uint8_t> data;
+  proto::Key a_key{};
+};
+
+// ---- the protocol: grants, fetches, capability peers ----
+
+TEST(HostToHost, FetchWithTheOwnersCapabilityMovesTheBytesFromHostToHost) {
+  const std::size_t bytes = (std::size_t{9} << 20) + 123;  // several chunks, the last one short
+  TwoHosts hosts(bytes);
+  const auto secret = random_secret();
+  ASSERT_EQ(hosts.grant(41, secret, 1, 0, bytes).status, proto::Status::ok);
+  const auto before = hosts.a_client.stats();
+  const auto ack = hosts.fetch(41, secret, 1, 0, bytes);
+  ASSERT_EQ(ack.status, proto::Status::ok) << ack.message;
+  const auto got = hosts.b_client.get(2, 0, bytes);
+  ASSERT_EQ(got.size(), bytes);
+  EXPECT_EQ(std::memcmp(got.data(), hosts.data.data(), bytes), 0);
+  // A sent nothing to the client: the bytes went to B.
+  EXPECT_EQ(hosts.a_client.stats().bytes_out, before.bytes_out);
+  EXPECT_TRUE(hosts.a.wait_for_log("capability:41"));
+  // Both stop cleanly (under ASan: without leaks), B's fetch machinery too.
+  EXPECT_EQ(hosts.b.stop(SIGTERM), 0) << hosts.b.log();
+  EXPECT_EQ(hosts.a.stop(SIGTERM), 0) << hosts.a.log();
+}
+
+TEST(HostToHost, PartOfAGrantedRegionCanBeFetched) {
+  const std::size_t bytes = 1 << 20;
+  TwoHosts hosts(bytes);
+  const auto secret = random_secret();
+  ASSERT_EQ(hosts.grant(42, secret, 1, 4096, 8192).status, proto::Status::ok);
+  ASSERT_EQ(hosts.fetch(42, secret, 1, 4096 + 100, 5000).status, proto::Status::ok);
+  const auto got = hosts.b_client.get(2, 0, 5000);
+  EXPECT_EQ(std::memcmp(got.data(), hosts.data.data() + 4196, 5000), 0);
+}
+
+TEST(HostToHost, FetchWithoutAGrantIsRefusedAndLeavesNoData) {
+  const std::size_t bytes = 1 << 20;
+  TwoHosts hosts(bytes);
+  const auto ack = hosts.fetch(43, random_secret(), 1, 0, bytes);
+  EXPECT_NE(ack.status, proto::Status::ok);
+  EXPECT_NE(ack.message.find("capability 43 is unknown, expired or used"), std::string::npos) << ack.message;
+  // B made the replica, but nothing of A's is in it: it reads as zeros.
+  const auto got = hosts.b_client.get(2, 0, bytes);
+  EXPECT_TRUE(std::all_of(got.begin(), got.end(), [](std::byte b) { return b == std::byte{0}; }));
+  // And both hosts still serve: a granted fetch right after works.
+  const auto secret = random_secret();
+  ASSERT_EQ(hosts.grant(44, secret, 1, 0, bytes).status, proto::Status::ok);
+  EXPECT_EQ(hosts.fetch(44, secret, 1, 0, bytes).status, proto::Status::ok);
+}
+
+TEST(HostToHost, FetchOfAnotherBufferOrRegionThanGrantedIsRefused) {
+  const std::size_t bytes = 1 << 20;
+  const auto audit = ferry::test::make_temp_dir() / "audit.jsonl";
+  TwoHosts hosts(bytes, {"--audit-log", audit.string()});
+  hosts.a_client.put_all(3, proto::DType::u8, 1, bytes, hosts.data.data(), bytes, 1 << 20);  // also the client's
+  // Each attempt gets a grant of its own (of [0, bytes / 2) of buffer 1):
+  // a capability is spent by the first peer that signs in with it.
+  const auto granted = [&](std::uint64_t id) {
+    const auto secret = random_secret();
+    EXPECT_EQ(hosts.grant(id, secret, 1, 0, bytes / 2).status, proto::Status::ok);
+    return secret;
+  };
+
+  const auto other_buffer = hosts.fetch(45, granted(45), 3, 0, bytes / 2);
+  EXPECT_NE(other_buffer.status, proto::Status::ok);
+  EXPECT_NE(other_buffer.message.find("outside the grant"), std::string::npos) << other_buffer.message;
+  const auto beyond = hosts.fetch(46, granted(46), 1, bytes / 2, bytes / 2);
+  EXPECT_NE(beyond.status, proto::Status::ok);
+  EXPECT_NE(beyond.message.find("outside the grant"), std::string::npos) << beyond.message;
+  const auto overlapping = hosts.fetch(47, granted(47), 1, bytes / 4, bytes / 2);
+  EXPECT_NE(overlapping.status, proto::Status::ok);
+  EXPECT_NE(overlapping.message.find("outside the grant"), std::string::npos) << overlapping.message;
+  granted(48);
+  const auto wrong_secret = hosts.fetch(48, random_secret(), 1, 0, bytes / 2);
+  EXPECT_NE(wrong_secret.status, proto::Status::ok);
+  EXPECT_NE(wrong_secret.message.find("secret of capability 48 is wrong"), std::string::npos) << wrong_secret.message;
+  proto::Key impostor{};
+  impostor.fill(7);
+  const auto wrong_key = hosts.fetch(49, granted(49), 1, 0, bytes / 2, impostor);
+  EXPECT_NE(wrong_key.status, proto::Status::ok);
+  EXPECT_NE(wrong_key.message.find("not the"), std::string::npos) << wrong_key.message;
+  // B's replica 2 never got A's bytes.
+  const auto got = hosts.b_client.get(2, 0, bytes / 2);
+  EXPECT_TRUE(std::all_of(got.begin(), got.end(), [](std::byte b) { return b == std::byte{0}; }));
+
+  // The refusals are on record at A.
+  std::ifstream in(audit);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("\"capability_refused\""), std::string::npos) << text;
+  EXPECT_NE(text.find("\"grant\""), std::string::npos) << text;
+  // A granted fetch still works after all that; its capability is spent then.
+  const auto secret = granted(50);
+  EXPECT_EQ(hosts.fetch(50, secret, 1, 0, bytes / 2).status, proto::Status::ok);
+  const auto again = hosts.fetch(50, secret, 1, 0, bytes / 2);
+  EXPECT_NE(again.status, proto::Status::ok);
+  EXPECT_NE(again.message.find("capability 50 is unknown, expired or used"), std::string::npos) << again.message;
+}
+
+TEST(HostToHost, ACapabilityPeerMayOnlyReadItsGrant) {
+  const std::size_t bytes = 1 << 20;
+  TwoHosts hosts(bytes);
+  const auto secret = random_secret();
+  ASSERT_EQ(hosts.grant(46, secret, 1, 0, 4096).status, proto::Status::ok);
+
+  TestClient reader(hosts.a.port(), ferry::transport::capability_client(46));
+  const auto welcome = reader.authenticate(as_token(secret));
+  EXPECT_EQ(welcome.memory_quota, 0u);
+  EXPECT_TRUE(welcome.kernels.empty());
+  const auto got = reader.get(1, 0, 4096);
+  EXPECT_EQ(std::memcmp(got.data(), hosts.data.data(), 4096), 0);
+  // A put, a run, stats: refused, and the connection ends.
+  reader.send(proto::StatsRequest{reader.next_request()});
+  EXPECT_EQ(reader.next_as<proto::ErrorMessage>().status, proto::Status::auth_failed);
+  EXPECT_TRUE(reader.wait_closed());
+
+  // Spent: nobody else signs in with it, even with the secret.
+  TestClient second(hosts.a.port(), ferry::transport::capability_client(46));
+  ferry::transport::DialOptions with_secret;
+  with_secret.token = as_token(secret);
+  const std::string why = second.refusal(with_secret);
+  EXPECT_NE(why.find("capability 46 is unknown, expired or used"), std::string::npos) << why;
+
+  const auto other = random_secret();
+  ASSERT_EQ(hosts.grant(146, other, 1, 0, 4096).status, proto::Status::ok);
+  TestClient greedy(hosts.a.port(), ferry::transport::capability_client(146));
+  greedy.authenticate(as_token(other));
+  greedy.send(proto::Get{greedy.next_request(), 1, 0, 4097});
+  const auto error = greedy.next_as<proto::ErrorMessage>();
+  EXPECT_NE(error.message.find("outside the grant"), std::string::npos) << error.message;
+  EXPECT_TRUE(greedy.wait_closed());
+
+  // The owner's session goes on as before.
+  EXPECT_EQ(hosts.a_client.get(1, 0, 16).size(), 16u);
+}
+
+TEST(HostToHost, AGrantEndsWithTheBufferAndWithItsOwner) {
+  const std::size_t bytes = 1 << 20;
+  TwoHosts hosts(bytes);
+  const auto secret = random_secret();
+  ASSERT_EQ(hosts.grant(47, secret, 1, 0, bytes).status, proto::Status::ok);
+  hosts.a_client.send(proto::Free{1});
+  hosts.a_client.stats();  // the free is handled before the stats
+  const auto ack = hosts.fetch(47, secret, 1, 0, bytes);
+  EXPECT_NE(ack.status, proto::Status::ok);
+  EXPECT_NE(ack.message.find("unknown, expired or used"), std::string::npos) << ack.message;
+
+  // A grant by a client that left is gone with it.
+  const auto other = random_secret();
+  {
+    TestClient owner(hosts.a.port());
+    owner.authenticate(FerrydProcess::default_token);
+    const auto data = pattern(4096);
+    ASSERT_EQ(owner.put(5, proto::DType::u8, 1, 4096, data.data(), 4096).status, proto::Status::ok);
+    owner.send(proto::GrantRead{owner.next_request(), 48, other, 5, 0, 4096, 60000});
+    ASSERT_EQ(owner.next_as<proto::PutAck>().status, proto::Status::ok);
+    owner.send(proto::Bye{proto::Status::ok, "done"});
+  }
+  // A handles the bye on its own time: ask until it refuses (never asserting how soon).
+  std::string why;
+  for (auto deadline = std::chrono::steady_clock::now() + 20s; why.empty() && std::chrono::steady_clock::now() < deadline;) {
+    TestClient late(hosts.a.port(), ferry::transport::capability_client(48));
+    ferry::transport::DialOptions options;
+    options.token = as_token(other);
+    try {
+      why = late.refusal(options);
+    } catch (const std::runtime_error&) {  // welcomed: the owner's session has not ended yet
+      std::this_thread::sleep_for(50ms);
+    }
+  }
+  EXPECT_NE(why.find("unknown, expired or used"), std::string::npos) << why;
+}
+
+TEST(HostToHost, AGrantIsRefusedForABufferTheClientDoesNotHold) {
+  TwoHosts hosts(4096);
+  EXPECT_EQ(hosts.grant(49, random_secret(), 9, 0, 16).status, proto::Status::unknown_buffer);
+  EXPECT_EQ(hosts.grant(50, random_secret(), 1, 4000, 100).status, proto::Status::bad_arguments);
+}
+
+// ---- the runtime: an edge between two hosts ----
+
+ferry::Runtime::Options two_remotes(FerrydProcess& a, FerrydProcess& b) {
+  ferry::Runtime::Options o;
+  o.workers = 2;
+  o.persist_perf_models = false;
+  o.read_environment = false;
+  o.remotes = {a.address(), b.address()};
+  o.token_file = a.token_file();  // the same token
+  o.trace = true;
+  o.auto_chunk = false;  // one task, one edge: what the counts below are about
+  return o;
+}
+
+ferry::OnOption on(FerrydProcess& server) { return ferry::on(ferry::remote(server.address())); }
+
+TEST(HostToHost, AnEdgeBetweenTwoHostsMovesNoByteThroughTheClient) {
+  FerrydProcess a, b;
+  ferry::Runtime rt(two_remotes(a, b));
+  const std::size_t n = std::size_t{1} << 21;  // 16 MiB of doubles
+  auto x = rt.buffer<double>(n);
+  rt.submit("fill", ferry::write(x), 3.0, on(a)).wait();
+  const auto a_before = rt.remote_stats(a.address());
+  const auto b_before = rt.remote_stats(b.address());
+  EXPECT_EQ(rt.submit("sum", ferry::read(x), on(b)).result(), 3.0 * static_cast<double>(n));
+  const auto a_after = rt.remote_stats(a.address());
+  const auto b_after = rt.remote_stats(b.address());
+  // Zero bytes through the client for that edge: nothing fetched from A, nothing shipped to B.
+  EXPECT_EQ(a_after.bytes_fetched, a_before.bytes_fetched);
+  EXPECT_EQ(b_after.bytes_shipped, b_before.bytes_shipped);
+  EXPECT_EQ(b_after.bytes_from_hosts - b_before.bytes_from_hosts, n * sizeof(double));
+  bool traced = false;
+  for (const auto& span : rt.trace()->transfers())
+    if (span.what.starts_with("host-to-host") && span.bytes == n * sizeof(double)) {
+      traced = true;
+      EXPECT_NE(span.link.find(a.address()), std::string::npos) << span.link;
+      EXPECT_NE(span.link.find(b.address()), std::string::npos) << span.link;
+      EXPECT_LT(span.link.find(a.address()), span.link.find(b.address())) << "from A to B: " << span.link;
+    }
+  EXPECT_TRUE(traced) << "no host-to-host span in the trace";
+  // A second reader on B finds it there; the host still gets the data when it asks.
+  EXPECT_EQ(rt.submit("sum", ferry::read(x), on(b)).result(), 3.0 * static_cast<double>(n));
+  EXPECT_EQ(rt.remote_stats(b.address()).bytes_from_hosts, b_after.bytes_from_hosts);
+  {
+    auto h = x.host_read();
+    EXPECT_TRUE(std::all_of(h.begin(), h.end(), [](double v) { return v == 3.0; }));
+  }
+  // Written on B after that: A's copy is stale and the host sees B's data.
+  rt.submit("scal", ferry::readwrite(x), 2.0, on(b)).wait();
+  auto h2 = x.host_read();
+  EXPECT_TRUE(std::all_of(h2.begin(), h2.end(), [](double v) { return v == 6.0; }));
+}
+
+TEST(HostToHost, SwitchedOffTheEdgeGoesThroughTheClient) {
+  FerrydProcess a, b;
+  auto options = two_remotes(a, b);
+  options.host_to_host = false;
+  ferry::Runtime rt(options);
+  const std::size_t n = std::size_t{1} << 18;
+  auto x = rt.buffer<double>(n);
+  rt.submit("fill", ferry::write(x), 2.0, on(a)).wait();
+  EXPECT_EQ(rt.submit("sum", ferry::read(x), on(b)).result(), 2.0 * static_cast<double>(n));
+  EXPECT_EQ(rt.remote_stats(b.address()).bytes_from_hosts, 0u);
+  EXPECT_EQ(rt.remote_stats(a.address()).bytes_fetched, n * sizeof(double));
+}
+
+TEST(HostToHost, TheSourceKilledDuringTheMoveStillGivesTheRightResult) {
+  FerrydProcess a, b;
+  auto options = two_remotes(a, b);
+  options.remote_policy = ferry::RemotePolicy::prefer;
+  ferry::Runtime rt(options);
+  const std::size_t n = std::size_t{16} << 20;  // 128 MiB of doubles: the move takes a while
+  auto x = rt.buffer<double>(n);
+  rt.submit("fill", ferry::write(x), 5.0, on(a)).wait();
+  // A dies (kill -9) as soon as B signs in there to fetch, or at worst just after.
+  std::atomic<bool> stop{false};
+  std::thread killer([&] {
+    while (!stop.load() && a.log().find("capability:") == std::string::npos) std::this_thread::sleep_for(1ms);
+    ::kill(a.pid(), SIGKILL);
+  });
+  const double sum = rt.submit("sum", ferry::read(x), on(b)).result();
+  stop.store(true);
+  killer.join();
+  EXPECT_EQ(sum, 5.0 * static_cast<double>(n));
+  {
+    auto h = x.host_read();
+    EXPECT_TRUE(std::all_of(h.begin(), h.end(), [](double v) { return v == 5.0; }));
+  }
+  // B lived through its source's death, and so did its session with this
+  // client (a fetch over a shared-memory lane once stalled B's worker).
+  EXPECT_EQ(b.wait_exit(0ms), -1) << "ferryd B exited; its log:\n" << b.log();
+  EXPECT_TRUE(rt.remote_stats(b.address()).connected) << rt.remote_stats(b.address()).down_reason;
+  // The program goes on: B still computes, the lost host's share on the CPU.
+  EXPECT_EQ(rt.submit("sum", ferry::read(x), on(b)).result(), 5.0 * static_cast<double>(n));
+  // B, whose fetch failed half-way, still stops cleanly (under ASan: without leaks).
+  EXPECT_EQ(b.stop(SIGTERM), 0) << b.log();
+}
+
+}  // namespace

@@ -1,0 +1,74 @@
+#include "capabilities.hpp"
+
+#include <algorithm>
+
+namespace ferry::ferryd {
+
+void Capabilities::expire(std::chrono::steady_clock::time_point now) {
+  std::erase_if(by_id_, [&](const auto& entry) { return entry.second.deadline <= now; });
+}
+
+bool Capabilities::add(Capability capability, std::string& why) {
+  std::lock_guard lock(mutex_);
+  expire(std::chrono::steady_clock::now());
+  if (auto it = by_id_.find(capability.id); it != by_id_.end()) {
+    // The same owner granting the same id again replaces it (a retry);
+    // another owner's id is not to be taken over.
+    if (it->second.owner != capability.owner) {
+      why = "capability " + std::to_string(capability.id) + " is in use";
+      return false;
+    }
+    it->second = std::move(capability);
+    return true;
+  }
+  const auto held = std::count_if(by_id_.begin(), by_id_.end(),
+                                  [&](const auto& entry) { return entry.second.owner == capability.owner; });
+  if (static_cast<std::size_t>(held) >= max_per_owner) {
+    why = "this client holds " + std::to_string(held) + " grants already (at most " + std::to_string(max_per_owner) +
+          ")";
+    return false;
+  }
+  const auto id = capability.id;
+  by_id_.emplace(id, std::move(capability));
+  return true;
+}
+
+std::optional<std::string> Capabilities::secret(std::uint64_t id) {
+  auto found = find(id);
+  if (!found || found->claimed) return std::nullopt;
+  return std::move(found->secret);
+}
+
+bool Capabilities::claim(std::uint64_t id) {
+  std::lock_guard lock(mutex_);
+  expire(std::chrono::steady_clock::now());
+  auto it = by_id_.find(id);
+  if (it == by_id_.end() || it->second.claimed) return false;
+  it->second.claimed = true;
+  return true;
+}
+
+std::optional<Capability> Capabilities::find(std::uint64_t id) {
+  std::lock_guard lock(mutex_);
+  expire(std::chrono::steady_clock::now());
+  auto it = by_id_.find(id);
+  if (it == by_id_.end()) return std::nullopt;
+  return it->second;
+}
+
+void Capabilities::drop_owner(const Session* owner) {
+  std::lock_guard lock(mutex_);
+  std::erase_if(by_id_, [&](const auto& entry) { return entry.second.owner == owner; });
+}
+
+void Capabilities::drop_buffer(const Session* owner, std::uint64_t buffer) {
+  std::lock_guard lock(mutex_);
+  std::erase_if(by_id_, [&](const auto& entry) { return entry.second.owner == owner && entry.second.buffer == buffer; });
+}
+
+std::size_t Capabilities::size() {
+  std::lock_guard lock(mutex_);
+  return by_id_.size();
+}
+
+}  // namespace ferry::ferryd

@@ -1,0 +1,62 @@
+// Capabilities that clients granted on this host (host-to-host transfers,
+// docs/security.md): each lets one peer — another ferryd the client named —
+// sign in with the capability's secret as its token and read one region of
+// one of the client's replicas, until its deadline, the client frees the
+// replica, or the client's session ends. Thread-safe: the bootstrap thread
+// asks for secrets, the progress thread adds, finds and drops.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+namespace ferry::ferryd {
+
+class Session;
+
+struct Capability {
+  std::uint64_t id = 0;
+  std::string secret;            // the token its peer signs in with
+  const Session* owner = nullptr;  // the granting session, for drop_owner (never dereferenced)
+  std::weak_ptr<Session> session;  // the same, to read its replica through
+  std::uint64_t buffer = 0, offset = 0, length = 0;
+  std::chrono::steady_clock::time_point deadline;
+  bool claimed = false;  // a peer signed in with it: no one else may (one use)
+
+  bool covers(std::uint64_t buf, std::uint64_t off, std::uint64_t len) const noexcept {
+    return buf == buffer && off >= offset && len <= length && off - offset <= length - len;
+  }
+};
+
+class Capabilities {
+ public:
+  // A client cannot make ferryd keep unbounded grants: past this many live
+  // ones, a grant is refused.
+  static constexpr std::size_t max_per_owner = 1024;
+
+  // False, saying why, when the id is taken or the owner holds too many.
+  bool add(Capability capability, std::string& why);
+  // The secret of a live capability no peer has claimed yet (bootstrap thread).
+  std::optional<std::string> secret(std::uint64_t id);
+  // The peer that signed in with it takes it: false when one did already
+  // (two raced through the handshake) or it is gone. Its session keeps
+  // using it (find); the secret lets no one else in.
+  bool claim(std::uint64_t id);
+  std::optional<Capability> find(std::uint64_t id);
+  void drop_owner(const Session* owner);
+  void drop_buffer(const Session* owner, std::uint64_t buffer);
+  std::size_t size();
+
+ private:
+  void expire(std::chrono::steady_clock::time_point now);  // mutex_ held
+
+  std::mutex mutex_;
+  std::map<std::uint64_t, Capability> by_id_;
+};
+
+}  // namespace ferry::ferryd

@@ -1,0 +1,54 @@
+// Host-to-host transfers, the fetching side: a client told this ferryd to
+// pull part of one of its replicas from another ferryd, which the client
+// granted a capability to read it (docs/protocol.md, grant and fetch). Each
+// fetch runs on a thread of its own, since dialling blocks and must not run
+// on the progress thread; it signs in at the source with the capability's
+// secret as its token, checks the source's host key against the one the
+// client pinned, and gets the bytes in chunks with a window in flight, each
+// received by UCX straight into the replica.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "ferry/transport/connection.hpp"
+#include "ferry/transport/protocol.hpp"
+#include "ferry/transport/worker.hpp"
+
+namespace ferry::ferryd {
+
+class PeerFetches {
+ public:
+  // Called on the progress thread: empty, or why the fetch failed.
+  using Done = std::function<void(const std::string& error)>;
+
+  explicit PeerFetches(std::shared_ptr<transport::Worker> worker) : worker_(std::move(worker)) {}
+  // Fails the fetches in flight (their connections close) and waits for their threads.
+  ~PeerFetches();
+  PeerFetches(const PeerFetches&) = delete;
+  PeerFetches& operator=(const PeerFetches&) = delete;
+
+  // `dest` receives fetch.length bytes and must stay valid until `done`
+  // ran; `keep` holds what owns it.
+  void start(protocol::Fetch fetch, std::byte* dest, std::shared_ptr<void> keep, Done done);
+  // Chunks of a fetch: at most this much per get, and this many gets in flight.
+  static constexpr std::size_t chunk_bytes = std::size_t{4} << 20;
+  static constexpr std::size_t window = 4;
+
+ private:
+  struct Job;
+  void run(const std::shared_ptr<Job>& job);
+
+  std::shared_ptr<transport::Worker> worker_;
+  std::mutex mutex_;
+  bool stopping_ = false;
+  std::list<std::shared_ptr<Job>> jobs_;
+  std::list<std::thread> threads_;
+};
+
+}  // namespace ferry::ferryd

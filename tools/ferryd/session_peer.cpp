@@ -1,0 +1,112 @@
+// Host-to-host transfers (docs/protocol.md, grant and fetch): a client
+// grants another ferryd the right to read part of one of its replicas here
+// (grant), and tells that ferryd to pull it (fetch); a capability peer is
+// that other ferryd, signed in with the grant's secret, which may read the
+// granted region and nothing else.
+#include <fmt/format.h>
+
+#include <chrono>
+
+#include "ferry/log.hpp"
+#include "ferry/printable.hpp"
+#include "session.hpp"
+
+namespace ferry::ferryd {
+
+using protocol::Status;
+using protocol::Type;
+
+void Session::on_grant(const protocol::GrantRead& grant) {
+  auto refuse = [&](Status status, std::string why) {
+    send(protocol::PutAck{grant.request, grant.buffer, status, std::move(why)});
+  };
+  auto it = replicas_.find(grant.buffer);
+  if (it == replicas_.end())
+    return refuse(Status::unknown_buffer, fmt::format("buffer {} is not held for this client", grant.buffer));
+  const auto& replica = it->second;
+  if (grant.offset > replica->bytes || grant.length > replica->bytes - grant.offset)
+    return refuse(Status::bad_arguments, fmt::format("bytes [{}, {}) lie outside buffer {} of {} bytes", grant.offset,
+                                                     grant.offset + grant.length, grant.buffer, replica->bytes));
+  Capability capability;
+  capability.id = grant.capability;
+  capability.secret.assign(reinterpret_cast<const char*>(grant.secret.data()), grant.secret.size());
+  capability.owner = this;
+  capability.session = weak_from_this();
+  capability.buffer = grant.buffer;
+  capability.offset = grant.offset;
+  capability.length = grant.length;
+  capability.deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(grant.lifetime_ms);
+  std::string why;
+  if (!server_.capabilities->add(std::move(capability), why)) return refuse(Status::bad_arguments, why);
+  audit("grant", {{"capability", grant.capability},
+                  {"buffer", grant.buffer},
+                  {"offset", grant.offset},
+                  {"length", grant.length},
+                  {"lifetime_ms", grant.lifetime_ms}});
+  send(protocol::PutAck{grant.request, grant.buffer, Status::ok, {}});
+}
+
+void Session::on_fetch(const protocol::Fetch& fetch) {
+  std::pair<Status, std::string> refusal;
+  auto replica = replica_for(fetch.buffer, fetch.dtype, fetch.rows, fetch.cols, "fetch", refusal);
+  if (!replica) return send(protocol::PutAck{fetch.request, fetch.buffer, refusal.first, std::move(refusal.second)});
+  if (!server_.fetches) server_.fetches = std::make_shared<PeerFetches>(server_.worker);
+  log().debug("client {}: fetching {} bytes of buffer {} from {} (capability {})", describe(), fetch.length,
+              fetch.buffer, printable(fetch.source), fetch.capability);
+  std::weak_ptr<Session> weak = weak_from_this();
+  server_.fetches->start(fetch, replica->host + fetch.offset, replica,
+                         [weak, fetch, replica](const std::string& error) {
+                           if (auto self = weak.lock()) self->fetched(fetch, replica, error);
+                         });
+}
+
+// `replica` is the one the bytes went to, which a free and a put of the
+// same id since may have replaced: only its bytes count as written.
+void Session::fetched(const protocol::Fetch& fetch, const std::shared_ptr<Replica>& replica, const std::string& error) {
+  if (state_ == State::closed) return;
+  audit("fetch", {{"source", fetch.source},
+                  {"capability", fetch.capability},
+                  {"buffer", fetch.buffer},
+                  {"bytes", fetch.length},
+                  {"status", error.empty() ? "ok" : "failed"}});
+  if (!error.empty()) {
+    log().info("client {}: fetching buffer {} from {} failed: {}", describe(), fetch.buffer, printable(fetch.source),
+               printable(error, 1024));
+    return send(protocol::PutAck{fetch.request, fetch.buffer, Status::internal,
+                                 fmt::format("fetching from {} failed: {}", fetch.source, error)});
+  }
+  // The bytes came from the client's own replica elsewhere: the client's data.
+  replica->spoiled.clear();
+  replica->written.add(fetch.offset, fetch.length);
+  if (replica->written.too_fragmented()) replica->written.zero_unwritten(replica->host);
+  send(protocol::PutAck{fetch.request, fetch.buffer, Status::ok, {}});
+}
+
+void Session::dispatch_capability(protocol::Message& message) {
+  const Type type = protocol::type_of(message);
+  // Anything but reading what was granted is refused, loudly: the peer is
+  // a host the client named, and it has no business asking for more.
+  auto refuse = [&](const std::string& why) {
+    audit("capability_refused", {{"capability", *capability_}, {"request", protocol::to_string(type)}, {"why", why}});
+    fail(Status::auth_failed, fmt::format("capability {}: {}", *capability_, why));
+  };
+  if (type == Type::ping) return send(protocol::Pong{std::get<protocol::Ping>(message).request});
+  if (type != Type::get) return refuse(fmt::format("a {} is not allowed: only gets of the granted region",
+                                                   protocol::to_string(type)));
+  const auto& get = std::get<protocol::Get>(message);
+  const auto capability = server_.capabilities->find(*capability_);
+  if (!capability) return refuse("the capability expired or was withdrawn");
+  if (!capability->covers(get.buffer, get.offset, get.length))
+    return refuse(fmt::format("bytes [{}, {}) of buffer {} lie outside the grant ([{}, {}) of buffer {})", get.offset,
+                              get.offset + get.length, get.buffer, capability->offset,
+                              capability->offset + capability->length, capability->buffer));
+  auto owner = capability->session.lock();
+  auto replica = owner ? owner->replica(get.buffer) : nullptr;
+  if (!replica) return refuse("the granting client freed the buffer or went away");
+  if (get.offset > replica->bytes || get.length > replica->bytes - get.offset)
+    return refuse(fmt::format("bytes [{}, {}) lie outside buffer {} of {} bytes", get.offset, get.offset + get.length,
+                              get.buffer, replica->bytes));
+  send_data(get, replica);
+}
+
+}  // namespace ferry::ferryd
