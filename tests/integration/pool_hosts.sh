@@ -86,6 +86,9 @@ tbf_burst() {  # 1 ms of traffic at the rate, at least 128 KiB (as samples/two_h
 
 ip netns add "$NS_CLIENT"
 ip -n "$NS_CLIENT" link set lo up
+# The client's namespace routes between the hosts, as the network between
+# the hosts of a pool would: host-to-host transfers cross it, not the client.
+ip netns exec "$NS_CLIENT" sysctl -qw net.ipv4.ip_forward=1
 client_devs=() hosts=()
 for i in "${!rates[@]}"; do
   ns=ferry-pool-host$i dev_c=ferry-pc$i dev_h=ferry-ph$i

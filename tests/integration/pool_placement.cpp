@@ -3,8 +3,10 @@
 // Checks that the scheduler weighs every host on its own: a tiled workload of
 // sleep_ms tasks (tests/plugins; a lane held without the CPU) spreads over
 // all three hosts, and transfer-heavy tasks go to the host on the best link.
-// The counts are of where tasks ran, never of how long they took. Exit 1 on a
-// failed check, with the placement table that explains the choice.
+// Then data made on one host and read on another moves between the two
+// hosts, not through the client. The counts are of where tasks ran and of
+// bytes, never of how long anything took. Exit 1 on a failed check, with the
+// placement table that explains the choice.
 //
 //   pool_placement SLEEP_PLUGIN     (FERRY_REMOTES, FERRY_POOL_HOSTS: pool_hosts.sh)
 #include <cstdio>
@@ -46,8 +48,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "pool_placement: expected three hosts, got %zu\n", hosts.size());
     return 2;
   }
-  // What other runs learnt must not decide this one.
+  // What other runs learnt must not decide this one; one task, one edge (3.).
   setenv("FERRY_PERFMODELS", "0", 1);
+  setenv("FERRY_AUTO_CHUNK", "0", 1);
   ferry::Runtime rt;
   rt.load_plugin(argv[1]);
 
@@ -66,9 +69,13 @@ int main(int argc, char** argv) {
   for (int i = 0; i < tiles; ++i)
     tasks.push_back(rt.submit("sleep_ms", ferry::readwrite(tile[i]), 30.0, ferry::on(ferry::remote())));
   std::vector<int> ran(hosts.size(), 0);
+  std::vector<std::string> address(hosts.size());  // "ip:port", as the runtime names the host
   for (auto& t : tasks) {
     t.wait();
-    if (int h = host_of(t.device(), hosts); h >= 0) ++ran[h];
+    if (int h = host_of(t.device(), hosts); h >= 0) {
+      ++ran[h];
+      address[h] = t.device().substr(std::string("remote:").size());
+    }
   }
   std::printf("tiles per host (1gbit, 200mbit, 50mbit): %d %d %d\n", ran[0], ran[1], ran[2]);
   for (std::size_t h = 0; h < hosts.size(); ++h)
@@ -93,5 +100,29 @@ int main(int argc, char** argv) {
               heavy_ran[1], heavy_ran[2]);
   std::printf("the last one's placement:\n%s\n", table.c_str());
   check(heavy_ran[0] >= judged - 1, "transfer-heavy tasks went to the host on the best link");
+
+  // 3. Host to host: data made on host 0 and read on host 1 moves between
+  // them (routed by the client's namespace, as by any router between two
+  // hosts), sealed, with the client's capability, and not through the
+  // client process.
+  if (address[0].empty() || address[1].empty()) {
+    check(false, "hosts 0 and 1 are known by address (they ran tiles)");
+    return 1;
+  }
+  constexpr std::size_t n = std::size_t{1} << 17;  // 1 MiB of doubles
+  auto made = rt.buffer<double>(n);
+  rt.submit("fill", ferry::write(made), 3.0, ferry::on(ferry::remote(address[0]))).wait();
+  const auto a_before = rt.remote_stats(address[0]), b_before = rt.remote_stats(address[1]);
+  const double sum = rt.submit("sum", ferry::read(made), ferry::on(ferry::remote(address[1]))).result();
+  const auto a_after = rt.remote_stats(address[0]), b_after = rt.remote_stats(address[1]);
+  std::printf("host to host: %zu bytes from host 0 to host 1; through the client: %zu fetched, %zu shipped\n",
+              static_cast<std::size_t>(b_after.bytes_from_hosts - b_before.bytes_from_hosts),
+              static_cast<std::size_t>(a_after.bytes_fetched - a_before.bytes_fetched),
+              static_cast<std::size_t>(b_after.bytes_shipped - b_before.bytes_shipped));
+  check(sum == 3.0 * static_cast<double>(n), "host 1 read what host 0 made");
+  check(b_after.bytes_from_hosts - b_before.bytes_from_hosts == n * sizeof(double),
+        "host 1 fetched the data from host 0 itself");
+  check(a_after.bytes_fetched == a_before.bytes_fetched && b_after.bytes_shipped == b_before.bytes_shipped,
+        "no byte of that edge went through the client");
   return failed ? 1 : 0;
 }
