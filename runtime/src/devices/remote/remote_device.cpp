@@ -612,6 +612,7 @@ void RemoteDevice::enqueue(TaskRecord* task) {
   {
     std::lock_guard lock(queue_mutex_);
     const auto now = std::chrono::steady_clock::now();
+    if (forwarded) ++queued_forwarded_;
     queue_.push_back({task, false, {}, std::move(forwarded), now});
     // Decided under the lock, after the push: a reply that comes meanwhile
     // finds the job queued (reply_came), one that came before is seen here.
@@ -631,8 +632,7 @@ bool RemoteDevice::takeable(const Job& job, std::chrono::steady_clock::time_poin
 
 void RemoteDevice::reply_came(bool all) {
   std::lock_guard lock(queue_mutex_);
-  const bool deferred = std::any_of(queue_.begin(), queue_.end(), [](const Job& j) { return j.forwarded != nullptr; });
-  if (!deferred) return;
+  if (queued_forwarded_ == 0) return;
   if (all) queue_cv_.notify_all();
   else queue_cv_.notify_one();
 }
@@ -668,6 +668,7 @@ bool RemoteDevice::run_for_waiter(TaskRecord* task) {
     std::lock_guard lock(queue_mutex_);
     auto it = std::find_if(queue_.begin(), queue_.end(), [&](const Job& j) { return !j.prefetch && j.task == task; });
     if (it == queue_.end()) return false;
+    if (it->forwarded) --queued_forwarded_;
     queue_.erase(it);
   }
   if (run_here(task, options_.proxies)) core_.finish(task, nullptr);  // successors go to their devices
@@ -702,6 +703,7 @@ void RemoteDevice::proxy_loop(unsigned slot) {
         else queue_cv_.wait_for(lock, deferral_limit / 5);
       }
       job = std::move(*next);
+      if (job.forwarded) --queued_forwarded_;
       queue_.erase(next);
     }
     if (job.prefetch) {

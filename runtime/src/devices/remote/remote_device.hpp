@@ -294,6 +294,7 @@ class RemoteDevice final : public Device, public NodeLink {
   // wake every idle proxy (each round trip paid one wake-up per proxy).
   std::condition_variable drained_cv_;
   std::deque<Job> queue_;
+  std::size_t queued_forwarded_ = 0;  // jobs in queue_ with `forwarded` set: reply_came need not scan
   std::atomic<std::size_t> active_{0};
   std::vector<std::thread> proxies_;
   std::vector<int> lanes_;
