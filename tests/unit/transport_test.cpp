@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <map>
+#include <set>
 #include <chrono>
 #include <condition_variable>
 #include <csignal>
@@ -31,6 +33,8 @@
 #include "ferry/transport/bootstrap.hpp"
 #include "ferry/transport/worker.hpp"
 #include "bootstrap_pair.hpp"
+#include "crypto_threads.hpp"
+#include "staging_pool.hpp"
 
 namespace ferry::transport {
 namespace {
@@ -858,6 +862,78 @@ TEST(SealedConnection, OpensHeadersAndPayloadsOfEverySize) {
   EXPECT_EQ(pair.errors.size(), 0u);
 }
 
+TEST(SealedConnection, LargePayloadsOpenedOffTheProgressThreadStayIntact) {
+  SealedPair pair;
+  std::vector<Bytes> sent;
+  for (int i = 0; i < 6; ++i) {
+    sent.push_back(random_bytes((i % 2 == 0 ? (1 << 20) + 3 * i : 1000), 20 + i));
+    EXPECT_EQ(pair.send(pair.seal("m" + std::to_string(i), sent.back())), "");
+  }
+  auto got = pair.inbox.wait(6);
+  ASSERT_EQ(got.size(), 6u);
+  // In the order each payload finished: a small one may overtake a large one.
+  std::set<std::string> seen;
+  for (const auto& message : got) {
+    ASSERT_EQ(message.header.substr(0, 1), "m");
+    const int i = std::stoi(message.header.substr(1));
+    ASSERT_TRUE(i >= 0 && i < 6) << message.header;
+    seen.insert(message.header);
+    EXPECT_EQ(message.error, "");
+    EXPECT_TRUE(message.payload == sent[i]) << "payload " << i;
+  }
+  EXPECT_EQ(seen.size(), 6u);
+  EXPECT_EQ(pair.errors.size(), 0u);
+}
+
+TEST(StagingPool, HandsBackAFreedBufferOfASimilarSizeOnly) {
+  StagingPool pool(8 << 20, 64 << 10);
+  std::byte* first = nullptr;
+  {
+    auto buffer = pool.take(1 << 20);
+    first = buffer.get();
+  }
+  EXPECT_EQ(pool.idle_bytes(), std::size_t{1} << 20);
+  {
+    auto again = pool.take((1 << 20) - 100);
+    EXPECT_EQ(again.get(), first) << "a freed buffer that fits was not reused";
+    EXPECT_EQ(pool.idle_bytes(), 0u);
+    auto small = pool.take(300 << 10);  // the 1 MiB one is taken; and one over twice the size is never handed out
+    EXPECT_NE(small.get(), first);
+  }
+  EXPECT_NE(pool.take(100 << 10).get(), first) << "a buffer over twice the size was handed out";
+  // Idle buffers never exceed the limit.
+  {
+    std::vector<std::shared_ptr<std::byte[]>> many;
+    for (int i = 0; i < 12; ++i) many.push_back(pool.take(1 << 20));
+  }
+  EXPECT_LE(pool.idle_bytes(), std::size_t{8} << 20);
+}
+
+TEST(CryptoThreads, RunsEachKeysJobsInOrderOnOneThreadAndFinishesTheQueueBeforeItGoes) {
+  std::mutex mutex;
+  std::map<std::size_t, std::vector<int>> order;
+  std::map<std::size_t, std::set<std::thread::id>> threads;
+  {
+    CryptoThreads pool(2);
+    for (int i = 0; i < 60; ++i) {
+      const std::size_t key = static_cast<std::size_t>(i % 3);
+      pool.run(key, [&, key, i] {
+        if (i % 7 == 0) std::this_thread::sleep_for(1ms);
+        std::lock_guard lock(mutex);
+        order[key].push_back(i);
+        threads[key].insert(std::this_thread::get_id());
+      });
+    }
+  }
+  ASSERT_EQ(order.size(), 3u);
+  for (auto& [key, seen] : order) {
+    EXPECT_EQ(seen.size(), 20u) << "key " << key;
+    EXPECT_TRUE(std::is_sorted(seen.begin(), seen.end())) << "key " << key << " ran out of order";
+    EXPECT_EQ(threads[key].size(), 1u) << "key " << key;
+    EXPECT_EQ(threads[key].count(std::this_thread::get_id()), 0u);
+  }
+}
+
 TEST(SealedConnection, ReplayedMessageDropsTheConnection) {
   SealedPair pair;
   const auto message = pair.seal("once");
@@ -890,9 +966,12 @@ TEST(SealedConnection, TamperedHeaderIsNotDelivered) {
 }
 
 TEST(SealedConnection, TamperedOrTruncatedPayloadWritesNothing) {
+  // 100000 bytes are opened on the progress thread, 1 MiB on a crypto thread.
+  for (const std::size_t bytes : {std::size_t{100000}, std::size_t{1} << 20})
   for (const bool truncate : {false, true}) {
+    SCOPED_TRACE(std::to_string(bytes) + " bytes");
     SealedPair pair;
-    auto message = pair.seal("data", random_bytes(100000, 8));
+    auto message = pair.seal("data", random_bytes(bytes, 8));
     if (truncate) {
       message.payload.pop_back();
     } else {

@@ -29,6 +29,14 @@ class ConnectionImpl final : public Connection {
   bool encrypted() const noexcept override { return channel_ != nullptr; }
   // Before any message: seals and opens every message from now on.
   void secure(std::unique_ptr<SecureChannel> channel) { channel_ = std::move(channel); }
+  // Where sealed payloads are staged, both ways (any thread).
+  StagingPool& staging() noexcept;
+  CryptoThreads& openers() noexcept;
+  void post(std::function<void()> fn);  // to the progress thread
+  // Opens message `number`'s sealed payload in place and, once it
+  // authenticated, copies the plaintext to dest; false (dest untouched) if
+  // it did not. Any thread.
+  bool open_payload(std::uint64_t number, std::byte* sealed, std::size_t wire, void* dest) const;
 
   // Progress thread only, from here on.
 

@@ -18,6 +18,8 @@
 
 #include "ferry/transport/worker.hpp"
 #include "slab_registry.hpp"
+#include "crypto_threads.hpp"
+#include "staging_pool.hpp"
 
 namespace ferry::transport {
 
@@ -78,6 +80,7 @@ struct Worker::Impl {
   std::size_t closing = 0;  // endpoint closes still in flight
   std::unique_ptr<SlabRegistry> slabs;  // registered pool slabs; stopped before the context goes
   bool shutting_down = false;
+  StagingPool staging;  // sealed payloads of encrypted connections, any thread
 
   ~Impl();
   void run();
@@ -104,6 +107,11 @@ struct Worker::Impl {
   bool poll_for_work();
   bool wait(int timeout_ms, std::unique_lock<std::mutex>& serial_lock);
   void shutdown(std::unique_lock<std::mutex>& serial_lock);
+
+ public:
+  // Last, so it goes first: its threads finish their jobs (which post to
+  // this worker) while the rest is still here.
+  CryptoThreads openers{CryptoThreads::default_threads()};
 };
 
 }  // namespace ferry::transport
