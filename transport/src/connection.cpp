@@ -138,9 +138,13 @@ class OpenedMessage final : public Incoming {
       // answer comes back to it, as an inline open's would.
       const auto key = reinterpret_cast<std::uintptr_t>(connection.get()) / alignof(ConnectionImpl);
       connection->openers().run(key, [connection, number, staging, wire, dest, done = std::move(done)]() mutable {
-        auto opened = std::make_shared<bool>(connection->open_payload(number, staging.get(), wire, dest));
-        connection->post([connection, opened, done = std::move(done)] {
-          if (*opened) return notify(done, {});
+        const bool opened = connection->open_payload(number, staging.get(), wire, dest);
+        // The connection moves on to the progress thread: were this thread
+        // to drop the last reference, the worker it keeps alive would end
+        // here and join this very thread.
+        auto& target = *connection;
+        target.post([connection = std::move(connection), opened, done = std::move(done)] {
+          if (opened) return notify(done, {});
           const std::string why = "a payload failed authentication (tampered or truncated)";
           connection->reject(why);
           notify(done, why);
