@@ -90,6 +90,44 @@ TEST(HostToHost, FetchWithTheOwnersCapabilityMovesTheBytesFromHostToHost) {
   EXPECT_EQ(hosts.a.stop(SIGTERM), 0) << hosts.a.log();
 }
 
+// Each host fetching from the other at the same moment, round after round:
+// both dials come up between the same two hosts at once. UCX pairs the
+// endpoints of a link by the order each side created them, and with both
+// sides dialing from the worker they serve on, those orders could differ:
+// one link's messages then arrived on the other and failed authentication
+// (each fetch refused, the data moved through the client instead).
+TEST(HostToHost, TwoHostsFetchingFromEachOtherAtOnceBothSucceed) {
+  const std::size_t bytes = 4096 + 5;
+  TwoHosts hosts(bytes);
+  const auto b_data = pattern(bytes + 1);  // another pattern on B
+  hosts.b_client.put_all(1, proto::DType::u8, 1, bytes, b_data.data() + 1, bytes, 1 << 20);
+  const auto b_key = hosts.b_client.host_key();
+  for (std::uint64_t round = 0; round < 12; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    const auto secret_a = random_secret(), secret_b = random_secret();
+    ASSERT_EQ(hosts.grant(100 + round, secret_a, 1, 0, bytes).status, proto::Status::ok);
+    hosts.b_client.send(proto::GrantRead{hosts.b_client.next_request(), 200 + round, secret_b, 1, 0, bytes, 60000});
+    ASSERT_EQ(hosts.b_client.next_as<proto::PutAck>().status, proto::Status::ok);
+    // Both fetches asked for before either answers.
+    hosts.b_client.send(proto::Fetch{hosts.b_client.next_request(), 2, proto::DType::u8, 1, bytes, 0, bytes,
+                                     hosts.a.address(), hosts.a_key, 100 + round, secret_a, 1, 0});
+    hosts.a_client.send(proto::Fetch{hosts.a_client.next_request(), 2, proto::DType::u8, 1, bytes, 0, bytes,
+                                     hosts.b.address(), b_key, 200 + round, secret_b, 1, 0});
+    const auto at_b = hosts.b_client.next_as<proto::PutAck>(60s);
+    const auto at_a = hosts.a_client.next_as<proto::PutAck>(60s);
+    ASSERT_EQ(at_b.status, proto::Status::ok) << "B from A: " << at_b.message;
+    ASSERT_EQ(at_a.status, proto::Status::ok) << "A from B: " << at_a.message;
+    const auto on_b = hosts.b_client.get(2, 0, bytes);
+    const auto on_a = hosts.a_client.get(2, 0, bytes);
+    ASSERT_EQ(on_b.size(), bytes);
+    ASSERT_EQ(on_a.size(), bytes);
+    EXPECT_EQ(std::memcmp(on_b.data(), hosts.data.data(), bytes), 0);
+    EXPECT_EQ(std::memcmp(on_a.data(), b_data.data() + 1, bytes), 0);
+  }
+  EXPECT_EQ(hosts.a.log().find("failed authentication"), std::string::npos) << hosts.a.log();
+  EXPECT_EQ(hosts.b.log().find("failed authentication"), std::string::npos) << hosts.b.log();
+}
+
 TEST(HostToHost, PartOfAGrantedRegionCanBeFetched) {
   const std::size_t bytes = 1 << 20;
   TwoHosts hosts(bytes);

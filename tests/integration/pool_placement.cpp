@@ -51,10 +51,6 @@ int main(int argc, char** argv) {
   // What other runs learnt must not decide this one; one task, one edge (3.).
   setenv("FERRY_PERFMODELS", "0", 1);
   setenv("FERRY_AUTO_CHUNK", "0", 1);
-  // Placement first, with every move through the client: two ferryd moving
-  // data to each other at the same moment, each dialing the other, is a
-  // known failure (docs/protocol.md, grant and fetch) that 3. must not meet.
-  setenv("FERRY_HOST_TO_HOST", "0", 1);
   ferry::Runtime rt;
   rt.load_plugin(argv[1]);
 
@@ -113,8 +109,7 @@ int main(int argc, char** argv) {
     check(false, "hosts 0 and 1 are known by address (they ran tiles)");
     return 1;
   }
-  setenv("FERRY_HOST_TO_HOST", "1", 1);
-  ferry::Runtime direct;  // a runtime of its own: one edge, A to B
+  ferry::Runtime direct;  // a runtime of its own: one edge, A to B, whatever the tiles left where
   constexpr std::size_t n = std::size_t{1} << 17;  // 1 MiB of doubles
   auto made = direct.buffer<double>(n);
   direct.submit("fill", ferry::write(made), 3.0, ferry::on(ferry::remote(address[0]))).wait();

@@ -6,6 +6,7 @@
 #include <deque>
 #include <future>
 
+#include "ferry/allocator/slab_pool.hpp"
 #include "ferry/error.hpp"
 #include "ferry/log.hpp"
 #include "ferry/transport/address.hpp"
@@ -25,6 +26,11 @@ struct PeerFetches::Job {
   std::shared_ptr<transport::Connection> connection;  // once dialled
   std::thread::id thread;
 };
+
+PeerFetches::PeerFetches(std::shared_ptr<transport::Worker> worker, std::shared_ptr<SlabPool> pool)
+    : worker_(std::move(worker)), fetch_worker_(transport::Worker::create({"ferryd-fetch"})) {
+  if (pool) fetch_worker_->register_slabs(std::move(pool));
+}
 
 PeerFetches::~PeerFetches() {
   std::list<std::thread> threads;
@@ -103,9 +109,12 @@ void PeerFetches::run(const std::shared_ptr<Job>& job) {
     // error handling notices that without stalling this worker.
     options.shared_memory_lane = false;
     auto rpc = job->rpc;
+    std::unique_lock dialing(dial_mutex_);
     auto dialed = transport::dial(
-        worker_, host, port, options, [rpc](transport::Connection&, transport::Incoming& in) { on_reply(*rpc, in); },
+        fetch_worker_, host, port, options,
+        [rpc](transport::Connection&, transport::Incoming& in) { on_reply(*rpc, in); },
         [rpc](transport::Connection&, const std::string& why) { rpc->fail_all(why); });
+    dialing.unlock();
     {
       std::lock_guard lock(job->mutex);
       job->connection = dialed.connection;
@@ -151,10 +160,10 @@ void PeerFetches::run(const std::shared_ptr<Job>& job) {
   // too. The connection closes once its sends have completed (a failed fetch
   // may leave gets in flight), and the job, whose RpcClient their completions
   // reach, lives until then.
-  worker_->post([job, connection, error] {
-    if (connection) connection->flush([job, connection](const std::string&) { connection->close(); });
-    job->done(error);
+  if (connection) fetch_worker_->post([job, connection] {
+    connection->flush([job, connection](const std::string&) { connection->close(); });
   });
+  worker_->post([job, error] { job->done(error); });
   std::lock_guard lock(mutex_);
   jobs_.remove(job);
 }

@@ -6,6 +6,15 @@
 // secret as its token, checks the source's host key against the one the
 // client pinned, and gets the bytes in chunks with a window in flight, each
 // received by UCX straight into the replica.
+//
+// Fetches dial from a UCX worker of their own. UCX pairs the two endpoints
+// of a link by the order each side created its endpoints to the other's
+// worker; when two ferryd fetch from each other at once, or one ferryd
+// dials the same source twice at once, the orders can differ on the two
+// sides and UCX pairs one link's end with another's: every message then
+// fails authentication. With their own worker, a ferryd's outgoing fetches
+// and the connections it serves are never between the same two workers,
+// and dials from it take turns (only the dial: the gets run in parallel).
 #pragma once
 
 #include <cstddef>
@@ -20,6 +29,10 @@
 #include "ferry/transport/protocol.hpp"
 #include "ferry/transport/worker.hpp"
 
+namespace ferry {
+class SlabPool;
+}
+
 namespace ferry::ferryd {
 
 class PeerFetches {
@@ -27,7 +40,10 @@ class PeerFetches {
   // Called on the progress thread: empty, or why the fetch failed.
   using Done = std::function<void(const std::string& error)>;
 
-  explicit PeerFetches(std::shared_ptr<transport::Worker> worker) : worker_(std::move(worker)) {}
+  // `worker` is the server's: `done` runs on its progress thread. Replicas
+  // fetched into live in `pool` (may be null), registered with the fetches'
+  // worker too.
+  PeerFetches(std::shared_ptr<transport::Worker> worker, std::shared_ptr<SlabPool> pool);
   // Fails the fetches in flight (their connections close) and waits for their threads.
   ~PeerFetches();
   PeerFetches(const PeerFetches&) = delete;
@@ -44,7 +60,9 @@ class PeerFetches {
   struct Job;
   void run(const std::shared_ptr<Job>& job);
 
-  std::shared_ptr<transport::Worker> worker_;
+  std::shared_ptr<transport::Worker> worker_;        // the server's
+  std::shared_ptr<transport::Worker> fetch_worker_;  // the fetches' own
+  std::mutex dial_mutex_;                            // one dial at a time from fetch_worker_
   std::mutex mutex_;
   bool stopping_ = false;
   std::list<std::shared_ptr<Job>> jobs_;

@@ -7,6 +7,7 @@
 
 #include <chrono>
 
+#include "ferry/allocator/slab_pool.hpp"
 #include "ferry/log.hpp"
 #include "ferry/printable.hpp"
 #include "session.hpp"
@@ -50,7 +51,9 @@ void Session::on_fetch(const protocol::Fetch& fetch) {
   std::pair<Status, std::string> refusal;
   auto replica = replica_for(fetch.buffer, fetch.dtype, fetch.rows, fetch.cols, "fetch", refusal);
   if (!replica) return send(protocol::PutAck{fetch.request, fetch.buffer, refusal.first, std::move(refusal.second)});
-  if (!server_.fetches) server_.fetches = std::make_shared<PeerFetches>(server_.worker);
+  if (!server_.fetches)
+    server_.fetches =
+        std::make_shared<PeerFetches>(server_.worker, std::dynamic_pointer_cast<SlabPool>(server_.runtime.host_memory()));
   log().debug("client {}: fetching {} bytes of buffer {} from {} (capability {})", describe(), fetch.length,
               fetch.buffer, printable(fetch.source), fetch.capability);
   std::weak_ptr<Session> weak = weak_from_this();
