@@ -152,7 +152,8 @@ int main(int argc, char** argv) {
 
   const Cipher chosen = preferred_cipher();
   const double chosen_gbps = seal_gbps(chosen, seconds);
-  fmt::print("AEAD seal on one core, 4 MiB messages: {} {:.2f} GB/s", to_string(chosen), chosen_gbps);
+  fmt::print("AEAD seal on one core, 4 MiB messages: {} ({}) {:.2f} GB/s", to_string(chosen), cipher_engine(chosen),
+             chosen_gbps);
   if (chosen != Cipher::xchacha20poly1305)
     fmt::print("; {} {:.2f} GB/s", to_string(Cipher::xchacha20poly1305),
                seal_gbps(Cipher::xchacha20poly1305, seconds));

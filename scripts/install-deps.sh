@@ -18,6 +18,13 @@ packages=(
   python3-dev python3-venv          # the ferry Python package (built by pip into a virtual environment)
 )
 
+# Intel's multi-buffer crypto library seals AES-256-GCM 2-3x faster than
+# OpenSSL 3.0 on x86 (optional: the build falls back to OpenSSL); Debian
+# builds it for amd64 only.
+if [ "$(dpkg --print-architecture 2>/dev/null)" = amd64 ]; then
+  packages+=(libipsec-mb-dev)
+fi
+
 missing=()
 for pkg in "${packages[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed'; then

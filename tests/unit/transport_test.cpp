@@ -776,6 +776,33 @@ TEST(SecureChannel, OpensWhatItsPeerSealedInOrderOnly) {
 // opens what the channel sealed with OpenSSL (message 0's payload: nonce =
 // the number's 8 little-endian bytes, then 1 for "payload", no associated
 // data), and a flipped bit anywhere fails it.
+// The other way: what libsodium seals (the standard format) the channel
+// opens, and refuses once altered, whichever library the channel uses
+// (cipher_engine says; libipsec-mb where built with it).
+TEST(SecureChannel, AesGcmOpensWhatLibsodiumSeals) {
+  ASSERT_GE(sodium_init(), 0);
+  if (crypto_aead_aes256gcm_is_available() == 0) GTEST_SKIP() << "libsodium's AES-256-GCM needs AES-NI and PCLMUL";
+  SessionKey key{};
+  for (std::size_t i = 0; i < key.size(); ++i) key[i] = static_cast<std::uint8_t>(i * 5 + 3);
+  for (const std::size_t bytes : {std::size_t{1}, std::size_t{4097}, (std::size_t{1} << 20) + 7}) {
+    SCOPED_TRACE(std::to_string(bytes) + " bytes, opened by " + cipher_engine(Cipher::aes256gcm));
+    SecureChannel channel(Cipher::aes256gcm, key, key);
+    const Bytes payload = random_bytes(bytes, 12);
+    std::array<unsigned char, crypto_aead_aes256gcm_NPUBBYTES> nonce{};
+    nonce[8] = 1;  // message 0's payload
+    Bytes sealed(bytes + seal_overhead);
+    unsigned long long written = 0;
+    crypto_aead_aes256gcm_encrypt(reinterpret_cast<unsigned char*>(sealed.data()), &written,
+                                  reinterpret_cast<const unsigned char*>(payload.data()), bytes, nullptr, 0, nullptr,
+                                  nonce.data(), key.data());
+    Bytes altered = sealed;
+    altered[bytes / 3] ^= std::byte{4};
+    EXPECT_FALSE(channel.open_payload(0, altered));
+    ASSERT_TRUE(channel.open_payload(0, sealed));
+    EXPECT_TRUE(std::equal(payload.begin(), payload.end(), sealed.begin()));
+  }
+}
+
 TEST(SecureChannel, AesGcmSealIsWhatLibsodiumOpens) {
   ASSERT_GE(sodium_init(), 0);
   if (crypto_aead_aes256gcm_is_available() == 0) GTEST_SKIP() << "libsodium's AES-256-GCM needs AES-NI and PCLMUL";

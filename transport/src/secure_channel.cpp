@@ -2,6 +2,9 @@
 
 #include <openssl/evp.h>
 #include <sodium.h>
+#ifdef FERRY_HAVE_IPSEC_MB
+#include <intel-ipsec-mb.h>
+#endif
 
 #include <algorithm>
 #include <climits>
@@ -99,8 +102,85 @@ bool gcm_open(const SessionKey& key, const Nonce& nonce, const unsigned char* se
          EVP_DecryptFinal_ex(ctx, out + plain, &written) == 1;
 }
 
+#ifdef FERRY_HAVE_IPSEC_MB
+// AES-256-GCM through Intel's multi-buffer crypto library (libipsec-mb,
+// Debian amd64), where the CPU has AES-NI: its AVX-512/VAES code seals and
+// opens 2-3x faster than OpenSSL 3.0's (Debian 12's OpenSSL has no VAES GCM;
+// 3.2 added one), and on an encrypted link the seal is the CPU the bulk
+// data costs. Same standard format. A manager per thread: it is cheap to
+// share but its error number is per manager.
+struct ImbManager {
+  IMB_MGR* mgr = alloc_mb_mgr(0);
+  IMB_ARCH arch = IMB_ARCH_NONE;
+  ImbManager() {
+    if (mgr != nullptr) init_mb_mgr_auto(mgr, &arch);
+  }
+  ~ImbManager() {
+    if (mgr != nullptr) free_mb_mgr(mgr);
+  }
+  ImbManager(const ImbManager&) = delete;
+  ImbManager& operator=(const ImbManager&) = delete;
+};
+
+IMB_MGR* imb_manager() {
+  thread_local ImbManager holder;
+  return holder.mgr;
+}
+
+bool imb_usable() {
+  static const bool usable = [] {
+    ImbManager probe;
+    return probe.mgr != nullptr && probe.arch > IMB_ARCH_NOAESNI && imb_get_errno(probe.mgr) == 0;
+  }();
+  return usable;
+}
+
+// The key schedule and hash-key powers, per message (about 130 ns), wiped after.
+struct ImbKey {
+  gcm_key_data data;
+  ImbKey(IMB_MGR* mgr, const SessionKey& key) { IMB_AES256_GCM_PRE(mgr, key.data(), &data); }
+  ~ImbKey() { sodium_memzero(&data, sizeof data); }
+};
+
+// A non-null pointer for empty input, which the library refuses as null.
+const unsigned char* nonnull(const unsigned char* p) {
+  static const unsigned char empty = 0;
+  return p != nullptr ? p : &empty;
+}
+
+void imb_seal(const SessionKey& key, const Nonce& nonce, const unsigned char* plain, std::size_t bytes,
+              const unsigned char* ad, std::size_t ad_bytes, unsigned char* out) {
+  IMB_MGR* mgr = imb_manager();
+  if (mgr == nullptr) throw Error("libipsec-mb could not allocate a manager");
+  ImbKey expanded(mgr, key);
+  gcm_context_data context;
+  IMB_AES256_GCM_ENC(mgr, &expanded.data, &context, out, nonnull(plain), bytes, nonce.data(), nonnull(ad), ad_bytes,
+                     out + bytes, seal_overhead);
+  if (imb_get_errno(mgr) != 0) throw Error(std::string("libipsec-mb refused to seal a message: ") +
+                                           imb_get_strerror(imb_get_errno(mgr)));
+}
+
+bool imb_open(const SessionKey& key, const Nonce& nonce, const unsigned char* sealed, std::size_t bytes,
+              const unsigned char* ad, std::size_t ad_bytes, unsigned char* out) {
+  IMB_MGR* mgr = imb_manager();
+  if (mgr == nullptr) return false;
+  const std::size_t plain = bytes - seal_overhead;
+  std::array<unsigned char, seal_overhead> tag, computed;
+  std::memcpy(tag.data(), sealed + plain, tag.size());  // before an in-place open can reach it
+  ImbKey expanded(mgr, key);
+  gcm_context_data context;
+  unsigned char scratch = 0;  // where an empty plaintext "goes"
+  IMB_AES256_GCM_DEC(mgr, &expanded.data, &context, plain == 0 ? &scratch : out, nonnull(sealed), plain,
+                     nonce.data(), nonnull(ad), ad_bytes, computed.data(), computed.size());
+  return imb_get_errno(mgr) == 0 && sodium_memcmp(computed.data(), tag.data(), tag.size()) == 0;
+}
+#endif
+
 void encrypt(Cipher cipher, const SessionKey& key, const Nonce& nonce, const std::byte* plain, std::size_t bytes,
              const unsigned char* ad, std::size_t ad_bytes, std::byte* out) {
+#ifdef FERRY_HAVE_IPSEC_MB
+  if (cipher == Cipher::aes256gcm && imb_usable()) return imb_seal(key, nonce, u8(plain), bytes, ad, ad_bytes, u8(out));
+#endif
   if (cipher == Cipher::aes256gcm) return gcm_seal(key, nonce, u8(plain), bytes, ad, ad_bytes, u8(out));
   unsigned long long written = 0;
   crypto_aead_xchacha20poly1305_ietf_encrypt(u8(out), &written, u8(plain), bytes, ad, ad_bytes, nullptr,
@@ -112,6 +192,10 @@ void encrypt(Cipher cipher, const SessionKey& key, const Nonce& nonce, const std
 bool decrypt(Cipher cipher, const SessionKey& key, const Nonce& nonce, const std::byte* sealed, std::size_t bytes,
              const unsigned char* ad, std::size_t ad_bytes, std::byte* out) {
   if (bytes < seal_overhead) return false;
+#ifdef FERRY_HAVE_IPSEC_MB
+  if (cipher == Cipher::aes256gcm && imb_usable())
+    return imb_open(key, nonce, u8(sealed), bytes, ad, ad_bytes, u8(out));
+#endif
   if (cipher == Cipher::aes256gcm) return gcm_open(key, nonce, u8(sealed), bytes, ad, ad_bytes, u8(out));
   unsigned long long written = 0;
   return crypto_aead_xchacha20poly1305_ietf_decrypt(u8(out), &written, nullptr, u8(sealed), bytes, ad, ad_bytes,
@@ -122,6 +206,14 @@ bool decrypt(Cipher cipher, const SessionKey& key, const Nonce& nonce, const std
 
 const char* to_string(Cipher cipher) noexcept {
   return cipher == Cipher::aes256gcm ? "AES-256-GCM" : "XChaCha20-Poly1305";
+}
+
+const char* cipher_engine(Cipher cipher) {
+  if (cipher != Cipher::aes256gcm) return "libsodium";
+#ifdef FERRY_HAVE_IPSEC_MB
+  if (imb_usable()) return "libipsec-mb";
+#endif
+  return "OpenSSL";
 }
 
 Cipher preferred_cipher() {

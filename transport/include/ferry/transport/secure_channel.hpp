@@ -18,7 +18,10 @@ using SessionKey = std::array<std::uint8_t, 32>;
 
 enum class Cipher : std::uint8_t { aes256gcm, xchacha20poly1305 };
 const char* to_string(Cipher cipher) noexcept;
-// AES-256-GCM (sealed by OpenSSL) where the CPU has AES-NI and PCLMUL
+// The library that seals and opens `cipher` in this process: "libipsec-mb"
+// (Intel's, when built with it and the CPU has AES-NI), "OpenSSL" or "libsodium".
+const char* cipher_engine(Cipher cipher);
+// AES-256-GCM (sealed by libipsec-mb or OpenSSL) where the CPU has AES-NI and PCLMUL
 // (libsodium's crypto_aead_aes256gcm_is_available), XChaCha20-Poly1305
 // (libsodium) elsewhere, where AES in software would be slower than it.
 Cipher preferred_cipher();
