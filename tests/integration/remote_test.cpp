@@ -1,6 +1,8 @@
 // A runtime offloading to real ferryd processes over real UCX (loopback).
 #include <gtest/gtest.h>
 
+#include <sstream>
+
 #include <csignal>
 #include <cstdlib>
 #include <random>
@@ -298,6 +300,59 @@ TEST(Remote, ANewHostStartsFromItsMeasuredPeak) {
   EXPECT_NE(why.find("(probe, 0)"), std::string::npos) << why;
   EXPECT_EQ(why.find("(hint, 0)"), std::string::npos) << why;
   EXPECT_NE(why.find(" vs "), std::string::npos) << why;
+}
+
+// The columns of a device's row in Task::explain(): ready, data, rtt and
+// exec ms; empty when the device is not listed or not eligible.
+std::vector<double> explained_row(const std::string& why, const std::string& device) {
+  std::istringstream lines(why);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.size() < 2) continue;
+    std::istringstream fields(line.substr(1));  // past the mark of the chosen one
+    std::string name, ok;
+    fields >> name >> ok;
+    if (name != device || ok != "yes") continue;
+    std::vector<double> row(4);
+    for (double& v : row) fields >> v;
+    if (!fields) return {};
+    return row;
+  }
+  return {};
+}
+
+// Placement happens at submission. An input whose writer is still to run
+// on a remote is weighed where that writer runs (the coherence layer still
+// says "the host" then), a remote's run pays its link's latency both ways,
+// and what it writes comes home over that link.
+TEST(Remote, PlacementWeighsAPendingRemoteWriterAndTheLinkBothWays) {
+  FerrydProcess server;
+  auto options = remote_options(server);
+  options.explain = true;
+  ferry::Runtime rt(options);
+  auto x = rt.buffer<double>(std::size_t{1} << 18);  // 2 MiB
+  x.set_name("x");
+  rt.submit("fill", ferry::write(x), 1.0, remote(server)).wait();  // the link is measured by now
+  ferry::Task second;
+  {
+    const auto view = x.host_read();  // holds the next writer back: it is still pending when its reader is placed
+    rt.submit("scal", ferry::readwrite(x), 2.0, remote(server));
+    second = rt.submit("scal", ferry::readwrite(x), 3.0);
+  }
+  rt.wait();
+  const std::string why = second.explain();
+  const std::string host = "remote:" + server.address();
+  const auto cpu_row = explained_row(why, "cpu");
+  const auto host_row = explained_row(why, host);
+  ASSERT_EQ(cpu_row.size(), 4u) << why;
+  ASSERT_EQ(host_row.size(), 4u) << why;
+  EXPECT_GT(cpu_row[1], 0.0) << "x will be valid only on the host that writes it; the CPU must wait for it:\n" << why;
+  EXPECT_EQ(host_row[1], 0.0) << "x will be on the remote already:\n" << why;
+  EXPECT_EQ(cpu_row[2], 0.0) << why;
+  // Latency both ways plus 2 MiB home: at least what the bytes alone take on
+  // any link this test sees (under 100 GB/s), so never zero.
+  EXPECT_GT(host_row[2], 0.0) << "the remote's round trip and results home were not weighed:\n" << why;
+  auto h = x.host_read();
+  EXPECT_TRUE(std::all_of(h.begin(), h.end(), [](double v) { return v == 6.0; }));
 }
 
 // A read view kept across submit: remote readers run beside it and move no

@@ -6,6 +6,7 @@
 #include <bit>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <thread>
 
 #include "data/coherence.hpp"
@@ -50,6 +51,24 @@ bool runs_inline(const TaskRecord& task, const PerfModels& models, double below_
   const Cost hint = task.kernel->cost ? task.kernel->cost(task.args) : Cost{};
   const Estimate e = models.estimate(task.kernel->name, task.device->perf_key(), task.bytes, hint, task.device->peak());
   return e.calibrated && e.seconds < below_seconds;
+}
+
+// Where an input will be valid once the remote task still writing it is
+// done: that host's node (a local GPU's writes are the coherence layer's
+// to predict: unified buffers stay valid in place). Placement happens at
+// submission, often before the writer ran, when the coherence layer still
+// says "the host": a successor of a task placed on a remote would otherwise
+// look free to run at home and costly to run beside its input.
+std::optional<MemoryNodeId> pending_writer_node(const BufferState& view) {
+  BufferRoot& root = *view.root;
+  std::lock_guard lock(root.mutex);
+  std::optional<MemoryNodeId> node;
+  for (const AccessRecord& record : root.records)
+    if (record.writer != nullptr && record.region.overlaps(view.region) &&
+        !record.writer->done.load(std::memory_order_acquire) && record.writer->device != nullptr &&
+        record.writer->device->kind() == DeviceKind::remote)
+      node = record.writer->device->node();  // the latest writer of an overlapping region
+  return node;
 }
 
 std::string param_name(const KernelDef& kernel, std::size_t index) {
@@ -419,6 +438,10 @@ void RuntimeCore::place(TaskRecord* task, std::uint64_t eligible) {
     for (std::size_t i = 0; i < devices().size(); ++i) {
       DeviceSnapshot s = devices()[i]->snapshot();
       s.can_run = (eligible >> i) & 1;
+      // A remote's run goes out and its answer comes back over its own link;
+      // its performance model leaves that link out.
+      if (s.kind == DeviceKind::remote)
+        s.round_trip = links_.get(host_node, s.node).latency_seconds + links_.get(s.node, host_node).latency_seconds;
       in.devices.push_back(std::move(s));
     }
     // Every local GPU reads a unified buffer in place: a prefetch, not a copy.
@@ -427,8 +450,11 @@ void RuntimeCore::place(TaskRecord* task, std::uint64_t eligible) {
       if (device->kind() == DeviceKind::cuda) in_place.push_back(device->node());
     for (std::size_t i = 0; i < task->buffers.size(); ++i) {
       const BufferArg& b = task->buffer_arg(i);
+      if (writes(b.mode)) in.output_bytes += b.bytes();
       if (!reads(b.mode)) continue;
-      in.inputs.push_back(InputSnapshot{b.bytes(), valid_nodes(*task->buffers[i], in_place)});
+      const auto pending = pending_writer_node(*task->buffers[i]);
+      in.inputs.push_back(InputSnapshot{
+          b.bytes(), pending ? std::vector<MemoryNodeId>{*pending} : valid_nodes(*task->buffers[i], in_place)});
     }
     in.models = &models_;
     in.links = &links_;
