@@ -166,6 +166,80 @@ TEST_F(Heft, BusyDeviceLosesToIdleSlowerOne) {
   EXPECT_EQ(decide(input).device, 0u);
 }
 
+// Not when it cannot win: a remote whose link alone takes longer than the
+// CPU's whole estimate gets no task to be measured with.
+// Estimates a few percent apart do not send a task away: a remote must
+// finish a tenth sooner than the local device; beyond that it wins.
+// An input whose writer is still to finish is ready then, not now: where it
+// is, after the writer; elsewhere, after the writer and the transfer.
+TEST_F(Heft, AnInputStillBeingWrittenIsReadyWhenItsWriterIsExpectedDone) {
+  input.devices = {device(0, "cpu", DeviceKind::cpu, host_node),
+                   device(1, "remote:a:7070", DeviceKind::remote, gpu_node)};
+  calibrate(models, "scale", "cpu", MiB, 1e-3);
+  calibrate(models, "scale", "remote:a:7070", MiB, 0.1e-3);
+  links.set(host_node, gpu_node, Link{1e-3, 1e9});
+  one_input(MiB, {host_node});
+  input.inputs[0].available_in = 5e-3;
+  const Decision d = decide(input);
+  EXPECT_NEAR(candidate(d, 0).data_ready, 5e-3, 1e-9) << explain(d);
+  EXPECT_NEAR(candidate(d, 1).data_ready, 5e-3 + 1e-3 + double(MiB) / 1e9, 1e-9) << explain(d);
+  EXPECT_EQ(d.device, 0u) << explain(d);  // 6 ms at home against 7.2 there
+}
+
+// Tasks placed on one remote share its link: the bytes of those already
+// placed there go first, so a burst of small tasks does not each assume
+// the link to itself.
+TEST_F(Heft, ARemotesBytesWaitBehindThoseOfTasksAlreadyPlacedThere) {
+  input.devices = {device(0, "cpu", DeviceKind::cpu, host_node),
+                   device(1, "remote:a:7070", DeviceKind::remote, gpu_node)};
+  calibrate(models, "scale", "cpu", MiB, 10e-3);
+  calibrate(models, "scale", "remote:a:7070", MiB, 0.1e-3);
+  links.set(host_node, gpu_node, Link{0, 1e9});
+  links.set(gpu_node, host_node, Link{0, 1e9});
+  one_input(MiB, {host_node});
+  input.output_bytes = MiB;
+  Decision d = decide(input);
+  EXPECT_EQ(d.device, 1u) << explain(d);
+  EXPECT_NEAR(candidate(d, 1).link_seconds, 2.0 * MiB / 1e9, 1e-9) << "a MiB there and a MiB home";
+  EXPECT_NEAR(candidate(d, 1).data_ready, double(MiB) / 1e9, 1e-9);
+  input.devices[1].link_busy_until = 20e-3;  // what is already placed there moves first
+  d = decide(input);
+  EXPECT_NEAR(candidate(d, 1).data_ready, 20e-3 + double(MiB) / 1e9, 1e-9) << explain(d);
+  EXPECT_EQ(d.device, 0u) << explain(d);
+}
+
+TEST_F(Heft, ARemoteMustWinByATenth) {
+  input.devices = {device(0, "cpu", DeviceKind::cpu, host_node),
+                   device(1, "remote:a:7070", DeviceKind::remote, gpu_node)};
+  calibrate(models, "scale", "cpu", MiB, 10e-3);
+  calibrate(models, "scale", "remote:a:7070", MiB, 9.5e-3);  // 5 % sooner
+  one_input(MiB, {host_node, gpu_node});
+  Decision d = decide(input);
+  EXPECT_EQ(d.device, 0u) << explain(d);
+  EXPECT_EQ(d.reason, "earliest expected finish, a remote host needing a tenth less to be chosen") << explain(d);
+  calibrate(models, "scale", "remote:a:7070", MiB, 8e-3);  // the median moves to 8 ms: a fifth sooner
+  calibrate(models, "scale", "remote:a:7070", MiB, 8e-3);
+  d = decide(input);
+  EXPECT_EQ(d.device, 1u) << explain(d);
+  EXPECT_EQ(d.reason, "earliest expected finish") << explain(d);
+}
+
+TEST_F(Heft, AnUncalibratedDeviceThatCannotWinEvenWithAFreeKernelIsNotExplored) {
+  input.devices = {device(0, "cpu", DeviceKind::cpu, host_node),
+                   device(1, "remote:b:7070", DeviceKind::remote, gpu_node)};
+  calibrate(models, "scale", "cpu", MiB, 1e-3);
+  links.set(host_node, gpu_node, Link{50e-6, 12.5e6});  // 100 Mbit/s: 84 ms for 1 MiB
+  one_input(MiB, {host_node});
+  Decision d = decide(input);
+  EXPECT_EQ(d.device, 0u) << explain(d);
+  EXPECT_EQ(d.reason, "earliest expected finish") << explain(d);
+  // The same link fast enough that the remote might win: it is explored.
+  links.set(host_node, gpu_node, Link{50e-6, 10e9});
+  d = decide(input);
+  EXPECT_EQ(d.device, 1u) << explain(d);
+  EXPECT_EQ(d.reason, "calibrating remote:b:7070 (0 runs in this size bucket)") << explain(d);
+}
+
 TEST_F(Heft, UncalibratedDeviceIsExplored) {
   input.devices = {device(0, "cpu", DeviceKind::cpu, host_node), device(1, "cuda:0", DeviceKind::cuda, gpu_node)};
   calibrate(models, "scale", "cpu", MiB, 1e-3);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
@@ -53,22 +54,37 @@ bool runs_inline(const TaskRecord& task, const PerfModels& models, double below_
   return e.calibrated && e.seconds < below_seconds;
 }
 
-// Where an input will be valid once the remote task still writing it is
-// done: that host's node (a local GPU's writes are the coherence layer's
-// to predict: unified buffers stay valid in place). Placement happens at
-// submission, often before the writer ran, when the coherence layer still
-// says "the host": a successor of a task placed on a remote would otherwise
-// look free to run at home and costly to run beside its input.
-std::optional<MemoryNodeId> pending_writer_node(const BufferState& view) {
+std::int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// The latest unfinished writer of an overlapping region, as placement
+// sees it: where the input will be valid once it is done, if that is a
+// remote host (a local GPU's writes are the coherence layer's to predict:
+// unified buffers stay valid in place), and when it is expected done.
+// Placement happens at submission, often before the writer ran, when the
+// coherence layer still says "the host" and "now": a successor of a task
+// placed on a remote would otherwise look free to run at home and costly
+// to run beside its input, and a successor of a long queue at home would
+// look ready to ship at once.
+struct PendingWriter {
+  std::optional<MemoryNodeId> node;
+  std::int64_t expected_finish_ns = 0;
+};
+PendingWriter pending_writer(const BufferState& view) {
   BufferRoot& root = *view.root;
   std::lock_guard lock(root.mutex);
-  std::optional<MemoryNodeId> node;
+  PendingWriter pending;
   for (const AccessRecord& record : root.records)
     if (record.writer != nullptr && record.region.overlaps(view.region) &&
-        !record.writer->done.load(std::memory_order_acquire) && record.writer->device != nullptr &&
-        record.writer->device->kind() == DeviceKind::remote)
-      node = record.writer->device->node();  // the latest writer of an overlapping region
-  return node;
+        !record.writer->done.load(std::memory_order_acquire) && record.writer->device != nullptr) {
+      pending.node = record.writer->device->kind() == DeviceKind::remote
+                         ? std::optional<MemoryNodeId>(record.writer->device->node())
+                         : std::nullopt;
+      pending.expected_finish_ns = record.writer->expected_finish_ns;
+    }
+  return pending;
 }
 
 std::string param_name(const KernelDef& kernel, std::size_t index) {
@@ -178,8 +194,9 @@ std::shared_ptr<MemoryResource> RuntimeCore::unified_memory() {
 }
 
 void RuntimeCore::reschedule(TaskRecord* task, Device& from) {
-  from.unassigned(task->estimate_ns);
+  from.unassigned(task->estimate_ns, task->link_ns);
   task->estimate_ns = 0;
+  task->link_ns = 0;
   // Placed again among the devices it was eligible for that are still up
   // (another host of the pool, say); the CPU when none is.
   std::uint64_t others = 0;
@@ -430,6 +447,7 @@ Task RuntimeCore::launch(Prepared&& prepared) {
 void RuntimeCore::place(TaskRecord* task, std::uint64_t eligible) {
   Device* chosen = devices()[static_cast<std::size_t>(std::countr_zero(eligible))].get();
   if (std::popcount(eligible) > 1) {
+    const std::int64_t now_ns = steady_ns();
     DecisionInput in;
     in.policy = options_.policy;
     in.kernel = task->kernel->name;
@@ -452,9 +470,11 @@ void RuntimeCore::place(TaskRecord* task, std::uint64_t eligible) {
       const BufferArg& b = task->buffer_arg(i);
       if (writes(b.mode)) in.output_bytes += b.bytes();
       if (!reads(b.mode)) continue;
-      const auto pending = pending_writer_node(*task->buffers[i]);
+      const auto pending = pending_writer(*task->buffers[i]);
       in.inputs.push_back(InputSnapshot{
-          b.bytes(), pending ? std::vector<MemoryNodeId>{*pending} : valid_nodes(*task->buffers[i], in_place)});
+          b.bytes(),
+          pending.node ? std::vector<MemoryNodeId>{*pending.node} : valid_nodes(*task->buffers[i], in_place),
+          pending.expected_finish_ns > now_ns ? static_cast<double>(pending.expected_finish_ns - now_ns) * 1e-9 : 0.0});
     }
     in.models = &models_;
     in.links = &links_;
@@ -464,7 +484,11 @@ void RuntimeCore::place(TaskRecord* task, std::uint64_t eligible) {
     for (const auto& device : devices())
       if (device->id() == decision.device) chosen = device.get();
     for (const Candidate& c : decision.candidates)
-      if (c.device == decision.device) task->estimate_ns = static_cast<std::int64_t>(c.exec.seconds * 1e9);
+      if (c.device == decision.device) {
+        task->estimate_ns = static_cast<std::int64_t>(c.exec.seconds * 1e9);
+        task->expected_finish_ns = now_ns + static_cast<std::int64_t>(c.finish * 1e9);
+        task->link_ns = static_cast<std::int64_t>(c.link_seconds * 1e9);
+      }
     task->explanation = explain(decision);
     if (options_.explain) log().info("{}:\n{}", task->label(), task->explanation);
   } else if (options_.explain) {
@@ -472,7 +496,7 @@ void RuntimeCore::place(TaskRecord* task, std::uint64_t eligible) {
   }
   task->device = chosen;
   task->device_name = chosen->name();
-  chosen->assigned(task->estimate_ns);
+  chosen->assigned(task->estimate_ns, task->link_ns);
 }
 
 // ---- execution ----
@@ -560,7 +584,7 @@ TaskRecord* RuntimeCore::finish(TaskRecord* task, Device* current) {
       continuations.swap(task->continuations);
     }
     task->buffers.clear();  // the data is released; only the dependency history remains
-    task->device->completed(task->estimate_ns);
+    task->device->completed(task->estimate_ns, task->link_ns);
     if (task->error) {
       std::lock_guard lock(error_mutex_);
       if (!first_error_) first_error_ = task->error;

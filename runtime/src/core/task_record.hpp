@@ -45,6 +45,10 @@ struct TaskRecord {
   std::uint64_t eligible = 0;  // bit i: devices()[i] may run it (where a lost device's task may go)
   std::string device_name;  // outlives the device, for handles kept past the runtime
   std::int64_t estimate_ns = 0;  // counted in the device's expected backlog until done
+  std::int64_t link_ns = 0;      // counted in a remote's link backlog until done
+  // When placement expected it done (steady clock, ns; 0: not estimated):
+  // its readers' inputs are ready then, not at once.
+  std::int64_t expected_finish_ns = 0;
   std::string explanation;
   // Split automatically: its pieces run, it only waits for them (chunked_submission.hpp).
   bool join = false;

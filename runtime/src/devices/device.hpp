@@ -53,20 +53,25 @@ class Device {
 
   bool matches(const Place& place) const noexcept;
 
-  // Backlog accounting for the scheduler's ready-time estimate.
-  void assigned(std::int64_t estimate_ns) noexcept {
+  // Backlog accounting for the scheduler's ready-time estimate: the run
+  // times of assigned tasks, and (a remote) the time their bytes take on
+  // its link, which they share one after another whatever the lanes.
+  void assigned(std::int64_t estimate_ns, std::int64_t link_ns = 0) noexcept {
     queued_.fetch_add(1, std::memory_order_relaxed);
     backlog_ns_.fetch_add(estimate_ns, std::memory_order_relaxed);
+    link_backlog_ns_.fetch_add(link_ns, std::memory_order_relaxed);
   }
-  void completed(std::int64_t estimate_ns) noexcept {
+  void completed(std::int64_t estimate_ns, std::int64_t link_ns = 0) noexcept {
     queued_.fetch_sub(1, std::memory_order_relaxed);
     backlog_ns_.fetch_sub(estimate_ns, std::memory_order_relaxed);
+    link_backlog_ns_.fetch_sub(link_ns, std::memory_order_relaxed);
     tasks_run_.fetch_add(1, std::memory_order_relaxed);
   }
   // Taken back unrun (its device failed): it counts elsewhere now.
-  void unassigned(std::int64_t estimate_ns) noexcept {
+  void unassigned(std::int64_t estimate_ns, std::int64_t link_ns = 0) noexcept {
     queued_.fetch_sub(1, std::memory_order_relaxed);
     backlog_ns_.fetch_sub(estimate_ns, std::memory_order_relaxed);
+    link_backlog_ns_.fetch_sub(link_ns, std::memory_order_relaxed);
   }
   DeviceSnapshot snapshot() const;
   // Records a copy between the host and this device's memory node in the
@@ -90,6 +95,7 @@ class Device {
   DevicePeak peak_;
   std::atomic<std::size_t> queued_{0};
   std::atomic<std::int64_t> backlog_ns_{0};
+  std::atomic<std::int64_t> link_backlog_ns_{0};
   std::atomic<std::size_t> tasks_run_{0};
 };
 

@@ -44,14 +44,18 @@ std::string ineligible_because(const DeviceSnapshot& device, const DecisionInput
 }
 
 // Seconds until every input could be on `node`: transfers run side by side,
-// so the slowest one counts.
+// so the slowest one counts; one whose writer is still to finish moves only
+// after that (HEFT's predecessor finish plus communication).
 double data_ready(const DecisionInput& input, MemoryNodeId node) {
   double ready = 0;
   for (const auto& in : input.inputs) {
     // No valid replica anywhere: a predecessor is still producing it, and
     // where it lands is not known yet.
     if (in.valid_on.empty()) continue;
-    if (std::find(in.valid_on.begin(), in.valid_on.end(), node) != in.valid_on.end()) continue;
+    if (std::find(in.valid_on.begin(), in.valid_on.end(), node) != in.valid_on.end()) {
+      ready = std::max(ready, in.available_in);
+      continue;
+    }
     double best = std::numeric_limits<double>::infinity();
     for (MemoryNodeId from : in.valid_on) {
       best = std::min(best, input.links->seconds(from, node, in.bytes));
@@ -63,9 +67,23 @@ double data_ready(const DecisionInput& input, MemoryNodeId node) {
         best = std::min(best, input.links->seconds(from, host_node, in.bytes) +
                                   input.links->seconds(host_node, node, in.bytes));
     }
-    ready = std::max(ready, best);
+    ready = std::max(ready, in.available_in + best);
   }
   return ready;
+}
+
+// Seconds a remote's link carries the task's inputs there (each from its
+// cheapest source; latency included, as each is a transfer of its own).
+double link_load(const DecisionInput& input, MemoryNodeId node) {
+  double seconds = 0;
+  for (const auto& in : input.inputs) {
+    if (in.valid_on.empty()) continue;
+    if (std::find(in.valid_on.begin(), in.valid_on.end(), node) != in.valid_on.end()) continue;
+    double best = std::numeric_limits<double>::infinity();
+    for (MemoryNodeId from : in.valid_on) best = std::min(best, input.links->seconds(from, node, in.bytes));
+    if (std::isfinite(best)) seconds += best;
+  }
+  return seconds;
 }
 
 // Seconds to bring a remote task's results home after it ran (the link's
@@ -96,11 +114,34 @@ std::size_t pick(const std::vector<Candidate>& candidates, Better better) {
 // there: runs are counted when they finish, so a burst submitted at once
 // would otherwise all go to the one device nobody has measured yet.
 constexpr std::size_t kExploreWhileQueued = 2;
+// ...and only when, with a kernel that took no time there, it would finish
+// within this fraction of every other device's estimate (a fifth sooner).
+constexpr double kExploreWithin = 0.8;
+// A remote host is chosen over a local device only when its expected finish
+// is at most this fraction of the local one's.
+constexpr double kRemoteMargin = 0.9;
+
+// Its finish with a kernel that took no time: what the wait, the data and
+// the link cost whatever the model says.
+double finish_without_exec(const Candidate& c) { return std::max(c.ready, c.data_ready) + c.round_trip; }
 
 std::pair<std::size_t, std::string> heft(const std::vector<Candidate>& candidates,
                                          const std::vector<DeviceSnapshot>& devices) {
+  // Exploring a device pays when it might win clearly: not when, even with
+  // a kernel that took no time, it would finish after (or barely before)
+  // another device's estimate. A tile over a slow link is the case: measuring
+  // the kernel there cannot change where such tasks go, each try costs the
+  // whole transfer, and the output then draws its readers there too.
+  const auto could_win = [&](std::size_t i) {
+    for (std::size_t j = 0; j < candidates.size(); ++j)
+      if (j != i && candidates[j].eligible &&
+          finish_without_exec(candidates[i]) > kExploreWithin * candidates[j].finish)
+        return false;
+    return true;
+  };
   const auto explorable = [&](std::size_t i) {
-    return candidates[i].eligible && !candidates[i].exec.calibrated && devices[i].queued < kExploreWhileQueued;
+    return candidates[i].eligible && !candidates[i].exec.calibrated && devices[i].queued < kExploreWhileQueued &&
+           could_win(i);
   };
   bool exploring = false;
   for (std::size_t i = 0; i < candidates.size(); ++i) exploring = exploring || explorable(i);
@@ -117,12 +158,23 @@ std::pair<std::size_t, std::string> heft(const std::vector<Candidate>& candidate
     return {i, fmt::format("calibrating {} ({} runs in this size bucket)", candidates[i].name,
                            bucket_runs(candidates[i].exec))};
   }
+  // A remote host must beat this process's own devices by a margin: its
+  // estimate adds up more uncertain parts (link models, a network others
+  // share, the client's CPU that seals and pushes the bytes), and a wrong
+  // remote choice costs more than a wrong local one (what it writes must
+  // come home, and its readers are drawn to it).
+  const auto weighed = [&](std::size_t i) {
+    return devices[i].kind == DeviceKind::remote ? candidates[i].finish / kRemoteMargin : candidates[i].finish;
+  };
   const auto i = pick(candidates, [&](std::size_t x, std::size_t y) {
-    const Candidate& a = candidates[x];
-    const Candidate& b = candidates[y];
-    if (a.finish != b.finish) return a.finish < b.finish;
-    return a.ready < b.ready;
+    if (weighed(x) != weighed(y)) return weighed(x) < weighed(y);
+    return candidates[x].ready < candidates[y].ready;
   });
+  const auto plain = pick(candidates, [&](std::size_t x, std::size_t y) {
+    if (candidates[x].finish != candidates[y].finish) return candidates[x].finish < candidates[y].finish;
+    return candidates[x].ready < candidates[y].ready;
+  });
+  if (plain != i) return {i, "earliest expected finish, a remote host needing a tenth less to be chosen"};
   return {i, "earliest expected finish"};
 }
 
@@ -170,6 +222,11 @@ Decision decide(const DecisionInput& input) {
       ++eligible;
       c.ready = device.busy_until;
       c.data_ready = data_ready(input, device.node);
+      if (device.kind == DeviceKind::remote) {
+        // Its bytes queue behind those of the tasks already placed there.
+        c.link_seconds = link_load(input, device.node) + results_home(input, device);
+        if (c.link_seconds > 0) c.data_ready += device.link_busy_until;
+      }
       c.exec = input.models->estimate(input.kernel, device.perf_key, input.bytes, input.hint, device.peak);
       c.round_trip = device.round_trip + results_home(input, device);
       c.finish = std::max(c.ready, c.data_ready) + c.round_trip + c.exec.seconds;

@@ -28,6 +28,9 @@ struct DeviceSnapshot {
   std::string perf_key;    // which performance models apply, e.g. "cpu-2t" or the GPU's model name
   DevicePeak peak;
   double busy_until = 0;   // seconds from now until its queued work is expected done
+  // A remote: seconds until the bytes of tasks already assigned to it have
+  // crossed its link (they share it, one after another).
+  double link_busy_until = 0;
   // Seconds a task spends reaching the device and being answered, beside its
   // run: a remote's link latency there and back (each host its own link).
   double round_trip = 0;
@@ -38,6 +41,9 @@ struct DeviceSnapshot {
 struct InputSnapshot {
   std::size_t bytes = 0;
   std::vector<MemoryNodeId> valid_on;  // nodes holding a valid replica
+  // Seconds from now until the task still writing it is expected to be done
+  // (0: nothing pending): it cannot be read, or sent anywhere, before then.
+  double available_in = 0;
 };
 
 struct DecisionInput {
@@ -62,6 +68,9 @@ struct Candidate {
   double ready = 0;       // busy_until
   double data_ready = 0;  // seconds until its inputs could be there
   double round_trip = 0;  // DeviceSnapshot::round_trip, and a remote's results home
+  // A remote: seconds its link carries this task's bytes (inputs there,
+  // results home), which tasks placed after it wait behind.
+  double link_seconds = 0;
   Estimate exec;
   double finish = 0;      // max(ready, data_ready) + round_trip + exec.seconds
 };
