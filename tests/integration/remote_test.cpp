@@ -128,6 +128,41 @@ TEST(Remote, KillNineMidRunStillFinishesCorrectly) {
   EXPECT_EQ(h[n - 1], 200.0);
 }
 
+// Data versions. y = y + x on the host, then x overwritten there: y's
+// lineage read x's host version, which a remote overwrite leaves as it is,
+// so y is not fetched home first (it used to be). Losing the host then
+// recomputes y from that version and x from its own lineage; when x's new
+// bytes come home before the loss, the old ones are copied aside for y.
+TEST(Remote, AnOverwrittenInputKeepsTheVersionALostResultWasMadeFrom) {
+  for (const bool x_home_first : {false, true}) {
+    SCOPED_TRACE(x_home_first ? "x's new version brought home before the loss" : "x left on the host");
+    FerrydProcess server;
+    auto options = remote_options(server);
+    options.remote_policy = ferry::RemotePolicy::prefer;  // the lost host's work falls back to the CPU
+    ferry::Runtime rt(options);
+    const std::size_t n = std::size_t{1} << 16;
+    auto x = rt.buffer<double>(n), y = rt.buffer<double>(n);
+    std::ranges::fill(x.host(), 1.0);
+    std::ranges::fill(y.host(), 0.5);
+    rt.submit("axpy", ferry::read(x), ferry::readwrite(y), 1.0, remote(server)).wait();  // y = 1.5 there only
+    const auto before = rt.remote_stats(server.address());
+    rt.submit("scal", ferry::readwrite(x), 2.0, remote(server)).wait();  // x = 2 there only
+    const auto after = rt.remote_stats(server.address());
+    EXPECT_EQ(after.bytes_fetched, before.bytes_fetched) << "y was fetched home before x was overwritten";
+    if (x_home_first) {
+      auto hx = x.host_read();
+      EXPECT_EQ(hx[0], 2.0);
+    }
+    server.stop(SIGKILL);
+    auto hy = y.host_read();  // recomputed on the host from x as it was: 1.0, not 2.0
+    EXPECT_EQ(hy[0], 1.5);
+    EXPECT_EQ(hy[n - 1], 1.5);
+    auto hx = x.host_read();
+    EXPECT_EQ(hx[0], 2.0);
+    EXPECT_EQ(hx[n - 1], 2.0);
+  }
+}
+
 // A host lost mid-run: the tasks it still had go to another host of the
 // pool that can run them (placed again), not to the CPU. Over TCP, as
 // between the hosts of a pool: with the same-host shared-memory lane, a

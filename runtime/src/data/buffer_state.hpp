@@ -17,6 +17,7 @@
 namespace ferry::detail {
 
 class RuntimeCore;
+struct LineageEntry;
 struct TaskRecord;
 
 // The last writer of a region and the readers since; each holds a task reference.
@@ -56,12 +57,18 @@ struct BufferRoot {
   std::recursive_mutex transfer_mutex;
   std::vector<std::shared_ptr<RemoteCopy>> copies;
   // Modified copies (of other roots) whose lineage read a region of this
-  // one: before that region is overwritten they come home, so a replay
-  // never reads newer data than the lost task did.
+  // one, so that a replay never reads newer data than the lost task did.
+  // When the version it read was the host's (`host_version`), the host's
+  // bytes are kept for it: copied aside just before they change (data
+  // versions); a remote overwrite leaves them as they are. Otherwise the
+  // copy comes home before the region is overwritten.
   struct LineageReader {
     std::weak_ptr<BufferRoot> root;
     std::weak_ptr<RemoteCopy> copy;
     Region read;
+    std::weak_ptr<LineageEntry> entry;
+    std::size_t arg = 0;  // which of the entry's buffers read it
+    bool host_version = false;
   };
   std::vector<LineageReader> lineage_readers;
   std::atomic<bool> has_lineage_readers{false};  // lets host-only work skip the lock

@@ -41,6 +41,7 @@ void replay(LineageEntry& entry) {
   // Inputs may themselves have been lost: acquiring them replays their lineage first.
   KernelArgs args = entry.args;
   std::vector<std::shared_ptr<BufferRoot>> held;
+  std::vector<std::shared_ptr<const std::vector<std::byte>>> versions;  // kept until the kernel ran
   for (std::size_t i = 0; i < entry.buffer_args.size(); ++i) {
     auto root = entry.roots[i].lock();
     if (!root) continue;  // the buffer is gone: nobody can read the result
@@ -48,6 +49,28 @@ void replay(LineageEntry& entry) {
     view.root = root;
     view.region = entry.regions[i];
     BufferArg& arg = buffer_arg(args, entry.buffer_args, i);
+    if (!writes(arg.mode)) {
+      // The version it read, not the input as it is now.
+      std::shared_ptr<const std::vector<std::byte>> snapshot;
+      bool host_version = false;
+      {
+        std::lock_guard lock(entry.versions_mutex);
+        if (i < entry.snapshots.size()) snapshot = entry.snapshots[i];
+        host_version = i < entry.host_version.size() && entry.host_version[i] != 0;
+      }
+      if (snapshot) {
+        arg.data = const_cast<std::byte*>(snapshot->data());  // read-only to the kernel
+        arg.ld = arg.cols;
+        versions.push_back(std::move(snapshot));
+        held.push_back(std::move(root));
+        continue;
+      }
+      if (host_version) {  // the host's bytes have not changed since: they would have been copied aside
+        arg.data = host_region(*root, entry.regions[i]).data;
+        held.push_back(std::move(root));
+        continue;
+      }
+    }
     acquire_on_host(view, reads(arg.mode) ? AccessMode::read : AccessMode::write);
     arg.data = host_region(*root, entry.regions[i]).data;
     held.push_back(std::move(root));
@@ -76,6 +99,33 @@ bool lineage_reads(const BufferRoot& root, const RemoteCopy& copy) {
   return false;
 }
 
+// The host's bytes of `region` of `root` are about to change: lineage that
+// read them as they are (host-version readers whose copy is still only
+// elsewhere) gets them copied aside, packed, and stops depending on them.
+// The root's lock is held.
+void preserve_host_bytes(BufferRoot& root, const Region& region) {
+  if (!root.has_lineage_readers.load(std::memory_order_acquire)) return;
+  std::erase_if(root.lineage_readers, [&](const BufferRoot::LineageReader& r) {
+    auto copy = r.copy.lock();
+    auto entry = r.entry.lock();
+    if (!copy || !copy->modified || !entry || r.root.expired()) return true;  // nothing to replay any more
+    if (!r.host_version || !r.read.overlaps(region)) return false;
+    std::lock_guard lock(entry->versions_mutex);
+    if (entry->snapshots.size() <= r.arg) entry->snapshots.resize(r.arg + 1);
+    if (!entry->snapshots[r.arg]) {
+      const HostRegion from = host_region(root, r.read);
+      auto bytes = std::make_shared<std::vector<std::byte>>(from.bytes());
+      const std::size_t row = from.cols * size_of(from.dtype);
+      for (std::size_t i = 0; i < from.rows; ++i)
+        std::memcpy(bytes->data() + i * row, static_cast<const std::byte*>(from.data) + i * from.ld * size_of(from.dtype),
+                    row);
+      entry->snapshots[r.arg] = std::move(bytes);
+    }
+    return true;
+  });
+  root.has_lineage_readers.store(!root.lineage_readers.empty(), std::memory_order_release);
+}
+
 // Makes the host hold the copy's data: fetched from a live node, or
 // recomputed from lineage when its node is gone.
 // Copies that hold the same data as `copy`: modified copies of exactly its
@@ -100,6 +150,7 @@ void home_now(BufferRoot& root, RemoteCopy& copy) {
 
 void bring_home(BufferRoot& root, RemoteCopy& copy) {
   const HostRegion dest = host_region(root, copy.region);
+  preserve_host_bytes(root, copy.region);
   // From the copy's node, or when that is gone, from a twin on a live one.
   std::vector<RemoteCopy*> sources{&copy};
   for (auto& other : root.copies)
@@ -177,8 +228,10 @@ RootLock lock_for(BufferRoot& root, const Region& region, std::unique_lock<std::
   return lock;
 }
 
-// Brings home the modified copies whose lineage read `region` of `root`,
-// before it is overwritten. Runs without `root`'s lock (it locks theirs).
+// Brings home the modified copies whose lineage read `region` of `root`
+// in a version that was not the host's, before it is overwritten (those
+// that read the host's keep it: preserve_host_bytes). Runs without
+// `root`'s lock (it locks theirs).
 void settle_lineage_readers(BufferRoot& root, const Region& region) {
   std::vector<BufferRoot::LineageReader> readers;
   {
@@ -189,7 +242,7 @@ void settle_lineage_readers(BufferRoot& root, const Region& region) {
       return !copy || !copy->modified || r.root.expired();
     });
     for (const auto& r : root.lineage_readers)
-      if (r.read.overlaps(region)) readers.push_back(r);
+      if (r.read.overlaps(region) && !r.host_version) readers.push_back(r);
   }
   if (readers.empty()) return;
   std::lock_guard replay_guard(replay_mutex());
@@ -206,13 +259,33 @@ void settle_lineage_readers(BufferRoot& root, const Region& region) {
 // copy it wrote is home: they remember the copy. Locks each input on its
 // own; never call it holding the copy's root's lock.
 void note_lineage_reads(const std::shared_ptr<BufferRoot>& root, const std::shared_ptr<RemoteCopy>& copy,
-                        const LineageEntry& lineage) {
-  for (std::size_t i = 0; i < lineage.buffer_args.size(); ++i) {
-    if (writes(lineage.buffer_arg(i).mode)) continue;
-    auto input = lineage.roots[i].lock();
+                        const std::shared_ptr<LineageEntry>& lineage) {
+  bool first = false;
+  {
+    std::lock_guard lock(lineage->versions_mutex);
+    first = !lineage->versions_noted;
+    lineage->versions_noted = true;
+    if (first) lineage->host_version.assign(lineage->buffer_args.size(), 0);
+  }
+  for (std::size_t i = 0; i < lineage->buffer_args.size(); ++i) {
+    if (writes(lineage->buffer_arg(i).mode)) continue;
+    auto input = lineage->roots[i].lock();
     if (!input || input == root) continue;
     RootLock input_lock(input->transfer_mutex);
-    input->lineage_readers.push_back({root, copy, lineage.regions[i]});
+    bool host_version = false;
+    {
+      // Decided once, when the task's first output is noted: nothing wrote
+      // the input between its run and this (writers wait for it).
+      std::lock_guard lock(lineage->versions_mutex);
+      if (first) {
+        const bool newer_elsewhere = std::any_of(input->copies.begin(), input->copies.end(), [&](const auto& c) {
+          return c->modified && c->region.overlaps(lineage->regions[i]);
+        });
+        lineage->host_version[i] = newer_elsewhere ? 0 : 1;
+      }
+      host_version = lineage->host_version[i] != 0;
+    }
+    input->lineage_readers.push_back({root, copy, lineage->regions[i], lineage, i, host_version});
     input->has_lineage_readers.store(true, std::memory_order_release);
   }
 }
@@ -267,7 +340,7 @@ std::uint64_t acquire_on_node(const BufferState& view, AccessMode mode, NodeLink
   if (reads(mode)) {
     if (auto twin = copy_between_nodes(view, link)) {
       lock.unlock();
-      for (const auto& entry : twin->lineage) note_lineage_reads(view.root, twin, *entry);
+      for (const auto& entry : twin->lineage) note_lineage_reads(view.root, twin, entry);
       return twin->id;
     }
   }
@@ -349,7 +422,7 @@ void written_on_node(const BufferState& view, NodeLink& link, std::uint64_t id, 
     mine->modified = true;
     if (lineage) mine->lineage.push_back(lineage);
   }
-  if (lineage) note_lineage_reads(view.root, mine, *lineage);
+  if (lineage) note_lineage_reads(view.root, mine, lineage);
 }
 
 namespace {
@@ -357,7 +430,11 @@ namespace {
 // Host use of the view's data, as far as copies on other nodes go.
 void settle_copies_for_host(const BufferState& view, AccessMode mode) {
   BufferRoot& root = *view.root;
-  if (writes(mode) && root.has_lineage_readers.load(std::memory_order_acquire)) settle_lineage_readers(root, view.region);
+  if (writes(mode) && root.has_lineage_readers.load(std::memory_order_acquire)) {
+    settle_lineage_readers(root, view.region);
+    RootLock lock(root.transfer_mutex);
+    preserve_host_bytes(root, view.region);  // the task about to run here writes them
+  }
   if (root.copy_count.load(std::memory_order_acquire) == 0) return;
   std::unique_lock replay_guard(replay_mutex(), std::defer_lock);
   RootLock lock = lock_for(root, view.region, replay_guard);
@@ -412,6 +489,12 @@ void forget_node(BufferRoot& root, NodeLink& link) {
     if (copy->modified) bring_home(root, *copy);
     remove_copy(root, copy, /*drop=*/false);
   }
+}
+
+void preserve_host_versions(const BufferState& view) {
+  BufferRoot& root = *view.root;
+  RootLock lock(root.transfer_mutex);
+  preserve_host_bytes(root, view.region);
 }
 
 void written_through_node(const BufferState& view, NodeLink& link, std::uint64_t id) {

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -71,6 +72,18 @@ struct LineageEntry {
   std::vector<Region> regions;
   std::atomic<bool> replayed{false};
 
+  // The versions of what it only read (parallel to buffer_args), guarded by
+  // versions_mutex. `host_version[i]`: the data it read was the host's (no
+  // node held a newer copy) — decided when its copy was first noted.
+  // `snapshots[i]`: those bytes, packed, copied aside when the host's were
+  // about to change while this entry could still be replayed. A replay
+  // reads the snapshot, else the host's bytes as they are (unchanged since,
+  // or a snapshot would exist); never a newer version.
+  std::mutex versions_mutex;
+  bool versions_noted = false;
+  std::vector<char> host_version;
+  std::vector<std::shared_ptr<const std::vector<std::byte>>> snapshots;
+
   const BufferArg& buffer_arg(std::size_t i) const { return detail::buffer_arg(args, buffer_args, i); }
 };
 
@@ -111,6 +124,10 @@ void prefetch_on_node(const BufferState& view, NodeLink& link, const std::functi
 // Forgets every copy on the node (after bringing home what only it held).
 void forget_node(BufferRoot& root, NodeLink& link);
 
+// Just before the host's bytes of the view's region change outside this
+// layer (a node that writes through fetches into them): lineage that read
+// those bytes as they are gets them copied aside first.
+void preserve_host_versions(const BufferState& view);
 // After a task wrote the copy and its data was also brought home (a node
 // that writes through): the host and this copy are valid, copies elsewhere
 // of overlapping regions are stale and dropped.

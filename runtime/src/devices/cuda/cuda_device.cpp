@@ -659,6 +659,7 @@ void CudaDevice::settle_outputs(TaskRecord* task, const std::vector<std::uint64_
     if (ids[i] == 0 || !writes(task->buffer_arg(i).mode)) continue;
     const BufferState& view = *task->buffers[i];
     if (options_.write_through) {
+      preserve_host_versions(view);  // lineage that read the host's bytes keeps them
       fetch(ids[i], host_region(view));
       written_through_node(view, *this, ids[i]);
     } else {

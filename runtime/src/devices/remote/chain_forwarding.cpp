@@ -57,11 +57,16 @@ bool RemoteDevice::forward_or_hold(TaskRecord* task) {
 bool RemoteDevice::in_place(const BufferState& view, AccessMode mode) const {
   BufferRoot& root = *view.root;
   if (root.unified) return false;
-  // Overwriting an input of some copy's lineage first brings that copy home,
-  // which must not happen while later runs may still be writing it there.
-  if (writes(mode) && root.has_lineage_readers.load(std::memory_order_acquire)) return false;
   const std::uint64_t now = epoch();
   std::lock_guard lock(root.transfer_mutex);
+  // Overwriting an input some copy's lineage read in a version only a node
+  // held first brings that copy home, which must not happen while later runs
+  // may still be writing it there. A host version needs nothing: the host's
+  // bytes stay as they are (coherence.hpp, data versions).
+  if (writes(mode) && root.has_lineage_readers.load(std::memory_order_acquire))
+    for (const auto& reader : root.lineage_readers)
+      if (!reader.host_version && reader.read.overlaps(view.region))
+        if (const auto copy = reader.copy.lock(); copy && copy->modified) return false;
   bool found = false;
   for (const auto& copy : root.copies) {
     if (!copy->region.overlaps(view.region)) continue;
