@@ -33,6 +33,17 @@ void remove_copy(BufferRoot& root, const std::shared_ptr<RemoteCopy>& copy, bool
   root.copy_count.store(root.copies.size(), std::memory_order_release);
 }
 
+// The host's bytes of a region, packed (row after row); the root's lock is held.
+std::shared_ptr<const std::vector<std::byte>> packed_copy(BufferRoot& root, const Region& region) {
+  const HostRegion from = host_region(root, region);
+  auto bytes = std::make_shared<std::vector<std::byte>>(from.bytes());
+  const std::size_t row = from.cols * size_of(from.dtype);
+  for (std::size_t i = 0; i < from.rows; ++i)
+    std::memcpy(bytes->data() + i * row, static_cast<const std::byte*>(from.data) + i * from.ld * size_of(from.dtype),
+                row);
+  return bytes;
+}
+
 void replay(LineageEntry& entry) {
   std::lock_guard lock(replay_mutex());
   // Claimed before it runs: the same task reached again through another of
@@ -50,23 +61,27 @@ void replay(LineageEntry& entry) {
     view.region = entry.regions[i];
     BufferArg& arg = buffer_arg(args, entry.buffer_args, i);
     if (!writes(arg.mode)) {
-      // The version it read, not the input as it is now.
+      // The version it read, not the input as it is now: copied aside, or
+      // the host's bytes, unchanged since (or they would have been copied
+      // aside first, under the root's lock, which this copy takes too: the
+      // bytes may change as soon as it is released).
       std::shared_ptr<const std::vector<std::byte>> snapshot;
       bool host_version = false;
-      {
+      const auto taken = [&] {
         std::lock_guard lock(entry.versions_mutex);
         if (i < entry.snapshots.size()) snapshot = entry.snapshots[i];
         host_version = i < entry.host_version.size() && entry.host_version[i] != 0;
+      };
+      taken();
+      if (!snapshot && host_version) {
+        std::unique_lock lock(root->transfer_mutex);
+        taken();
+        if (!snapshot) snapshot = packed_copy(*root, entry.regions[i]);
       }
       if (snapshot) {
         arg.data = const_cast<std::byte*>(snapshot->data());  // read-only to the kernel
         arg.ld = arg.cols;
         versions.push_back(std::move(snapshot));
-        held.push_back(std::move(root));
-        continue;
-      }
-      if (host_version) {  // the host's bytes have not changed since: they would have been copied aside
-        arg.data = host_region(*root, entry.regions[i]).data;
         held.push_back(std::move(root));
         continue;
       }
@@ -108,19 +123,14 @@ void preserve_host_bytes(BufferRoot& root, const Region& region) {
   std::erase_if(root.lineage_readers, [&](const BufferRoot::LineageReader& r) {
     auto copy = r.copy.lock();
     auto entry = r.entry.lock();
-    if (!copy || !copy->modified || !entry || r.root.expired()) return true;  // nothing to replay any more
+    if (!entry || r.root.expired()) return true;
+    // A copy that came home needs nothing any more, unless it came home by
+    // replaying this entry, which may be reading these bytes right now.
+    if ((!copy || !copy->modified) && !entry->replayed.load(std::memory_order_acquire)) return true;
     if (!r.host_version || !r.read.overlaps(region)) return false;
     std::lock_guard lock(entry->versions_mutex);
     if (entry->snapshots.size() <= r.arg) entry->snapshots.resize(r.arg + 1);
-    if (!entry->snapshots[r.arg]) {
-      const HostRegion from = host_region(root, r.read);
-      auto bytes = std::make_shared<std::vector<std::byte>>(from.bytes());
-      const std::size_t row = from.cols * size_of(from.dtype);
-      for (std::size_t i = 0; i < from.rows; ++i)
-        std::memcpy(bytes->data() + i * row, static_cast<const std::byte*>(from.data) + i * from.ld * size_of(from.dtype),
-                    row);
-      entry->snapshots[r.arg] = std::move(bytes);
-    }
+    if (!entry->snapshots[r.arg]) entry->snapshots[r.arg] = packed_copy(root, r.read);
     return true;
   });
   root.has_lineage_readers.store(!root.lineage_readers.empty(), std::memory_order_release);
@@ -432,8 +442,12 @@ void settle_copies_for_host(const BufferState& view, AccessMode mode) {
   BufferRoot& root = *view.root;
   if (writes(mode) && root.has_lineage_readers.load(std::memory_order_acquire)) {
     settle_lineage_readers(root, view.region);
+    // The task about to run here writes them. Under the replay lock: a
+    // replay in progress may be reading them as the version it needs (its
+    // copy already marked home, so no longer a reader here).
+    std::lock_guard replay_guard(replay_mutex());
     RootLock lock(root.transfer_mutex);
-    preserve_host_bytes(root, view.region);  // the task about to run here writes them
+    preserve_host_bytes(root, view.region);
   }
   if (root.copy_count.load(std::memory_order_acquire) == 0) return;
   std::unique_lock replay_guard(replay_mutex(), std::defer_lock);

@@ -76,9 +76,10 @@ struct LineageEntry {
   // versions_mutex. `host_version[i]`: the data it read was the host's (no
   // node held a newer copy) — decided when its copy was first noted.
   // `snapshots[i]`: those bytes, packed, copied aside when the host's were
-  // about to change while this entry could still be replayed. A replay
-  // reads the snapshot, else the host's bytes as they are (unchanged since,
-  // or a snapshot would exist); never a newer version.
+  // about to change while this entry could still be replayed (or was being
+  // replayed). A replay reads the snapshot, else a copy of the host's bytes
+  // taken under the root's lock (unchanged since, or a snapshot would
+  // exist); never a newer version.
   std::mutex versions_mutex;
   bool versions_noted = false;
   std::vector<char> host_version;
