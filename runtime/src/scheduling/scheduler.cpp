@@ -43,6 +43,17 @@ std::string ineligible_because(const DeviceSnapshot& device, const DecisionInput
   throw UsageError(message);
 }
 
+bool held_on(const InputSnapshot& in, MemoryNodeId node) {
+  return std::find(in.valid_on.begin(), in.valid_on.end(), node) != in.valid_on.end();
+}
+
+// Seconds to move the input to `node` straight from its cheapest source.
+double direct_seconds(const DecisionInput& input, const InputSnapshot& in, MemoryNodeId node) {
+  double best = std::numeric_limits<double>::infinity();
+  for (MemoryNodeId from : in.valid_on) best = std::min(best, input.links->seconds(from, node, in.bytes));
+  return best;
+}
+
 // Seconds until every input could be on `node`: transfers run side by side,
 // so the slowest one counts; one whose writer is still to finish moves only
 // after that (HEFT's predecessor finish plus communication).
@@ -52,21 +63,19 @@ double data_ready(const DecisionInput& input, MemoryNodeId node) {
     // No valid replica anywhere: a predecessor is still producing it, and
     // where it lands is not known yet.
     if (in.valid_on.empty()) continue;
-    if (std::find(in.valid_on.begin(), in.valid_on.end(), node) != in.valid_on.end()) {
+    if (held_on(in, node)) {
       ready = std::max(ready, in.available_in);
       continue;
     }
-    double best = std::numeric_limits<double>::infinity();
-    for (MemoryNodeId from : in.valid_on) {
-      best = std::min(best, input.links->seconds(from, node, in.bytes));
-      // Between two remote hosts the data moves directly (host-to-host)
-      // once that link was measured (the line above); until then, and when
-      // it is switched off, it goes through this process: both hops, one
-      // after the other.
+    double best = direct_seconds(input, in, node);
+    // Between two remote hosts the data moves directly (host-to-host) once
+    // that link was measured (the line above); until then, and when it is
+    // switched off, it goes through this process: both hops, one after the
+    // other.
+    for (MemoryNodeId from : in.valid_on)
       if (from != host_node && node != host_node)
         best = std::min(best, input.links->seconds(from, host_node, in.bytes) +
                                   input.links->seconds(host_node, node, in.bytes));
-    }
     ready = std::max(ready, in.available_in + best);
   }
   return ready;
@@ -77,11 +86,8 @@ double data_ready(const DecisionInput& input, MemoryNodeId node) {
 double link_load(const DecisionInput& input, MemoryNodeId node) {
   double seconds = 0;
   for (const auto& in : input.inputs) {
-    if (in.valid_on.empty()) continue;
-    if (std::find(in.valid_on.begin(), in.valid_on.end(), node) != in.valid_on.end()) continue;
-    double best = std::numeric_limits<double>::infinity();
-    for (MemoryNodeId from : in.valid_on) best = std::min(best, input.links->seconds(from, node, in.bytes));
-    if (std::isfinite(best)) seconds += best;
+    if (in.valid_on.empty() || held_on(in, node)) continue;
+    if (const double best = direct_seconds(input, in, node); std::isfinite(best)) seconds += best;
   }
   return seconds;
 }
@@ -222,13 +228,14 @@ Decision decide(const DecisionInput& input) {
       ++eligible;
       c.ready = device.busy_until;
       c.data_ready = data_ready(input, device.node);
+      const double home = results_home(input, device);
       if (device.kind == DeviceKind::remote) {
         // Its bytes queue behind those of the tasks already placed there.
-        c.link_seconds = link_load(input, device.node) + results_home(input, device);
+        c.link_seconds = link_load(input, device.node) + home;
         if (c.link_seconds > 0) c.data_ready += device.link_busy_until;
       }
       c.exec = input.models->estimate(input.kernel, device.perf_key, input.bytes, input.hint, device.peak);
-      c.round_trip = device.round_trip + results_home(input, device);
+      c.round_trip = device.round_trip + home;
       c.finish = std::max(c.ready, c.data_ready) + c.round_trip + c.exec.seconds;
     }
     decision.candidates.push_back(std::move(c));
