@@ -208,6 +208,30 @@ TEST_F(Heft, ARemotesBytesWaitBehindThoseOfTasksAlreadyPlacedThere) {
   EXPECT_EQ(d.device, 0u) << explain(d);
 }
 
+// A device's queue may be long with tasks still waiting for their
+// predecessors (a tiled factorisation placed at submission); a task ready
+// now runs before those as they become ready, so it waits for the ready
+// part only. Without that, independent small tasks beside a factorisation
+// fled to a remote and their results came home last.
+TEST_F(Heft, ATaskReadyNowWaitsOnlyForTheWorkReadyBeforeIt) {
+  input.devices = {device(0, "cpu", DeviceKind::cpu, host_node),
+                   device(1, "remote:a:7070", DeviceKind::remote, gpu_node)};
+  calibrate(models, "scale", "cpu", MiB, 0.1e-3);
+  calibrate(models, "scale", "remote:a:7070", MiB, 0.1e-3);
+  links.set(host_node, gpu_node, Link{0, 1e9});
+  links.set(gpu_node, host_node, Link{0, 1e9});
+  one_input(MiB, {host_node});
+  input.devices[0].busy_until = 12e-3;       // a factorisation's tiles, most waiting for others
+  input.devices[0].ready_busy_until = 0.4e-3;  // the one tile ready now
+  Decision d = decide(input);
+  EXPECT_EQ(d.device, 1u) << "not known to be ready: it queues behind everything\n" << explain(d);
+  EXPECT_NEAR(candidate(d, 0).ready, 12e-3, 1e-9);
+  input.ready_now = true;
+  d = decide(input);
+  EXPECT_NEAR(candidate(d, 0).ready, 0.4e-3, 1e-9) << explain(d);
+  EXPECT_EQ(d.device, 0u) << explain(d);
+}
+
 TEST_F(Heft, ARemoteMustWinByATenth) {
   input.devices = {device(0, "cpu", DeviceKind::cpu, host_node),
                    device(1, "remote:a:7070", DeviceKind::remote, gpu_node)};

@@ -69,6 +69,7 @@ std::int64_t steady_ns() {
 // to run beside its input, and a successor of a long queue at home would
 // look ready to ship at once.
 struct PendingWriter {
+  bool any = false;
   std::optional<MemoryNodeId> node;
   std::int64_t expected_finish_ns = 0;
 };
@@ -79,12 +80,20 @@ PendingWriter pending_writer(const BufferState& view) {
   for (const AccessRecord& record : root.records)
     if (record.writer != nullptr && record.region.overlaps(view.region) &&
         !record.writer->done.load(std::memory_order_acquire) && record.writer->device != nullptr) {
+      pending.any = true;
       pending.node = record.writer->device->kind() == DeviceKind::remote
                          ? std::optional<MemoryNodeId>(record.writer->device->node())
                          : std::nullopt;
       pending.expected_finish_ns = record.writer->expected_finish_ns;
     }
   return pending;
+}
+
+// The task is about to run where it was placed: its estimate joins that
+// device's ready backlog, which placement weighs for tasks ready at once.
+void count_ready(TaskRecord* task) {
+  task->device->now_ready(task->estimate_ns);
+  task->counted_ready = true;
 }
 
 std::string param_name(const KernelDef& kernel, std::size_t index) {
@@ -194,7 +203,8 @@ std::shared_ptr<MemoryResource> RuntimeCore::unified_memory() {
 }
 
 void RuntimeCore::reschedule(TaskRecord* task, Device& from) {
-  from.unassigned(task->estimate_ns, task->link_ns);
+  from.unassigned(task->estimate_ns, task->link_ns, task->counted_ready);
+  task->counted_ready = false;
   task->estimate_ns = 0;
   task->link_ns = 0;
   // Placed again among the devices it was eligible for that are still up
@@ -206,6 +216,7 @@ void RuntimeCore::reschedule(TaskRecord* task, Device& from) {
   if (others != 0) {
     place(task, others | (task->eligible & 1));
     log().debug("{}: {} could not run it; placed again on {}", task->label(), from.name(), task->device->name());
+    count_ready(task);
     task->device->enqueue(task);
     return;
   }
@@ -213,6 +224,7 @@ void RuntimeCore::reschedule(TaskRecord* task, Device& from) {
   task->device = &cpu;
   task->device_name = cpu.name();
   cpu.assigned(0);
+  count_ready(task);
   cpu.enqueue(task);
 }
 
@@ -466,11 +478,13 @@ void RuntimeCore::place(TaskRecord* task, std::uint64_t eligible) {
     std::vector<MemoryNodeId> in_place;
     for (const auto& device : devices())
       if (device->kind() == DeviceKind::cuda) in_place.push_back(device->node());
+    in.ready_now = true;
     for (std::size_t i = 0; i < task->buffers.size(); ++i) {
       const BufferArg& b = task->buffer_arg(i);
       if (writes(b.mode)) in.output_bytes += b.bytes();
       if (!reads(b.mode)) continue;
       const auto pending = pending_writer(*task->buffers[i]);
+      if (pending.any) in.ready_now = false;
       in.inputs.push_back(InputSnapshot{
           b.bytes(),
           pending.node ? std::vector<MemoryNodeId>{*pending.node} : valid_nodes(*task->buffers[i], in_place),
@@ -553,8 +567,10 @@ void RuntimeCore::ready(TaskRecord* task, Device* current, TaskRecord*& bypass, 
   if (task->failed_input.load(std::memory_order_acquire) != nullptr || task->join) {
     skipped.push_back(task);
   } else if (task->device == current && bypass == nullptr) {
+    count_ready(task);
     bypass = task;
   } else {
+    count_ready(task);
     task->device->enqueue(task);
   }
 }
@@ -584,7 +600,7 @@ TaskRecord* RuntimeCore::finish(TaskRecord* task, Device* current) {
       continuations.swap(task->continuations);
     }
     task->buffers.clear();  // the data is released; only the dependency history remains
-    task->device->completed(task->estimate_ns, task->link_ns);
+    task->device->completed(task->estimate_ns, task->link_ns, task->counted_ready);
     if (task->error) {
       std::lock_guard lock(error_mutex_);
       if (!first_error_) first_error_ = task->error;

@@ -45,6 +45,8 @@ DeviceSnapshot Device::snapshot() const {
   s.queued = queued_.load(std::memory_order_relaxed);
   const auto backlog = backlog_ns_.load(std::memory_order_relaxed);
   s.busy_until = backlog > 0 ? static_cast<double>(backlog) * 1e-9 / std::max(1u, lanes()) : 0.0;
+  const auto ready = ready_backlog_ns_.load(std::memory_order_relaxed);
+  s.ready_busy_until = ready > 0 ? static_cast<double>(ready) * 1e-9 / std::max(1u, lanes()) : 0.0;
   const auto link = link_backlog_ns_.load(std::memory_order_relaxed);
   s.link_busy_until = link > 0 ? static_cast<double>(link) * 1e-9 : 0.0;
   return s;

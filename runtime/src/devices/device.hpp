@@ -61,17 +61,19 @@ class Device {
     backlog_ns_.fetch_add(estimate_ns, std::memory_order_relaxed);
     link_backlog_ns_.fetch_add(link_ns, std::memory_order_relaxed);
   }
-  void completed(std::int64_t estimate_ns, std::int64_t link_ns = 0) noexcept {
-    queued_.fetch_sub(1, std::memory_order_relaxed);
-    backlog_ns_.fetch_sub(estimate_ns, std::memory_order_relaxed);
-    link_backlog_ns_.fetch_sub(link_ns, std::memory_order_relaxed);
+  // An assigned task became ready to run: its estimate counts in the ready backlog too.
+  void now_ready(std::int64_t estimate_ns) noexcept { ready_backlog_ns_.fetch_add(estimate_ns, std::memory_order_relaxed); }
+  // `was_ready`: now_ready was called for it.
+  void completed(std::int64_t estimate_ns, std::int64_t link_ns, bool was_ready) noexcept {
+    unassigned(estimate_ns, link_ns, was_ready);
     tasks_run_.fetch_add(1, std::memory_order_relaxed);
   }
   // Taken back unrun (its device failed): it counts elsewhere now.
-  void unassigned(std::int64_t estimate_ns, std::int64_t link_ns = 0) noexcept {
+  void unassigned(std::int64_t estimate_ns, std::int64_t link_ns, bool was_ready) noexcept {
     queued_.fetch_sub(1, std::memory_order_relaxed);
     backlog_ns_.fetch_sub(estimate_ns, std::memory_order_relaxed);
     link_backlog_ns_.fetch_sub(link_ns, std::memory_order_relaxed);
+    if (was_ready) ready_backlog_ns_.fetch_sub(estimate_ns, std::memory_order_relaxed);
   }
   DeviceSnapshot snapshot() const;
   // Records a copy between the host and this device's memory node in the
@@ -96,6 +98,7 @@ class Device {
   std::atomic<std::size_t> queued_{0};
   std::atomic<std::int64_t> backlog_ns_{0};
   std::atomic<std::int64_t> link_backlog_ns_{0};
+  std::atomic<std::int64_t> ready_backlog_ns_{0};
   std::atomic<std::size_t> tasks_run_{0};
 };
 

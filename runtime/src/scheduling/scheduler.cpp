@@ -226,7 +226,7 @@ Decision decide(const DecisionInput& input) {
     c.eligible = ineligible_because(device, input).empty();
     if (c.eligible) {
       ++eligible;
-      c.ready = device.busy_until;
+      c.ready = input.ready_now ? device.ready_busy_until : device.busy_until;
       c.data_ready = data_ready(input, device.node);
       const double home = results_home(input, device);
       if (device.kind == DeviceKind::remote) {

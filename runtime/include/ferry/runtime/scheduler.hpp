@@ -28,6 +28,10 @@ struct DeviceSnapshot {
   std::string perf_key;    // which performance models apply, e.g. "cpu-2t" or the GPU's model name
   DevicePeak peak;
   double busy_until = 0;   // seconds from now until its queued work is expected done
+  // The same for the part of it ready to run now: a task ready now runs
+  // after that, while tasks still waiting for predecessors queue behind it
+  // when they become ready (devices take ready tasks in order).
+  double ready_busy_until = 0;
   // A remote: seconds until the bytes of tasks already assigned to it have
   // crossed its link (they share it, one after another).
   double link_busy_until = 0;
@@ -56,6 +60,10 @@ struct DecisionInput {
   // Bytes the task writes. A remote's results are the program's, which runs
   // here: they come home over its link after the run (part of rtt).
   std::size_t output_bytes = 0;
+  // Nothing it reads waits for an unfinished writer: it is ready when
+  // placed, so a device's wait is its ready work (ready_busy_until), not all
+  // it was assigned.
+  bool ready_now = false;
   const PerfModels* models = nullptr;
   const LinkModels* links = nullptr;
   std::mt19937_64* rng = nullptr;     // the random policy only
@@ -65,7 +73,7 @@ struct Candidate {
   DeviceId device = 0;
   std::string name;
   bool eligible = false;
-  double ready = 0;       // busy_until
+  double ready = 0;       // busy_until (ready_busy_until for a task ready now)
   double data_ready = 0;  // seconds until its inputs could be there
   double round_trip = 0;  // DeviceSnapshot::round_trip, and a remote's results home
   // A remote: seconds its link carries this task's bytes (inputs there,
