@@ -52,9 +52,12 @@ class PeerFetches {
   // `dest` receives fetch.length bytes and must stay valid until `done`
   // ran; `keep` holds what owns it.
   void start(protocol::Fetch fetch, std::byte* dest, std::shared_ptr<void> keep, Done done);
-  // Chunks of a fetch: at most this much per get, and this many gets in flight.
+  // Chunks of a fetch: at most this much per get, and this many gets in
+  // flight. Twice a client's ship window: a get is a round trip where a put
+  // only streams, and each lands in the replica, so more in flight costs
+  // no memory (a 256 MiB edge went from 0.87-0.99 of a ship to 0.97-1.04).
   static constexpr std::size_t chunk_bytes = std::size_t{4} << 20;
-  static constexpr std::size_t window = 4;
+  static constexpr std::size_t window = 8;
 
  private:
   struct Job;
