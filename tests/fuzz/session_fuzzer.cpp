@@ -147,8 +147,10 @@ bool send_one(test::TestClient& client, Input& in, std::vector<std::string>& pay
         case 0: client.send(proto::Free{in.byte() % 4}); return true;
         case 1:  // a grant (few ids and secrets, so fetches below find some)
           secret.fill(static_cast<std::uint8_t>(in.byte() % 2));
-          client.send(proto::GrantRead{request, in.byte() % 4, secret, in.byte() % 4, in.u16(), 1 + in.u16(),
-                                       static_cast<std::uint32_t>(1 + in.u16())});
+          // For this very ferryd (so its fetches from itself get in), or for nobody.
+          client.send(proto::GrantRead{request, in.byte() % 4, secret,
+                                       in.byte() % 2 == 0 ? client.host_key() : proto::Key{}, in.byte() % 4,
+                                       in.u16(), 1 + in.u16(), static_cast<std::uint32_t>(1 + in.u16())});
           return true;
         default: {  // a fetch from this very ferryd: it dials itself with whatever capability
           secret.fill(static_cast<std::uint8_t>(in.byte() % 2));

@@ -49,10 +49,13 @@ struct TwoHosts {
     b_client.authenticate(FerrydProcess::default_token);
     a_client.put_all(1, proto::DType::u8, 1, bytes, data.data(), bytes, 1 << 20);
     a_key = a_client.host_key();
+    b_key = b_client.host_key();
   }
+  // On A, for B unless another reader is named.
   proto::PutAck grant(std::uint64_t capability, const proto::Secret& secret, std::uint64_t buffer,
-                      std::uint64_t offset, std::uint64_t length) {
-    a_client.send(proto::GrantRead{a_client.next_request(), capability, secret, buffer, offset, length, 60000});
+                      std::uint64_t offset, std::uint64_t length, std::optional<proto::Key> reader = std::nullopt) {
+    a_client.send(proto::GrantRead{a_client.next_request(), capability, secret, reader.value_or(b_key), buffer,
+                                   offset, length, 60000});
     return a_client.next_as<proto::PutAck>();
   }
   // Has B pull [offset, offset + length) of A's `source` into its replica 2 (as big as the source's range).
@@ -66,8 +69,17 @@ struct TwoHosts {
   FerrydProcess a, b;
   TestClient a_client, b_client;
   std::vector<std::uint8_t> data;
-  proto::Key a_key{};
+  proto::Key a_key{}, b_key{};
 };
+
+// How a capability peer signs in: the grant's secret, and the key the grant names.
+ferry::transport::DialOptions capability_options(const proto::Secret& secret,
+                                                 std::optional<ferry::transport::KeyPair> key) {
+  ferry::transport::DialOptions options;
+  options.token = as_token(secret);
+  options.identity = std::move(key);
+  return options;
+}
 
 // ---- the protocol: grants, fetches, capability peers ----
 
@@ -101,12 +113,13 @@ TEST(HostToHost, TwoHostsFetchingFromEachOtherAtOnceBothSucceed) {
   TwoHosts hosts(bytes);
   const auto b_data = pattern(bytes + 1);  // another pattern on B
   hosts.b_client.put_all(1, proto::DType::u8, 1, bytes, b_data.data() + 1, bytes, 1 << 20);
-  const auto b_key = hosts.b_client.host_key();
+  const auto b_key = hosts.b_key;
   for (std::uint64_t round = 0; round < 12; ++round) {
     SCOPED_TRACE("round " + std::to_string(round));
     const auto secret_a = random_secret(), secret_b = random_secret();
     ASSERT_EQ(hosts.grant(100 + round, secret_a, 1, 0, bytes).status, proto::Status::ok);
-    hosts.b_client.send(proto::GrantRead{hosts.b_client.next_request(), 200 + round, secret_b, 1, 0, bytes, 60000});
+    hosts.b_client.send(
+        proto::GrantRead{hosts.b_client.next_request(), 200 + round, secret_b, hosts.a_key, 1, 0, bytes, 60000});
     ASSERT_EQ(hosts.b_client.next_as<proto::PutAck>().status, proto::Status::ok);
     // Both fetches asked for before either answers.
     hosts.b_client.send(proto::Fetch{hosts.b_client.next_request(), 2, proto::DType::u8, 1, bytes, 0, bytes,
@@ -205,10 +218,11 @@ TEST(HostToHost, ACapabilityPeerMayOnlyReadItsGrant) {
   const std::size_t bytes = 1 << 20;
   TwoHosts hosts(bytes);
   const auto secret = random_secret();
-  ASSERT_EQ(hosts.grant(46, secret, 1, 0, 4096).status, proto::Status::ok);
+  const auto peer = ferry::transport::KeyPair::generate();  // stands in for the host the client names
+  ASSERT_EQ(hosts.grant(46, secret, 1, 0, 4096, peer.public_key()).status, proto::Status::ok);
 
   TestClient reader(hosts.a.port(), ferry::transport::capability_client(46));
-  const auto welcome = reader.authenticate(as_token(secret));
+  const auto welcome = reader.connect(capability_options(secret, peer));
   EXPECT_EQ(welcome.memory_quota, 0u);
   EXPECT_TRUE(welcome.kernels.empty());
   const auto got = reader.get(1, 0, 4096);
@@ -220,15 +234,13 @@ TEST(HostToHost, ACapabilityPeerMayOnlyReadItsGrant) {
 
   // Spent: nobody else signs in with it, even with the secret.
   TestClient second(hosts.a.port(), ferry::transport::capability_client(46));
-  ferry::transport::DialOptions with_secret;
-  with_secret.token = as_token(secret);
-  const std::string why = second.refusal(with_secret);
+  const std::string why = second.refusal(capability_options(secret, peer));
   EXPECT_NE(why.find("capability 46 is unknown, expired or used"), std::string::npos) << why;
 
   const auto other = random_secret();
-  ASSERT_EQ(hosts.grant(146, other, 1, 0, 4096).status, proto::Status::ok);
+  ASSERT_EQ(hosts.grant(146, other, 1, 0, 4096, peer.public_key()).status, proto::Status::ok);
   TestClient greedy(hosts.a.port(), ferry::transport::capability_client(146));
-  greedy.authenticate(as_token(other));
+  greedy.connect(capability_options(other, peer));
   greedy.send(proto::Get{greedy.next_request(), 1, 0, 4097});
   const auto error = greedy.next_as<proto::ErrorMessage>();
   EXPECT_NE(error.message.find("outside the grant"), std::string::npos) << error.message;
@@ -251,12 +263,13 @@ TEST(HostToHost, AGrantEndsWithTheBufferAndWithItsOwner) {
 
   // A grant by a client that left is gone with it.
   const auto other = random_secret();
+  const auto peer = ferry::transport::KeyPair::generate();
   {
     TestClient owner(hosts.a.port());
     owner.authenticate(FerrydProcess::default_token);
     const auto data = pattern(4096);
     ASSERT_EQ(owner.put(5, proto::DType::u8, 1, 4096, data.data(), 4096).status, proto::Status::ok);
-    owner.send(proto::GrantRead{owner.next_request(), 48, other, 5, 0, 4096, 60000});
+    owner.send(proto::GrantRead{owner.next_request(), 48, other, peer.public_key(), 5, 0, 4096, 60000});
     ASSERT_EQ(owner.next_as<proto::PutAck>().status, proto::Status::ok);
     owner.send(proto::Bye{proto::Status::ok, "done"});
   }
@@ -264,15 +277,48 @@ TEST(HostToHost, AGrantEndsWithTheBufferAndWithItsOwner) {
   std::string why;
   for (auto deadline = std::chrono::steady_clock::now() + 20s; why.empty() && std::chrono::steady_clock::now() < deadline;) {
     TestClient late(hosts.a.port(), ferry::transport::capability_client(48));
-    ferry::transport::DialOptions options;
-    options.token = as_token(other);
     try {
-      why = late.refusal(options);
+      why = late.refusal(capability_options(other, peer));
     } catch (const std::runtime_error&) {  // welcomed: the owner's session has not ended yet
       std::this_thread::sleep_for(50ms);
     }
   }
   EXPECT_NE(why.find("unknown, expired or used"), std::string::npos) << why;
+}
+
+// A capability is for the one host the client named: its secret alone,
+// were it to leak, lets no one in. Refusals do not spend it.
+TEST(HostToHost, AGrantAdmitsOnlyTheHostItNames) {
+  TwoHosts hosts(4096);
+  const auto secret = random_secret();
+  const auto named = ferry::transport::KeyPair::generate();
+  const auto other = ferry::transport::KeyPair::generate();
+  ASSERT_EQ(hosts.grant(51, secret, 1, 0, 4096, named.public_key()).status, proto::Status::ok);
+  const auto refused = [&](std::optional<ferry::transport::KeyPair> key, const proto::Secret& with) {
+    TestClient peer(hosts.a.port(), ferry::transport::capability_client(51));
+    return peer.refusal(capability_options(with, std::move(key)));
+  };
+  std::string why = refused(std::nullopt, secret);
+  EXPECT_NE(why.find("capability 51 was granted to host key " + ferry::transport::fingerprint(named.public_key()) +
+                     ", and this peer presents none"),
+            std::string::npos)
+      << why;
+  why = refused(other, secret);
+  EXPECT_NE(why.find("presents " + ferry::transport::fingerprint(other.public_key())), std::string::npos) << why;
+  why = refused(named, random_secret());
+  EXPECT_NE(why.find("the secret of capability 51 is wrong"), std::string::npos) << why;
+
+  TestClient reader(hosts.a.port(), ferry::transport::capability_client(51));
+  reader.connect(capability_options(secret, named));
+  const auto got = reader.get(1, 0, 4096);
+  ASSERT_EQ(got.size(), 4096u);
+  EXPECT_EQ(std::memcmp(got.data(), hosts.data.data(), 4096), 0);
+
+  // A grant names its reader, or is refused.
+  hosts.a_client.send(proto::GrantRead{hosts.a_client.next_request(), 52, secret, proto::Key{}, 1, 0, 16, 60000});
+  const auto ack = hosts.a_client.next_as<proto::PutAck>();
+  EXPECT_EQ(ack.status, proto::Status::bad_arguments);
+  EXPECT_NE(ack.message.find("must name its reader's host key"), std::string::npos) << ack.message;
 }
 
 TEST(HostToHost, AGrantIsRefusedForABufferTheClientDoesNotHold) {

@@ -22,6 +22,7 @@ Capability grant(std::uint64_t id, const Session* owner, std::uint64_t buffer = 
   Capability c;
   c.id = id;
   c.secret = "secret-" + std::to_string(id);
+  c.reader.fill(static_cast<std::uint8_t>(id));
   c.owner = owner;
   c.buffer = buffer;
   c.offset = 100;
@@ -34,8 +35,11 @@ TEST(Capabilities, ALiveGrantGivesItsSecretAndCoversOnlyItsRegion) {
   Capabilities table;
   std::string why;
   ASSERT_TRUE(table.add(grant(1, owner_a), why)) << why;
-  EXPECT_EQ(table.secret(1), "secret-1");
-  EXPECT_FALSE(table.secret(2).has_value());
+  const auto keys = table.keys(1);
+  ASSERT_TRUE(keys.has_value());
+  EXPECT_EQ(keys->secret, "secret-1");
+  EXPECT_EQ(keys->reader, grant(1, owner_a).reader) << "the host it was granted to";
+  EXPECT_FALSE(table.keys(2).has_value());
   const auto c = table.find(1);
   ASSERT_TRUE(c.has_value());
   EXPECT_TRUE(c->covers(1, 100, 50));
@@ -54,18 +58,19 @@ TEST(Capabilities, TheFirstPeerInSpendsIt) {
   ASSERT_TRUE(table.add(grant(1, owner_a), why));
   EXPECT_TRUE(table.claim(1));
   EXPECT_FALSE(table.claim(1)) << "a second peer that raced through the handshake";
-  EXPECT_FALSE(table.secret(1).has_value()) << "nobody else signs in with it";
+  EXPECT_FALSE(table.keys(1).has_value()) << "nobody else signs in with it";
   EXPECT_TRUE(table.find(1).has_value()) << "the peer that claimed it still reads through it";
   EXPECT_FALSE(table.claim(2));
   ASSERT_TRUE(table.add(grant(1, owner_a), why));
-  EXPECT_EQ(table.secret(1), "secret-1") << "granted again by its owner: a new capability";
+  ASSERT_TRUE(table.keys(1).has_value()) << "granted again by its owner: a new capability";
+  EXPECT_EQ(table.keys(1)->secret, "secret-1");
 }
 
 TEST(Capabilities, AnExpiredGrantIsGone) {
   Capabilities table;
   std::string why;
   ASSERT_TRUE(table.add(grant(1, owner_a, 1, -1ms), why));
-  EXPECT_FALSE(table.secret(1).has_value());
+  EXPECT_FALSE(table.keys(1).has_value());
   EXPECT_FALSE(table.find(1).has_value());
   EXPECT_EQ(table.size(), 0u);
 }

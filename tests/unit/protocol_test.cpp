@@ -91,8 +91,8 @@ bool same(const DefineKernel& a, const DefineKernel& b) {
 }
 
 bool same(const GrantRead& a, const GrantRead& b) {
-  return std::tie(a.request, a.capability, a.secret, a.buffer, a.offset, a.length, a.lifetime_ms) ==
-         std::tie(b.request, b.capability, b.secret, b.buffer, b.offset, b.length, b.lifetime_ms);
+  return std::tie(a.request, a.capability, a.secret, a.reader, a.buffer, a.offset, a.length, a.lifetime_ms) ==
+         std::tie(b.request, b.capability, b.secret, b.reader, b.buffer, b.offset, b.length, b.lifetime_ms);
 }
 bool same(const Fetch& a, const Fetch& b) {
   return std::tie(a.request, a.buffer, a.dtype, a.rows, a.cols, a.offset, a.length, a.source, a.host_key,
@@ -201,6 +201,7 @@ std::vector<Message> samples() {
   GrantRead grant{.request = 16, .capability = 0xfeedfacecafebeef, .buffer = 77, .offset = 8, .length = 4096,
                   .lifetime_ms = max_grant_ms};
   grant.secret.fill(0xa5);
+  grant.reader.fill(0x5a);
   out.push_back(grant);
   Fetch fetch{.request = 17, .buffer = 78, .dtype = DType::f64, .rows = 512, .cols = 1, .offset = 0,
               .length = 4096, .source = "[::1]:7070", .capability = 0xfeedfacecafebeef, .source_buffer = 77,
@@ -668,12 +669,14 @@ TEST(Protocol, GoldenGrant) {
   GrantRead grant{.request = 1, .capability = 0x0102030405060708, .buffer = 5, .offset = 16, .length = 32,
                   .lifetime_ms = 1000};
   for (std::size_t i = 0; i < secret_bytes; ++i) grant.secret[i] = static_cast<std::uint8_t>(i);
+  grant.reader.fill(0x77);
   Body b;
   b.u64(1).u64(0x0102030405060708);
   for (std::size_t i = 0; i < secret_bytes; ++i) b.u8(i);
+  for (std::size_t i = 0; i < key_bytes; ++i) b.u8(0x77);  // the reader's host key
   b.u64(5).u64(16).u64(32).u32(1000);
   const Bytes expected = frame(Type::grant, b);
-  ASSERT_EQ(expected.size(), 12u + 8 + 8 + 32 + 8 + 8 + 8 + 4);
+  ASSERT_EQ(expected.size(), 12u + 8 + 8 + 32 + 32 + 8 + 8 + 8 + 4);
   EXPECT_EQ(expected[6], std::byte{19});  // type grant (19)
   EXPECT_EQ(encode(grant), expected);
   EXPECT_TRUE(same(decode(expected), Message{grant}));
@@ -706,6 +709,7 @@ TEST(ProtocolMalformed, Grant) {
     Body b;
     b.u64(1).u64(2);
     for (std::size_t i = 0; i < secret_bytes; ++i) b.u8(1);
+    for (std::size_t i = 0; i < key_bytes; ++i) b.u8(2);
     b.u64(3).u64(offset).u64(length).u32(lifetime);
     return b;
   };

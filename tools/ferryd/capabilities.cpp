@@ -33,10 +33,10 @@ bool Capabilities::add(Capability capability, std::string& why) {
   return true;
 }
 
-std::optional<std::string> Capabilities::secret(std::uint64_t id) {
+std::optional<transport::CapabilityKeys> Capabilities::keys(std::uint64_t id) {
   auto found = find(id);
   if (!found || found->claimed) return std::nullopt;
-  return std::move(found->secret);
+  return transport::CapabilityKeys{std::move(found->secret), found->reader};
 }
 
 bool Capabilities::claim(std::uint64_t id) {

@@ -1,6 +1,7 @@
 // Capabilities that clients granted on this host (host-to-host transfers,
 // docs/security.md): each lets one peer — another ferryd the client named —
-// sign in with the capability's secret as its token and read one region of
+// sign in with the capability's secret as its token and a signature by its
+// host key, and read one region of
 // one of the client's replicas, until its deadline, the client frees the
 // replica, or the client's session ends. Thread-safe: the bootstrap thread
 // asks for secrets, the progress thread adds, finds and drops.
@@ -15,6 +16,8 @@
 #include <optional>
 #include <string>
 
+#include "ferry/transport/bootstrap.hpp"
+
 namespace ferry::ferryd {
 
 class Session;
@@ -22,6 +25,7 @@ class Session;
 struct Capability {
   std::uint64_t id = 0;
   std::string secret;            // the token its peer signs in with
+  transport::PublicKey reader{};  // and the host key it signs with: the ferryd the client named
   const Session* owner = nullptr;  // the granting session, for drop_owner (never dereferenced)
   std::weak_ptr<Session> session;  // the same, to read its replica through
   std::uint64_t buffer = 0, offset = 0, length = 0;
@@ -41,8 +45,9 @@ class Capabilities {
 
   // False, saying why, when the id is taken or the owner holds too many.
   bool add(Capability capability, std::string& why);
-  // The secret of a live capability no peer has claimed yet (bootstrap thread).
-  std::optional<std::string> secret(std::uint64_t id);
+  // What a peer signing in with a live capability no peer has claimed yet
+  // must prove (bootstrap thread).
+  std::optional<transport::CapabilityKeys> keys(std::uint64_t id);
   // The peer that signed in with it takes it: false when one did already
   // (two raced through the handshake) or it is gone. Its session keeps
   // using it (find); the secret lets no one else in.

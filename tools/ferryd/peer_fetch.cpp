@@ -27,8 +27,11 @@ struct PeerFetches::Job {
   std::thread::id thread;
 };
 
-PeerFetches::PeerFetches(std::shared_ptr<transport::Worker> worker, std::shared_ptr<SlabPool> pool)
-    : worker_(std::move(worker)), fetch_worker_(transport::Worker::create({"ferryd-fetch"})) {
+PeerFetches::PeerFetches(std::shared_ptr<transport::Worker> worker, std::shared_ptr<SlabPool> pool,
+                         std::optional<transport::KeyPair> host_key)
+    : worker_(std::move(worker)),
+      fetch_worker_(transport::Worker::create({"ferryd-fetch"})),
+      host_key_(std::move(host_key)) {
   if (pool) fetch_worker_->register_slabs(std::move(pool));
 }
 
@@ -104,6 +107,7 @@ void PeerFetches::run(const std::shared_ptr<Job>& job) {
     transport::DialOptions options;
     options.client = transport::capability_client(fetch.capability);
     options.token.assign(reinterpret_cast<const char*>(fetch.secret.data()), fetch.secret.size());
+    options.identity = host_key_;  // the source admits only the host the client named
     options.timeout = std::chrono::seconds(10);
     // Its source may die mid-transfer (kill -9): only an endpoint with peer
     // error handling notices that without stalling this worker.

@@ -3,7 +3,8 @@
 // granted a capability to read it (docs/protocol.md, grant and fetch). Each
 // fetch runs on a thread of its own, since dialling blocks and must not run
 // on the progress thread; it signs in at the source with the capability's
-// secret as its token, checks the source's host key against the one the
+// secret as its token and a signature by its own host key (the grant names
+// it), checks the source's host key against the one the
 // client pinned, and gets the bytes in chunks with a window in flight, each
 // received by UCX straight into the replica.
 //
@@ -22,10 +23,12 @@
 #include <list>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
 #include "ferry/transport/connection.hpp"
+#include "ferry/transport/identity.hpp"
 #include "ferry/transport/protocol.hpp"
 #include "ferry/transport/worker.hpp"
 
@@ -43,7 +46,9 @@ class PeerFetches {
   // `worker` is the server's: `done` runs on its progress thread. Replicas
   // fetched into live in `pool` (may be null), registered with the fetches'
   // worker too.
-  PeerFetches(std::shared_ptr<transport::Worker> worker, std::shared_ptr<SlabPool> pool);
+  // `host_key`: what it signs in at sources with (its own; none: it cannot fetch).
+  PeerFetches(std::shared_ptr<transport::Worker> worker, std::shared_ptr<SlabPool> pool,
+              std::optional<transport::KeyPair> host_key);
   // Fails the fetches in flight (their connections close) and waits for their threads.
   ~PeerFetches();
   PeerFetches(const PeerFetches&) = delete;
@@ -65,6 +70,7 @@ class PeerFetches {
 
   std::shared_ptr<transport::Worker> worker_;        // the server's
   std::shared_ptr<transport::Worker> fetch_worker_;  // the fetches' own
+  const std::optional<transport::KeyPair> host_key_;
   std::mutex dial_mutex_;                            // one dial at a time from fetch_worker_
   std::mutex mutex_;
   bool stopping_ = false;

@@ -44,10 +44,13 @@ std::uint16_t Server::listen(transport::BootstrapServer::Options options) {
       return std::nullopt;
     };
   }
-  // Another ferryd reading what a client granted signs in with the grant's secret.
-  options.capability_secret = [capabilities = state_.capabilities](std::uint64_t id) {
-    return capabilities->secret(id);
+  // Another ferryd reading what a client granted signs in with the grant's
+  // secret and its host key; fetches from other hosts sign with this one's.
+  options.capability_keys = [capabilities = state_.capabilities](std::uint64_t id) {
+    return capabilities->keys(id);
   };
+  if (!options.host_key) options.host_key = transport::KeyPair::generate();
+  state_.host_key = *options.host_key;
   options.deadline = state_.limits.handshake_timeout;
   bootstrap_ = std::make_unique<transport::BootstrapServer>(
       state_.worker, std::move(options),

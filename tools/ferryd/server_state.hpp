@@ -65,6 +65,8 @@ struct ServerState {
   // at the first fetch.
   std::shared_ptr<Capabilities> capabilities = std::make_shared<Capabilities>();
   std::shared_ptr<PeerFetches> fetches{};
+  // This host's key (set when it listens): its fetches from other hosts sign with it.
+  std::optional<transport::KeyPair> host_key{};
 
   // Last, so it stops first: its jobs post to the worker and read nothing else here.
   Background background{};

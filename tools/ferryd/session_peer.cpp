@@ -5,6 +5,8 @@
 // granted region and nothing else.
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include <chrono>
 
 #include "ferry/allocator/slab_pool.hpp"
@@ -28,9 +30,12 @@ void Session::on_grant(const protocol::GrantRead& grant) {
   if (grant.offset > replica->bytes || grant.length > replica->bytes - grant.offset)
     return refuse(Status::bad_arguments, fmt::format("bytes [{}, {}) lie outside buffer {} of {} bytes", grant.offset,
                                                      grant.offset + grant.length, grant.buffer, replica->bytes));
+  if (std::all_of(grant.reader.begin(), grant.reader.end(), [](std::uint8_t b) { return b == 0; }))
+    return refuse(Status::bad_arguments, "a grant must name its reader's host key");
   Capability capability;
   capability.id = grant.capability;
   capability.secret.assign(reinterpret_cast<const char*>(grant.secret.data()), grant.secret.size());
+  capability.reader = grant.reader;
   capability.owner = this;
   capability.session = weak_from_this();
   capability.buffer = grant.buffer;
@@ -40,6 +45,7 @@ void Session::on_grant(const protocol::GrantRead& grant) {
   std::string why;
   if (!server_.capabilities->add(std::move(capability), why)) return refuse(Status::bad_arguments, why);
   audit("grant", {{"capability", grant.capability},
+                  {"reader", transport::fingerprint(grant.reader)},
                   {"buffer", grant.buffer},
                   {"offset", grant.offset},
                   {"length", grant.length},
@@ -53,7 +59,8 @@ void Session::on_fetch(const protocol::Fetch& fetch) {
   if (!replica) return send(protocol::PutAck{fetch.request, fetch.buffer, refusal.first, std::move(refusal.second)});
   if (!server_.fetches)
     server_.fetches =
-        std::make_shared<PeerFetches>(server_.worker, std::dynamic_pointer_cast<SlabPool>(server_.runtime.host_memory()));
+        std::make_shared<PeerFetches>(server_.worker, std::dynamic_pointer_cast<SlabPool>(server_.runtime.host_memory()),
+                                      server_.host_key);
   log().debug("client {}: fetching {} bytes of buffer {} from {} (capability {})", describe(), fetch.length,
               fetch.buffer, printable(fetch.source), fetch.capability);
   std::weak_ptr<Session> weak = weak_from_this();

@@ -535,7 +535,30 @@ class BootstrapServer::Impl {
     who.address = peer.address;
     who.dialled_out = static_cast<bool>(peer.outcome);
     who.client = handshake::printable(peer.hello.client);
-    if (!all_zero(peer.hello.identity)) {
+    if (const auto capability = capability_of(peer.hello.client)) {
+      // Another ferryd fetching what a client granted: it proves it knows
+      // the capability's secret (its token, so it never crosses the wire
+      // either) and that it is the host the client named (a signature by
+      // that host key): the secret alone, were it to leak, lets no one in.
+      auto keys = options_.capability_keys ? options_.capability_keys(*capability) : std::nullopt;
+      if (!keys)
+        return refuse(peer, Status::auth_failed, fmt::format("capability {} is unknown, expired or used", *capability));
+      if (!verify_mac(keys->secret, digest, "client", auth->mac))
+        return refuse(peer, Status::auth_failed,
+                      fmt::format("authentication failed: the secret of capability {} is wrong", *capability));
+      const PublicKey key = peer.hello.identity;
+      if (all_zero(key) || key != keys->reader)
+        return refuse(peer, Status::auth_failed,
+                      fmt::format("capability {} was granted to host key {}, and this peer {}", *capability,
+                                  fingerprint(keys->reader),
+                                  all_zero(key) ? std::string("presents none") : "presents " + fingerprint(key)));
+      if (!verify(key, digest, auth->signature))
+        return refuse(peer, Status::auth_failed,
+                      fmt::format("the signature by host key {} does not verify", fingerprint(key)));
+      who.key_name = "capability";  // not an authorized key: `key` stays empty
+      who.capability = capability;
+      peer.secret = std::move(keys->secret);
+    } else if (!all_zero(peer.hello.identity)) {
       const PublicKey key = peer.hello.identity;
       if (!options_.authorize)
         return refuse(peer, Status::auth_failed, "this ferryd takes the shared token, not keys");
@@ -546,18 +569,6 @@ class BootstrapServer::Impl {
                                                              *name, fingerprint(key)));
       who.key_name = std::move(*name);
       who.key = key;
-    } else if (const auto capability = capability_of(peer.hello.client)) {
-      // Another ferryd fetching what a client granted: the capability's
-      // secret is its token, so it never crosses the wire either.
-      auto secret = options_.capability_secret ? options_.capability_secret(*capability) : std::nullopt;
-      if (!secret)
-        return refuse(peer, Status::auth_failed, fmt::format("capability {} is unknown, expired or used", *capability));
-      if (!verify_mac(*secret, digest, "client", auth->mac))
-        return refuse(peer, Status::auth_failed,
-                      fmt::format("authentication failed: the secret of capability {} is wrong", *capability));
-      who.key_name = "capability";
-      who.capability = capability;
-      peer.secret = std::move(*secret);
     } else {
       if (options_.token.empty())
         return refuse(peer, Status::auth_failed, "this ferryd takes authorized keys only; the client sent no key");

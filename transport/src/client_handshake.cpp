@@ -69,11 +69,8 @@ std::vector<std::byte> ClientHandshake::on_challenge(std::vector<std::byte> chal
 
   digest_ = handshake::auth_digest(hello_body_, challenge_body_, my_address);
   protocol::Auth auth;
-  if (options_.identity) {
-    auth.signature = options_.identity->sign(digest_);
-  } else {
-    auth.mac = auth_mac(options_.token, digest_, "client");
-  }
+  if (options_.identity) auth.signature = options_.identity->sign(digest_);
+  if (!options_.identity || capability_of(options_.client)) auth.mac = auth_mac(options_.token, digest_, "client");
   auth.worker_address = my_address;
   return protocol::encode(auth);
 }

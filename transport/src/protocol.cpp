@@ -324,6 +324,7 @@ void fields(IO& io, M& m) {
   io("request", m.request);
   io("capability", m.capability);
   io("secret", m.secret);
+  io("reader", m.reader);
   io("buffer", m.buffer);
   io("offset", m.offset);
   io("length", m.length);

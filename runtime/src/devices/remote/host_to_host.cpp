@@ -2,9 +2,10 @@
 // task on remote host B, moves from A to B directly instead of A -> this
 // process -> B (docs/architecture.md, Coherence). This runtime grants B a
 // capability on A — a random id and a 32-byte secret, scoped to that one
-// copy, read-only, for a few minutes — and tells B to fetch with it; B signs
-// in at A with the secret as its token and checks A's host key against the
-// one this runtime saw. Not one byte of the data passes through here.
+// copy and to B's host key, read-only, for a few minutes — and tells B to
+// fetch with it; B signs in at A with the secret as its token and a
+// signature by its host key, and checks A's host key against the one this
+// runtime saw. Not one byte of the data passes through here.
 #include <fmt/format.h>
 
 #include <chrono>
@@ -53,11 +54,11 @@ std::pair<std::string, transport::PublicKey> RemoteDevice::peer_address() const 
   return {address, host_key_};
 }
 
-void RemoteDevice::grant_read(std::uint64_t capability, const protocol::Secret& secret, std::uint64_t id,
-                              std::size_t bytes) {
+void RemoteDevice::grant_read(std::uint64_t capability, const protocol::Secret& secret,
+                              const transport::PublicKey& reader, std::uint64_t id, std::size_t bytes) {
   const std::uint64_t req = next_request();
-  auto reply = request(req,
-                       protocol::GrantRead{req, capability, secret, id, 0, bytes, grant_lifetime_ms}, nullptr, 0);
+  auto reply = request(
+      req, protocol::GrantRead{req, capability, secret, reader, id, 0, bytes, grant_lifetime_ms}, nullptr, 0);
   expect_ok(await(reply, "grant"), options_.address, "grant");
 }
 
@@ -98,7 +99,8 @@ std::optional<std::uint64_t> RemoteDevice::copy_from(NodeLink& source, std::uint
   const std::int64_t start_ns = core_.trace() ? core_.trace()->now_ns() : 0;
   const auto start = std::chrono::steady_clock::now();
   try {
-    peer->grant_read(capability, secret, source_id, shape.bytes());
+    // For this host only, as its last handshake with us showed its key.
+    peer->grant_read(capability, secret, peer_address().second, source_id, shape.bytes());
     const std::uint64_t id =
         with_room(shape.bytes(), [&] { return fetch_from(*peer, capability, secret, source_id, shape); });
     bytes_from_hosts_.fetch_add(shape.bytes(), std::memory_order_relaxed);

@@ -189,8 +189,9 @@ class RemoteDevice final : public Device, public NodeLink {
   std::uint64_t with_room(std::size_t bytes, const std::function<std::uint64_t()>& put);
   std::uint64_t ship_now(const HostRegion& source);
   // ---- host-to-host (host_to_host.cpp) ----
-  // Lets a peer that signs in with `secret` read [0, bytes) of copy `id` here.
-  void grant_read(std::uint64_t capability, const protocol::Secret& secret, std::uint64_t id, std::size_t bytes);
+  // Lets the host with key `reader`, signing in with `secret`, read [0, bytes) of copy `id` here.
+  void grant_read(std::uint64_t capability, const protocol::Secret& secret, const transport::PublicKey& reader,
+                  std::uint64_t id, std::size_t bytes);
   // Has this host pull copy `source_id` from `source` into a new copy; its id.
   std::uint64_t fetch_from(RemoteDevice& source, std::uint64_t capability, const protocol::Secret& secret,
                            std::uint64_t source_id, const HostRegion& shape);

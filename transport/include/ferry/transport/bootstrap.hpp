@@ -7,8 +7,8 @@
 //
 //   client -> hello      versions, name, an X25519 key, its Ed25519 identity (or none: the token)
 //   server -> challenge  a nonce, its X25519 key, its host key, the cipher, a signature by the host key
-//   client -> auth       a signature by its identity (or an HMAC with the token) over the transcript,
-//                        and its UCX worker address
+//   client -> auth       a signature by its identity (or an HMAC with the token; a host-to-host
+//                        capability peer both) over the transcript, and its UCX worker address
 //   server -> welcome    sealed with the session keys: limits, its own proof, its UCX worker address
 //
 // Only then do the two UCX workers connect, each creating an endpoint from
@@ -63,6 +63,13 @@ std::optional<std::uint64_t> capability_of(std::string_view client);
 struct DialOptions;
 struct Dialed;
 
+// What a capability peer must prove: that it knows the secret, and that it
+// holds the private half of `reader` (the ferryd the client named).
+struct CapabilityKeys {
+  std::string secret;
+  PublicKey reader{};
+};
+
 class BootstrapServer {
  public:
   struct Options {
@@ -79,10 +86,11 @@ class BootstrapServer {
     double per_address_burst = 60;
     bool allow_plaintext = false;   // --plaintext: a client that asks for plaintext gets it
     bool encrypt_loopback = false;  // seal loopback links too
-    // Host-to-host transfers: the secret of a capability a client granted
-    // (its token), or none when it is unknown, expired or used. Thread-safe (the
+    // Host-to-host transfers: a capability a client granted (the secret its
+    // peer signs in with, as a token, and the host key it must sign with
+    // too), or none when it is unknown, expired or used. Thread-safe (the
     // bootstrap thread calls it). Null: capability peers are refused.
-    std::function<std::optional<std::string>(std::uint64_t capability)> capability_secret;
+    std::function<std::optional<CapabilityKeys>(std::uint64_t capability)> capability_keys;
   };
   // Progress thread: an authenticated peer and its connection (handlers not
   // yet set). Returns the welcome to send (the bootstrap fills in its proof
@@ -133,8 +141,11 @@ class BootstrapServer {
 
 struct DialOptions {
   std::string client;                 // a name for the server's logs
-  std::string token;                  // used when there is no identity
-  std::optional<KeyPair> identity;    // sign in with this key (ferry keygen)
+  // Sign in with the token, or with a key (ferry keygen); a capability
+  // peer (client capability_client(id)) gives both: the capability's secret
+  // and its host key.
+  std::string token;
+  std::optional<KeyPair> identity;
   std::filesystem::path known_hosts;  // pins of host keys; empty: none checked
   Pinning pinning = Pinning::trust_on_first_use;
   protocol::Privacy privacy = protocol::Privacy::automatic;

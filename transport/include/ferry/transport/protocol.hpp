@@ -277,6 +277,10 @@ struct GrantRead {
   std::uint64_t request = 0;
   std::uint64_t capability = 0;  // client-chosen id, unique on the host
   Secret secret{};               // the token the peer signs in with
+  // The one peer it is for: the host key of the ferryd the client will
+  // tell to fetch (as the client pinned it). That peer signs in with this
+  // key and the secret; anyone else is refused, even holding the secret.
+  Key reader{};
   std::uint64_t buffer = 0;      // the owner's replica on this host
   std::uint64_t offset = 0;
   std::uint64_t length = 0;      // > 0
