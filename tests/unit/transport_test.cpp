@@ -438,6 +438,38 @@ TEST(Connection, ManyMessagesInFlightArriveInOrder) {
   for (auto& error : results) ASSERT_EQ(error, "");
 }
 
+// Header-only messages the progress thread sends while it works through
+// its queue leave together, one AM for the lot (a burst of replies was a
+// system call each); payload messages between them keep their place.
+TEST(Connection, ABurstFromTheProgressThreadLeavesInBatchesInOrder) {
+  Inbox<Message> received;
+  Server server(collect(received));
+  Client client(server.listener->port());
+  constexpr int count = 300;
+  const auto payload = random_bytes(100, 9);
+  Inbox<std::string> sent;
+  const auto before = client.worker->batched_messages();
+  client.worker->call([&] {
+    for (int i = 0; i < count; ++i)
+      client.connection->send(text_bytes(std::to_string(i)), payload.data(), i % 37 == 0 ? payload.size() : 0,
+                              [&sent](const std::string& error) { sent.push(error); });
+    return 0;
+  });
+  auto messages = received.wait(count, 30s);
+  ASSERT_EQ(messages.size(), static_cast<std::size_t>(count));
+  for (int i = 0; i < count; ++i) {
+    ASSERT_EQ(messages[i].header, std::to_string(i)) << "out of order at " << i;
+    ASSERT_EQ(messages[i].payload.size(), i % 37 == 0 ? payload.size() : 0u) << "message " << i;
+    if (i % 37 == 0) ASSERT_TRUE(messages[i].payload == payload) << "payload of message " << i;
+  }
+  const auto results = sent.wait(count);
+  ASSERT_EQ(results.size(), static_cast<std::size_t>(count));
+  for (const auto& error : results) ASSERT_EQ(error, "");
+  EXPECT_GT(client.worker->batched_messages() - before, static_cast<std::uint64_t>(count / 2))
+      << "the burst left one message at a time";
+  EXPECT_EQ(server.errors.size(), 0u);
+}
+
 TEST(Connection, SendIsThreadSafe) {
   Inbox<Message> received;
   Server server(collect(received));
@@ -886,6 +918,25 @@ TEST(SealedConnection, OpensHeadersAndPayloadsOfEverySize) {
   EXPECT_EQ(got[1].header, "big");
   EXPECT_EQ(got[1].error, "");
   EXPECT_TRUE(got[1].payload == big);
+  EXPECT_EQ(pair.errors.size(), 0u);
+}
+
+// Each message of a batch is sealed and numbered on its own: the receiver
+// opens them one by one, in order, as if they had come apart.
+TEST(SealedConnection, BatchedMessagesAreOpenedOneByOne) {
+  SealedPair pair;
+  constexpr int count = 200;
+  std::vector<SealedPair::Sealed> sealed;
+  for (int i = 0; i < count; ++i) sealed.push_back(pair.seal(std::to_string(i)));
+  const auto before = pair.sender_worker->batched_messages();
+  pair.sender_worker->call([&] {
+    for (const auto& s : sealed) pair.sender->send(s.header);
+    return 0;
+  });
+  auto got = pair.inbox.wait(count, 30s);
+  ASSERT_EQ(got.size(), static_cast<std::size_t>(count));
+  for (int i = 0; i < count; ++i) ASSERT_EQ(got[i].header, std::to_string(i));
+  EXPECT_GT(pair.sender_worker->batched_messages() - before, static_cast<std::uint64_t>(count / 2));
   EXPECT_EQ(pair.errors.size(), 0u);
 }
 

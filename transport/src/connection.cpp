@@ -191,6 +191,37 @@ void send_done(void* request, ucs_status_t status, void* user_data) {
   notify(op->done, status == UCS_OK ? std::string() : failure(status, "sending"));
 }
 
+// A batch's frames: [u32 length, little-endian][the header], one after another.
+constexpr std::size_t frame_prefix = 4;
+// Gathered up to this much, then sent: small enough to go eagerly in one piece.
+constexpr std::size_t max_batch_bytes = std::size_t{64} << 10;
+
+void put_u32(std::vector<std::byte>& out, std::uint32_t n) {
+  for (int i = 0; i < 4; ++i) out.push_back(static_cast<std::byte>(n >> (8 * i)));
+}
+
+std::uint32_t get_u32(const std::byte* in) {
+  std::uint32_t n = 0;
+  for (int i = 0; i < 4; ++i) n |= static_cast<std::uint32_t>(in[i]) << (8 * i);
+  return n;
+}
+
+}  // namespace
+
+struct ConnectionImpl::BatchOp {
+  std::vector<std::byte> frames;  // UCX reads them until the send completes
+  std::vector<std::unique_ptr<SendOp>> ops;
+};
+
+namespace {
+
+void batch_done(void* request, ucs_status_t status, void* user_data) {
+  std::unique_ptr<ConnectionImpl::BatchOp> batch(static_cast<ConnectionImpl::BatchOp*>(user_data));
+  ucp_request_free(request);
+  const std::string error = status == UCS_OK ? std::string() : failure(status, "sending");
+  for (const auto& op : batch->ops) notify(op->done, error);
+}
+
 }  // namespace
 
 ConnectionImpl::ConnectionImpl(std::shared_ptr<Worker> worker, MessageHandler on_message, ErrorHandler on_error)
@@ -320,6 +351,53 @@ bool ConnectionImpl::open_payload(std::uint64_t number, std::byte* sealed, std::
 
 void ConnectionImpl::start_send(SendOp* raw) {
   std::unique_ptr<SendOp> op(raw);
+  if (impl_.batching && ep_ != nullptr && op->payload_bytes == 0 && op->header.size() <= impl_.max_am_header) {
+    if (batched_.empty()) impl_.to_flush.push_back(self());
+    batched_bytes_ += frame_prefix + op->header.size();
+    batched_.push_back(std::move(op));
+    if (batched_bytes_ >= max_batch_bytes) flush_batch();
+    return;
+  }
+  flush_batch();  // what was gathered before it goes first
+  send_now(std::move(op));
+}
+
+void ConnectionImpl::flush_batch() {
+  if (batched_.empty()) return;
+  auto ops = std::exchange(batched_, {});
+  const std::size_t bytes = std::exchange(batched_bytes_, 0);
+  if (ops.size() == 1) return send_now(std::move(ops.front()));
+  if (ep_ == nullptr) {
+    for (const auto& op : ops) notify(op->done, "connection to " + peer_ + " is closed");
+    return;
+  }
+  auto batch = std::make_unique<BatchOp>();
+  batch->frames.reserve(bytes);
+  for (const auto& op : ops) {
+    put_u32(batch->frames, static_cast<std::uint32_t>(op->header.size()));
+    batch->frames.insert(batch->frames.end(), op->header.begin(), op->header.end());
+  }
+  impl_.batched_messages.fetch_add(ops.size(), std::memory_order_relaxed);
+  batch->ops = std::move(ops);
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+  // Eager: the receiver splits it inside its AM callback, with no receive to start.
+  param.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER;
+  param.cb.send = batch_done;
+  param.user_data = batch.get();
+  auto request = ucp_am_send_nbx(lane_ != nullptr ? lane_ : ep_, ferry_batch_am_id, nullptr, 0, batch->frames.data(),
+                                 batch->frames.size(), &param);
+  if (request == nullptr) {
+    for (const auto& op : batch->ops) notify(op->done, {});
+  } else if (UCS_PTR_IS_ERR(request)) {
+    const std::string error = failure(UCS_PTR_STATUS(request), ("ucp_am_send_nbx to " + peer_).c_str());
+    for (const auto& op : batch->ops) notify(op->done, error);
+  } else {
+    batch.release();  // batch_done owns it now
+  }
+}
+
+void ConnectionImpl::send_now(std::unique_ptr<SendOp> op) {
   if (ep_ == nullptr) {
     notify(op->done, "connection to " + peer_ + " is closed");
     return;
@@ -359,6 +437,7 @@ void ConnectionImpl::flush(Done done) {
   auto* op = new Done(std::move(done));
   impl_.post([self = self(), op] {
     std::unique_ptr<Done> owned(op);
+    self->flush_batch();  // gathered sends are among those queued before it
     if (self->ep_ == nullptr) return notify(*owned, "connection to " + self->peer_ + " is closed");
     ucp_request_param_t param{};
     param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
@@ -406,6 +485,7 @@ void ConnectionImpl::close() {
 void ConnectionImpl::close_now(bool force) {
   closed_ = true;
   if (ep_ == nullptr) return;
+  if (!force) flush_batch();  // before the close notice, as they were queued before it
   impl_.connections.erase(ep_);
   if (lane_ != nullptr) {
     impl_.connections.erase(lane_);
@@ -485,6 +565,36 @@ ucs_status_t am_receive(void* arg, const void* header, std::size_t header_length
                           (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0);
   static_cast<ConnectionImpl&>(*connection).deliver(message);
   return message.status();
+}
+
+ucs_status_t batch_receive(void* arg, const void*, std::size_t, void* data, std::size_t length,
+                           const ucp_am_recv_param_t* param) {
+  auto& impl = *static_cast<Worker::Impl*>(arg);
+  if ((param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) == 0) return UCS_OK;
+  auto found = impl.connections.find(param->reply_ep);
+  if (found == impl.connections.end()) return UCS_OK;  // closing: dropped
+  auto connection = found->second->weak_from_this().lock();
+  if (!connection) return UCS_OK;
+  auto& self = static_cast<ConnectionImpl&>(*connection);
+  // Framing only: each frame is then a message like any other (opened and
+  // authenticated by deliver on a sealed connection).
+  if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) {
+    self.reject("a batch of messages came by rendezvous, not eagerly");
+    return UCS_OK;
+  }
+  const auto* bytes = static_cast<const std::byte*>(data);
+  for (std::size_t at = 0; at < length && !self.closed();) {
+    const std::uint32_t n = length - at >= frame_prefix ? get_u32(bytes + at) : 0;
+    if (n == 0 || n > length - at - frame_prefix) {
+      self.reject("a malformed batch of messages");
+      break;
+    }
+    at += frame_prefix;
+    IncomingMessage message(impl.worker, *impl.slabs, {bytes + at, n}, nullptr, 0, false);
+    self.deliver(message);
+    at += n;
+  }
+  return UCS_OK;
 }
 
 ucs_status_t close_receive(void* arg, const void*, std::size_t, void*, std::size_t, const ucp_am_recv_param_t* param) {

@@ -56,9 +56,14 @@ class ConnectionImpl final : public Connection {
   void close_now(bool force);
 
   struct SendOp;  // one send in flight, owned by UCX's request until it completes
+  struct BatchOp;  // header-only sends gathered into one AM
+
+  // Progress thread: sends what start_send gathered (Worker::Impl::batching).
+  void flush_batch();
 
  private:
   void start_send(SendOp* op);
+  void send_now(std::unique_ptr<SendOp> op);
   // Forgets both endpoints and closes them: `force` for a failed peer.
   void drop_endpoints(bool force);
   std::shared_ptr<ConnectionImpl> self() { return std::static_pointer_cast<ConnectionImpl>(shared_from_this()); }
@@ -74,11 +79,16 @@ class ConnectionImpl final : public Connection {
   std::shared_ptr<const ErrorHandler> on_error_;
   std::unique_ptr<SecureChannel> channel_;  // null: plaintext
   std::mutex seal_mutex_;                   // sealing and queueing, one message at a time
+  std::vector<std::unique_ptr<SendOp>> batched_;  // progress thread: gathered, not yet sent
+  std::size_t batched_bytes_ = 0;
 };
 
 // The worker's AM handler for ferry_am_id; `arg` is the Worker::Impl.
 ucs_status_t am_receive(void* arg, const void* header, std::size_t header_length, void* data, std::size_t length,
                         const ucp_am_recv_param_t* param);
+// The worker's AM handler for ferry_batch_am_id: each frame delivered as a message of its own.
+ucs_status_t batch_receive(void* arg, const void* header, std::size_t header_length, void* data, std::size_t length,
+                           const ucp_am_recv_param_t* param);
 // The worker's AM handler for ferry_close_am_id: the peer closed its end.
 ucs_status_t close_receive(void* arg, const void* header, std::size_t header_length, void* data, std::size_t length,
                            const ucp_am_recv_param_t* param);

@@ -130,6 +130,9 @@ std::shared_ptr<Worker> Worker::create(Options options) {
   handler.id = ferry_close_am_id;
   handler.cb = close_receive;
   check(ucp_worker_set_am_recv_handler(impl->worker, &handler), "ucp_worker_set_am_recv_handler (close)");
+  handler.id = ferry_batch_am_id;
+  handler.cb = batch_receive;
+  check(ucp_worker_set_am_recv_handler(impl->worker, &handler), "ucp_worker_set_am_recv_handler (batch)");
 
   impl->slabs = std::make_unique<SlabRegistry>(impl->context, [raw = impl.get()](std::function<void()> fn) {
     raw->post(std::move(fn));
@@ -161,6 +164,9 @@ Worker::~Worker() {
 void Worker::post(std::function<void()> fn) { impl_->post(std::move(fn)); }
 bool Worker::on_progress_thread() const noexcept { return impl_->on_progress_thread(); }
 std::string Worker::transports() const { return impl_->transports; }
+std::uint64_t Worker::batched_messages() const noexcept {
+  return impl_->batched_messages.load(std::memory_order_relaxed);
+}
 
 void Worker::register_slabs(std::shared_ptr<SlabPool> pool) { impl_->slabs->watch(std::move(pool)); }
 
@@ -238,6 +244,7 @@ bool Worker::Impl::run_posted() {
     if (posted.empty()) return stop;
     batch.swap(posted);
   }
+  batching = thread_id.load() == std::this_thread::get_id();
   for (auto& fn : batch) {
     try {
       fn();
@@ -246,7 +253,13 @@ bool Worker::Impl::run_posted() {
     }
     fn = nullptr;  // its captures go now, in order, not after the whole batch
   }
+  batching = false;
+  flush_batches();
   return false;
+}
+
+void Worker::Impl::flush_batches() {
+  for (auto& connection : std::exchange(to_flush, {})) connection->flush_batch();
 }
 
 void Worker::Impl::progress_until_idle() {

@@ -31,6 +31,9 @@ inline constexpr unsigned ferry_am_id = 0;
 // An empty message a closing end sends last: endpoints made from worker
 // addresses have no connection manager to tell the peer they closed.
 inline constexpr unsigned ferry_close_am_id = 1;
+// Several header-only messages of one connection in one AM, its payload
+// frames of [u32 length][header] (connection.cpp, batched sends).
+inline constexpr unsigned ferry_batch_am_id = 2;
 
 // Throws UcxError "<what>: <UCX's reason>" unless status is UCS_OK.
 void check(ucs_status_t status, const std::string& what);
@@ -81,6 +84,12 @@ struct Worker::Impl {
   std::unique_ptr<SlabRegistry> slabs;  // registered pool slabs; stopped before the context goes
   bool shutting_down = false;
   StagingPool staging;  // sealed payloads of encrypted connections, any thread
+  // While the progress thread runs what was posted, header-only sends of a
+  // connection gather (ConnectionImpl::start_send) and leave together once
+  // the queue is done: one system call for a burst of replies, not one each.
+  bool batching = false;
+  std::vector<std::shared_ptr<ConnectionImpl>> to_flush;
+  std::atomic<std::uint64_t> batched_messages{0};
 
   ~Impl();
   void run();
@@ -103,6 +112,7 @@ struct Worker::Impl {
 
  private:
   bool run_posted();
+  void flush_batches();
   void progress_until_idle();
   bool poll_for_work();
   bool wait(int timeout_ms, std::unique_lock<std::mutex>& serial_lock);

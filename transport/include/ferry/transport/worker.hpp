@@ -59,6 +59,9 @@ class Worker : public std::enable_shared_from_this<Worker> {
   std::size_t registered_slabs();
   // The transports UCX selected (e.g. "tcp, sysv, posix, self, cma"), for logs and `ferry info`.
   std::string transports() const;
+  // Messages that left in a batch with others (sends the progress thread
+  // gathered while it ran what was queued): for tests and benchmarks.
+  std::uint64_t batched_messages() const noexcept;
 
   struct Impl;
   Impl& impl() noexcept { return *impl_; }
