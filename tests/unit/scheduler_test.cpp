@@ -50,6 +50,17 @@ struct Fixture : ::testing::Test {
     input.bytes = bytes;
     input.inputs = {InputSnapshot{bytes, std::move(nodes)}};
   }
+  // The CPU and one remote over a 1 GB/s link without latency, both
+  // calibrated, and one MiB input on the host.
+  void cpu_and_remote(double cpu_seconds, double remote_seconds) {
+    input.devices = {device(0, "cpu", DeviceKind::cpu, host_node),
+                     device(1, "remote:a:7070", DeviceKind::remote, gpu_node)};
+    calibrate(models, "scale", "cpu", MiB, cpu_seconds);
+    calibrate(models, "scale", "remote:a:7070", MiB, remote_seconds);
+    links.set(host_node, gpu_node, Link{0, 1e9});
+    links.set(gpu_node, host_node, Link{0, 1e9});
+    one_input(MiB, {host_node});
+  }
   const Candidate& candidate(const Decision& d, DeviceId id) {
     for (const auto& c : d.candidates)
       if (c.device == id) return c;
@@ -190,13 +201,7 @@ TEST_F(Heft, AnInputStillBeingWrittenIsReadyWhenItsWriterIsExpectedDone) {
 // placed there go first, so a burst of small tasks does not each assume
 // the link to itself.
 TEST_F(Heft, ARemotesBytesWaitBehindThoseOfTasksAlreadyPlacedThere) {
-  input.devices = {device(0, "cpu", DeviceKind::cpu, host_node),
-                   device(1, "remote:a:7070", DeviceKind::remote, gpu_node)};
-  calibrate(models, "scale", "cpu", MiB, 10e-3);
-  calibrate(models, "scale", "remote:a:7070", MiB, 0.1e-3);
-  links.set(host_node, gpu_node, Link{0, 1e9});
-  links.set(gpu_node, host_node, Link{0, 1e9});
-  one_input(MiB, {host_node});
+  cpu_and_remote(10e-3, 0.1e-3);
   input.output_bytes = MiB;
   Decision d = decide(input);
   EXPECT_EQ(d.device, 1u) << explain(d);
@@ -214,13 +219,7 @@ TEST_F(Heft, ARemotesBytesWaitBehindThoseOfTasksAlreadyPlacedThere) {
 // part only. Without that, independent small tasks beside a factorisation
 // fled to a remote and their results came home last.
 TEST_F(Heft, ATaskReadyNowWaitsOnlyForTheWorkReadyBeforeIt) {
-  input.devices = {device(0, "cpu", DeviceKind::cpu, host_node),
-                   device(1, "remote:a:7070", DeviceKind::remote, gpu_node)};
-  calibrate(models, "scale", "cpu", MiB, 0.1e-3);
-  calibrate(models, "scale", "remote:a:7070", MiB, 0.1e-3);
-  links.set(host_node, gpu_node, Link{0, 1e9});
-  links.set(gpu_node, host_node, Link{0, 1e9});
-  one_input(MiB, {host_node});
+  cpu_and_remote(0.1e-3, 0.1e-3);
   input.devices[0].busy_until = 12e-3;       // a factorisation's tiles, most waiting for others
   input.devices[0].ready_busy_until = 0.4e-3;  // the one tile ready now
   Decision d = decide(input);
