@@ -132,6 +132,13 @@ class TestClient {
     std::unique_lock lock(state_->mutex);
     return state_->changed.wait_for(lock, timeout, [&] { return state_->closed; });
   }
+  // Waits until every payload whose header came has landed (or the
+  // connection closed): closing the client with one still arriving leaves
+  // that receive to UCX forever.
+  bool wait_payloads(std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
+    std::unique_lock lock(state_->mutex);
+    return state_->changed.wait_for(lock, timeout, [&] { return state_->arriving == 0 || state_->closed; });
+  }
 
 
   proto::PutAck put(std::uint64_t id, proto::DType dtype, std::uint64_t rows, std::uint64_t cols, const void* data,
@@ -190,6 +197,7 @@ class TestClient {
     std::mutex mutex;
     std::condition_variable changed;
     std::deque<Received> queue;
+    std::size_t arriving = 0;  // payloads still being received
     bool closed = false;
   };
 
@@ -201,14 +209,19 @@ class TestClient {
     } catch (const std::exception&) {
       return;
     }
-    auto push = [state, r](const std::string&) {
+    auto push = [state, r](bool had_payload) {
       std::lock_guard lock(state->mutex);
+      if (had_payload) --state->arriving;
       state->queue.push_back(std::move(*r));
       state->changed.notify_all();
     };
-    if (in.payload_bytes() == 0) return push({});
+    if (in.payload_bytes() == 0) return push(false);
     r->payload.resize(in.payload_bytes());
-    in.into(r->payload.data(), push);
+    {
+      std::lock_guard lock(state->mutex);
+      ++state->arriving;
+    }
+    in.into(r->payload.data(), [push](const std::string&) { push(true); });
   }
 
   std::uint16_t port_;

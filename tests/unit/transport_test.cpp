@@ -449,16 +449,18 @@ TEST(Connection, ABurstFromTheProgressThreadLeavesInBatchesInOrder) {
   const auto payload = random_bytes(100, 9);
   Inbox<std::string> sent;
   const auto before = client.worker->batched_messages();
+  // Some headers are empty: a frame of length 0 is a message like the others.
+  const auto header = [](int i) { return i % 50 == 7 ? std::string() : std::to_string(i); };
   client.worker->call([&] {
     for (int i = 0; i < count; ++i)
-      client.connection->send(text_bytes(std::to_string(i)), payload.data(), i % 37 == 0 ? payload.size() : 0,
+      client.connection->send(text_bytes(header(i)), payload.data(), i % 37 == 0 ? payload.size() : 0,
                               [&sent](const std::string& error) { sent.push(error); });
     return 0;
   });
   auto messages = received.wait(count, 30s);
   ASSERT_EQ(messages.size(), static_cast<std::size_t>(count));
   for (int i = 0; i < count; ++i) {
-    ASSERT_EQ(messages[i].header, std::to_string(i)) << "out of order at " << i;
+    ASSERT_EQ(messages[i].header, header(i)) << "out of order at " << i;
     ASSERT_EQ(messages[i].payload.size(), i % 37 == 0 ? payload.size() : 0u) << "message " << i;
     if (i % 37 == 0) ASSERT_TRUE(messages[i].payload == payload) << "payload of message " << i;
   }

@@ -584,11 +584,13 @@ ucs_status_t batch_receive(void* arg, const void*, std::size_t, void* data, std:
   }
   const auto* bytes = static_cast<const std::byte*>(data);
   for (std::size_t at = 0; at < length && !self.closed();) {
-    const std::uint32_t n = length - at >= frame_prefix ? get_u32(bytes + at) : 0;
-    if (n == 0 || n > length - at - frame_prefix) {
+    // An empty frame is an empty header, as a message alone may have one
+    // (the protocol, not the framing, refuses it).
+    if (length - at < frame_prefix || get_u32(bytes + at) > length - at - frame_prefix) {
       self.reject("a malformed batch of messages");
       break;
     }
+    const std::uint32_t n = get_u32(bytes + at);
     at += frame_prefix;
     IncomingMessage message(impl.worker, *impl.slabs, {bytes + at, n}, nullptr, 0, false);
     self.deliver(message);
