@@ -53,6 +53,12 @@ printf '\x01\x00\x00\x00\x00\x10\x00\x00\x00\x08\x00xxxxxxxx\x02\x00\x00\x00\x00
 printf '\x01\x01\x00\x00\x00\x10\x00\x00\x00\x10\x00aaaabbbbccccdddd\x03\x00\x01\x00\x01\x00\x03' >"$work/corpus/run"
 printf '\x05\x00\x00\x00\x01\x03\x00\x00\x07\x00\x00\x00' >"$work/corpus/define_run"
 printf '\x06\x07\x04\x00' >"$work/corpus/stats"
+# Findings kept as seeds, so each run tries them again first. A fetch from
+# ferryd itself, then a refused frame: ferryd closes while a reply payload
+# is still arriving by rendezvous over the shared-memory lane, a receive UCX
+# never completes; the worker's shutdown releases it (it leaked before).
+printf '\x74\x74\x74\x74\x74\x74\x74\x74\x74\x74\x00\x78\x68\x78\xff\xff\xfa\xfc\x2d\xf5\x00\x78\x00\x00\x00\x08\x00' \
+  >"$work/corpus/abandoned_receive"
 
 # UCX keeps a few small allocations per closed endpoint past their end
 # (Debian's 1.13); they are UCX's, not ferryd's, and would stop every run.

@@ -26,12 +26,11 @@ std::string failure(ucs_status_t status, const char* call) {
   return std::string(call) + ": " + ucs_status_string(status);
 }
 
-struct ReceiveOp {
-  Done done;
-};
+using ReceiveOp = Worker::Impl::Receiving;
 
 void receive_done(void* request, ucs_status_t status, std::size_t, void* user_data) {
   std::unique_ptr<ReceiveOp> op(static_cast<ReceiveOp*>(user_data));
+  op->impl->receiving.erase(op.get());
   ucp_request_free(request);
   notify(op->done, status == UCS_OK ? std::string() : failure(status, "receiving a payload"));
 }
@@ -40,9 +39,9 @@ void receive_done(void* request, ucs_status_t status, std::size_t, void* user_da
 // rendezvous payload is fetched straight into `dest` by ucp_am_recv_data_nbx.
 class IncomingMessage final : public Incoming {
  public:
-  IncomingMessage(ucp_worker_h worker, const SlabRegistry& slabs, std::span<const std::byte> header, void* data,
-                  std::size_t length, bool rendezvous)
-      : worker_(worker), slabs_(slabs), header_(header), data_(data), length_(length), rendezvous_(rendezvous) {}
+  IncomingMessage(Worker::Impl& impl, std::span<const std::byte> header, void* data, std::size_t length,
+                  bool rendezvous)
+      : impl_(impl), header_(header), data_(data), length_(length), rendezvous_(rendezvous) {}
 
   std::span<const std::byte> header() const noexcept override { return header_; }
   std::size_t payload_bytes() const noexcept override { return length_; }
@@ -55,16 +54,16 @@ class IncomingMessage final : public Incoming {
       notify(done, {});
       return;
     }
-    auto op = std::make_unique<ReceiveOp>(ReceiveOp{std::move(done)});
+    auto op = std::make_unique<ReceiveOp>(ReceiveOp{std::move(done), &impl_});
     ucp_request_param_t param{};
     param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     param.cb.recv_am = receive_done;
     param.user_data = op.get();
-    if (ucp_mem_h memh = slabs_.find(dest, length_); memh != nullptr) {
+    if (ucp_mem_h memh = impl_.slabs->find(dest, length_); memh != nullptr) {
       param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
       param.memh = memh;
     }
-    auto request = ucp_am_recv_data_nbx(worker_, data_, dest, length_, &param);
+    auto request = ucp_am_recv_data_nbx(impl_.worker, data_, dest, length_, &param);
     // UCX owns the descriptor from here whatever happened; the callback must
     // say so with UCS_INPROGRESS rather than have it dropped.
     status_ = UCS_INPROGRESS;
@@ -73,15 +72,14 @@ class IncomingMessage final : public Incoming {
     } else if (UCS_PTR_IS_ERR(request)) {
       notify(op->done, failure(UCS_PTR_STATUS(request), "ucp_am_recv_data_nbx"));
     } else {
-      op.release();  // receive_done owns it now
+      impl_.receiving.insert(op.release());  // receive_done owns it now
     }
   }
 
   ucs_status_t status() const noexcept { return status_; }
 
  private:
-  ucp_worker_h worker_;
-  const SlabRegistry& slabs_;
+  Worker::Impl& impl_;
   std::span<const std::byte> header_;
   void* data_;
   std::size_t length_;
@@ -305,8 +303,11 @@ void ConnectionImpl::drop_endpoints(bool force) {
   // Not from inside an endpoint's own error callback, hence posted. The
   // lane's close notice follows the messages on it; the control endpoint
   // then goes without one, which could overtake them.
+  // UCX refuses to force-close an endpoint without error handling, which
+  // left the lane open for good; it closes with a flush instead (a worker's
+  // shutdown bounds the wait), without the notice when the peer is gone.
   impl_.post([impl = &impl_, ep = ep_, lane = lane_, force] {
-    if (lane != nullptr) impl->close_endpoint(lane, force);
+    if (lane != nullptr) impl->close_endpoint(lane, false, !force);
     impl->close_endpoint(ep, force, lane == nullptr);
   });
   ep_ = nullptr;
@@ -489,7 +490,7 @@ void ConnectionImpl::close_now(bool force) {
   impl_.connections.erase(ep_);
   if (lane_ != nullptr) {
     impl_.connections.erase(lane_);
-    impl_.close_endpoint(lane_, force);
+    impl_.close_endpoint(lane_, false, !force);  // never forced: as drop_endpoints
   }
   impl_.close_endpoint(ep_, force, lane_ == nullptr);
   ep_ = nullptr;
@@ -561,7 +562,7 @@ ucs_status_t am_receive(void* arg, const void* header, std::size_t header_length
   // With no header, `header` is undefined (UCX's words), not null.
   std::span<const std::byte> header_bytes;
   if (header_length != 0) header_bytes = {static_cast<const std::byte*>(header), header_length};
-  IncomingMessage message(impl.worker, *impl.slabs, header_bytes, data, length,
+  IncomingMessage message(impl, header_bytes, data, length,
                           (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0);
   static_cast<ConnectionImpl&>(*connection).deliver(message);
   return message.status();
@@ -592,7 +593,7 @@ ucs_status_t batch_receive(void* arg, const void*, std::size_t, void* data, std:
     }
     const std::uint32_t n = get_u32(bytes + at);
     at += frame_prefix;
-    IncomingMessage message(impl.worker, *impl.slabs, {bytes + at, n}, nullptr, 0, false);
+    IncomingMessage message(impl, {bytes + at, n}, nullptr, 0, false);
     self.deliver(message);
     at += n;
   }

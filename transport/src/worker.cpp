@@ -372,6 +372,15 @@ void Worker::Impl::shutdown(std::unique_lock<std::mutex>& serial_lock) {
     sleeping = false;
   }
   ucp_worker_destroy(doomed);
+  // Nothing completes a receive now; its owner hears of it once, as from UCX.
+  for (auto* op : std::exchange(receiving, {})) {
+    std::unique_ptr<Receiving> owned(op);
+    try {
+      if (owned->done) owned->done("the worker shut down before the payload arrived");
+    } catch (const std::exception& e) {
+      log().error("ucx: a completion callback threw: {}", e.what());
+    }
+  }
   ucp_cleanup(context);
   context = nullptr;
 }

@@ -15,6 +15,7 @@
 #include <thread>
 #include <memory>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "ferry/transport/worker.hpp"
 #include "slab_registry.hpp"
@@ -90,6 +91,15 @@ struct Worker::Impl {
   bool batching = false;
   std::vector<std::shared_ptr<ConnectionImpl>> to_flush;
   std::atomic<std::uint64_t> batched_messages{0};
+  // Rendezvous receives UCX has not completed. UCX 1.13 cannot cancel an AM
+  // receive, and one whose sender closed mid-transfer over a lane never
+  // completes; once the worker is destroyed nothing can complete them, and
+  // shutdown tells their owners so (their buffers are released, not leaked).
+  struct Receiving {
+    std::function<void(const std::string& error)> done;
+    Impl* impl;
+  };
+  std::unordered_set<Receiving*> receiving;
 
   ~Impl();
   void run();
