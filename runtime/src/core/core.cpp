@@ -391,16 +391,13 @@ void RuntimeCore::check_aliasing(const PreparedTask& p) {
 
 void RuntimeCore::find_eligible_devices(PreparedTask& p) const {
   const KernelDef& kernel = *p.kernel;
-  std::string why_not;
   bool pinned_to_a_down_device = false;
   for (std::size_t i = 0; i < devices().size(); ++i) {
     const Device& device = *devices()[i];
     const bool runs = device.can_run(kernel);
     const bool fits = device.matches(p.place);
-    const bool up = device.available();
-    if (runs && fits && up) p.eligible |= std::uint64_t{1} << i;
+    if (runs && fits && device.available()) p.eligible |= std::uint64_t{1} << i;
     else if (runs && fits) pinned_to_a_down_device = true;
-    else why_not += fmt::format("; {}: {}", device.name(), !runs ? device.why_not(kernel) : "excluded by placement");
   }
   // A host that is down must not stop the program: what was pinned to it
   // runs wherever else it can until the host is back.
@@ -409,9 +406,17 @@ void RuntimeCore::find_eligible_devices(PreparedTask& p) const {
       if (devices()[i]->can_run(kernel) && devices()[i]->available()) p.eligible |= std::uint64_t{1} << i;
     log().debug("{}: {} is down; placing it elsewhere", p.label(), p.place.describe());
   }
-  if (p.eligible == 0)
+  if (p.eligible == 0) {
+    // Only now: formatting it for every excluded device cost each submission
+    // a few allocations.
+    std::string why_not;
+    for (const auto& device : devices())
+      if (!device->can_run(kernel) || !device->matches(p.place))
+        why_not += fmt::format("; {}: {}", device->name(),
+                               !device->can_run(kernel) ? device->why_not(kernel) : "excluded by placement");
     throw UsageError(
         fmt::format("{} placed {}: no device of this runtime can run it{}", p.label(), p.place.describe(), why_not));
+  }
 }
 
 Task RuntimeCore::submit(const PreparedTask& prepared) { return launch(prepared); }

@@ -30,6 +30,7 @@ constexpr std::size_t max_waiting = 1024;
 }  // namespace
 
 std::future<protocol::Message> RemoteDevice::send_run(TaskRecord* task, const protocol::Run& run) {
+  std::lock_guard order(forward_order_mutex_);
   std::lock_guard lock(forward_mutex_);
   sent_[task->id] = Sent{run.request, epoch()};
   auto reply = request(run.request, run, nullptr, 0);
@@ -45,8 +46,9 @@ void RemoteDevice::sent_done(TaskRecord* task) {
 
 bool RemoteDevice::forward_or_hold(TaskRecord* task) {
   if (task->kernel->cuda_source) return false;  // its definition travels with its first run
+  std::lock_guard order(forward_order_mutex_);
+  if (try_forward(task, false)) return true;
   std::lock_guard lock(forward_mutex_);
-  if (try_forward(task)) return true;
   if (!task->waits_on.empty() && waiting_.size() < max_waiting) {
     retain(task);
     waiting_.emplace(task->id, task);
@@ -77,16 +79,23 @@ bool RemoteDevice::in_place(const BufferState& view, AccessMode mode) const {
   return found;
 }
 
-bool RemoteDevice::try_forward(TaskRecord* task) {
+bool RemoteDevice::try_forward(TaskRecord* task, bool map_held) {
   if (!alive() || task->kernel->cuda_source || task->failed_input.load(std::memory_order_acquire) != nullptr)
     return false;
+  // The maps are locked only to read and record: a proxy settling earlier
+  // runs takes that lock for each of them, and used to wait out each
+  // forward's marshalling and send.
+  const auto maps = [&] { return map_held ? std::unique_lock<std::mutex>() : std::unique_lock(forward_mutex_); };
   const std::uint64_t now = epoch();
   std::vector<std::uint64_t> after;
   after.reserve(task->waits_on.size());
-  for (std::uint64_t id : task->waits_on) {
-    auto it = sent_.find(id);
-    if (it == sent_.end() || it->second.epoch != now) return false;  // not sent here (yet), or to a lost session
-    after.push_back(it->second.request);
+  {
+    auto lock = maps();
+    for (std::uint64_t id : task->waits_on) {
+      auto it = sent_.find(id);
+      if (it == sent_.end() || it->second.epoch != now) return false;  // not sent here (yet), or to a lost session
+      after.push_back(it->second.request);
+    }
   }
   std::sort(after.begin(), after.end());
   after.erase(std::unique(after.begin(), after.end()), after.end());
@@ -115,14 +124,21 @@ bool RemoteDevice::try_forward(TaskRecord* task) {
     forwarded->ids = m.ids;
     forwarded->start = std::chrono::steady_clock::now();
     forwarded->start_ns = core_.trace() ? core_.trace()->now_ns() : 0;
-    sent_[task->id] = Sent{m.run.request, now};
+    {
+      auto lock = maps();
+      sent_[task->id] = Sent{m.run.request, now};
+    }
     forwarded->reply = request(m.run.request, m.run, nullptr, 0);
   } catch (const std::exception& e) {
-    sent_.erase(task->id);
+    {
+      auto lock = maps();
+      sent_.erase(task->id);
+    }
     unpin(forwarded->views, m.ids);
     log().debug("{} not forwarded to {}: {}", task->label(), name(), e.what());
     return false;
   }
+  auto lock = maps();
   forwarded_.emplace(task->id, std::move(forwarded));
   forwarded_count_.fetch_add(1, std::memory_order_relaxed);
   return true;
@@ -135,7 +151,7 @@ void RemoteDevice::forward_held() {
     TaskRecord* task = it->second;
     const bool gone = task->done.load(std::memory_order_acquire) ||
                       task->failed_input.load(std::memory_order_acquire) != nullptr;
-    if (gone || try_forward(task)) {
+    if (gone || try_forward(task, true)) {
       release(task);
       it = waiting_.erase(it);
     } else {

@@ -233,8 +233,11 @@ class RemoteDevice final : public Device, public NodeLink {
   void sent_done(TaskRecord* task);
   // At submission: forwards the task if it can go now, or holds it until its predecessors are sent.
   bool forward_or_hold(TaskRecord* task);
-  bool try_forward(TaskRecord* task);  // forward_mutex_ held
-  void forward_held();                 // forward_mutex_ held
+  // forward_order_mutex_ held; forward_mutex_ too if `map_held`. A task at
+  // its submission cannot be claimed meanwhile (its launch holds it back);
+  // a held one can, so forward_held keeps the maps locked throughout.
+  bool try_forward(TaskRecord* task, bool map_held);
+  void forward_held();  // forward_order_mutex_ and forward_mutex_ held
   bool in_place(const BufferState& view, AccessMode mode) const;
   // Takes the task's forwarded run, if any; it is no longer held either way.
   std::shared_ptr<Forwarded> claim(TaskRecord* task);
@@ -303,7 +306,10 @@ class RemoteDevice final : public Device, public NodeLink {
 
   // Chains: runs sent and not yet answered, by task id; runs forwarded and
   // not yet claimed; tasks waiting for their predecessors to be sent, in
-  // submission order (referenced). One lock, so runs go out in a valid order.
+  // submission order (referenced). Runs go out one at a time, under the
+  // order lock, so each follows those it names; the maps have a lock of
+  // their own, taken after it, which proxies take briefly.
+  std::mutex forward_order_mutex_;
   std::mutex forward_mutex_;
   std::unordered_map<std::uint64_t, Sent> sent_;
   std::unordered_map<std::uint64_t, std::shared_ptr<Forwarded>> forwarded_;
