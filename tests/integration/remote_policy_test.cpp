@@ -3,7 +3,10 @@
 // under prefer; a host's kernel list keeps tasks off hosts that lack them.
 #include <gtest/gtest.h>
 #include <spdlog/sinks/ostream_sink.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -118,6 +121,25 @@ TEST(RemotePolicy, MalformedAddressThrowsUnderRequireAndWarnsOnceUnderPrefer) {
   EXPECT_EQ(logs.count("http://127.0.0.1:7070"), 1u) << logs.text();
 }
 
+// Keeps a port bound, not listening, so a dial to it is refused and no other
+// test's ferryd (ctest runs two at once) starts on it meanwhile.
+class HeldPort {
+ public:
+  explicit HeldPort(std::uint16_t port) : fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(port);
+    bound_ = ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  }
+  ~HeldPort() { ::close(fd_); }
+  bool bound() const { return bound_; }
+
+ private:
+  int fd_;
+  bool bound_ = false;
+};
+
 TEST(RemotePolicy, UnreachableHostThrowsUnderRequireAfterTheTimeoutAndIsDownUnderPrefer) {
   std::string address;
   {
@@ -125,6 +147,8 @@ TEST(RemotePolicy, UnreachableHostThrowsUnderRequireAfterTheTimeoutAndIsDownUnde
     address = server.address();
     server.stop(SIGKILL);
   }
+  const HeldPort held(static_cast<std::uint16_t>(std::stoi(address.substr(address.rfind(':') + 1))));
+  ASSERT_TRUE(held.bound()) << "another process took " << address << " as soon as ferryd died";
   auto o = options_for(address, FerrydProcess::default_token);
   o.remote_timeout = std::chrono::milliseconds(600);
   const std::string what = message_of([&] { ferry::Runtime rt(o); });

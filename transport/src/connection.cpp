@@ -100,6 +100,7 @@ struct ConnectionImpl::SendOp {
   // writes every byte, and a 4 MiB memset per chunk was a fifth of the
   // sender's work.
   std::shared_ptr<std::byte[]> sealed;
+  Worker::Impl* counted = nullptr;  // in Worker::Impl::sending_payloads until done
 };
 
 namespace {
@@ -186,6 +187,7 @@ void flush_done(void* request, ucs_status_t status, void* user_data) {
 void send_done(void* request, ucs_status_t status, void* user_data) {
   std::unique_ptr<ConnectionImpl::SendOp> op(static_cast<ConnectionImpl::SendOp*>(user_data));
   ucp_request_free(request);
+  if (op->counted != nullptr) --op->counted->sending_payloads;
   notify(op->done, status == UCS_OK ? std::string() : failure(status, "sending"));
 }
 
@@ -426,6 +428,10 @@ void ConnectionImpl::send_now(std::unique_ptr<SendOp> op) {
   } else if (UCS_PTR_IS_ERR(request)) {
     notify(op->done, failure(UCS_PTR_STATUS(request), ("ucp_am_send_nbx to " + peer_).c_str()));
   } else {
+    if (op->payload_bytes != 0) {
+      op->counted = &impl_;
+      ++impl_.sending_payloads;
+    }
     op.release();  // send_done owns it now
     // Started on the sending thread while the progress thread sleeps: wake
     // it to carry the rest (a rendezvous, a full socket).

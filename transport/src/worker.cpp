@@ -3,6 +3,7 @@
 #include <poll.h>
 #include <pthread.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -273,9 +274,17 @@ void Worker::Impl::progress_until_idle() {
 // for a bounded time first: the answer to what it just sent usually comes
 // within it. Only after activity, so an idle worker still sleeps. True
 // when work came.
+//
+// While a payload is on its way in or out the thread polls regardless: the
+// next fragment is microseconds away, and sleeping between fragments made a
+// bulk transfer pay a wake-up every few of them (a 4 MiB ship at half the
+// rate of a polling receiver). Bounded as above, so a transfer that stalls,
+// or a receive UCX never completes, costs a short poll per wake-up.
 bool Worker::Impl::poll_for_work() {
-  if (poll_after_activity.count() <= 0) return false;
-  const auto until = std::chrono::steady_clock::now() + poll_after_activity;
+  auto budget = poll_after_activity;
+  if (!receiving.empty() || sending_payloads != 0) budget = std::max(budget, transfer_poll);
+  if (budget.count() <= 0) return false;
+  const auto until = std::chrono::steady_clock::now() + budget;
   do {
     if (has_posted.load(std::memory_order_acquire)) return true;
     if (ucp_worker_progress(worker) != 0) return true;

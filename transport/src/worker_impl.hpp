@@ -73,6 +73,8 @@ struct Worker::Impl {
   // How long the progress thread keeps polling after activity before it
   // sleeps on the event fd (Worker::Options::poll_after_activity).
   std::chrono::microseconds poll_after_activity{0};
+  // How long it polls while a payload is moving (poll_for_work).
+  static constexpr std::chrono::microseconds transfer_poll{100};
   // Set when the last Worker reference went away on the progress thread
   // itself: the thread cannot join itself, so it tears down and frees this.
   bool self_owned = false;
@@ -100,6 +102,7 @@ struct Worker::Impl {
     Impl* impl;
   };
   std::unordered_set<Receiving*> receiving;
+  std::size_t sending_payloads = 0;  // payload sends UCX has not completed
 
   ~Impl();
   void run();
