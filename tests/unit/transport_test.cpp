@@ -472,6 +472,52 @@ TEST(Connection, ABurstFromTheProgressThreadLeavesInBatchesInOrder) {
   EXPECT_EQ(server.errors.size(), 0u);
 }
 
+// send_soon: a message that may wait a moment for company. Mixed with
+// send()s from another thread, everything arrives in order; the soon ones
+// leave gathered; one alone still leaves once its cork runs out.
+TEST(Connection, SendSoonMessagesLeaveTogetherInOrderAndAloneStillLeave) {
+  Inbox<Message> received;
+  Server server(collect(received));
+  Client client(server.listener->port());
+  constexpr int count = 200;
+  const auto payload = random_bytes(1000, 4);
+  Inbox<std::string> sent;
+  const auto before = client.worker->batched_messages();
+  for (int i = 0; i < count; ++i) {
+    const auto done = [&sent](const std::string& error) { sent.push(error); };
+    if (i % 25 == 24) client.connection->send(text_bytes(std::to_string(i)), payload.data(), payload.size(), done);
+    else if (i % 25 == 12) client.connection->send(text_bytes(std::to_string(i)), nullptr, 0, done);
+    else client.connection->send_soon(text_bytes(std::to_string(i)), done);
+  }
+  auto messages = received.wait(count, 30s);
+  ASSERT_EQ(messages.size(), static_cast<std::size_t>(count));
+  for (int i = 0; i < count; ++i) {
+    ASSERT_EQ(messages[i].header, std::to_string(i)) << "out of order at " << i;
+    ASSERT_EQ(messages[i].payload.size(), i % 25 == 24 ? payload.size() : 0u) << "message " << i;
+  }
+  const auto results = sent.wait(count);
+  ASSERT_EQ(results.size(), static_cast<std::size_t>(count));
+  for (const auto& error : results) ASSERT_EQ(error, "");
+  EXPECT_GT(client.worker->batched_messages() - before, static_cast<std::uint64_t>(count / 2))
+      << "the soon messages left one at a time";
+
+  // Alone, from this thread and from the progress thread: nothing else
+  // comes to take it along, so only its cork running out sends it.
+  client.connection->send_soon(text_bytes("alone"));
+  auto all = received.wait(count + 1, 10s);
+  ASSERT_EQ(all.size(), static_cast<std::size_t>(count + 1)) << "a lone send_soon message never left";
+  EXPECT_EQ(all.back().header, "alone");
+  client.worker->call([&] {
+    client.connection->send_soon(text_bytes("alone, from the progress thread"));
+    return 0;
+  });
+  all = received.wait(count + 2, 10s);
+  ASSERT_EQ(all.size(), static_cast<std::size_t>(count + 2))
+      << "a lone send_soon message from the progress thread never left";
+  EXPECT_EQ(all.back().header, "alone, from the progress thread");
+  EXPECT_EQ(server.errors.size(), 0u);
+}
+
 TEST(Connection, SendIsThreadSafe) {
   Inbox<Message> received;
   Server server(collect(received));

@@ -101,6 +101,7 @@ struct ConnectionImpl::SendOp {
   // sender's work.
   std::shared_ptr<std::byte[]> sealed;
   Worker::Impl* counted = nullptr;  // in Worker::Impl::sending_payloads until done
+  bool soon = false;                // send_soon: may wait for company
 };
 
 namespace {
@@ -321,7 +322,16 @@ void ConnectionImpl::send(std::vector<std::byte> header, const void* payload, st
   // with each other and with close(); from another thread, started right
   // here when the progress thread sleeps with nothing queued (run_or_post):
   // no wake-up on the way out.
-  auto* op = new SendOp{std::move(header), payload, payload_bytes, std::move(done), {}};
+  queue(new SendOp{std::move(header), payload, payload_bytes, std::move(done), {}});
+}
+
+void ConnectionImpl::send_soon(std::vector<std::byte> header, Done done) {
+  auto* op = new SendOp{std::move(header), nullptr, 0, std::move(done), {}};
+  op->soon = true;
+  queue(op);
+}
+
+void ConnectionImpl::queue(SendOp* op) {
   if (!channel_) return impl_.run_or_post([self = self(), op] { self->start_send(op); });
   if (op->header.size() + seal_overhead > impl_.max_am_header) {
     // Refused before sealing, so the peer's numbering never sees a gap.
@@ -354,8 +364,13 @@ bool ConnectionImpl::open_payload(std::uint64_t number, std::byte* sealed, std::
 
 void ConnectionImpl::start_send(SendOp* raw) {
   std::unique_ptr<SendOp> op(raw);
-  if (impl_.batching && ep_ != nullptr && op->payload_bytes == 0 && op->header.size() <= impl_.max_am_header) {
-    if (batched_.empty()) impl_.to_flush.push_back(self());
+  if ((impl_.batching || op->soon) && ep_ != nullptr && op->payload_bytes == 0 &&
+      op->header.size() <= impl_.max_am_header) {
+    if (batched_.empty()) {
+      impl_.to_flush.push_back(self());
+      if (op->soon) impl_.cork(std::chrono::steady_clock::now() + Worker::cork_limit);
+    }
+    batched_urgent_ = batched_urgent_ || !op->soon;
     batched_bytes_ += frame_prefix + op->header.size();
     batched_.push_back(std::move(op));
     if (batched_bytes_ >= max_batch_bytes) flush_batch();
@@ -369,6 +384,7 @@ void ConnectionImpl::flush_batch() {
   if (batched_.empty()) return;
   auto ops = std::exchange(batched_, {});
   const std::size_t bytes = std::exchange(batched_bytes_, 0);
+  batched_urgent_ = false;
   if (ops.size() == 1) return send_now(std::move(ops.front()));
   if (ep_ == nullptr) {
     for (const auto& op : ops) notify(op->done, "connection to " + peer_ + " is closed");

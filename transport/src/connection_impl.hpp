@@ -21,6 +21,7 @@ class ConnectionImpl final : public Connection {
 
   void send(std::vector<std::byte> header, const void* payload, std::size_t payload_bytes,
             std::function<void(const std::string& error)> done) override;
+  void send_soon(std::vector<std::byte> header, std::function<void(const std::string& error)> done) override;
   void set_handlers(MessageHandler on_message, ErrorHandler on_error) override;
   void flush(std::function<void(const std::string& error)> done) override;
   void close() override;
@@ -60,8 +61,12 @@ class ConnectionImpl final : public Connection {
 
   // Progress thread: sends what start_send gathered (Worker::Impl::batching).
   void flush_batch();
+  // Progress thread: what is gathered may wait for its cork to run out
+  // (nothing but send_soon messages).
+  bool corked() const noexcept { return !batched_.empty() && !batched_urgent_; }
 
  private:
+  void queue(SendOp* op);
   void start_send(SendOp* op);
   void send_now(std::unique_ptr<SendOp> op);
   // Forgets both endpoints and closes them: `force` for a failed peer.
@@ -81,6 +86,7 @@ class ConnectionImpl final : public Connection {
   std::mutex seal_mutex_;                   // sealing and queueing, one message at a time
   std::vector<std::unique_ptr<SendOp>> batched_;  // progress thread: gathered, not yet sent
   std::size_t batched_bytes_ = 0;
+  bool batched_urgent_ = false;  // a message in batched_ came from send(), not send_soon()
 };
 
 // The worker's AM handler for ferry_am_id; `arg` is the Worker::Impl.

@@ -19,7 +19,7 @@ constexpr auto reply_limit = std::chrono::seconds(120);
 
 std::future<protocol::Message> RpcClient::request(const std::shared_ptr<Connection>& connection, std::uint64_t id,
                                                   const protocol::Message& message, const void* payload,
-                                                  std::size_t bytes, void* dest) {
+                                                  std::size_t bytes, void* dest, bool soon) {
   auto header = protocol::encode(message);  // first: a message that cannot be encoded leaves nothing pending
   auto pending = std::make_shared<Pending>();
   pending->dest = dest;
@@ -32,10 +32,12 @@ std::future<protocol::Message> RpcClient::request(const std::shared_ptr<Connecti
     std::lock_guard lock(mutex_);
     pending_[id] = pending;
   }
-  connection->send(std::move(header), payload, bytes, [this, id](const std::string& error) {
+  auto sent = [this, id](const std::string& error) {
     if (error.empty()) return;
     if (auto p = take(id)) p->reply.set_exception(std::make_exception_ptr(RemoteError(fmt::format("send failed: {}", error))));
-  });
+  };
+  if (soon && payload == nullptr && bytes == 0) connection->send_soon(std::move(header), std::move(sent));
+  else connection->send(std::move(header), payload, bytes, std::move(sent));
   // Closed meanwhile (its peer lost): no reply will come, and fail_all may
   // have run before this request was registered. Its send may even have
   // succeeded: a shared-memory lane has no error handling of its own.

@@ -259,8 +259,24 @@ bool Worker::Impl::run_posted() {
   return false;
 }
 
+void Worker::Impl::cork(std::chrono::steady_clock::time_point until) {
+  if (until >= corked_until) return;
+  corked_until = until;
+  if (thread_id.load() != std::this_thread::get_id()) wake();
+}
+
+// Everything gathered leaves, except batches of send_soon messages alone
+// while their cork has time left.
 void Worker::Impl::flush_batches() {
-  for (auto& connection : std::exchange(to_flush, {})) connection->flush_batch();
+  if (to_flush.empty()) return;
+  const bool due = std::chrono::steady_clock::now() >= corked_until;
+  std::vector<std::shared_ptr<ConnectionImpl>> waiting;
+  for (auto& connection : std::exchange(to_flush, {})) {
+    if (!due && connection->corked()) waiting.push_back(std::move(connection));
+    else connection->flush_batch();
+  }
+  to_flush = std::move(waiting);
+  if (to_flush.empty()) corked_until = std::chrono::steady_clock::time_point::max();
 }
 
 void Worker::Impl::progress_until_idle() {
@@ -300,6 +316,20 @@ bool Worker::Impl::wait(int timeout_ms, std::unique_lock<std::mutex>& serial_loc
     log().error("ucx: ucp_worker_arm: {}; polling every 10 ms instead", ucs_status_string(status));
     timeout_ms = 10;
   }
+  // A corked batch bounds the sleep; ppoll, as poll's milliseconds are too coarse for it.
+  timespec limit{};
+  const timespec* until = nullptr;
+  if (timeout_ms >= 0) {
+    limit = {timeout_ms / 1000, (timeout_ms % 1000) * 1000000L};
+    until = &limit;
+  }
+  if (corked_until != std::chrono::steady_clock::time_point::max()) {
+    const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(corked_until - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return false;
+    if (until == nullptr || left < std::chrono::milliseconds(timeout_ms))
+      limit = {static_cast<time_t>(left.count() / 1000000000), static_cast<long>(left.count() % 1000000000)};
+    until = &limit;
+  }
   {
     std::lock_guard lock(mutex);
     if (!posted.empty() || (stop && !shutting_down)) return false;
@@ -307,7 +337,7 @@ bool Worker::Impl::wait(int timeout_ms, std::unique_lock<std::mutex>& serial_loc
   }
   pollfd fd{event_fd, POLLIN, 0};
   serial_lock.unlock();
-  ::poll(&fd, 1, timeout_ms);
+  ::ppoll(&fd, 1, until, nullptr);
   serial_lock.lock();
   std::lock_guard lock(mutex);
   sleeping = false;
@@ -322,6 +352,7 @@ void Worker::Impl::run() {
   std::unique_lock serial_lock(serial);
   while (!run_posted()) {
     progress_until_idle();
+    flush_batches();  // corked batches whose time ran out
     if (poll_for_work()) continue;
     wait(-1, serial_lock);
   }
@@ -354,6 +385,9 @@ void Worker::Impl::close_endpoint(ucp_ep_h ep, bool force, bool notice) {
 }
 
 void Worker::Impl::shutdown(std::unique_lock<std::mutex>& serial_lock) {
+  // Corked batches leave now, before their endpoints close.
+  corked_until = std::chrono::steady_clock::time_point::min();
+  flush_batches();
   // Connections keep their Worker alive, so none is left here; endpoints
   // whose close is still flushing are, and get a bounded wait.
   for (auto& [ep, connection] : connections) close_endpoint(ep, false);

@@ -92,6 +92,9 @@ struct Worker::Impl {
   // the queue is done: one system call for a burst of replies, not one each.
   bool batching = false;
   std::vector<std::shared_ptr<ConnectionImpl>> to_flush;
+  // When the oldest send_soon message in to_flush must leave; max: none.
+  // Under `serial`, as to_flush.
+  std::chrono::steady_clock::time_point corked_until = std::chrono::steady_clock::time_point::max();
   std::atomic<std::uint64_t> batched_messages{0};
   // Rendezvous receives UCX has not completed. UCX 1.13 cannot cancel an AM
   // receive, and one whose sender closed mid-transfer over a lane never
@@ -116,6 +119,9 @@ struct Worker::Impl {
   // Wakes the progress thread so it progresses what a function run here left
   // in flight (a send UCX could not finish at once).
   void wake() noexcept;
+  // A send_soon message gathered at `now` must leave by `until`; wakes the
+  // progress thread when this runs elsewhere, so its sleep ends in time.
+  void cork(std::chrono::steady_clock::time_point until);
 
   // Progress thread only: closes an endpoint that is no longer in
   // `connections`; shutdown waits for it. `force` skips the flush (for

@@ -336,13 +336,13 @@ void RemoteDevice::reconnect_loop() {
 // ---- requests ----
 
 std::future<protocol::Message> RemoteDevice::request(std::uint64_t id, const protocol::Message& message,
-                                                     const void* payload, std::size_t bytes, void* dest) {
+                                                     const void* payload, std::size_t bytes, void* dest, bool soon) {
   std::shared_ptr<transport::Connection> connection;
   {
     std::lock_guard lock(connection_mutex_);
     connection = connection_;
   }
-  return rpc_.request(connection, id, message, payload, bytes, dest);
+  return rpc_.request(connection, id, message, payload, bytes, dest, soon);
 }
 
 void RemoteDevice::on_message(transport::Incoming& incoming) {

@@ -60,6 +60,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
   virtual void send(std::vector<std::byte> header, const void* payload, std::size_t payload_bytes,
                     std::function<void(const std::string& error)> done) = 0;
   void send(std::vector<std::byte> header) { send(std::move(header), nullptr, 0, {}); }
+  // A header-only message that may wait a moment (at most Worker::cork_limit)
+  // to leave in one piece with others: for a reply when more replies are
+  // coming, a request that waits on earlier ones anyway. Order with every
+  // other send is kept; a send() after it takes it along at once.
+  // Thread-safe; `done` as for send().
+  virtual void send_soon(std::vector<std::byte> header, std::function<void(const std::string& error)> done = {}) {
+    send(std::move(header), nullptr, 0, std::move(done));
+  }
 
   // Handlers may be (re)set from an accept callback before any message is
   // delivered, or any time from the progress thread.

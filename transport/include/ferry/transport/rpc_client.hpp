@@ -30,9 +30,11 @@ class RpcClient {
   // which must stay valid until the future is ready. `dest` receives a data
   // reply's payload. Without a connection the future fails at once; a
   // message that cannot be encoded throws ProtocolError and sends nothing.
+  // `soon`: a request without payload that may wait a moment for company
+  // (Connection::send_soon).
   std::future<protocol::Message> request(const std::shared_ptr<Connection>& connection, std::uint64_t id,
                                          const protocol::Message& message, const void* payload = nullptr,
-                                         std::size_t bytes = 0, void* dest = nullptr);
+                                         std::size_t bytes = 0, void* dest = nullptr, bool soon = false);
 
   // Progress thread: `reply` answers request `id`. Completes it (after
   // receiving its payload, if it has one); false when no request waits.

@@ -24,6 +24,9 @@ namespace ferry::transport {
 
 class Worker : public std::enable_shared_from_this<Worker> {
  public:
+  // The longest a Connection::send_soon message waits for company.
+  static constexpr std::chrono::microseconds cork_limit{50};
+
   struct Options {
     std::string name = "ferry";  // for logs and the progress thread's name
     // How long the progress thread polls after activity before it sleeps
