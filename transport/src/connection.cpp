@@ -331,6 +331,11 @@ void ConnectionImpl::send_soon(std::vector<std::byte> header, Done done) {
   queue(op);
 }
 
+void ConnectionImpl::push() {
+  if (!corked_.load(std::memory_order_acquire)) return;
+  impl_.run_or_post([self = self()] { self->flush_batch(); });
+}
+
 void ConnectionImpl::queue(SendOp* op) {
   if (!channel_) return impl_.run_or_post([self = self(), op] { self->start_send(op); });
   if (op->header.size() + seal_overhead > impl_.max_am_header) {
@@ -370,6 +375,7 @@ void ConnectionImpl::start_send(SendOp* raw) {
       impl_.to_flush.push_back(self());
       if (op->soon) impl_.cork(std::chrono::steady_clock::now() + Worker::cork_limit);
     }
+    if (op->soon) corked_.store(true, std::memory_order_release);
     batched_urgent_ = batched_urgent_ || !op->soon;
     batched_bytes_ += frame_prefix + op->header.size();
     batched_.push_back(std::move(op));
@@ -385,6 +391,7 @@ void ConnectionImpl::flush_batch() {
   auto ops = std::exchange(batched_, {});
   const std::size_t bytes = std::exchange(batched_bytes_, 0);
   batched_urgent_ = false;
+  corked_.store(false, std::memory_order_release);
   if (ops.size() == 1) return send_now(std::move(ops.front()));
   if (ep_ == nullptr) {
     for (const auto& op : ops) notify(op->done, "connection to " + peer_ + " is closed");

@@ -22,6 +22,7 @@ class ConnectionImpl final : public Connection {
   void send(std::vector<std::byte> header, const void* payload, std::size_t payload_bytes,
             std::function<void(const std::string& error)> done) override;
   void send_soon(std::vector<std::byte> header, std::function<void(const std::string& error)> done) override;
+  void push() override;
   void set_handlers(MessageHandler on_message, ErrorHandler on_error) override;
   void flush(std::function<void(const std::string& error)> done) override;
   void close() override;
@@ -87,6 +88,7 @@ class ConnectionImpl final : public Connection {
   std::vector<std::unique_ptr<SendOp>> batched_;  // progress thread: gathered, not yet sent
   std::size_t batched_bytes_ = 0;
   bool batched_urgent_ = false;  // a message in batched_ came from send(), not send_soon()
+  std::atomic<bool> corked_{false};  // batched_ may hold send_soon messages: push() has work
 };
 
 // The worker's AM handler for ferry_am_id; `arg` is the Worker::Impl.

@@ -87,6 +87,7 @@ void* BufferBase::acquire_host(bool for_writing, std::shared_ptr<const void>* ho
         for (const detail::Use& use : uses) detail::release(use.task);
         throw;
       }
+      core->push_held();
     }
   }
   for (const detail::Use& use : uses) {

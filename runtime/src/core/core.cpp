@@ -571,13 +571,11 @@ void RuntimeCore::execute(TaskRecord* task, Device& device, int worker, int lane
 void RuntimeCore::ready(TaskRecord* task, Device* current, TaskRecord*& bypass, std::vector<TaskRecord*>& skipped) {
   if (task->failed_input.load(std::memory_order_acquire) != nullptr || task->join) {
     skipped.push_back(task);
-  } else if (task->device == current && bypass == nullptr) {
-    count_ready(task);
-    bypass = task;
-  } else {
-    count_ready(task);
-    task->device->enqueue(task);
+    return;
   }
+  count_ready(task);
+  if (task->device == current && bypass == nullptr) bypass = task;
+  else task->device->enqueue(task);
 }
 
 void RuntimeCore::fail_skipped(TaskRecord* task) {
@@ -646,6 +644,7 @@ void RuntimeCore::release_successors(std::vector<TaskRecord::Edge> successors) {
 }
 
 void RuntimeCore::wait_idle() noexcept {
+  push_held();
   waiters_.fetch_add(1, std::memory_order_seq_cst);
   {
     std::unique_lock lock(wait_mutex_);
@@ -656,6 +655,7 @@ void RuntimeCore::wait_idle() noexcept {
 
 bool RuntimeCore::wait_all_for(std::chrono::nanoseconds timeout) {
   host_views_.check_wait("Runtime::wait_for()");
+  push_held();
   waiters_.fetch_add(1, std::memory_order_seq_cst);
   bool idle = false;
   {

@@ -91,6 +91,11 @@ class RuntimeCore : public std::enable_shared_from_this<RuntimeCore> {
   RemotePool& remote_pool() noexcept { return *pool_; }
   PerfModels& models() noexcept { return models_; }
   LinkModels& links() noexcept { return links_; }
+  // Before a thread blocks on tasks: what devices hold back leaves now
+  // (a chain's last forward must not wait for company that never comes).
+  void push_held() const {
+    for (const auto& device : devices()) device->push();
+  }
   // Hands a task its device could not run (a lost remote) to the CPU.
   void reschedule(TaskRecord* task, Device& from);
   Device* find_device(std::string_view name) const noexcept;

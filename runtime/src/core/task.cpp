@@ -96,6 +96,7 @@ void Task::wait() const {
   if (!r.done.load(std::memory_order_acquire) && r.core != nullptr) {
     const detail::TaskRecord* awaited[] = {&r};
     r.core->host_views().check_wait("Task::wait()", awaited);
+    r.core->push_held();
     // The task's device is read by trying each: a task handed elsewhere
     // (a lost remote's to the CPU) changes it on another thread.
     for (const auto& device : r.core->devices())
@@ -111,6 +112,7 @@ bool Task::wait_for(std::chrono::nanoseconds timeout) const {
   if (r.core != nullptr) {
     const detail::TaskRecord* awaited[] = {&r};
     r.core->host_views().check_wait("Task::wait_for()", awaited);
+    r.core->push_held();
   }
   // Atomics have no timed wait: a continuation signals a condition variable.
   struct Signal {

@@ -33,14 +33,26 @@ void remove_copy(BufferRoot& root, const std::shared_ptr<RemoteCopy>& copy, bool
   root.copy_count.store(root.copies.size(), std::memory_order_release);
 }
 
-// The host's bytes of a region, packed (row after row); the root's lock is held.
+}  // namespace
+
+void pack_rows(const HostRegion& from, std::byte* out) {
+  const std::size_t row = from.cols * size_of(from.dtype), stride = from.ld * size_of(from.dtype);
+  for (std::size_t i = 0; i < from.rows; ++i)
+    std::memcpy(out + i * row, static_cast<const std::byte*>(from.data) + i * stride, row);
+}
+
+void unpack_rows(const std::byte* in, const HostRegion& to) {
+  const std::size_t row = to.cols * size_of(to.dtype), stride = to.ld * size_of(to.dtype);
+  for (std::size_t i = 0; i < to.rows; ++i) std::memcpy(static_cast<std::byte*>(to.data) + i * stride, in + i * row, row);
+}
+
+namespace {
+
+// The host's bytes of a region, packed; the root's lock is held.
 std::shared_ptr<const std::vector<std::byte>> packed_copy(BufferRoot& root, const Region& region) {
   const HostRegion from = host_region(root, region);
   auto bytes = std::make_shared<std::vector<std::byte>>(from.bytes());
-  const std::size_t row = from.cols * size_of(from.dtype);
-  for (std::size_t i = 0; i < from.rows; ++i)
-    std::memcpy(bytes->data() + i * row, static_cast<const std::byte*>(from.data) + i * from.ld * size_of(from.dtype),
-                row);
+  pack_rows(from, bytes->data());
   return bytes;
 }
 
@@ -193,10 +205,7 @@ void bring_home(BufferRoot& root, RemoteCopy& copy) {
         packed.data = staging.data;
         packed.ld = dest.cols;
         source->link->fetch(source->id, packed);
-        const std::size_t row = dest.cols * size_of(dest.dtype);
-        for (std::size_t r = 0; r < dest.rows; ++r)
-          std::memcpy(static_cast<std::byte*>(dest.data) + r * dest.ld * size_of(dest.dtype), staging.data + r * row,
-                      row);
+        unpack_rows(staging.data, dest);
       } else {
         source->link->fetch(source->id, dest);
       }

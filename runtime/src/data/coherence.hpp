@@ -35,6 +35,10 @@ struct HostRegion {
 };
 HostRegion host_region(const BufferState& view);
 HostRegion host_region(BufferRoot& root, const Region& region);
+// A region's rows, one after another (`bytes()` of them), and back: the form
+// a tile of a larger matrix travels and is kept in.
+void pack_rows(const HostRegion& from, std::byte* out);
+void unpack_rows(const std::byte* in, const HostRegion& to);
 
 // A node that holds copies: implemented by the local GPU and remote devices.
 class NodeLink {

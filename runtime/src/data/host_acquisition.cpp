@@ -40,8 +40,12 @@ HostAcquisition::HostAcquisition(std::shared_ptr<RuntimeCore> core, std::shared_
   record_->view_owner = owner_;
   // Tasks another thread submitted since the caller waited: the view waits
   // for them too (a writer of the region, or any user of it for a writable view).
+  bool pushed = false;
   for (TaskRecord* earlier : register_view(record_, *view_, mode)) {
-    if (!held_by_this_thread(earlier)) earlier->done.wait(false, std::memory_order_acquire);
+    if (!held_by_this_thread(earlier) && !earlier->done.load(std::memory_order_acquire)) {
+      if (!std::exchange(pushed, true)) core->push_held();
+      earlier->done.wait(false, std::memory_order_acquire);
+    }
     release(earlier);
   }
   core->host_views().add(this);

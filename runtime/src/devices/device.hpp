@@ -50,6 +50,9 @@ class Device {
   // instead, which saves the waiter a wake-up (Task::wait). True when it ran
   // and finished the task here.
   virtual bool run_for_waiter(TaskRecord* /*task*/) { return false; }
+  // A thread is about to block on this runtime's work: what the device holds
+  // back to send with company (Connection::send_soon) leaves now.
+  virtual void push() {}
 
   bool matches(const Place& place) const noexcept;
 

@@ -473,10 +473,8 @@ std::uint64_t RemoteDevice::ship_now(const HostRegion& source) {
     put_chunks(id, source, static_cast<const std::byte*>(source.data), source.bytes());
   } else {
     // A tile of a larger matrix travels packed, row after row.
-    const std::size_t row = source.cols * size_of(source.dtype);
     std::vector<std::byte> packed(source.bytes());
-    for (std::size_t r = 0; r < source.rows; ++r)
-      std::memcpy(packed.data() + r * row, static_cast<const std::byte*>(source.data) + r * source.ld * size_of(source.dtype), row);
+    pack_rows(source, packed.data());
     put_chunks(id, source, packed.data(), packed.size());
   }
   if (source.bytes() >= (std::size_t{64} << 10)) core_.links().record(host_node, node(), source.bytes(), seconds_since(start));
@@ -499,11 +497,9 @@ void RemoteDevice::fetch(std::uint64_t id, const HostRegion& dest) {
   if (contiguous(dest)) {
     get_chunks(id, static_cast<std::byte*>(dest.data), dest.bytes());
   } else {
-    const std::size_t row = dest.cols * size_of(dest.dtype);
     std::vector<std::byte> packed(dest.bytes());
     get_chunks(id, packed.data(), packed.size());
-    for (std::size_t r = 0; r < dest.rows; ++r)
-      std::memcpy(static_cast<std::byte*>(dest.data) + r * dest.ld * size_of(dest.dtype), packed.data() + r * row, row);
+    unpack_rows(packed.data(), dest);
   }
   if (dest.bytes() >= (std::size_t{64} << 10)) core_.links().record(node(), host_node, dest.bytes(), seconds_since(start));
   bytes_fetched_.fetch_add(dest.bytes(), std::memory_order_relaxed);
@@ -677,6 +673,15 @@ bool RemoteDevice::run_for_waiter(TaskRecord* task) {
     drained_cv_.notify_all();
   }
   return true;
+}
+
+void RemoteDevice::push() {
+  std::shared_ptr<transport::Connection> connection;
+  {
+    std::lock_guard lock(connection_mutex_);
+    connection = connection_;
+  }
+  if (connection) connection->push();
 }
 
 void RemoteDevice::drain() {

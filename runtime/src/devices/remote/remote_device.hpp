@@ -89,6 +89,7 @@ class RemoteDevice final : public Device, public NodeLink {
   void prefetch(TaskRecord* task) override;
   void drain() override;
   bool run_for_waiter(TaskRecord* task) override;
+  void push() override;
 
   // NodeLink
   MemoryNodeId node() const noexcept override { return Device::node(); }

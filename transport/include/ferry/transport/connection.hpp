@@ -68,6 +68,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   virtual void send_soon(std::vector<std::byte> header, std::function<void(const std::string& error)> done = {}) {
     send(std::move(header), nullptr, 0, std::move(done));
   }
+  // What send_soon gathered leaves now: someone is about to wait for its
+  // answer. Thread-safe; cheap when nothing waits.
+  virtual void push() {}
 
   // Handlers may be (re)set from an accept callback before any message is
   // delivered, or any time from the progress thread.
