@@ -64,6 +64,25 @@ TEST(RemoteChain, ChainsGiveTheCpusResults) {
   }
 }
 
+// Sealed, forwards and replies leave gathered (send_soon) and each is still
+// opened on its own: the same results, and a wait still returns.
+TEST(RemoteChain, ASealedChainGivesTheCpusResults) {
+  FerrydProcess server;
+  ferry::Runtime cpu(options_for(nullptr));
+  auto o = options_for(&server);
+  o.encrypt_loopback = true;
+  ferry::Runtime rt(o);
+  ASSERT_TRUE(server.wait_for_log("authenticated (")) << server.log();
+  ASSERT_EQ(server.log().find("authenticated (plaintext"), std::string::npos) << "the link is not sealed: " << server.log();
+  const auto remote = ferry::on(ferry::remote(server.address()));
+  for (int n : {2, 500}) {
+    const auto expected = run_chain(cpu, n, ferry::on(ferry::cpu()));
+    const auto got = run_chain(rt, n, remote);
+    ASSERT_EQ(got, expected) << "chain of " << n;
+  }
+  EXPECT_GT(rt.remote_stats(server.address()).tasks_forwarded, 0u) << "no task of the chains was forwarded";
+}
+
 TEST(RemoteChain, MiddleFailureStopsReadersAndLetsWritersRun) {
   FerrydProcess server;
   ferry::Runtime rt(options_for(&server));

@@ -265,11 +265,11 @@ void Worker::Impl::cork(std::chrono::steady_clock::time_point until) {
   if (thread_id.load() != std::this_thread::get_id()) wake();
 }
 
-// Everything gathered leaves, except batches of send_soon messages alone
-// while their cork has time left.
-void Worker::Impl::flush_batches() {
+// Everything gathered leaves, except (unless `all`) batches of send_soon
+// messages alone while their cork has time left.
+void Worker::Impl::flush_batches(bool all) {
   if (to_flush.empty()) return;
-  const bool due = std::chrono::steady_clock::now() >= corked_until;
+  const bool due = all || std::chrono::steady_clock::now() >= corked_until;
   std::vector<std::shared_ptr<ConnectionImpl>> waiting;
   for (auto& connection : std::exchange(to_flush, {})) {
     if (!due && connection->corked()) waiting.push_back(std::move(connection));
@@ -385,9 +385,7 @@ void Worker::Impl::close_endpoint(ucp_ep_h ep, bool force, bool notice) {
 }
 
 void Worker::Impl::shutdown(std::unique_lock<std::mutex>& serial_lock) {
-  // Corked batches leave now, before their endpoints close.
-  corked_until = std::chrono::steady_clock::time_point::min();
-  flush_batches();
+  flush_batches(true);  // corked ones too, before their endpoints close
   // Connections keep their Worker alive, so none is left here; endpoints
   // whose close is still flushing are, and get a bounded wait.
   for (auto& [ep, connection] : connections) close_endpoint(ep, false);

@@ -131,7 +131,7 @@ struct Worker::Impl {
 
  private:
   bool run_posted();
-  void flush_batches();
+  void flush_batches(bool all = false);
   void progress_until_idle();
   bool poll_for_work();
   bool wait(int timeout_ms, std::unique_lock<std::mutex>& serial_lock);
