@@ -498,8 +498,12 @@ TEST(Connection, SendSoonMessagesLeaveTogetherInOrderAndAloneStillLeave) {
   const auto results = sent.wait(count);
   ASSERT_EQ(results.size(), static_cast<std::size_t>(count));
   for (const auto& error : results) ASSERT_EQ(error, "");
-  EXPECT_GT(client.worker->batched_messages() - before, static_cast<std::uint64_t>(count / 2))
-      << "the soon messages left one at a time";
+  // Over RDMA a send is no system call, and send_soon does not gather.
+  const std::string transports = ", " + client.worker->transports();
+  if (transports.find(", rc") == std::string::npos && transports.find(", ud") == std::string::npos &&
+      transports.find(", dc") == std::string::npos)
+    EXPECT_GT(client.worker->batched_messages() - before, static_cast<std::uint64_t>(count / 2))
+        << "the soon messages left one at a time";
 
   // Alone, from this thread and from the progress thread: nothing else
   // comes to take it along, so only its cork running out sends it.

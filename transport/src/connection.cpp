@@ -290,12 +290,14 @@ std::shared_ptr<Connection> Connection::to_worker(const std::shared_ptr<Worker>&
 }
 
 void ConnectionImpl::attach(ucp_ep_h ep, std::string peer) {
+  gather_soon_ = impl_.sends_are_system_calls;
   ep_ = ep;
   peer_ = std::move(peer);
   impl_.connections[ep] = this;
 }
 
 void ConnectionImpl::attach_lane(ucp_ep_h lane) {
+  gather_soon_ = false;  // a send on shared memory is a store: nothing to save
   lane_ = lane;
   impl_.connections[lane] = this;
 }
@@ -327,7 +329,7 @@ void ConnectionImpl::send(std::vector<std::byte> header, const void* payload, st
 
 void ConnectionImpl::send_soon(std::vector<std::byte> header, Done done) {
   auto* op = new SendOp{std::move(header), nullptr, 0, std::move(done), {}};
-  op->soon = true;
+  op->soon = gather_soon_.load(std::memory_order_relaxed);
   queue(op);
 }
 

@@ -89,6 +89,7 @@ class ConnectionImpl final : public Connection {
   std::size_t batched_bytes_ = 0;
   bool batched_urgent_ = false;  // a message in batched_ came from send(), not send_soon()
   std::atomic<bool> corked_{false};  // batched_ may hold send_soon messages: push() has work
+  std::atomic<bool> gather_soon_{true};  // whether send_soon gathers (Worker::Impl::sends_are_system_calls, no lane)
 };
 
 // The worker's AM handler for ferry_am_id; `arg` is the Worker::Impl.

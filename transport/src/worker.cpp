@@ -139,6 +139,9 @@ std::shared_ptr<Worker> Worker::create(Options options) {
     raw->post(std::move(fn));
   });
   impl->transports = describe_transports(impl->context);
+  for (const char* rdma : {"rc", "ud", "dc"})
+    if (impl->transports.starts_with(rdma) || impl->transports.find(std::string(", ") + rdma) != std::string::npos)
+      impl->sends_are_system_calls = false;
   impl->thread = std::thread([raw = impl.get()] { raw->run(); });
   log().debug("ucx: worker '{}' up; transports {}; max AM header {} bytes", impl->name, impl->transports,
               impl->max_am_header);

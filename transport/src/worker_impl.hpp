@@ -54,6 +54,10 @@ struct Worker::Impl {
   int event_fd = -1;
   std::size_t max_am_header = 0;
   std::string transports;
+  // No RDMA transport among them: a send to another host is a system call
+  // (TCP), which send_soon's gathering saves; over RDMA or a shared-memory
+  // lane a send is a store, and gathering would only delay it.
+  bool sends_are_system_calls = true;
 
   std::thread thread;
   std::atomic<std::thread::id> thread_id{};
