@@ -31,8 +31,10 @@ inline std::unique_ptr<BootstrapServer> listen(const std::shared_ptr<Worker>& wo
 }
 
 inline std::shared_ptr<Connection> connect(const std::shared_ptr<Worker>& worker, std::uint16_t port,
-                                           Connection::MessageHandler on_message, Connection::ErrorHandler on_error) {
+                                           Connection::MessageHandler on_message, Connection::ErrorHandler on_error,
+                                           bool shared_memory_lane = true) {
   DialOptions options;
+  options.shared_memory_lane = shared_memory_lane;
   options.token = test_token;
   options.timeout = std::chrono::seconds(10);
   return dial(worker, "127.0.0.1", port, options, std::move(on_message), std::move(on_error)).connection;

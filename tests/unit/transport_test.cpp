@@ -168,10 +168,10 @@ struct Server {
 };
 
 struct Client {
-  explicit Client(std::uint16_t port, std::shared_ptr<Worker> shared = nullptr)
+  explicit Client(std::uint16_t port, std::shared_ptr<Worker> shared = nullptr, bool shared_memory_lane = true)
       : worker(shared ? std::move(shared) : Worker::create({"client"})) {
     connection = connect(worker, port, collect(inbox),
-                         [this](Connection&, const std::string& reason) { errors.push(reason); });
+                         [this](Connection&, const std::string& reason) { errors.push(reason); }, shared_memory_lane);
   }
   ~Client() { connection->close(); }
   std::shared_ptr<Worker> worker;
@@ -438,88 +438,94 @@ TEST(Connection, ManyMessagesInFlightArriveInOrder) {
   for (auto& error : results) ASSERT_EQ(error, "");
 }
 
+// One client's messages to a collecting server, sent in a burst, and what
+// each send reported: the batching tests' set-up and their common checks.
+struct Burst {
+  Inbox<Message> received;
+  Server server{collect(received)};
+  // Over TCP, as between hosts: on a shared-memory lane a send is a store,
+  // and send_soon does not gather.
+  Client client{server.listener->port(), nullptr, /*shared_memory_lane=*/false};
+  Inbox<std::string> sent;
+  const std::uint64_t batched_before = client.worker->batched_messages();
+
+  std::function<void(const std::string&)> done() {
+    return [this](const std::string& error) { sent.push(error); };
+  }
+  // Every message arrived, in order, with the payload `payload_of(i)` says,
+  // and every send reported success.
+  void expect_arrived(int count, const std::function<std::string(int)>& header,
+                      const std::function<const Bytes*(int)>& payload_of) {
+    auto messages = received.wait(count, 30s);
+    ASSERT_EQ(messages.size(), static_cast<std::size_t>(count));
+    for (int i = 0; i < count; ++i) {
+      ASSERT_EQ(messages[i].header, header(i)) << "out of order at " << i;
+      const Bytes* payload = payload_of(i);
+      ASSERT_EQ(messages[i].payload.size(), payload ? payload->size() : 0u) << "message " << i;
+      if (payload) ASSERT_TRUE(messages[i].payload == *payload) << "payload of message " << i;
+    }
+    const auto results = sent.wait(count);
+    ASSERT_EQ(results.size(), static_cast<std::size_t>(count));
+    for (const auto& error : results) ASSERT_EQ(error, "");
+    EXPECT_EQ(server.errors.size(), 0u);
+  }
+  std::uint64_t batched() const { return client.worker->batched_messages() - batched_before; }
+};
+
 // Header-only messages the progress thread sends while it works through
 // its queue leave together, one AM for the lot (a burst of replies was a
 // system call each); payload messages between them keep their place.
 TEST(Connection, ABurstFromTheProgressThreadLeavesInBatchesInOrder) {
-  Inbox<Message> received;
-  Server server(collect(received));
-  Client client(server.listener->port());
+  Burst burst;
   constexpr int count = 300;
   const auto payload = random_bytes(100, 9);
-  Inbox<std::string> sent;
-  const auto before = client.worker->batched_messages();
   // Some headers are empty: a frame of length 0 is a message like the others.
   const auto header = [](int i) { return i % 50 == 7 ? std::string() : std::to_string(i); };
-  client.worker->call([&] {
+  burst.client.worker->call([&] {
     for (int i = 0; i < count; ++i)
-      client.connection->send(text_bytes(header(i)), payload.data(), i % 37 == 0 ? payload.size() : 0,
-                              [&sent](const std::string& error) { sent.push(error); });
+      burst.client.connection->send(text_bytes(header(i)), payload.data(), i % 37 == 0 ? payload.size() : 0,
+                                    burst.done());
     return 0;
   });
-  auto messages = received.wait(count, 30s);
-  ASSERT_EQ(messages.size(), static_cast<std::size_t>(count));
-  for (int i = 0; i < count; ++i) {
-    ASSERT_EQ(messages[i].header, header(i)) << "out of order at " << i;
-    ASSERT_EQ(messages[i].payload.size(), i % 37 == 0 ? payload.size() : 0u) << "message " << i;
-    if (i % 37 == 0) ASSERT_TRUE(messages[i].payload == payload) << "payload of message " << i;
-  }
-  const auto results = sent.wait(count);
-  ASSERT_EQ(results.size(), static_cast<std::size_t>(count));
-  for (const auto& error : results) ASSERT_EQ(error, "");
-  EXPECT_GT(client.worker->batched_messages() - before, static_cast<std::uint64_t>(count / 2))
-      << "the burst left one message at a time";
-  EXPECT_EQ(server.errors.size(), 0u);
+  burst.expect_arrived(count, header, [&](int i) { return i % 37 == 0 ? &payload : nullptr; });
+  EXPECT_GT(burst.batched(), static_cast<std::uint64_t>(count / 2)) << "the burst left one message at a time";
 }
 
 // send_soon: a message that may wait a moment for company. Mixed with
 // send()s from another thread, everything arrives in order; the soon ones
 // leave gathered; one alone still leaves once its cork runs out.
 TEST(Connection, SendSoonMessagesLeaveTogetherInOrderAndAloneStillLeave) {
-  Inbox<Message> received;
-  Server server(collect(received));
-  Client client(server.listener->port());
+  Burst burst;
+  auto& connection = *burst.client.connection;
   constexpr int count = 200;
   const auto payload = random_bytes(1000, 4);
-  Inbox<std::string> sent;
-  const auto before = client.worker->batched_messages();
   for (int i = 0; i < count; ++i) {
-    const auto done = [&sent](const std::string& error) { sent.push(error); };
-    if (i % 25 == 24) client.connection->send(text_bytes(std::to_string(i)), payload.data(), payload.size(), done);
-    else if (i % 25 == 12) client.connection->send(text_bytes(std::to_string(i)), nullptr, 0, done);
-    else client.connection->send_soon(text_bytes(std::to_string(i)), done);
+    if (i % 25 == 24) connection.send(text_bytes(std::to_string(i)), payload.data(), payload.size(), burst.done());
+    else if (i % 25 == 12) connection.send(text_bytes(std::to_string(i)), nullptr, 0, burst.done());
+    else connection.send_soon(text_bytes(std::to_string(i)), burst.done());
   }
-  auto messages = received.wait(count, 30s);
-  ASSERT_EQ(messages.size(), static_cast<std::size_t>(count));
-  for (int i = 0; i < count; ++i) {
-    ASSERT_EQ(messages[i].header, std::to_string(i)) << "out of order at " << i;
-    ASSERT_EQ(messages[i].payload.size(), i % 25 == 24 ? payload.size() : 0u) << "message " << i;
-  }
-  const auto results = sent.wait(count);
-  ASSERT_EQ(results.size(), static_cast<std::size_t>(count));
-  for (const auto& error : results) ASSERT_EQ(error, "");
+  burst.expect_arrived(count, [](int i) { return std::to_string(i); },
+                       [&](int i) { return i % 25 == 24 ? &payload : nullptr; });
   // Over RDMA a send is no system call, and send_soon does not gather.
-  const std::string transports = ", " + client.worker->transports();
+  const std::string transports = ", " + burst.client.worker->transports();
   if (transports.find(", rc") == std::string::npos && transports.find(", ud") == std::string::npos &&
       transports.find(", dc") == std::string::npos)
-    EXPECT_GT(client.worker->batched_messages() - before, static_cast<std::uint64_t>(count / 2))
-        << "the soon messages left one at a time";
+    EXPECT_GT(burst.batched(), static_cast<std::uint64_t>(count / 2)) << "the soon messages left one at a time";
 
   // Alone, from this thread and from the progress thread: nothing else
   // comes to take it along, so only its cork running out sends it.
-  client.connection->send_soon(text_bytes("alone"));
-  auto all = received.wait(count + 1, 10s);
+  connection.send_soon(text_bytes("alone"));
+  auto all = burst.received.wait(count + 1, 10s);
   ASSERT_EQ(all.size(), static_cast<std::size_t>(count + 1)) << "a lone send_soon message never left";
   EXPECT_EQ(all.back().header, "alone");
-  client.worker->call([&] {
-    client.connection->send_soon(text_bytes("alone, from the progress thread"));
+  burst.client.worker->call([&] {
+    connection.send_soon(text_bytes("alone, from the progress thread"));
     return 0;
   });
-  all = received.wait(count + 2, 10s);
+  all = burst.received.wait(count + 2, 10s);
   ASSERT_EQ(all.size(), static_cast<std::size_t>(count + 2))
       << "a lone send_soon message from the progress thread never left";
   EXPECT_EQ(all.back().header, "alone, from the progress thread");
-  EXPECT_EQ(server.errors.size(), 0u);
 }
 
 TEST(Connection, SendIsThreadSafe) {
