@@ -831,6 +831,104 @@ TEST(Worker, ASendWhileTheProgressThreadSleepsDoesNotWakeIt) {
   for (int i = 0; i < sends; ++i) EXPECT_EQ(got[i + 1], "m" + std::to_string(i));
 }
 
+// A thread that waits for a reply and drives the worker meanwhile
+// (Worker::wait_here) takes the reply in itself: its handler runs on that
+// thread, not on the progress thread, which stays asleep.
+TEST(Worker, AWaitingThreadTakesItsReplyInItself) {
+  Server server;
+  Worker::Options options{"client"};
+  options.poll_while_waiting = 2s;  // far longer than a loopback echo takes
+  auto worker = Worker::create(options);
+  std::mutex mutex;
+  std::vector<std::pair<std::string, std::thread::id>> replies;
+  auto connection = connect(
+      worker, server.listener->port(),
+      [&](Connection&, Incoming& in) {
+        std::lock_guard lock(mutex);
+        replies.emplace_back(bytes_text(in.header()), std::this_thread::get_id());
+      },
+      [](Connection&, const std::string&) {});
+  auto count = [&] {
+    std::lock_guard lock(mutex);
+    return replies.size();
+  };
+  constexpr std::size_t rounds = 40;
+  std::size_t taken_here = 0;
+  for (std::size_t i = 0; i < rounds; ++i) {
+    std::this_thread::sleep_for(2ms);  // the progress thread asleep again
+    connection->send(text_bytes("m" + std::to_string(i)));
+    const bool came = connection->wait_here([&] { return count() > i; });
+    if (!came) {  // the progress thread was awake and delivers it: wait as anyone would
+      for (int tries = 0; tries < 1000 && count() <= i; ++tries) std::this_thread::sleep_for(1ms);
+    }
+    std::lock_guard lock(mutex);
+    ASSERT_EQ(replies.size(), i + 1);
+    EXPECT_EQ(replies[i].first, "m" + std::to_string(i));
+    if (replies[i].second == std::this_thread::get_id()) ++taken_here;
+  }
+  std::cout << "  " << taken_here << " of " << rounds << " replies taken in by the waiting thread\n";
+  EXPECT_GT(taken_here, rounds / 2);
+  connection->close();
+}
+
+// Work posted to a worker while a waiting thread drives it is done by that
+// thread, at once: the sleeping progress thread is not signalled for it.
+// Here the reply waited for comes only after another thread's send, which
+// must therefore leave while the waiter drives.
+TEST(Worker, ASendFromAnotherThreadLeavesWhileAWaiterDrives) {
+  auto trigger = std::make_shared<std::atomic<bool>>(false);
+  Server server([](Connection& connection, Incoming& in) {
+    if (bytes_text(in.header()) == "go") connection.send(text_bytes("answer"));
+  });
+  Worker::Options options{"client"};
+  options.poll_while_waiting = 5s;
+  auto worker = Worker::create(options);
+  std::atomic<bool> answered{false};
+  auto connection = connect(
+      worker, server.listener->port(),
+      [&](Connection&, Incoming& in) {
+        if (bytes_text(in.header()) == "answer") answered = true;
+      },
+      [](Connection&, const std::string&) {});
+  ASSERT_EQ(send_and_wait(*connection, text_bytes("hello"), nullptr, 0), "");
+  std::this_thread::sleep_for(200ms);  // wire-up done, the progress thread asleep
+  std::thread other([&] {
+    std::this_thread::sleep_for(20ms);  // the waiter drives by now
+    connection->send(text_bytes("go"));
+  });
+  const bool came = connection->wait_here([&] { return answered.load(); });
+  other.join();
+  EXPECT_TRUE(came) << "the reply did not come while the waiter drove: the other thread's send waited";
+  for (int tries = 0; tries < 5000 && !answered; ++tries) std::this_thread::sleep_for(1ms);
+  EXPECT_TRUE(answered);
+  connection->close();
+}
+
+// A waiter's poll is bounded: when the reply is slow it gives up, and the
+// progress thread, woken by the reply as ever, delivers it.
+TEST(Worker, AWaiterGivesUpAfterItsBudgetAndTheProgressThreadDelivers) {
+  Server server([](Connection&, Incoming&) {});  // never answers by itself
+  Worker::Options options{"client"};
+  options.poll_while_waiting = 1ms;
+  auto worker = Worker::create(options);
+  Inbox<std::thread::id> handled;
+  auto connection = connect(
+      worker, server.listener->port(), [&](Connection&, Incoming&) { handled.push(std::this_thread::get_id()); },
+      [](Connection&, const std::string&) {});
+  ASSERT_EQ(send_and_wait(*connection, text_bytes("hello"), nullptr, 0), "");
+  auto accepted = server.connection(0);
+  ASSERT_NE(accepted, nullptr);
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_FALSE(connection->wait_here([&] { return handled.size() > 0; }));
+  const auto polled = std::chrono::steady_clock::now() - start;
+  accepted->send(text_bytes("late"));
+  const auto got = handled.wait(1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_NE(got[0], std::this_thread::get_id());
+  std::cout << "  gave up after " << std::chrono::duration<double, std::micro>(polled).count() << " us\n";
+  connection->close();
+}
+
 }  // namespace
 }  // namespace ferry::transport
 

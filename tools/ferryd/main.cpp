@@ -254,7 +254,9 @@ int serve(const Options& options, int signal_fd) {
     }
   }
 
-  ServerState state{transport::Worker::create({"ferryd"}), runtime, metrics,
+  transport::Worker::Options worker_options{"ferryd"};
+  worker_options.poll_after_activity = std::chrono::microseconds(options.poll_us);
+  ServerState state{transport::Worker::create(worker_options), runtime, metrics,
                     fmt::format("ferryd {}", config::version), cpu_workers,
                     Limits{options.client_quota, options.memory_limit}};
   // Clients' replicas live in the runtime's pool: registered once, ships land there and fetches leave from it.

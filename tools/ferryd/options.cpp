@@ -101,6 +101,11 @@ Parsed parse_options(int argc, char** argv) {
   app.add_option("--handshake-timeout", o.handshake_timeout, "seconds a client has to authenticate before it is dropped")
       ->check(CLI::Range(0.05, 3600.0))
       ->capture_default_str();
+  app.add_option("--poll-us", o.poll_us,
+                 "microseconds to keep polling for the next message after activity before sleeping (0: sleep at "
+                 "once; FERRY_UCX_POLL_US overrides)")
+      ->check(CLI::Range(0u, 100000u))
+      ->capture_default_str();
 
   Parsed parsed;
   try {

@@ -31,6 +31,10 @@ struct Options {
   std::uint64_t client_quota = 0;
   unsigned workers = 0;            // 0: one per hardware thread
   double handshake_timeout = 10;   // seconds a client has to authenticate
+  // Microseconds the progress thread polls after activity before it sleeps:
+  // a client's next request usually comes within it, and waking a sleeping
+  // thread costs more than a loopback round trip (docs/tuning.md).
+  unsigned poll_us = 100;
   std::filesystem::path port_file;
   std::filesystem::path audit_log;  // empty: no audit log
 };

@@ -460,8 +460,13 @@ void ConnectionImpl::send_now(std::unique_ptr<SendOp> op) {
     op.release();  // send_done owns it now
     // Started on the sending thread while the progress thread sleeps: wake
     // it to carry the rest (a rendezvous, a full socket).
-    if (impl_.thread_id.load() != std::this_thread::get_id()) impl_.wake();
+    if (!impl_.progressing_here()) impl_.wake();
   }
+}
+
+bool ConnectionImpl::wait_here(const std::function<bool()>& ready) {
+  push();  // what send_soon holds back may be what the answer waits on
+  return worker_->wait_here(ready);
 }
 
 void ConnectionImpl::flush(Done done) {

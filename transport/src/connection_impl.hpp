@@ -23,6 +23,7 @@ class ConnectionImpl final : public Connection {
             std::function<void(const std::string& error)> done) override;
   void send_soon(std::vector<std::byte> header, std::function<void(const std::string& error)> done) override;
   void push() override;
+  bool wait_here(const std::function<bool()>& ready) override;
   void set_handlers(MessageHandler on_message, ErrorHandler on_error) override;
   void flush(std::function<void(const std::string& error)> done) override;
   void close() override;

@@ -98,7 +98,10 @@ void RpcClient::fail_all(const std::string& reason) {
     p->reply.set_exception(std::make_exception_ptr(RemoteError(fmt::format("remote {}: {}", peer_, reason))));
 }
 
-protocol::Message RpcClient::await(std::future<protocol::Message>& reply, const char* what) const {
+protocol::Message RpcClient::await(std::future<protocol::Message>& reply, const char* what,
+                                   Connection* sent_on) const {
+  if (sent_on != nullptr)
+    sent_on->wait_here([&] { return reply.wait_for(std::chrono::seconds(0)) == std::future_status::ready; });
   if (reply.wait_for(reply_limit) != std::future_status::ready)
     throw RemoteError(fmt::format("remote {}: no reply to {} in {} s", peer_, what, reply_limit.count()));
   return reply.get();

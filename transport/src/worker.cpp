@@ -59,6 +59,8 @@ std::string describe_transports(ucp_context_h context) {
 
 // The worker whose function run_or_post is running on this thread, if any.
 thread_local const Worker::Impl* running_inline = nullptr;
+// The worker this (waiting) thread drives, if any (Worker::wait_here).
+thread_local const Worker::Impl* driving = nullptr;
 
 void notice_sent(void* request, ucs_status_t, void*) { ucp_request_free(request); }
 
@@ -82,6 +84,15 @@ std::shared_ptr<Worker> Worker::create(Options options) {
       log().warn("FERRY_UCX_POLL_US={}: not a number of microseconds from 0 to 100000; ignored", text);
     else
       impl->poll_after_activity = std::chrono::microseconds(us);
+  }
+  impl->poll_while_waiting = options.poll_while_waiting;
+  if (const char* text = std::getenv("FERRY_UCX_WAIT_POLL_US"); text != nullptr && *text != '\0') {
+    char* end = nullptr;
+    const long us = std::strtol(text, &end, 10);
+    if (*end != '\0' || us < 0 || us > 100000)
+      log().warn("FERRY_UCX_WAIT_POLL_US={}: not a number of microseconds from 0 to 100000; ignored", text);
+    else
+      impl->poll_while_waiting = std::chrono::microseconds(us);
   }
 
   ucp_config_t* config = nullptr;
@@ -167,6 +178,7 @@ Worker::~Worker() {
 
 void Worker::post(std::function<void()> fn) { impl_->post(std::move(fn)); }
 bool Worker::on_progress_thread() const noexcept { return impl_->on_progress_thread(); }
+bool Worker::wait_here(const std::function<bool()>& ready) { return impl_->drive(ready); }
 std::string Worker::transports() const { return impl_->transports; }
 std::uint64_t Worker::batched_messages() const noexcept {
   return impl_->batched_messages.load(std::memory_order_relaxed);
@@ -203,7 +215,9 @@ void Worker::Impl::post(std::function<void()> fn) {
   has_posted.store(true, std::memory_order_release);
   // Only a sleeping progress thread needs waking; a busy one looks at the
   // queue before it sleeps, and `sleeping` changes only under this mutex.
-  if (sleeping && worker != nullptr) {
+  // Nor while a waiting thread drives the worker: it runs the queue, and
+  // wakes the progress thread when it stops if anything is left.
+  if (sleeping && !driven && worker != nullptr) {
     sleeping = false;
     ucp_worker_signal(worker);
   }
@@ -211,6 +225,56 @@ void Worker::Impl::post(std::function<void()> fn) {
 
 bool Worker::Impl::on_progress_thread() const noexcept {
   return running_inline == this || thread_id.load() == std::this_thread::get_id();
+}
+
+bool Worker::Impl::progressing_here() const noexcept {
+  return driving == this || thread_id.load() == std::this_thread::get_id();
+}
+
+// Waking the progress thread for a reply and then the waiter costs two
+// sleeps' wake-ups, each tens of microseconds on a VM whose idle vCPU
+// halted, several times a loopback round trip. A waiter that polls the
+// worker for a short while takes the reply in itself. Only while the
+// progress thread sleeps: `serial` says so, and holding it makes this thread
+// the one that calls UCX (UCS_THREAD_MODE_SERIALIZED), callbacks included.
+// The progress thread may still wake on the event fd meanwhile; it then
+// waits for `serial` and finds the work done.
+bool Worker::Impl::drive(const std::function<bool()>& ready) {
+  if (ready()) return true;
+  if (poll_while_waiting.count() <= 0 || on_progress_thread() || driving != nullptr) return false;
+  std::unique_lock held(serial, std::try_to_lock);
+  if (!held.owns_lock()) return false;  // the progress thread is awake: it delivers
+  {
+    std::lock_guard lock(mutex);
+    if (stop || worker == nullptr) return false;
+    driven = true;
+  }
+  running_inline = this;
+  driving = this;
+  const auto until = std::chrono::steady_clock::now() + poll_while_waiting;
+  bool got = false;
+  for (;;) {
+    run_posted();
+    progress_until_idle();
+    flush_batches();
+    if ((got = ready()) || std::chrono::steady_clock::now() >= until) break;
+  }
+  driving = nullptr;
+  running_inline = nullptr;
+  bool signal = false;
+  {
+    std::lock_guard lock(mutex);
+    driven = false;
+    // Left for the progress thread: work posted meanwhile, a transfer in
+    // flight, a corked batch whose time it must keep.
+    signal = sleeping && worker != nullptr &&
+             (!posted.empty() || !to_flush.empty() || !receiving.empty() || sending_payloads != 0);
+    if (signal) {
+      sleeping = false;
+      ucp_worker_signal(worker);
+    }
+  }
+  return got;
 }
 
 void Worker::Impl::run_or_post(std::function<void()> fn) {
@@ -248,7 +312,7 @@ bool Worker::Impl::run_posted() {
     if (posted.empty()) return stop;
     batch.swap(posted);
   }
-  batching = thread_id.load() == std::this_thread::get_id();
+  batching = progressing_here();
   for (auto& fn : batch) {
     try {
       fn();
@@ -265,7 +329,7 @@ bool Worker::Impl::run_posted() {
 void Worker::Impl::cork(std::chrono::steady_clock::time_point until) {
   if (until >= corked_until) return;
   corked_until = until;
-  if (thread_id.load() != std::this_thread::get_id()) wake();
+  if (!progressing_here()) wake();
 }
 
 // Everything gathered leaves, except (unless `all`) batches of send_soon

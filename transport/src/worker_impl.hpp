@@ -77,6 +77,10 @@ struct Worker::Impl {
   // How long the progress thread keeps polling after activity before it
   // sleeps on the event fd (Worker::Options::poll_after_activity).
   std::chrono::microseconds poll_after_activity{0};
+  std::chrono::microseconds poll_while_waiting{0};  // Worker::Options::poll_while_waiting
+  // A waiting thread drives the worker (wait_here): posting need not signal
+  // the sleeping progress thread, the driver runs the queue. Under `mutex`.
+  bool driven = false;
   // How long it polls while a payload is moving (poll_for_work).
   static constexpr std::chrono::microseconds transfer_poll{100};
   // Set when the last Worker reference went away on the progress thread
@@ -120,6 +124,11 @@ struct Worker::Impl {
   void run_or_post(std::function<void()> fn);
   // True on the progress thread and inside a function run_or_post runs here.
   bool on_progress_thread() const noexcept;
+  // Worker::wait_here.
+  bool drive(const std::function<bool()>& ready);
+  // The thread that progresses the worker now: the progress thread, or a
+  // waiting thread that drives it (not one that only sends, run_or_post).
+  bool progressing_here() const noexcept;
   // Wakes the progress thread so it progresses what a function run here left
   // in flight (a send UCX could not finish at once).
   void wake() noexcept;

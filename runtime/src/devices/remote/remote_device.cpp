@@ -345,6 +345,15 @@ std::future<protocol::Message> RemoteDevice::request(std::uint64_t id, const pro
   return rpc_.request(connection, id, message, payload, bytes, dest, soon);
 }
 
+protocol::Message RemoteDevice::await(std::future<protocol::Message>& reply, const char* what) {
+  std::shared_ptr<transport::Connection> connection;
+  {
+    std::lock_guard lock(connection_mutex_);
+    connection = connection_;
+  }
+  return rpc_.await(reply, what, connection.get());
+}
+
 void RemoteDevice::on_message(transport::Incoming& incoming) {
   protocol::Message message;
   try {

@@ -178,7 +178,8 @@ class RemoteDevice final : public Device, public NodeLink {
   // On the current connection (rpc_ matches the replies).
   std::future<protocol::Message> request(std::uint64_t id, const protocol::Message& message, const void* payload,
                                          std::size_t bytes, void* dest = nullptr, bool soon = false);
-  protocol::Message await(std::future<protocol::Message>& reply, const char* what) { return rpc_.await(reply, what); }
+  // The reply; this thread takes it in itself when it comes soon (Connection::wait_here).
+  protocol::Message await(std::future<protocol::Message>& reply, const char* what);
   std::uint64_t next_request() noexcept { return rpc_.next_id(); }
   std::size_t chunk_for(std::size_t bytes) const noexcept;
   // Bulk data either way, in chunks with a window of them in flight: `send`

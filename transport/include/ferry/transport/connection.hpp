@@ -71,6 +71,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // What send_soon gathered leaves now: someone is about to wait for its
   // answer. Thread-safe; cheap when nothing waits.
   virtual void push() {}
+  // A thread about to block until `ready()`, which only this connection's
+  // traffic can make so (a reply), may take it in itself: Worker::wait_here.
+  // Returns ready().
+  virtual bool wait_here(const std::function<bool()>& ready) { return ready(); }
 
   // Handlers may be (re)set from an accept callback before any message is
   // delivered, or any time from the progress thread.

@@ -46,7 +46,10 @@ class RpcClient {
   void fail_all(const std::string& reason);
 
   // The reply, or RemoteError naming `what` when none comes within the limit.
-  protocol::Message await(std::future<protocol::Message>& reply, const char* what) const;
+  // With the connection it was sent on, this thread may take the reply in
+  // itself before it blocks (Connection::wait_here).
+  protocol::Message await(std::future<protocol::Message>& reply, const char* what,
+                          Connection* sent_on = nullptr) const;
 
  private:
   struct Pending {

@@ -32,6 +32,10 @@ class Worker : public std::enable_shared_from_this<Worker> {
     // How long the progress thread polls after activity before it sleeps
     // (FERRY_UCX_POLL_US overrides): 0 sleeps at once.
     std::chrono::microseconds poll_after_activity{0};
+    // How long a thread waiting for something only this worker brings (a
+    // reply) drives the worker itself before it blocks (FERRY_UCX_WAIT_POLL_US
+    // overrides): see wait_here. 0 blocks at once.
+    std::chrono::microseconds poll_while_waiting{100};
   };
 
   // Throws UcxError when UCX cannot be initialised (the message says why,
@@ -49,6 +53,14 @@ class Worker : public std::enable_shared_from_this<Worker> {
   auto call(F fn) -> decltype(fn());
 
   bool on_progress_thread() const noexcept;
+  // Called by a thread about to block until `ready()`, when only this
+  // worker's progress can make it so (a reply): while the progress thread
+  // sleeps, this thread polls the worker itself, for up to the worker's
+  // poll_while_waiting, and the reply's callbacks run here. The message is
+  // then taken in by the thread that wants it: neither the progress thread
+  // nor the waiter is woken on the way. Returns ready(); false also when the
+  // progress thread is awake (it delivers) or this is the progress thread.
+  bool wait_here(const std::function<bool()>& ready);
   // This worker's UCX address (ucp_worker_get_address), which a peer
   // creates its endpoint from; sent only over the authenticated bootstrap.
   std::vector<std::uint8_t> address();
