@@ -102,6 +102,10 @@ struct ConnectionImpl::SendOp {
   std::shared_ptr<std::byte[]> sealed;
   Worker::Impl* counted = nullptr;  // in Worker::Impl::sending_payloads until done
   bool soon = false;                // send_soon: may wait for company
+  // Kept alive until the send starts: held here rather than by the function
+  // queued for it, whose captures then fit std::function without a heap
+  // allocation (one per message saved).
+  std::shared_ptr<ConnectionImpl> sender;
 };
 
 namespace {
@@ -339,7 +343,8 @@ void ConnectionImpl::push() {
 }
 
 void ConnectionImpl::queue(SendOp* op) {
-  if (!channel_) return impl_.run_or_post([self = self(), op] { self->start_send(op); });
+  op->sender = self();
+  if (!channel_) return impl_.run_or_post([op] { std::exchange(op->sender, nullptr)->start_send(op); });
   if (op->header.size() + seal_overhead > impl_.max_am_header) {
     // Refused before sealing, so the peer's numbering never sees a gap.
     std::unique_ptr<SendOp> refused(op);
@@ -356,7 +361,7 @@ void ConnectionImpl::queue(SendOp* op) {
   op->header = channel_->seal(op->header, plain, op->sealed.get());
   op->payload = op->sealed.get();
   op->payload_bytes = sealed_bytes;
-  impl_.run_or_post([self = self(), op] { self->start_send(op); });
+  impl_.run_or_post([op] { std::exchange(op->sender, nullptr)->start_send(op); });
 }
 
 StagingPool& ConnectionImpl::staging() noexcept { return impl_.staging; }

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -305,7 +306,10 @@ void Worker::Impl::wake() noexcept {
 }
 
 bool Worker::Impl::run_posted() {
-  std::deque<std::function<void()>> batch;
+  // Swapped with `posted` and emptied again: a deque made per call cost two
+  // allocations each time the queue had work (its move allocates too).
+  std::optional<std::deque<std::function<void()>>> reentered;  // only were this called from a posted function
+  auto& batch = spare_posted.empty() ? spare_posted : reentered.emplace();
   {
     std::lock_guard lock(mutex);
     has_posted.store(false, std::memory_order_relaxed);
@@ -322,6 +326,7 @@ bool Worker::Impl::run_posted() {
     fn = nullptr;  // its captures go now, in order, not after the whole batch
   }
   batching = false;
+  batch.clear();
   flush_batches();
   return false;
 }

@@ -69,6 +69,7 @@ struct Worker::Impl {
   std::mutex serial;
   std::mutex mutex;  // guards posted and stop
   std::deque<std::function<void()>> posted;
+  std::deque<std::function<void()>> spare_posted;  // run_posted's, kept between calls (under `serial`)
   bool stop = false;
   bool sleeping = false;  // the progress thread is (about to be) in poll() and needs a signal
   // Set by post(), cleared when the progress thread takes the queue: lets a

@@ -754,6 +754,7 @@ void RemoteDevice::marshal(TaskRecord* task, const std::vector<std::shared_ptr<B
   run.kernel = task->kernel->name;
   run.task = task->name;
   out.ids.assign(task->buffers.size(), 0);
+  run.args.reserve(task->args.items.size());
   std::size_t b = 0;
   for (std::size_t i = 0; i < task->args.items.size(); ++i) {
     const Arg& arg = task->args.items[i];
