@@ -135,6 +135,32 @@ TEST(RemoteChain, KillNineMidForwardedChainStillFinishesCorrectly) {
   for (double v : y.host()) ASSERT_EQ(v, 600.0);
 }
 
+// A chain far longer than the lineage limit: the copy it writes comes home
+// every few thousand tasks (each time with the chain's earlier runs all
+// finished there), so the client's lineage stays bounded, and losing the
+// host at the end replays only the tasks since the last checkpoint, from
+// its data. The result is the CPU's either way.
+TEST(RemoteChain, ALongChainsLineageIsCutByCheckpoints) {
+  FerrydProcess server;
+  ferry::Runtime rt(options_for(&server));
+  const auto remote = ferry::on(ferry::remote(server.address()));
+  const std::size_t n = 1000;
+  auto x = rt.buffer<double>(n), y = rt.buffer<double>(n);
+  std::ranges::fill(x.host(), 1.0);
+  std::ranges::fill(y.host(), 0.0);
+  constexpr int tasks = 10000;  // the limit for a buffer this small is 4096 writes
+  // The first task ships x and y and waits: the rest can all be forwarded
+  // at their submission, however far the submitting thread runs ahead.
+  rt.submit("axpy", ferry::read(x), ferry::readwrite(y), 1.0, remote).wait();
+  for (int i = 1; i < tasks; ++i) rt.submit("axpy", ferry::read(x), ferry::readwrite(y), 1.0, remote);
+  rt.wait();
+  const auto stats = rt.remote_stats(server.address());
+  EXPECT_GE(stats.lineage_checkpoints, 2u) << "a chain of " << tasks << " writes was never brought home";
+  EXPECT_GT(stats.tasks_forwarded, static_cast<std::uint64_t>(tasks / 2)) << "checkpoints stopped the forwarding";
+  server.stop(SIGKILL);
+  for (double v : y.host()) ASSERT_EQ(v, static_cast<double>(tasks)) << "recomputed from the last checkpoint";
+}
+
 long own_voluntary_switches() {
   rusage u{};
   ::getrusage(RUSAGE_SELF, &u);  // every thread of this process

@@ -179,6 +179,57 @@ TEST_F(Coherence, ALostNodesDataIsRecomputedFromLineage) {
   EXPECT_TRUE(lineage->replayed.load());
 }
 
+// A copy written on its node again and again (a long chain there) keeps a
+// lineage entry per write until its data comes home. Once it was written
+// lineage_limit times, checkpoint_on_node brings it home: the lineage starts
+// afresh and a loss afterwards replays only what came after.
+TEST_F(Coherence, ACopyWrittenManyTimesIsBroughtHomeAndItsLineageCut) {
+  const KernelDef* scal = KernelRegistry::global().find("scal");
+  ASSERT_NE(scal, nullptr);
+  fill_host(1.0);
+  const std::size_t limit = lineage_limit(16 * sizeof(double));
+  ASSERT_GE(limit, 4096u);
+  std::shared_ptr<LineageEntry> last;
+  auto write_once = [&](double value) {
+    const std::uint64_t id = acquire_on_node(view, AccessMode::readwrite, node);
+    node.write(id, value);
+    last = std::make_shared<LineageEntry>();
+    last->name = "remote scal";
+    last->kernel = std::shared_ptr<const KernelDef>(std::shared_ptr<const KernelDef>{}, scal);
+    last->args.items = {Arg{BufferArg{nullptr, DType::f64, 4, 4, 4, AccessMode::readwrite}}, Arg{ScalarValue{2.0}}};
+    last->buffer_args = {0};
+    last->roots = {view.root};
+    last->regions = {view.region};
+    written_on_node(view, node, id, last);
+    release_on_node(view, node, id);
+  };
+  auto lineage_length = [&] {
+    for (const auto& copy : view.root->copies)
+      if (copy->link == &node) return copy->lineage.size();
+    return std::size_t{0};
+  };
+  for (std::size_t i = 0; i + 1 < limit; ++i) write_once(2.0);
+  EXPECT_FALSE(checkpoint_on_node(view, node)) << "due before the limit";
+  EXPECT_EQ(node.fetches, 0);
+  write_once(2.0);
+  EXPECT_EQ(lineage_length(), limit);
+  EXPECT_TRUE(checkpoint_on_node(view, node));
+  EXPECT_EQ(node.fetches, 1);
+  EXPECT_EQ(lineage_length(), 0u) << "the lineage was not cut";
+  EXPECT_TRUE(host_holds(2.0)) << "the checkpoint did not bring the data home";
+  EXPECT_TRUE(valid_on(7)) << "the node's copy stays valid";
+  EXPECT_FALSE(checkpoint_on_node(view, node)) << "due again at once";
+
+  // Written once more, then lost: only that write is replayed, from the
+  // checkpoint's data (2 * 2), not the thousands before it.
+  write_once(4.0);
+  EXPECT_EQ(lineage_length(), 1u);
+  node.lose();
+  acquire_on_host(view, AccessMode::read);
+  EXPECT_TRUE(last->replayed.load());
+  EXPECT_TRUE(host_holds(4.0)) << "the replay did not start from the checkpoint";
+}
+
 TEST_F(Coherence, ALostNodesDataWithoutLineageIsAClearError) {
   const std::uint64_t id = acquire_on_node(view, AccessMode::write, node);
   written_on_node(view, node, id, nullptr);

@@ -303,6 +303,8 @@ void bind_runtime(nb::module_& m) {
         d["latency_seconds"] = s.latency_seconds;
         d["bytes_per_second"] = s.bytes_per_second;
         d["down_reason"] = s.down_reason;
+        d["tasks_forwarded"] = s.tasks_forwarded;
+        d["lineage_checkpoints"] = s.lineage_checkpoints;
         return d;
       }, nb::arg("address"))
       .def_prop_ro("remotes", [](RuntimeHandle& h) { return h.rt().options().remotes; })

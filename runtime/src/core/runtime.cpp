@@ -252,6 +252,7 @@ Runtime::RemoteStats Runtime::remote_stats(const std::string& address) const {
   out.bytes_per_second = link.bytes_per_second;
   out.down_reason = remote->down_reason();
   out.tasks_forwarded = remote->tasks_forwarded();
+  out.lineage_checkpoints = remote->lineage_checkpoints();
   if (out.connected) {
     const auto s = remote->stats();
     out.server_bytes_in = s.bytes_in;

@@ -171,15 +171,18 @@ bool twins(const RemoteCopy& a, const RemoteCopy& b) noexcept {
   return &a != &b && a.modified && b.modified && a.region == b.region;
 }
 
+// The copy holds what the host holds: nothing to recompute it from.
+void same_as_host(RemoteCopy& copy) {
+  copy.modified = false;
+  copy.lineage.clear();
+  copy.writes_since_home = 0;
+}
+
 // The host holds the copy's data now: its twins are plain shared copies too.
 void home_now(BufferRoot& root, RemoteCopy& copy) {
   for (auto& other : root.copies)
-    if (twins(*other, copy)) {
-      other->modified = false;
-      other->lineage.clear();
-    }
-  copy.modified = false;
-  copy.lineage.clear();
+    if (twins(*other, copy)) same_as_host(*other);
+  same_as_host(copy);
 }
 
 void bring_home(BufferRoot& root, RemoteCopy& copy) {
@@ -354,6 +357,7 @@ std::shared_ptr<RemoteCopy> copy_between_nodes(const BufferState& view, NodeLink
   twin->bytes = shape.bytes();
   twin->modified = true;
   twin->lineage = source->lineage;
+  twin->writes_since_home = source->writes_since_home;
   twin->last_use = use_clock.fetch_add(1);
   twin->pins = 1;
   link.hold(view.root);
@@ -394,6 +398,7 @@ std::uint64_t acquire_on_node(const BufferState& view, AccessMode mode, NodeLink
   if (exact) {
     exact->last_use = use_clock.fetch_add(1);
     ++exact->pins;
+    if (writes(mode)) ++exact->writes_since_home;
     return exact->id;
   }
   auto copy = std::make_shared<RemoteCopy>();
@@ -405,9 +410,41 @@ std::uint64_t acquire_on_node(const BufferState& view, AccessMode mode, NodeLink
   copy->id = reads(mode) ? link.ship(host_region(view)) : link.allocate(host_region(view));
   copy->last_use = use_clock.fetch_add(1);
   copy->pins = 1;
+  copy->writes_since_home = writes(mode) ? 1 : 0;
   root.copies.push_back(copy);
   root.copy_count.store(root.copies.size(), std::memory_order_release);
   return copy->id;
+}
+
+std::size_t lineage_limit(std::size_t bytes) noexcept { return std::max<std::size_t>(4096, bytes / (16 << 10)); }
+
+namespace {
+
+// The copy of the view on `link` due for a checkpoint, if any; root locked.
+std::shared_ptr<RemoteCopy> due_copy(BufferRoot& root, const BufferState& view, NodeLink& link) {
+  for (const auto& copy : root.copies)
+    if (copy->link == &link && copy->region == view.region && copy->modified && !lost(*copy) &&
+        copy->writes_since_home >= lineage_limit(copy->bytes))
+      return copy;
+  return nullptr;
+}
+
+}  // namespace
+
+bool checkpoint_due(const BufferState& view, NodeLink& link) {
+  RootLock lock(view.root->transfer_mutex);
+  return due_copy(*view.root, view, link) != nullptr;
+}
+
+bool checkpoint_on_node(const BufferState& view, NodeLink& link) {
+  const BufferLabelScope label(view.name);
+  BufferRoot& root = *view.root;
+  std::unique_lock replay_guard(replay_mutex(), std::defer_lock);
+  RootLock lock = lock_for(root, view.region, replay_guard);
+  const std::shared_ptr<RemoteCopy> due = due_copy(root, view, link);  // kept: bring_home may change root.copies
+  if (!due) return false;
+  bring_home(root, *due);
+  return true;
 }
 
 void release_on_node(const BufferState& view, NodeLink& link, std::uint64_t id) {
@@ -541,8 +578,7 @@ void written_through_node(const BufferState& view, NodeLink& link, std::uint64_t
   RootLock lock(root.transfer_mutex);
   for (auto& copy : std::vector(root.copies)) {
     if (copy->link == &link && copy->id == id) {
-      copy->modified = false;
-      copy->lineage.clear();
+      same_as_host(*copy);
     } else if (copy->region.overlaps(view.region)) {
       remove_copy(root, copy, /*drop=*/true);
     }

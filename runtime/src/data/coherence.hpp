@@ -102,7 +102,17 @@ struct RemoteCopy {
   std::uint64_t last_use = 0;  // for LRU eviction
   int pins = 0;                // tasks running with it: not evictable
   std::vector<std::shared_ptr<LineageEntry>> lineage;
+  // Tasks sent to write it since its data was last home (forwarded ones
+  // included, before their replies add to the lineage): see lineage_limit.
+  std::size_t writes_since_home = 0;
 };
+
+// A modified copy is brought home once it has been written this many times
+// since its data was last there, so its lineage starts afresh: the memory
+// lineage takes and the tasks replayed after its node is lost stay bounded
+// on a chain of any length. At least 4096 tasks, and one per 16 KiB of the
+// copy, so a large copy's fetch stays small beside the tasks it cuts.
+std::size_t lineage_limit(std::size_t bytes) noexcept;
 
 // Where the view's current data is, for placement: the nodes holding a copy
 // of exactly its region, the host unless a modified copy overlaps it, and,
@@ -118,6 +128,14 @@ void release_on_node(const BufferState& view, NodeLink& link, std::uint64_t id);
 // unpinned copies (bringing modified ones home first); returns what it freed.
 // Roots busy in another thread are skipped rather than waited for.
 std::size_t evict_from_node(NodeLink& link, const std::vector<std::shared_ptr<BufferRoot>>& roots, std::size_t bytes);
+// Before a task that writes the view runs on `link`'s node, every earlier
+// writer of it finished (the task is ready, and later writers wait for it):
+// when the copy there is due (lineage_limit), brings its data home, which
+// cuts its lineage. True when it did. A task sent before its predecessors
+// finish (a forwarded chain) cannot: it is not sent while the copy is due.
+bool checkpoint_on_node(const BufferState& view, NodeLink& link);
+// Whether checkpoint_on_node would bring the view's copy on `link` home.
+bool checkpoint_due(const BufferState& view, NodeLink& link);
 // After it succeeded: what it wrote is now valid only there.
 void written_on_node(const BufferState& view, NodeLink& link, std::uint64_t id, std::shared_ptr<LineageEntry> lineage);
 // Before host use (a CPU task, host()): modified copies overlapping the view

@@ -295,6 +295,9 @@ class Runtime {
     double latency_seconds = 0, bytes_per_second = 0;
     std::string down_reason;  // why it is not connected, when it is not
     std::uint64_t tasks_forwarded = 0;  // sent behind their predecessors, before they were ready
+    // Copies whose data was brought home to cut their lineage (once every
+    // few thousand writes there), so a long chain's memory stays bounded.
+    std::uint64_t lineage_checkpoints = 0;
   };
   RemoteStats remote_stats(const std::string& address) const;
   const Options& options() const noexcept;

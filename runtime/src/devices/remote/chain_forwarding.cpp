@@ -12,6 +12,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 
 #include "core/core.hpp"
 #include "core/task_record.hpp"
@@ -46,6 +48,7 @@ void RemoteDevice::sent_done(TaskRecord* task) {
 
 bool RemoteDevice::forward_or_hold(TaskRecord* task) {
   if (task->kernel->cuda_source) return false;  // its definition travels with its first run
+  checkpoint_before_forwarding(task);
   std::lock_guard order(forward_order_mutex_);
   if (try_forward(task, false)) return true;
   std::lock_guard lock(forward_mutex_);
@@ -54,6 +57,49 @@ bool RemoteDevice::forward_or_hold(TaskRecord* task) {
     waiting_.emplace(task->id, task);
   }
   return false;
+}
+
+// A chain whose copy is due for a checkpoint (lineage_limit writes since
+// its data was home) is not sent on past it: the checkpoint's fetch must see
+// every earlier write and none of the later ones. Rather than hold the rest
+// of the chain back until this task is ready (tasks beyond max_waiting
+// would then each pay a round trip), the submitting thread waits here for
+// the task's predecessors, all sent to this host, then brings the copy home
+// and the chain goes on being forwarded. One wait for the writes in flight
+// and a fetch per lineage_limit writes: the backpressure that bounds the
+// lineage, and the tasks in flight with it. Nothing is waited for when a
+// predecessor was not sent here: the task then runs when ready, and
+// run_here checkpoints.
+void RemoteDevice::checkpoint_before_forwarding(TaskRecord* task) {
+  if (!alive() || task->failed_input.load(std::memory_order_acquire) != nullptr) return;
+  bool due = false;
+  for (std::size_t i = 0; i < task->buffers.size() && !due; ++i)
+    due = writes(task->buffer_arg(i).mode) && checkpoint_due(*task->buffers[i], *this);
+  if (!due) return;
+  {
+    std::lock_guard lock(forward_mutex_);
+    const std::uint64_t now = epoch();
+    for (std::uint64_t id : task->waits_on)
+      if (auto it = sent_.find(id); it == sent_.end() || it->second.epoch != now) return;
+  }
+  core_.push_held();  // the predecessors' forwards may be gathered still
+  // Its launch holds one count of `pending` until it returns; the rest are
+  // unfinished predecessors, finished by proxies and waiters, not by this
+  // thread. Slept for, not spun: they may take as long as their kernels.
+  auto pause = std::chrono::microseconds(20);
+  while (task->pending.load(std::memory_order_acquire) > 1) {
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(2000));
+  }
+  for (std::size_t i = 0; i < task->buffers.size(); ++i) {
+    if (!writes(task->buffer_arg(i).mode)) continue;
+    try {
+      if (checkpoint_on_node(*task->buffers[i], *this)) checkpoints_.fetch_add(1, std::memory_order_relaxed);
+    } catch (const std::exception& e) {
+      // Still due: the task is not forwarded, and run_here tries again.
+      log().debug("{}: checkpoint on {} failed: {}", task->label(), name(), e.what());
+    }
+  }
 }
 
 bool RemoteDevice::in_place(const BufferState& view, AccessMode mode) const {
@@ -74,6 +120,9 @@ bool RemoteDevice::in_place(const BufferState& view, AccessMode mode) const {
     if (!copy->region.overlaps(view.region)) continue;
     if (copy->link != static_cast<const NodeLink*>(this) || !(copy->region == view.region) || copy->epoch != now)
       return false;
+    // Due for a checkpoint, which waits for the runs writing it: this one
+    // goes when it is ready (run_here brings the data home first).
+    if (writes(mode) && copy->writes_since_home >= lineage_limit(copy->bytes)) return false;
     found = true;
   }
   return found;

@@ -137,6 +137,8 @@ class RemoteDevice final : public Device, public NodeLink {
   std::size_t bytes_shipped() const noexcept { return bytes_shipped_.load(std::memory_order_relaxed); }
   std::size_t bytes_fetched() const noexcept { return bytes_fetched_.load(std::memory_order_relaxed); }
   std::uint64_t tasks_forwarded() const noexcept { return forwarded_count_.load(std::memory_order_relaxed); }
+  // Copies brought home to cut their lineage (checkpoint_on_node).
+  std::uint64_t lineage_checkpoints() const noexcept { return checkpoints_.load(std::memory_order_relaxed); }
   // Bytes this host pulled from other hosts directly: none went through this runtime.
   std::size_t bytes_from_hosts() const noexcept { return bytes_from_hosts_.load(std::memory_order_relaxed); }
 
@@ -235,6 +237,10 @@ class RemoteDevice final : public Device, public NodeLink {
   void sent_done(TaskRecord* task);
   // At submission: forwards the task if it can go now, or holds it until its predecessors are sent.
   bool forward_or_hold(TaskRecord* task);
+  // At submission, before forwarding: a copy the task writes that is due for
+  // a checkpoint comes home once the task's predecessors, all sent here,
+  // have finished (this thread waits for them).
+  void checkpoint_before_forwarding(TaskRecord* task);
   // forward_order_mutex_ held; forward_mutex_ too if `map_held`. A task at
   // its submission cannot be claimed meanwhile (its launch holds it back);
   // a held one can, so forward_held keeps the maps locked throughout.
@@ -317,6 +323,7 @@ class RemoteDevice final : public Device, public NodeLink {
   std::unordered_map<std::uint64_t, std::shared_ptr<Forwarded>> forwarded_;
   std::map<std::uint64_t, TaskRecord*> waiting_;
   std::atomic<std::uint64_t> forwarded_count_{0};
+  std::atomic<std::uint64_t> checkpoints_{0};
 
   std::mutex held_mutex_;
   std::vector<std::weak_ptr<BufferRoot>> held_;
