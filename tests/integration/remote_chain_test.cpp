@@ -161,6 +161,30 @@ TEST(RemoteChain, ALongChainsLineageIsCutByCheckpoints) {
   for (double v : y.host()) ASSERT_EQ(v, static_cast<double>(tasks)) << "recomputed from the last checkpoint";
 }
 
+// A chain held back at its start (here by a host view of its buffer; a CPU
+// task or the first task's own ship do the same): each task is held behind
+// its predecessor, and once the first is sent all the others are forwarded
+// behind it, however many there are (a send looks only at the tasks held
+// behind it). Held tasks were capped at 1024, and every task past them ran
+// one round trip at a time.
+TEST(RemoteChain, AChainHeldAtItsStartIsForwardedWholeOnceItGoes) {
+  FerrydProcess server;
+  ferry::Runtime rt(options_for(&server));
+  const auto remote = ferry::on(ferry::remote(server.address()));
+  auto x = rt.buffer<double>(100), y = rt.buffer<double>(100);
+  std::ranges::fill(x.host(), 1.0);
+  std::ranges::fill(y.host(), 0.0);
+  constexpr int tasks = 3000;
+  {
+    auto view = y.host();  // every writer of y waits until it goes
+    for (int i = 0; i < tasks; ++i) rt.submit("axpy", ferry::read(x), ferry::readwrite(y), 1.0, remote);
+  }
+  rt.wait();
+  // The first ships y and goes when ready; every other one was forwarded.
+  EXPECT_EQ(rt.remote_stats(server.address()).tasks_forwarded, static_cast<std::uint64_t>(tasks - 1));
+  for (double v : y.host()) ASSERT_EQ(v, static_cast<double>(tasks));
+}
+
 long own_voluntary_switches() {
   rusage u{};
   ::getrusage(RUSAGE_SELF, &u);  // every thread of this process

@@ -12,6 +12,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <functional>
+#include <optional>
+#include <queue>
 #include <chrono>
 #include <thread>
 
@@ -25,9 +28,12 @@ namespace ferry::detail {
 
 namespace {
 
-// Tasks held back at once, waiting for their predecessors to be sent: bounds
-// the work of each pass over them. Beyond it a task simply runs when ready.
-constexpr std::size_t max_waiting = 1024;
+// Tasks held back at once, waiting for their predecessors to be sent. A
+// send looks only at those held behind it, so this bounds memory, not work;
+// it was 1024 when each send looked at them all, and a chain whose first
+// task had to ship its data then ran every task past the 1024th one round
+// trip at a time. Beyond it a task simply runs when ready.
+constexpr std::size_t max_waiting = std::size_t{1} << 16;
 
 }  // namespace
 
@@ -37,7 +43,7 @@ std::future<protocol::Message> RemoteDevice::send_run(TaskRecord* task, const pr
   sent_[task->id] = Sent{run.request, epoch()};
   auto reply = request(run.request, run, nullptr, 0);
   // Its successors held back may follow it now.
-  if (!waiting_.empty()) forward_held();
+  if (!held_behind_.empty()) forward_held(task->id);
   return reply;
 }
 
@@ -52,11 +58,39 @@ bool RemoteDevice::forward_or_hold(TaskRecord* task) {
   std::lock_guard order(forward_order_mutex_);
   if (try_forward(task, false)) return true;
   std::lock_guard lock(forward_mutex_);
-  if (!task->waits_on.empty() && waiting_.size() < max_waiting) {
-    retain(task);
-    waiting_.emplace(task->id, task);
-  }
+  if (waiting_.size() < max_waiting)
+    if (const auto behind = unsent_predecessor(task)) hold(task, *behind);
   return false;
+}
+
+std::optional<std::uint64_t> RemoteDevice::unsent_predecessor(const TaskRecord* task) const {
+  const std::uint64_t now = epoch();
+  for (std::uint64_t id : task->waits_on) {
+    const auto it = sent_.find(id);
+    if (it == sent_.end()) return id;  // not sent yet (or finished already: the task is then ready soon)
+    if (it->second.epoch != now) return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+void RemoteDevice::hold(TaskRecord* task, std::uint64_t behind) {
+  if (waiting_.emplace(task->id, task).second) retain(task);
+  held_under_[task->id] = behind;
+  held_behind_[behind].push_back(task->id);
+}
+
+void RemoteDevice::unhold(std::uint64_t id) {
+  const auto it = waiting_.find(id);
+  if (it == waiting_.end()) return;
+  release(it->second);
+  waiting_.erase(it);
+  const auto under = held_under_.find(id);
+  if (under == held_under_.end()) return;
+  if (auto list = held_behind_.find(under->second); list != held_behind_.end()) {
+    std::erase(list->second, id);
+    if (list->second.empty()) held_behind_.erase(list);
+  }
+  held_under_.erase(under);
 }
 
 // A chain whose copy is due for a checkpoint (lineage_limit writes since
@@ -196,28 +230,45 @@ bool RemoteDevice::try_forward(TaskRecord* task, bool map_held) {
   return true;
 }
 
-void RemoteDevice::forward_held() {
-  // In submission order: a task forwarded here lets its successors, later
-  // in the map, follow in the same pass.
-  for (auto it = waiting_.begin(); it != waiting_.end();) {
+void RemoteDevice::forward_held(std::uint64_t sent) {
+  // Smallest id first: forwards leave in submission order, which is the
+  // order ferryd infers their dependencies in.
+  std::priority_queue<std::uint64_t, std::vector<std::uint64_t>, std::greater<>> candidates;
+  const auto behind = [&](std::uint64_t id) {
+    const auto list = held_behind_.find(id);
+    if (list == held_behind_.end()) return;
+    for (std::uint64_t held : list->second) {
+      candidates.push(held);
+      held_under_.erase(held);
+    }
+    held_behind_.erase(list);
+  };
+  behind(sent);
+  while (!candidates.empty()) {
+    const std::uint64_t id = candidates.top();
+    candidates.pop();
+    const auto it = waiting_.find(id);
+    if (it == waiting_.end()) continue;  // claimed meanwhile
     TaskRecord* task = it->second;
     const bool gone = task->done.load(std::memory_order_acquire) ||
                       task->failed_input.load(std::memory_order_acquire) != nullptr;
-    if (gone || try_forward(task, true)) {
-      release(task);
-      it = waiting_.erase(it);
+    if (!gone && try_forward(task, true)) {
+      unhold(id);
+      behind(id);  // its own successors held behind it may follow in this pass
+    } else if (const auto next = gone ? std::nullopt : unsent_predecessor(task)) {
+      held_under_[id] = *next;
+      held_behind_[*next].push_back(id);
     } else {
-      ++it;
+      // Every predecessor sent, and still it cannot go (a copy not in place,
+      // one due for a checkpoint): it runs when ready.
+      unhold(id);
     }
   }
 }
 
 std::shared_ptr<RemoteDevice::Forwarded> RemoteDevice::claim(TaskRecord* task) {
   std::lock_guard lock(forward_mutex_);
-  if (auto it = waiting_.find(task->id); it != waiting_.end()) {
-    release(it->second);
-    waiting_.erase(it);
-  }
+  unhold(task->id);
   auto it = forwarded_.find(task->id);
   if (it == forwarded_.end()) return nullptr;
   auto forwarded = std::move(it->second);

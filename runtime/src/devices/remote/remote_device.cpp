@@ -110,6 +110,8 @@ RemoteDevice::~RemoteDevice() {
     std::lock_guard lock(forward_mutex_);
     for (auto& [id, task] : waiting_) release(task);
     waiting_.clear();
+    held_behind_.clear();
+    held_under_.clear();
   }
   stopping_.store(true);
   queue_cv_.notify_all();

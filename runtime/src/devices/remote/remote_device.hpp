@@ -245,7 +245,17 @@ class RemoteDevice final : public Device, public NodeLink {
   // its submission cannot be claimed meanwhile (its launch holds it back);
   // a held one can, so forward_held keeps the maps locked throughout.
   bool try_forward(TaskRecord* task, bool map_held);
-  void forward_held();  // forward_order_mutex_ and forward_mutex_ held
+  // forward_order_mutex_ and forward_mutex_ held: `sent` was just sent;
+  // the tasks held behind it are looked at again, and those behind each one
+  // that goes, in submission order.
+  void forward_held(std::uint64_t sent);
+  // forward_mutex_ held. A held task is filed under one predecessor not yet
+  // sent (held_behind_), so a send looks only at the tasks waiting for it.
+  void hold(TaskRecord* task, std::uint64_t behind);
+  void unhold(std::uint64_t id);
+  // The first of the task's predecessors not sent to this session, if any
+  // (none too when one went to a lost session: it is not sent again).
+  std::optional<std::uint64_t> unsent_predecessor(const TaskRecord* task) const;
   bool in_place(const BufferState& view, AccessMode mode) const;
   // Takes the task's forwarded run, if any; it is no longer held either way.
   std::shared_ptr<Forwarded> claim(TaskRecord* task);
@@ -321,7 +331,9 @@ class RemoteDevice final : public Device, public NodeLink {
   std::mutex forward_mutex_;
   std::unordered_map<std::uint64_t, Sent> sent_;
   std::unordered_map<std::uint64_t, std::shared_ptr<Forwarded>> forwarded_;
-  std::map<std::uint64_t, TaskRecord*> waiting_;
+  std::map<std::uint64_t, TaskRecord*> waiting_;  // held (retained)
+  std::unordered_map<std::uint64_t, std::vector<std::uint64_t>> held_behind_;  // predecessor -> held tasks
+  std::unordered_map<std::uint64_t, std::uint64_t> held_under_;                // held task -> that predecessor
   std::atomic<std::uint64_t> forwarded_count_{0};
   std::atomic<std::uint64_t> checkpoints_{0};
 
