@@ -24,6 +24,20 @@ def test_remote_run_through_local_server(server):
         assert "remote" in rt._repr_html_()
 
 
+def test_a_long_chain_is_forwarded_and_its_lineage_checkpointed(server):
+    # 4200 writes of one small array: forwarded behind the first (which ships
+    # it), and brought home once at the 4096th so the lineage starts afresh.
+    with ferry.Runtime(remotes=[server.address], token=server.token, workers=1) as rt:
+        x = rt.array(np.ones(100))
+        y = rt.zeros(100, np.float64)
+        for _ in range(4200):
+            rt.axpy(x, y, 1.0, on="remote")
+        np.testing.assert_array_equal(y.numpy(), np.full(100, 4200.0))
+        stats = rt.remote_stats(server.address)
+        assert stats["tasks_forwarded"] > 4000
+        assert stats["lineage_checkpoints"] == 1
+
+
 def test_a_host_added_and_removed_while_the_program_runs(server):
     with ferry.Runtime(token=server.token, workers=1) as rt:
         assert not any(d["kind"] == "remote" for d in rt.devices())
