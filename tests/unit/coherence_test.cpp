@@ -115,6 +115,20 @@ class Coherence : public ::testing::Test {
     return std::all_of(data, data + 16, [&](double v) { return v == value; });
   }
   std::vector<MemoryNodeId> where() { return valid_nodes(view, {}); }
+  // What a remote records for a task that wrote the whole of x there with
+  // `kernel`(x, value): replayed on the host if the copy is lost.
+  std::shared_ptr<LineageEntry> lineage_of(const char* kernel, AccessMode mode, double value) {
+    const KernelDef* def = KernelRegistry::global().find(kernel);
+    EXPECT_NE(def, nullptr) << kernel;
+    auto entry = std::make_shared<LineageEntry>();
+    entry->name = std::string("remote ") + kernel;
+    entry->kernel = std::shared_ptr<const KernelDef>(std::shared_ptr<const KernelDef>{}, def);
+    entry->args.items = {Arg{BufferArg{nullptr, DType::f64, 4, 4, 4, mode}}, Arg{ScalarValue{value}}};
+    entry->buffer_args = {0};
+    entry->roots = {view.root};
+    entry->regions = {view.region};
+    return entry;
+  }
   bool valid_on(MemoryNodeId n) {
     const auto nodes = where();
     return std::find(nodes.begin(), nodes.end(), n) != nodes.end();
@@ -158,17 +172,9 @@ TEST_F(Coherence, AHostWriteDropsTheNodesCopies) {
 }
 
 TEST_F(Coherence, ALostNodesDataIsRecomputedFromLineage) {
-  const KernelDef* fill = KernelRegistry::global().find("fill");
-  ASSERT_NE(fill, nullptr);
   const std::uint64_t id = acquire_on_node(view, AccessMode::write, node);
   node.write(id, 5.0);
-  auto lineage = std::make_shared<LineageEntry>();
-  lineage->name = "remote fill";
-  lineage->kernel = std::shared_ptr<const KernelDef>(std::shared_ptr<const KernelDef>{}, fill);
-  lineage->args.items = {Arg{BufferArg{nullptr, DType::f64, 4, 4, 4, AccessMode::write}}, Arg{ScalarValue{5.0}}};
-  lineage->buffer_args = {0};
-  lineage->roots = {view.root};
-  lineage->regions = {view.region};
+  auto lineage = lineage_of("fill", AccessMode::write, 5.0);
   written_on_node(view, node, id, lineage);
   release_on_node(view, node, id);
 
@@ -184,8 +190,6 @@ TEST_F(Coherence, ALostNodesDataIsRecomputedFromLineage) {
 // lineage_limit times, checkpoint_on_node brings it home: the lineage starts
 // afresh and a loss afterwards replays only what came after.
 TEST_F(Coherence, ACopyWrittenManyTimesIsBroughtHomeAndItsLineageCut) {
-  const KernelDef* scal = KernelRegistry::global().find("scal");
-  ASSERT_NE(scal, nullptr);
   fill_host(1.0);
   const std::size_t limit = lineage_limit(16 * sizeof(double));
   ASSERT_GE(limit, 4096u);
@@ -193,13 +197,7 @@ TEST_F(Coherence, ACopyWrittenManyTimesIsBroughtHomeAndItsLineageCut) {
   auto write_once = [&](double value) {
     const std::uint64_t id = acquire_on_node(view, AccessMode::readwrite, node);
     node.write(id, value);
-    last = std::make_shared<LineageEntry>();
-    last->name = "remote scal";
-    last->kernel = std::shared_ptr<const KernelDef>(std::shared_ptr<const KernelDef>{}, scal);
-    last->args.items = {Arg{BufferArg{nullptr, DType::f64, 4, 4, 4, AccessMode::readwrite}}, Arg{ScalarValue{2.0}}};
-    last->buffer_args = {0};
-    last->roots = {view.root};
-    last->regions = {view.region};
+    last = lineage_of("scal", AccessMode::readwrite, 2.0);
     written_on_node(view, node, id, last);
     release_on_node(view, node, id);
   };

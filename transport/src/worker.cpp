@@ -71,6 +71,20 @@ void share_the_core(unsigned& spins) noexcept {
   if (++spins % 32 == 0) sched_yield();
 }
 
+// A polling budget from the environment: microseconds from 0 to 100000;
+// anything else is named in a warning and `fallback` stays.
+std::chrono::microseconds microseconds_from_env(const char* variable, std::chrono::microseconds fallback) {
+  const char* text = std::getenv(variable);
+  if (text == nullptr || *text == '\0') return fallback;
+  char* end = nullptr;
+  const long us = std::strtol(text, &end, 10);
+  if (*end != '\0' || us < 0 || us > 100000) {
+    log().warn("{}={}: not a number of microseconds from 0 to 100000; ignored", variable, text);
+    return fallback;
+  }
+  return std::chrono::microseconds(us);
+}
+
 // The worker whose function run_or_post is running on this thread, if any.
 thread_local const Worker::Impl* running_inline = nullptr;
 // The worker this (waiting) thread drives, if any (Worker::wait_here).
@@ -90,24 +104,8 @@ void close_callback(void* request, ucs_status_t status, void* user_data) {
 std::shared_ptr<Worker> Worker::create(Options options) {
   auto impl = std::make_unique<Impl>();
   impl->name = options.name;
-  impl->poll_after_activity = options.poll_after_activity;
-  if (const char* text = std::getenv("FERRY_UCX_POLL_US"); text != nullptr && *text != '\0') {
-    char* end = nullptr;
-    const long us = std::strtol(text, &end, 10);
-    if (*end != '\0' || us < 0 || us > 100000)
-      log().warn("FERRY_UCX_POLL_US={}: not a number of microseconds from 0 to 100000; ignored", text);
-    else
-      impl->poll_after_activity = std::chrono::microseconds(us);
-  }
-  impl->poll_while_waiting = options.poll_while_waiting;
-  if (const char* text = std::getenv("FERRY_UCX_WAIT_POLL_US"); text != nullptr && *text != '\0') {
-    char* end = nullptr;
-    const long us = std::strtol(text, &end, 10);
-    if (*end != '\0' || us < 0 || us > 100000)
-      log().warn("FERRY_UCX_WAIT_POLL_US={}: not a number of microseconds from 0 to 100000; ignored", text);
-    else
-      impl->poll_while_waiting = std::chrono::microseconds(us);
-  }
+  impl->poll_after_activity = microseconds_from_env("FERRY_UCX_POLL_US", options.poll_after_activity);
+  impl->poll_while_waiting = microseconds_from_env("FERRY_UCX_WAIT_POLL_US", options.poll_while_waiting);
 
   ucp_config_t* config = nullptr;
   check(ucp_config_read(nullptr, nullptr, &config), "ucp_config_read");
@@ -252,22 +250,29 @@ bool Worker::Impl::progressing_here() const noexcept {
 // progress thread sleeps: `serial` says so, and holding it makes this thread
 // the one that calls UCX (UCS_THREAD_MODE_SERIALIZED), callbacks included.
 // The progress thread may still wake on the event fd meanwhile; it then
-// waits for `serial` and finds the work done.
+// waits for `serial` and finds the work done. A waiter that finds it awake
+// keeps trying within its budget: it goes back to sleep soon after.
 bool Worker::Impl::drive(const std::function<bool()>& ready) {
   if (ready()) return true;
   if (poll_while_waiting.count() <= 0 || on_progress_thread() || driving != nullptr) return false;
-  std::unique_lock held(serial, std::try_to_lock);
-  if (!held.owns_lock()) return false;  // the progress thread is awake: it delivers
+  const auto until = std::chrono::steady_clock::now() + poll_while_waiting;
+  unsigned spins = 0;
+  std::unique_lock held(serial, std::defer_lock);
+  while (!held.try_lock()) {
+    // The progress thread is awake: it may deliver the reply itself, or go
+    // back to sleep in a moment and leave the worker to this thread.
+    if (ready()) return true;
+    if (std::chrono::steady_clock::now() >= until) return false;
+    share_the_core(spins);
+  }
   {
     std::lock_guard lock(mutex);
-    if (stop || worker == nullptr) return false;
+    if (stop || worker == nullptr) return ready();
     driven = true;
   }
   running_inline = this;
   driving = this;
-  const auto until = std::chrono::steady_clock::now() + poll_while_waiting;
   bool got = false;
-  unsigned spins = 0;
   for (;;) {
     run_posted();
     progress_until_idle();
