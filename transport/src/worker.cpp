@@ -65,8 +65,9 @@ std::string describe_transports(ucp_context_h context) {
 // yields holds that core until its budget ends and the answer waits for it.
 // Measured with client and ferryd pinned to one core: a loopback round trip
 // of 180-240 µs without yielding, 60-100 yielding every 32 polls, 46-63
-// every 16 (which cost the unpinned round trip; every 32 did not, within
-// this VM's noise). With the core to itself, sched_yield returns at once.
+// every 16 (which cost the unpinned round trip more). Unpinned, five
+// alternating runs each: 37 µs mean yielding every 32, 33 without, within
+// this VM's noise. With the core to itself, sched_yield returns at once.
 void share_the_core(unsigned& spins) noexcept {
   if (++spins % 32 == 0) sched_yield();
 }
