@@ -423,8 +423,7 @@ namespace {
 // The copy of the view on `link` due for a checkpoint, if any; root locked.
 std::shared_ptr<RemoteCopy> due_copy(BufferRoot& root, const BufferState& view, NodeLink& link) {
   for (const auto& copy : root.copies)
-    if (copy->link == &link && copy->region == view.region && copy->modified && !lost(*copy) &&
-        copy->writes_since_home >= lineage_limit(copy->bytes))
+    if (copy->link == &link && copy->region == view.region && copy->checkpoint_due() && !lost(*copy))
       return copy;
   return nullptr;
 }

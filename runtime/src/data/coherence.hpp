@@ -92,6 +92,13 @@ struct LineageEntry {
   const BufferArg& buffer_arg(std::size_t i) const { return detail::buffer_arg(args, buffer_args, i); }
 };
 
+// A modified copy is brought home once it has been written this many times
+// since its data was last there, so its lineage starts afresh: the memory
+// lineage takes and the tasks replayed after its node is lost stay bounded
+// on a chain of any length. At least 4096 tasks, and one per 16 KiB of the
+// copy, so a large copy's fetch stays small beside the tasks it cuts.
+std::size_t lineage_limit(std::size_t bytes) noexcept;
+
 struct RemoteCopy {
   NodeLink* link = nullptr;
   std::uint64_t epoch = 0;
@@ -105,14 +112,10 @@ struct RemoteCopy {
   // Tasks sent to write it since its data was last home (forwarded ones
   // included, before their replies add to the lineage): see lineage_limit.
   std::size_t writes_since_home = 0;
+  // Modified and written lineage_limit times: its data comes home before the next write.
+  bool checkpoint_due() const noexcept { return modified && writes_since_home >= lineage_limit(bytes); }
 };
 
-// A modified copy is brought home once it has been written this many times
-// since its data was last there, so its lineage starts afresh: the memory
-// lineage takes and the tasks replayed after its node is lost stay bounded
-// on a chain of any length. At least 4096 tasks, and one per 16 KiB of the
-// copy, so a large copy's fetch stays small beside the tasks it cuts.
-std::size_t lineage_limit(std::size_t bytes) noexcept;
 
 // Where the view's current data is, for placement: the nodes holding a copy
 // of exactly its region, the host unless a modified copy overlaps it, and,

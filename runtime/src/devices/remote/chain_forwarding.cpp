@@ -125,15 +125,18 @@ void RemoteDevice::checkpoint_before_forwarding(TaskRecord* task) {
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::microseconds(2000));
   }
-  for (std::size_t i = 0; i < task->buffers.size(); ++i) {
-    if (!writes(task->buffer_arg(i).mode)) continue;
-    try {
-      if (checkpoint_on_node(*task->buffers[i], *this)) checkpoints_.fetch_add(1, std::memory_order_relaxed);
-    } catch (const std::exception& e) {
-      // Still due: the task is not forwarded, and run_here tries again.
-      log().debug("{}: checkpoint on {} failed: {}", task->label(), name(), e.what());
-    }
+  try {
+    checkpoint_writes(task);
+  } catch (const std::exception& e) {
+    // Still due: the task is not forwarded, and run_here tries again.
+    log().debug("{}: checkpoint on {} failed: {}", task->label(), name(), e.what());
   }
+}
+
+void RemoteDevice::checkpoint_writes(TaskRecord* task) {
+  for (std::size_t i = 0; i < task->buffers.size(); ++i)
+    if (writes(task->buffer_arg(i).mode) && checkpoint_on_node(*task->buffers[i], *this))
+      checkpoints_.fetch_add(1, std::memory_order_relaxed);
 }
 
 bool RemoteDevice::in_place(const BufferState& view, AccessMode mode) const {
@@ -156,7 +159,7 @@ bool RemoteDevice::in_place(const BufferState& view, AccessMode mode) const {
       return false;
     // Due for a checkpoint, which waits for the runs writing it: this one
     // goes when it is ready (run_here brings the data home first).
-    if (writes(mode) && copy->writes_since_home >= lineage_limit(copy->bytes)) return false;
+    if (writes(mode) && copy->checkpoint_due()) return false;
     found = true;
   }
   return found;

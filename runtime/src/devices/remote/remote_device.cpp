@@ -860,9 +860,7 @@ bool RemoteDevice::run_here(TaskRecord* task, unsigned slot) {
     if (task->kernel->cuda_source) define_kernel(*task->kernel);
     // Every earlier writer of what it writes is finished: a copy due for a
     // checkpoint comes home before this run adds to it.
-    for (std::size_t i = 0; i < task->buffers.size(); ++i)
-      if (writes(task->buffer_arg(i).mode) && checkpoint_on_node(*task->buffers[i], *this))
-        checkpoints_.fetch_add(1, std::memory_order_relaxed);
+    checkpoint_writes(task);
     marshal(task, task->buffers, m);
     const auto sent = Clock::now();
     auto future = send_run(task, m.run);

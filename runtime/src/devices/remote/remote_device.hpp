@@ -241,6 +241,9 @@ class RemoteDevice final : public Device, public NodeLink {
   // a checkpoint comes home once the task's predecessors, all sent here,
   // have finished (this thread waits for them).
   void checkpoint_before_forwarding(TaskRecord* task);
+  // Every earlier writer of what the task writes finished: copies of it here
+  // due for a checkpoint come home (counted). Throws what the fetch throws.
+  void checkpoint_writes(TaskRecord* task);
   // forward_order_mutex_ held; forward_mutex_ too if `map_held`. A task at
   // its submission cannot be claimed meanwhile (its launch holds it back);
   // a held one can, so forward_held keeps the maps locked throughout.
