@@ -1,7 +1,8 @@
 // A ferryd on this host, run by this user, talks to its clients over a
 // shared-memory lane (UCX's sysv/posix FIFOs rather than TCP on loopback),
 // and kill -9 at either end in the middle of bulk transfers still ends only
-// that end's work: ferryd keeps serving, a client's tasks fail over.
+// that end's work: ferryd keeps serving, a client's tasks fail over. Without
+// the lane (FERRY_SHARED_MEMORY=0) it talks TCP on loopback with bulk lanes.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -108,13 +109,27 @@ TEST(SharedMemoryLane, SameHostFerrydCarriesMessagesOverSharedMemory) {
       << "UCX's endpoint configurations in ferryd:\n" << log;
 }
 
-TEST(SharedMemoryLane, FerrySharedMemoryZeroKeepsLoopbackTcp) {
+// Without the shared-memory lane the client offers bulk lanes: each end's
+// payloads on an endpoint of their own, beside the control endpoint.
+TEST(SharedMemoryLane, FerrySharedMemoryZeroKeepsLoopbackTcpWithBulkLanes) {
   ScopedEnv off("FERRY_SHARED_MEMORY", "0");  // read by this client when it dials
   FerrydProcess server;
   ferry::Runtime rt(options_for(server));
+  double_there_and_check(rt, std::size_t{16} << 20);  // rendezvous both ways, in chunks
   double_there_and_check(rt, 100000);
   EXPECT_TRUE(server.wait_for_log("authenticated (")) << server.log();
   EXPECT_EQ(server.log().find("shared-memory lane"), std::string::npos) << server.log();
+  EXPECT_NE(server.log().find("bulk lanes"), std::string::npos) << server.log();
+}
+
+TEST(SharedMemoryLane, FerryBulkLanesZeroKeepsOneEndpoint) {
+  ScopedEnv off("FERRY_SHARED_MEMORY", "0");
+  ScopedEnv one("FERRY_BULK_LANES", "0");
+  FerrydProcess server;
+  ferry::Runtime rt(options_for(server));
+  double_there_and_check(rt, std::size_t{4} << 20);
+  EXPECT_TRUE(server.wait_for_log("authenticated (")) << server.log();
+  EXPECT_EQ(server.log().find("bulk lanes"), std::string::npos) << server.log();
 }
 
 // A client killed mid-transfer must not take ferryd with it: the lane has
@@ -154,8 +169,21 @@ TEST(SharedMemoryLane, ClientKilledMidTransferLeavesFerrydServing) {
 
 // ferryd killed mid-transfer: the client notices on the control endpoint,
 // and its tasks finish on the CPU with the right values.
+void kill_ferryd_mid_transfer();
+
 TEST(SharedMemoryLane, FerrydKilledMidTransferIsNoticedAndTasksFailOver) {
   if (auto why = lane_impossible()) GTEST_SKIP() << *why;
+  kill_ferryd_mid_transfer();
+}
+
+// The same over loopback TCP with bulk lanes: the kill lands in a payload
+// on a bulk lane, and the client still notices it and fails over.
+TEST(SharedMemoryLane, FerrydKilledMidTransferOnBulkLanesIsNoticedAndTasksFailOver) {
+  ScopedEnv off("FERRY_SHARED_MEMORY", "0");
+  kill_ferryd_mid_transfer();
+}
+
+void kill_ferryd_mid_transfer() {
   FerrydProcess server;
   ferry::Runtime rt(options_for(server));
   const std::size_t n = std::size_t{16} << 20;

@@ -100,7 +100,9 @@ protocol::Message Server::accept(const transport::Peer& peer, std::shared_ptr<tr
                                           {"cipher", peer.encrypted ? transport::to_string(peer.cipher) : "plaintext"}});
   log().info("client {} authenticated ({}{})", session->describe(),
              peer.encrypted ? transport::to_string(peer.cipher) : "plaintext",
-             peer.shared_memory ? ", shared-memory lane" : "");
+             peer.shared_memory ? ", shared-memory lane"
+             : peer.bulk_lanes  ? ", bulk lanes"
+                                : "");
   // A capability peer may only read what it was granted: it is offered nothing else.
   const bool reader = peer.capability.has_value();
   protocol::Welcome welcome{state_.name, reader ? 0 : session->quota(), reader ? 0 : state_.cpu_workers,

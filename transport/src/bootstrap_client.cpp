@@ -125,9 +125,7 @@ Dialed dial(const std::shared_ptr<Worker>& worker, const std::string& host, std:
                             host.find(':') != std::string::npos ? fmt::format("[{}]:{}", host, port)
                                                                 : fmt::format("{}:{}", host, port),
                             false,
-                            options.shared_memory_lane && shared_memory_lane_possible(socket.fd(), worker->transports())
-                                ? protocol::Lane::shared_memory
-                                : protocol::Lane::none);
+                            lane_to_offer(socket.fd(), worker->transports(), options.shared_memory_lane));
   socket.write_frame(handshake.hello());
   socket.write_frame(handshake.on_challenge(socket.read_frame(), worker->address()));
   return handshake.on_welcome(socket.read_frame(), worker, socket.name(), std::move(on_message), std::move(on_error));

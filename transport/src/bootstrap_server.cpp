@@ -341,10 +341,8 @@ class BootstrapServer::Impl {
       log().debug("bootstrap: connection from {}", text);
       if (client_) {
         try {
-          peer->client = std::make_unique<ClientHandshake>(
-              *client_, text, true,
-              shared_memory_lane_possible(fd, worker_->transports()) ? protocol::Lane::shared_memory
-                                                                      : protocol::Lane::none);
+          peer->client = std::make_unique<ClientHandshake>(*client_, text, true,
+                                                           lane_to_offer(fd, worker_->transports(), true));
         } catch (const std::exception& e) {
           log().error("bootstrap: {}", e.what());
           ::close(fd);
@@ -613,14 +611,18 @@ class BootstrapServer::Impl {
       // message must follow the welcome's number, and nothing the session
       // sends can slip in between inside one posted function.
       reply = worker_->call([&] {
-        const protocol::Lane lane = peer.hello.lane == protocol::Lane::shared_memory &&
-                                            shared_memory_lane_possible(peer.fd, worker_->transports())
-                                        ? protocol::Lane::shared_memory
-                                        : protocol::Lane::none;
+        // The client's offer where this end can take it: bulk lanes always.
+        const protocol::Lane offer = peer.hello.lane;
+        const protocol::Lane lane =
+            offer == protocol::Lane::bulk ||
+                    (offer == protocol::Lane::shared_memory && shared_memory_lane_possible(peer.fd, worker_->transports()))
+                ? offer
+                : protocol::Lane::none;
         auto connection = Connection::to_worker(worker_, client_address, who.address,
-                                                who.encrypted ? std::move(peer.channel) : nullptr, {}, {}, lane);
+                                                who.encrypted ? std::move(peer.channel) : nullptr, {}, {}, lane, true);
         Peer admitted = who;
         admitted.shared_memory = lane == protocol::Lane::shared_memory;
+        admitted.bulk_lanes = lane == protocol::Lane::bulk;
         protocol::Message answer = on_accept_(admitted, connection);
         if (auto* welcome = std::get_if<protocol::Welcome>(&answer)) {
           if (!who.key) welcome->mac = auth_mac(peer.secret, digest, "server");

@@ -241,7 +241,11 @@ ConnectionImpl::~ConnectionImpl() {
     if (ep_ != nullptr) {
       impl_.connections.erase(ep_);
       if (lane_ != nullptr) impl_.connections.erase(lane_);
-      impl_.post([impl = &impl_, ep = ep_, lane = lane_] {
+      for (ucp_ep_h bulk : {bulk_out_, bulk_in_})
+        if (bulk != nullptr) impl_.connections.erase(bulk);
+      impl_.post([impl = &impl_, ep = ep_, lane = lane_, out = bulk_out_, in = bulk_in_] {
+        for (ucp_ep_h bulk : {out, in})
+          if (bulk != nullptr) impl->close_endpoint(bulk, false, false);
         if (lane != nullptr) impl->close_endpoint(lane, false);
         impl->close_endpoint(ep, false, lane == nullptr);
       });
@@ -254,7 +258,7 @@ ConnectionImpl::~ConnectionImpl() {
 std::shared_ptr<Connection> Connection::to_worker(const std::shared_ptr<Worker>& worker,
                                                   std::span<const std::uint8_t> worker_address, std::string peer,
                                                   std::unique_ptr<SecureChannel> channel, MessageHandler on_message,
-                                                  ErrorHandler on_error, protocol::Lane lane) {
+                                                  ErrorHandler on_error, protocol::Lane lane, bool accepted) {
   auto connection = std::make_shared<ConnectionImpl>(worker, std::move(on_message), std::move(on_error));
   connection->secure(std::move(channel));
   auto create = [&] {
@@ -269,6 +273,24 @@ std::shared_ptr<Connection> Connection::to_worker(const std::shared_ptr<Worker>&
     ucp_ep_h ep = nullptr;
     check(ucp_ep_create(impl.worker, &params, &ep), "ucp_ep_create to the worker of " + peer);
     connection->attach(ep, peer);
+    if (lane == protocol::Lane::bulk) {
+      // Created after the control endpoint on both ends, the dialer's
+      // payloads' first, so UCX pairs them as it pairs the control
+      // endpoints. Peer error handling like the control endpoint's: the
+      // transports that rule it out are the shared-memory lane's business.
+      ucp_ep_h lanes[2] = {nullptr, nullptr};
+      for (ucp_ep_h& bulk : lanes) {
+        const auto status = ucp_ep_create(impl.worker, &params, &bulk);
+        if (status != UCS_OK) {
+          for (ucp_ep_h made : lanes)
+            if (made != nullptr) impl.close_endpoint(made, true, false);
+          connection->close_now(true);
+          throw_ucx(status, "ucp_ep_create (bulk lane) to the worker of " + peer);
+        }
+      }
+      connection->attach_bulk(lanes[accepted ? 1 : 0], lanes[accepted ? 0 : 1]);
+      return;
+    }
     if (lane != protocol::Lane::shared_memory) return;
     // Created second on both ends, so UCX pairs the lanes as it pairs the
     // control endpoints. No error handling: it is what lets UCX choose
@@ -289,7 +311,9 @@ std::shared_ptr<Connection> Connection::to_worker(const std::shared_ptr<Worker>&
     worker->call(create);
   }
   log().debug("ucx: endpoint to the worker of {}{}{}", peer, connection->encrypted() ? " (sealed)" : "",
-              lane == protocol::Lane::shared_memory ? " with a shared-memory lane" : "");
+              lane == protocol::Lane::shared_memory ? " with a shared-memory lane"
+              : lane == protocol::Lane::bulk        ? " with bulk lanes"
+                                                    : "");
   return connection;
 }
 
@@ -306,6 +330,22 @@ void ConnectionImpl::attach_lane(ucp_ep_h lane) {
   impl_.connections[lane] = this;
 }
 
+void ConnectionImpl::attach_bulk(ucp_ep_h out, ucp_ep_h in) {
+  bulk_out_ = out;
+  bulk_in_ = in;
+  impl_.connections[out] = this;
+  impl_.connections[in] = this;
+  if (channel_) channel_->number_payloads_apart();
+}
+
+void ConnectionImpl::close_bulk(bool force) {
+  for (ucp_ep_h* bulk : {&bulk_out_, &bulk_in_}) {
+    if (*bulk == nullptr) continue;
+    impl_.connections.erase(*bulk);
+    impl_.close_endpoint(std::exchange(*bulk, nullptr), force, false);
+  }
+}
+
 void ConnectionImpl::drop_endpoints(bool force) {
   impl_.connections.erase(ep_);
   if (lane_ != nullptr) impl_.connections.erase(lane_);
@@ -315,12 +355,17 @@ void ConnectionImpl::drop_endpoints(bool force) {
   // UCX refuses to force-close an endpoint without error handling, which
   // left the lane open for good; it closes with a flush instead (a worker's
   // shutdown bounds the wait), without the notice when the peer is gone.
-  impl_.post([impl = &impl_, ep = ep_, lane = lane_, force] {
+  for (ucp_ep_h bulk : {bulk_out_, bulk_in_})
+    if (bulk != nullptr) impl_.connections.erase(bulk);
+  impl_.post([impl = &impl_, ep = ep_, lane = lane_, out = bulk_out_, in = bulk_in_, force] {
+    for (ucp_ep_h bulk : {out, in})
+      if (bulk != nullptr) impl->close_endpoint(bulk, force, false);
     if (lane != nullptr) impl->close_endpoint(lane, false, !force);
     impl->close_endpoint(ep, force, lane == nullptr);
   });
   ep_ = nullptr;
   lane_ = nullptr;
+  bulk_out_ = bulk_in_ = nullptr;
 }
 
 void ConnectionImpl::send(std::vector<std::byte> header, const void* payload, std::size_t payload_bytes, Done done) {
@@ -451,7 +496,10 @@ void ConnectionImpl::send_now(std::unique_ptr<SendOp> op) {
     param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
     param.memh = memh;
   }
-  auto request = ucp_am_send_nbx(lane_ != nullptr ? lane_ : ep_, ferry_am_id, op->header.data(), op->header.size(),
+  // A payload on its bulk lane, where the peer's replies and requests never
+  // queue behind it (and it behind them).
+  ucp_ep_h ep = op->payload_bytes != 0 && bulk_out_ != nullptr ? bulk_out_ : lane_ != nullptr ? lane_ : ep_;
+  auto request = ucp_am_send_nbx(ep, ferry_am_id, op->header.data(), op->header.size(),
                                  op->payload, op->payload_bytes, &param);
   if (request == nullptr) {
     notify(op->done, {});
@@ -529,6 +577,7 @@ void ConnectionImpl::close_now(bool force) {
   if (ep_ == nullptr) return;
   if (!force) flush_batch();  // before the close notice, as they were queued before it
   impl_.connections.erase(ep_);
+  close_bulk(force);
   if (lane_ != nullptr) {
     impl_.connections.erase(lane_);
     impl_.close_endpoint(lane_, false, !force);  // never forced: as drop_endpoints

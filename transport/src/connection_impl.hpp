@@ -47,6 +47,9 @@ class ConnectionImpl final : public Connection {
   void attach(ucp_ep_h ep, std::string peer);
   // Takes the shared-memory lane's endpoint: every message goes on it from now on.
   void attach_lane(ucp_ep_h lane);
+  // Takes the bulk lanes' endpoints: this end's messages with a payload go
+  // out on `out` from now on, and a sealed connection numbers them apart.
+  void attach_bulk(ucp_ep_h out, ucp_ep_h in);
   void deliver(Incoming& message);
   // The endpoint failed (peer gone, or connecting failed).
   void fail(ucs_status_t status);
@@ -71,8 +74,11 @@ class ConnectionImpl final : public Connection {
   void queue(SendOp* op);
   void start_send(SendOp* op);
   void send_now(std::unique_ptr<SendOp> op);
-  // Forgets both endpoints and closes them: `force` for a failed peer.
+  // Forgets every endpoint and closes them: `force` for a failed peer.
   void drop_endpoints(bool force);
+  // Forgets the bulk lanes' endpoints and closes them, without a notice:
+  // the control endpoint's says the connection is closing.
+  void close_bulk(bool force);
   std::shared_ptr<ConnectionImpl> self() { return std::static_pointer_cast<ConnectionImpl>(shared_from_this()); }
 
   std::shared_ptr<Worker> worker_;  // first: the parent outlives the child's members
@@ -81,6 +87,10 @@ class ConnectionImpl final : public Connection {
   std::string peer_;
   ucp_ep_h ep_ = nullptr;    // the control endpoint: peer error handling, liveness
   ucp_ep_h lane_ = nullptr;  // the shared-memory lane, when agreed: carries every message
+  // Bulk lanes, when agreed: this end's messages with a payload go out on
+  // bulk_out_, the peer's come in on bulk_in_ (protocol::Lane::bulk).
+  ucp_ep_h bulk_out_ = nullptr;
+  ucp_ep_h bulk_in_ = nullptr;
   // Shared so that a handler replacing the handlers does not destroy itself mid-call.
   std::shared_ptr<const MessageHandler> on_message_;
   std::shared_ptr<const ErrorHandler> on_error_;

@@ -31,7 +31,7 @@ constexpr RunArg::Kind last_value<RunArg::Kind>() noexcept { return RunArg::Kind
 template <>
 constexpr Privacy last_value<Privacy>() noexcept { return Privacy::plaintext; }
 template <>
-constexpr Lane last_value<Lane>() noexcept { return Lane::shared_memory; }
+constexpr Lane last_value<Lane>() noexcept { return Lane::bulk; }
 
 template <class E>
 constexpr bool in_range(E value) noexcept {

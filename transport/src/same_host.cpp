@@ -73,4 +73,11 @@ bool shared_memory_lane_possible(int fd, const std::string& transports) {
   return uid && *uid == ::geteuid();
 }
 
+protocol::Lane lane_to_offer(int fd, const std::string& transports, bool shared_memory) {
+  if (shared_memory && shared_memory_lane_possible(fd, transports)) return protocol::Lane::shared_memory;
+  const char* setting = std::getenv("FERRY_BULK_LANES");
+  if (setting != nullptr && std::strcmp(setting, "0") == 0) return protocol::Lane::none;
+  return protocol::Lane::bulk;
+}
+
 }  // namespace ferry::transport

@@ -9,6 +9,8 @@
 #include <optional>
 #include <string>
 
+#include "ferry/transport/protocol.hpp"
+
 namespace ferry::transport {
 
 // The uid owning the other end of the connected TCP socket `fd`, when that
@@ -21,5 +23,10 @@ std::optional<uid_t> loopback_peer_uid(int fd);
 // lists them) including shared memory but not CMA, and FERRY_SHARED_MEMORY
 // not "0".
 bool shared_memory_lane_possible(int fd, const std::string& transports);
+
+// The lane a dialing end offers the peer on `fd`: shared memory where
+// `shared_memory` allows it and it is possible, else bulk lanes
+// (FERRY_BULK_LANES=0: none).
+protocol::Lane lane_to_offer(int fd, const std::string& transports, bool shared_memory);
 
 }  // namespace ferry::transport

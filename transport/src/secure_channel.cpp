@@ -233,7 +233,7 @@ SecureChannel::~SecureChannel() {
 
 std::vector<std::byte> SecureChannel::seal(std::span<const std::byte> header, std::span<const std::byte> payload,
                                            std::byte* payload_out) {
-  const std::uint64_t number = next_send_++;
+  const std::uint64_t number = sequence(next_send_, !payload.empty())++;
   const std::uint64_t sealed_payload = payload.empty() ? 0 : payload.size() + seal_overhead;
   if (!payload.empty())
     encrypt(cipher_, send_key_, nonce_for(number, Part::payload), payload.data(), payload.size(), nullptr, 0,
@@ -253,13 +253,14 @@ bool SecureChannel::open_header(std::span<const std::byte> sealed, std::size_t s
   }
   header.resize(sealed.size() - seal_overhead);
   const Ad ad = length_ad(sealed_payload_bytes);
-  if (!decrypt(cipher_, receive_key_, nonce_for(next_receive_, Part::header), sealed.data(), sealed.size(), ad.data(),
+  std::uint64_t& next_receive = sequence(next_receive_, sealed_payload_bytes != 0);
+  if (!decrypt(cipher_, receive_key_, nonce_for(next_receive, Part::header), sealed.data(), sealed.size(), ad.data(),
                ad.size(), header.data())) {
     header.clear();
     broken_ = true;
     return false;
   }
-  number = next_receive_++;
+  number = next_receive++;
   return true;
 }
 

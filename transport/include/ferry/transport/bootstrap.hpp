@@ -49,6 +49,7 @@ struct Peer {
   Cipher cipher = Cipher::xchacha20poly1305;
   bool dialled_out = false;  // ferryd opened the connection (connect_out), to `address`
   bool shared_memory = false;  // its messages travel on a shared-memory lane (same host, same user)
+  bool bulk_lanes = false;     // payloads travel on an endpoint per direction (protocol::Lane::bulk)
   // A capability peer (another ferryd fetching what a client granted): it
   // signed in with the capability's secret as the token; the id it named.
   std::optional<std::uint64_t> capability;

@@ -46,11 +46,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // shared-memory lane (both ends agreed in the handshake), a second
   // endpoint without peer error handling carries every message, so UCX
   // may use shared memory and CMA; the first still judges the peer's
-  // liveness, and its failure closes both.
+  // liveness, and its failure closes both. With bulk lanes, two more
+  // endpoints carry the messages that have a payload, one per direction;
+  // `accepted` says which end this is (the one that accepted the dial).
   static std::shared_ptr<Connection> to_worker(const std::shared_ptr<Worker>& worker,
                                                std::span<const std::uint8_t> worker_address, std::string peer,
                                                std::unique_ptr<SecureChannel> channel, MessageHandler on_message,
-                                               ErrorHandler on_error, protocol::Lane lane = protocol::Lane::none);
+                                               ErrorHandler on_error, protocol::Lane lane = protocol::Lane::none,
+                                               bool accepted = false);
 
   virtual ~Connection() = default;
 

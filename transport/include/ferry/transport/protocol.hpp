@@ -101,9 +101,13 @@ enum class Privacy : std::uint8_t {
 // shared-memory lane is a second UCX endpoint without peer error handling
 // (UCX 1.13 uses shared memory and CMA only on such endpoints), offered only
 // between processes of one user on one host; liveness stays with the
-// control endpoint. Added after version 1 shipped: a trailing byte that an
-// older peer leaves out, which reads as `none`.
-enum class Lane : std::uint8_t { none = 0, shared_memory = 1 };
+// control endpoint. Bulk lanes, offered where shared memory is not: two
+// more endpoints with peer error handling, each carrying one end's messages
+// that have a payload, so that neither direction's control messages (UCX's
+// rendezvous replies, Ferry's acks and requests) queue behind the other
+// direction's bulk data in one TCP stream. Added after version 1 shipped: a
+// trailing byte that an older peer leaves out, which reads as `none`.
+enum class Lane : std::uint8_t { none = 0, shared_memory = 1, bulk = 2 };
 
 struct Hello {
   std::uint16_t min_version = oldest_version;

@@ -57,14 +57,25 @@ class SecureChannel {
   // bytes are then garbage and must not be used. Thread-safe.
   bool open_payload(std::uint64_t number, std::span<std::byte> sealed) const;
 
-  std::uint64_t sent() const noexcept { return next_send_; }
+  // From now on, messages with a payload are numbered in a sequence of
+  // their own (the connection's bulk lanes carry them on endpoints of their
+  // own, so they interleave with the rest in no fixed order). The two
+  // sequences' numbers differ in the top bit, so no nonce repeats. Both
+  // ends switch before their first message.
+  void number_payloads_apart() noexcept { payloads_apart_ = true; }
+  // The number the next outgoing message with(out) a payload will carry.
+  std::uint64_t next_number(bool payload) const noexcept { return next_send_[payloads_apart_ && payload]; }
+
 
  private:
   Cipher cipher_;
   SessionKey send_key_{};
   SessionKey receive_key_{};
-  std::uint64_t next_send_ = 0;
-  std::uint64_t next_receive_ = 0;
+  static constexpr std::uint64_t payload_sequence = std::uint64_t{1} << 63;
+  std::uint64_t& sequence(std::uint64_t* next, bool payload) noexcept { return next[payloads_apart_ && payload]; }
+  std::uint64_t next_send_[2] = {0, payload_sequence};
+  std::uint64_t next_receive_[2] = {0, payload_sequence};
+  bool payloads_apart_ = false;
   bool broken_ = false;
 };
 
