@@ -60,6 +60,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Thread-safe. The header is copied; the payload must stay valid until
   // `done` is called (on the progress thread) with an empty string or an
   // error text. Sending on a closed connection calls `done` with an error.
+  // Messages arrive in the order sent, but with bulk lanes only among those
+  // with a payload and among those without: either kind may overtake the other.
   virtual void send(std::vector<std::byte> header, const void* payload, std::size_t payload_bytes,
                     std::function<void(const std::string& error)> done) = 0;
   void send(std::vector<std::byte> header) { send(std::move(header), nullptr, 0, {}); }
