@@ -529,19 +529,31 @@ void ConnectionImpl::flush(Done done) {
     std::unique_ptr<Done> owned(op);
     self->flush_batch();  // gathered sends are among those queued before it
     if (self->ep_ == nullptr) return notify(*owned, "connection to " + self->peer_ + " is closed");
-    ucp_request_param_t param{};
-    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-    param.cb.send = flush_done;
-    param.user_data = owned.get();
-    auto request = ucp_ep_flush_nbx(self->ep_, &param);
-    if (request == nullptr) {
-      notify(*owned, {});
-    } else if (UCS_PTR_IS_ERR(request)) {
-      notify(*owned, failure(UCS_PTR_STATUS(request), ("ucp_ep_flush_nbx to " + self->peer_).c_str()));
-    } else {
-      owned.release();  // flush_done owns it now
-    }
+    if (self->bulk_out_ == nullptr) return self->flush_endpoint(self->ep_, std::move(*owned));
+    // With bulk lanes the payloads went on this end's lane: it first, then
+    // the control endpoint.
+    self->flush_endpoint(self->bulk_out_, [self, rest = std::move(*owned)](const std::string& error) mutable {
+      if (!error.empty()) return notify(rest, error);
+      if (self->ep_ == nullptr) return notify(rest, "connection to " + self->peer_ + " is closed");
+      self->flush_endpoint(self->ep_, std::move(rest));
+    });
   });
+}
+
+void ConnectionImpl::flush_endpoint(ucp_ep_h ep, std::function<void(const std::string& error)> done) {
+  auto owned = std::make_unique<Done>(std::move(done));
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  param.cb.send = flush_done;
+  param.user_data = owned.get();
+  auto request = ucp_ep_flush_nbx(ep, &param);
+  if (request == nullptr) {
+    notify(*owned, {});
+  } else if (UCS_PTR_IS_ERR(request)) {
+    notify(*owned, failure(UCS_PTR_STATUS(request), ("ucp_ep_flush_nbx to " + peer_).c_str()));
+  } else {
+    owned.release();  // flush_done owns it now
+  }
 }
 
 void ConnectionImpl::set_handlers(MessageHandler on_message, ErrorHandler on_error) {

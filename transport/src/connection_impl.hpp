@@ -74,6 +74,8 @@ class ConnectionImpl final : public Connection {
   void queue(SendOp* op);
   void start_send(SendOp* op);
   void send_now(std::unique_ptr<SendOp> op);
+  // Progress thread: flushes one endpoint, then calls `done`.
+  void flush_endpoint(ucp_ep_h ep, std::function<void(const std::string& error)> done);
   // Forgets every endpoint and closes them: `force` for a failed peer.
   void drop_endpoints(bool force);
   // Forgets the bulk lanes' endpoints and closes them, without a notice:
