@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -56,6 +57,12 @@ struct BufferRoot {
   // (recursive: recomputing lost data re-enters it).
   std::recursive_mutex transfer_mutex;
   std::vector<std::shared_ptr<RemoteCopy>> copies;
+  // Regions a running task's input is being shipped from, without the lock
+  // (acquire_on_node): pieces of one buffer go out back to back, each
+  // transfer's start overlapping the last one's end. Whoever wants an
+  // overlapping region waits for `shipped`; a prefetch leaves it alone.
+  std::vector<Region> shipping;
+  std::condition_variable_any shipped;
   // Modified copies (of other roots) whose lineage read a region of this
   // one, so that a replay never reads newer data than the lost task did.
   // When the version it read was the host's (`host_version`), the host's

@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <exception>
+#include <optional>
 #include <cstring>
 #include <mutex>
 
@@ -25,12 +27,17 @@ std::recursive_mutex& replay_mutex() {
 std::atomic<std::uint64_t> use_clock{1};
 
 // Its node went away (or reconnected since): the copy no longer exists there.
+// Copies and ships in flight: what host work must look at before it goes ahead.
+void count_copies(BufferRoot& root) {
+  root.copy_count.store(root.copies.size() + root.shipping.size(), std::memory_order_release);
+}
+
 bool lost(const RemoteCopy& copy) noexcept { return !copy.link->alive() || copy.epoch != copy.link->epoch(); }
 
 void remove_copy(BufferRoot& root, const std::shared_ptr<RemoteCopy>& copy, bool drop) {
   if (drop && !lost(*copy)) copy->link->drop(copy->id);
   std::erase(root.copies, copy);
-  root.copy_count.store(root.copies.size(), std::memory_order_release);
+  count_copies(root);
 }
 
 }  // namespace
@@ -253,6 +260,10 @@ using RootLock = std::unique_lock<std::recursive_mutex>;
 
 // Locks the root; when data it needs sits only on a lost node, takes the
 // replay lock first, so every replay takes locks in one order.
+bool shipping_overlaps(const BufferRoot& root, const Region& region) {
+  return std::any_of(root.shipping.begin(), root.shipping.end(), [&](const Region& r) { return r.overlaps(region); });
+}
+
 RootLock lock_for(BufferRoot& root, const Region& region, std::unique_lock<std::recursive_mutex>& replay_guard) {
   RootLock lock(root.transfer_mutex);
   const bool needs_replay = std::any_of(root.copies.begin(), root.copies.end(), [&](const auto& c) {
@@ -264,6 +275,31 @@ RootLock lock_for(BufferRoot& root, const Region& region, std::unique_lock<std::
     lock.lock();
   }
   return lock;
+}
+
+// Ships `view`'s region from the host without holding the root's lock,
+// which is held on entry and on return: pieces of one buffer then go out
+// back to back (each transfer's start overlapping the last one's end)
+// rather than one lock hold at a time. Listed in `shipping` meanwhile:
+// whoever would change the region or its copies waits for `shipped`.
+std::uint64_t ship_unlocked(BufferRoot& root, RootLock& lock, const BufferState& view, NodeLink& link) {
+  root.shipping.push_back(view.region);
+  count_copies(root);
+  const HostRegion source = host_region(view);
+  lock.unlock();
+  std::optional<std::uint64_t> id;
+  std::exception_ptr failure;
+  try {
+    id = link.ship(source);
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  lock.lock();
+  root.shipping.erase(std::find(root.shipping.begin(), root.shipping.end(), view.region));
+  count_copies(root);
+  root.shipped.notify_all();
+  if (failure) std::rethrow_exception(failure);
+  return *id;
 }
 
 // Brings home the modified copies whose lineage read `region` of `root`
@@ -362,7 +398,7 @@ std::shared_ptr<RemoteCopy> copy_between_nodes(const BufferState& view, NodeLink
   twin->pins = 1;
   link.hold(view.root);
   root.copies.push_back(twin);
-  root.copy_count.store(root.copies.size(), std::memory_order_release);
+  count_copies(root);
   return twin;
 }
 
@@ -376,6 +412,7 @@ std::uint64_t acquire_on_node(const BufferState& view, AccessMode mode, NodeLink
   if (writes(mode)) settle_lineage_readers(root, view.region);
   std::unique_lock replay_guard(replay_mutex(), std::defer_lock);
   RootLock lock = lock_for(root, view.region, replay_guard);
+  root.shipped.wait(lock, [&] { return !shipping_overlaps(root, view.region); });
   if (reads(mode)) {
     if (auto twin = copy_between_nodes(view, link)) {
       lock.unlock();
@@ -407,12 +444,18 @@ std::uint64_t acquire_on_node(const BufferState& view, AccessMode mode, NodeLink
   copy->region = view.region;
   copy->bytes = host_region(view).bytes();
   link.hold(view.root);
-  copy->id = reads(mode) ? link.ship(host_region(view)) : link.allocate(host_region(view));
+  if (reads(mode) && !replay_guard.owns_lock()) {
+    // No copy of the region anywhere and no task writing it (this one reads
+    // it, so writers wait for it).
+    copy->id = ship_unlocked(root, lock, view, link);
+  } else {
+    copy->id = reads(mode) ? link.ship(host_region(view)) : link.allocate(host_region(view));
+  }
   copy->last_use = use_clock.fetch_add(1);
   copy->pins = 1;
   copy->writes_since_home = writes(mode) ? 1 : 0;
   root.copies.push_back(copy);
-  root.copy_count.store(root.copies.size(), std::memory_order_release);
+  count_copies(root);
   return copy->id;
 }
 
@@ -513,6 +556,7 @@ void settle_copies_for_host(const BufferState& view, AccessMode mode) {
   if (root.copy_count.load(std::memory_order_acquire) == 0) return;
   std::unique_lock replay_guard(replay_mutex(), std::defer_lock);
   RootLock lock = lock_for(root, view.region, replay_guard);
+  if (writes(mode)) root.shipped.wait(lock, [&] { return !shipping_overlaps(root, view.region); });
   for (auto& copy : std::vector(root.copies)) {
     if (!copy->region.overlaps(view.region)) continue;
     if (copy->modified) bring_home(root, *copy);
@@ -535,10 +579,12 @@ void prefetch_on_node(const BufferState& view, NodeLink& link, const std::functi
   BufferRoot& root = *view.root;
   RootLock lock(root.transfer_mutex);
   // Checked under the lock: a writer that starts later must first take it
-  // (acquire_on_host), so it cannot change the data while it is shipped.
+  // (acquire_on_host) and wait for the region's ship (`shipping`), so it
+  // cannot change the data while it is shipped.
   if (writer_pending()) return;
   // Pages a GPU may still be using stay there: the task's own run moves them.
   if (root.unified && root.unified_device.load(std::memory_order_acquire) >= 0) return;
+  if (shipping_overlaps(root, view.region)) return;  // on its way already, for a task
   for (const auto& copy : root.copies) {
     if (!copy->region.overlaps(view.region)) continue;
     if (copy->modified || lost(*copy)) return;  // the task's own run sorts these out
@@ -549,11 +595,11 @@ void prefetch_on_node(const BufferState& view, NodeLink& link, const std::functi
   copy->epoch = link.epoch();
   copy->region = view.region;
   copy->bytes = host_region(view).bytes();
-  copy->id = link.ship(host_region(view));
+  copy->id = ship_unlocked(root, lock, view, link);
   copy->last_use = use_clock.fetch_add(1);
   link.hold(view.root);
   root.copies.push_back(copy);
-  root.copy_count.store(root.copies.size(), std::memory_order_release);
+  count_copies(root);
 }
 
 void forget_node(BufferRoot& root, NodeLink& link) {
