@@ -1,7 +1,10 @@
 // A runtime offloading to real ferryd processes over real UCX (loopback).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <sstream>
+
+#include <nlohmann/json.hpp>
 
 #include <csignal>
 #include <cstdlib>
@@ -314,6 +317,43 @@ TEST(Remote, TraceNamesTheBufferAndTaskOfEveryTransfer) {
   EXPECT_NE(json.find(R"("buffer":"output y)"), std::string::npos) << json;
   EXPECT_NE(json.find(R"("name":"fetch output y)"), std::string::npos) << json;
   EXPECT_NE(json.find(R"("task":"host view")"), std::string::npos) << json;
+}
+
+// Pieces of one buffer read by tasks running at once ship at once: the
+// buffer's lock is not held across a ship (coherence.cpp, ship_unlocked).
+// The trace shows the two ships' spans overlapping; with the lock held
+// across each they came one after the other.
+TEST(Remote, PiecesOfOneBufferShipAtOnce) {
+  FerrydProcess server;
+  ferry::Runtime::Options o = remote_options(server);
+  o.trace = true;
+  o.auto_chunk = false;
+  ferry::Runtime rt(o);
+  const std::size_t n = std::size_t{32} << 20;  // 2 x 64 MiB of floats: each ship takes milliseconds
+  // Up to three rounds, each on a fresh buffer: on a loaded machine one
+  // task's thread may start only after the other's ship is over.
+  double best_gap = 1e300;
+  for (int round = 0; round < 3 && best_gap >= 0; ++round) {
+    const std::string name = "x" + std::to_string(round);
+    auto x = rt.buffer<float>(n);
+    x.set_name(name);
+    std::ranges::fill(x.host(), 1.0f);
+    auto halves = x.split(2);
+    auto first = rt.submit("sum", ferry::read(halves[0]), remote(server));
+    auto second = rt.submit("sum", ferry::read(halves[1]), remote(server));
+    EXPECT_EQ(first.result(), static_cast<double>(n / 2));
+    EXPECT_EQ(second.result(), static_cast<double>(n / 2));
+    ASSERT_NE(rt.trace(), nullptr);
+    const auto trace = nlohmann::json::parse(rt.trace()->chrome_json());
+    std::vector<std::pair<double, double>> ships;
+    for (const auto& event : trace.at("traceEvents"))
+      if (event.value("ph", "") == "X" && event.value("name", "").starts_with("ship " + name + "["))
+        ships.emplace_back(event.at("ts").get<double>(), event.at("ts").get<double>() + event.at("dur").get<double>());
+    ASSERT_EQ(ships.size(), 2u) << trace.dump();
+    std::sort(ships.begin(), ships.end());
+    best_gap = std::min(best_gap, ships[1].first - ships[0].second);
+  }
+  EXPECT_LT(best_gap, 0) << "the second ship started " << best_gap << " us after the first ended";
 }
 
 // A host seen for the first time starts from its own device probe (told in
