@@ -105,7 +105,8 @@ TEST(RemoteAutoChunk, PiecesGiveTheWholeTasksBits) {
 TEST(RemoteAutoChunk, SmallTaskAndCpuTaskAreNotSplit) {
   FerrydProcess server;
   ferry::Runtime rt(options_for(server, true));
-  const Case& axpy = chunkable_cases()[4];
+  const std::vector<Case> cases = chunkable_cases();  // kept: a reference into a temporary dangled
+  const Case& axpy = cases[4];
   // 64 KiB: under four pieces of the smallest size worth sending.
   EXPECT_EQ(run_case(rt, server, axpy, 1, 8192).pieces, 0u);
   // Large, but on the CPU: its data is already there, nothing to overlap.
