@@ -62,7 +62,11 @@ struct BufferRoot {
   // transfer's start overlapping the last one's end. Whoever wants an
   // overlapping region waits for `shipped`; a prefetch leaves it alone.
   std::vector<Region> shipping;
-  std::condition_variable_any shipped;
+  // Likewise regions a modified copy is being fetched home into, without
+  // the lock (settle_copies_for_host): host users of an overlapping region
+  // wait for them, whether they read or write.
+  std::vector<Region> homing;
+  std::condition_variable_any shipped;  // a ship or a fetch in flight is over
   // Modified copies (of other roots) whose lineage read a region of this
   // one, so that a replay never reads newer data than the lost task did.
   // When the version it read was the host's (`host_version`), the host's

@@ -260,8 +260,12 @@ using RootLock = std::unique_lock<std::recursive_mutex>;
 
 // Locks the root; when data it needs sits only on a lost node, takes the
 // replay lock first, so every replay takes locks in one order.
-bool shipping_overlaps(const BufferRoot& root, const Region& region) {
-  return std::any_of(root.shipping.begin(), root.shipping.end(), [&](const Region& r) { return r.overlaps(region); });
+bool overlaps_any(const std::vector<Region>& regions, const Region& region) {
+  return std::any_of(regions.begin(), regions.end(), [&](const Region& r) { return r.overlaps(region); });
+}
+bool shipping_overlaps(const BufferRoot& root, const Region& region) { return overlaps_any(root.shipping, region); }
+bool in_flight_overlaps(const BufferRoot& root, const Region& region) {
+  return overlaps_any(root.shipping, region) || overlaps_any(root.homing, region);
 }
 
 RootLock lock_for(BufferRoot& root, const Region& region, std::unique_lock<std::recursive_mutex>& replay_guard) {
@@ -412,7 +416,7 @@ std::uint64_t acquire_on_node(const BufferState& view, AccessMode mode, NodeLink
   if (writes(mode)) settle_lineage_readers(root, view.region);
   std::unique_lock replay_guard(replay_mutex(), std::defer_lock);
   RootLock lock = lock_for(root, view.region, replay_guard);
-  root.shipped.wait(lock, [&] { return !shipping_overlaps(root, view.region); });
+  root.shipped.wait(lock, [&] { return !in_flight_overlaps(root, view.region); });
   if (reads(mode)) {
     if (auto twin = copy_between_nodes(view, link)) {
       lock.unlock();
@@ -541,6 +545,46 @@ void written_on_node(const BufferState& view, NodeLink& link, std::uint64_t id, 
 
 namespace {
 
+// A modified copy that can come home without the lock: on a live node, the
+// only one of its region (no twin to fall back on), and a lineage that
+// writes its region whole (a failed fetch may then leave the host's bytes
+// half overwritten: the recomputation replaces them all).
+bool may_fetch_unlocked(const BufferRoot& root, const RemoteCopy& copy) {
+  if (lost(copy) || lineage_reads(root, copy) || overlaps_any(root.homing, copy.region)) return false;
+  return std::none_of(root.copies.begin(), root.copies.end(), [&](const auto& other) { return twins(*other, copy); });
+}
+
+// Fetches `copy` home with the root's lock released (held on entry and on
+// return), so the pieces of one buffer come home back to back. Pinned
+// meanwhile (eviction leaves it alone) and listed in `homing` (host users
+// and acquires of an overlapping region wait). A failure falls back to
+// bring_home, which recomputes from the lineage, taking the replay lock
+// before the root's as every replay does.
+void fetch_home_unlocked(BufferRoot& root, RootLock& lock, const std::shared_ptr<RemoteCopy>& copy) {
+  preserve_host_bytes(root, copy->region);
+  root.homing.push_back(copy->region);
+  ++copy->pins;
+  const HostRegion dest = host_region(root, copy->region);
+  lock.unlock();
+  bool fetched = true;
+  try {
+    copy->link->fetch(copy->id, dest);
+  } catch (const RemoteError& e) {
+    log().warn("fetching a buffer back failed ({}); recomputing it", e.what());
+    fetched = false;
+  }
+  lock.lock();
+  --copy->pins;
+  root.homing.erase(std::find(root.homing.begin(), root.homing.end(), copy->region));
+  root.shipped.notify_all();
+  if (fetched) return home_now(root, *copy);
+  lock.unlock();
+  std::lock_guard replay_guard(replay_mutex());
+  lock.lock();
+  const bool still = std::find(root.copies.begin(), root.copies.end(), copy) != root.copies.end();
+  if (still && copy->modified) bring_home(root, *copy);
+}
+
 // Host use of the view's data, as far as copies on other nodes go.
 void settle_copies_for_host(const BufferState& view, AccessMode mode) {
   BufferRoot& root = *view.root;
@@ -556,10 +600,16 @@ void settle_copies_for_host(const BufferState& view, AccessMode mode) {
   if (root.copy_count.load(std::memory_order_acquire) == 0) return;
   std::unique_lock replay_guard(replay_mutex(), std::defer_lock);
   RootLock lock = lock_for(root, view.region, replay_guard);
-  if (writes(mode)) root.shipped.wait(lock, [&] { return !shipping_overlaps(root, view.region); });
+  root.shipped.wait(lock, [&] {
+    return !overlaps_any(root.homing, view.region) && (!writes(mode) || !shipping_overlaps(root, view.region));
+  });
   for (auto& copy : std::vector(root.copies)) {
     if (!copy->region.overlaps(view.region)) continue;
-    if (copy->modified) bring_home(root, *copy);
+    if (copy->modified) {
+      if (!replay_guard.owns_lock() && may_fetch_unlocked(root, *copy)) fetch_home_unlocked(root, lock, copy);
+      else bring_home(root, *copy);
+    }
+    if (std::find(root.copies.begin(), root.copies.end(), copy) == root.copies.end()) continue;  // gone meanwhile
     if (writes(mode) || lost(*copy)) remove_copy(root, copy, /*drop=*/true);
   }
 }
@@ -584,7 +634,7 @@ void prefetch_on_node(const BufferState& view, NodeLink& link, const std::functi
   if (writer_pending()) return;
   // Pages a GPU may still be using stay there: the task's own run moves them.
   if (root.unified && root.unified_device.load(std::memory_order_acquire) >= 0) return;
-  if (shipping_overlaps(root, view.region)) return;  // on its way already, for a task
+  if (in_flight_overlaps(root, view.region)) return;  // on its way already, for a task
   for (const auto& copy : root.copies) {
     if (!copy->region.overlaps(view.region)) continue;
     if (copy->modified || lost(*copy)) return;  // the task's own run sorts these out
@@ -605,6 +655,9 @@ void prefetch_on_node(const BufferState& view, NodeLink& link, const std::functi
 void forget_node(BufferRoot& root, NodeLink& link) {
   std::lock_guard replay_guard(replay_mutex());
   RootLock lock(root.transfer_mutex);
+  // A fetch home in flight from the lost node fails now: no byte of it may
+  // land after a recomputation below writes the region.
+  root.shipped.wait(lock, [&] { return root.homing.empty(); });
   for (auto& copy : std::vector(root.copies)) {
     if (copy->link != &link) continue;
     if (copy->modified) bring_home(root, *copy);
