@@ -356,6 +356,41 @@ TEST(Remote, PiecesOfOneBufferShipAtOnce) {
   EXPECT_LT(best_gap, 0) << "the second ship started " << best_gap << " us after the first ended";
 }
 
+// Likewise home: pieces of one buffer written on a remote and read by CPU
+// tasks running at once come home at once (coherence.cpp,
+// fetch_home_unlocked), with the right bytes.
+TEST(Remote, PiecesOfOneBufferComeHomeAtOnce) {
+  FerrydProcess server;
+  ferry::Runtime::Options o = remote_options(server);
+  o.trace = true;
+  o.auto_chunk = false;
+  ferry::Runtime rt(o);
+  const std::size_t n = std::size_t{32} << 20;  // 2 x 64 MiB of floats
+  double best_gap = 1e300;
+  for (int round = 0; round < 3 && best_gap >= 0; ++round) {
+    const std::string name = "y" + std::to_string(round);
+    auto y = rt.buffer<float>(n);
+    y.set_name(name);
+    auto halves = y.split(2);
+    rt.submit("fill", ferry::write(halves[0]), 1.0, remote(server));
+    rt.submit("fill", ferry::write(halves[1]), 2.0, remote(server));
+    rt.wait();
+    auto first = rt.submit("sum", ferry::read(halves[0]), ferry::on(ferry::cpu()));
+    auto second = rt.submit("sum", ferry::read(halves[1]), ferry::on(ferry::cpu()));
+    EXPECT_EQ(first.result(), static_cast<double>(n / 2));
+    EXPECT_EQ(second.result(), static_cast<double>(n));
+    const auto trace = nlohmann::json::parse(rt.trace()->chrome_json());
+    std::vector<std::pair<double, double>> fetches;
+    for (const auto& event : trace.at("traceEvents"))
+      if (event.value("ph", "") == "X" && event.value("name", "").starts_with("fetch " + name + "["))
+        fetches.emplace_back(event.at("ts").get<double>(), event.at("ts").get<double>() + event.at("dur").get<double>());
+    ASSERT_EQ(fetches.size(), 2u) << trace.dump();
+    std::sort(fetches.begin(), fetches.end());
+    best_gap = std::min(best_gap, fetches[1].first - fetches[0].second);
+  }
+  EXPECT_LT(best_gap, 0) << "the second fetch started " << best_gap << " us after the first ended";
+}
+
 // A host seen for the first time starts from its own device probe (told in
 // welcome), so the first placement compares measured rates, not guesses.
 TEST(Remote, ANewHostStartsFromItsMeasuredPeak) {
