@@ -26,12 +26,17 @@ std::recursive_mutex& replay_mutex() {
 
 std::atomic<std::uint64_t> use_clock{1};
 
-// Its node went away (or reconnected since): the copy no longer exists there.
 // Copies and ships in flight: what host work must look at before it goes ahead.
 void count_copies(BufferRoot& root) {
   root.copy_count.store(root.copies.size() + root.shipping.size(), std::memory_order_release);
 }
 
+// Set while this thread replays a lineage (replay): it may hold a root's
+// lock from further up, so it must not wait for a transfer in flight (that
+// one needs the lock to finish) nor release the lock for one of its own.
+thread_local int replaying = 0;
+
+// Its node went away (or reconnected since): the copy no longer exists there.
 bool lost(const RemoteCopy& copy) noexcept { return !copy.link->alive() || copy.epoch != copy.link->epoch(); }
 
 void remove_copy(BufferRoot& root, const std::shared_ptr<RemoteCopy>& copy, bool drop) {
@@ -65,6 +70,10 @@ std::shared_ptr<const std::vector<std::byte>> packed_copy(BufferRoot& root, cons
 
 void replay(LineageEntry& entry) {
   std::lock_guard lock(replay_mutex());
+  ++replaying;
+  struct Replaying {
+    ~Replaying() { --replaying; }
+  } replaying_until_return;
   // Claimed before it runs: the same task reached again through another of
   // its outputs while its inputs are being gathered must not run twice.
   if (entry.replayed.exchange(true, std::memory_order_acq_rel)) return;
@@ -258,8 +267,6 @@ namespace {
 
 using RootLock = std::unique_lock<std::recursive_mutex>;
 
-// Locks the root; when data it needs sits only on a lost node, takes the
-// replay lock first, so every replay takes locks in one order.
 bool overlaps_any(const std::vector<Region>& regions, const Region& region) {
   return std::any_of(regions.begin(), regions.end(), [&](const Region& r) { return r.overlaps(region); });
 }
@@ -267,6 +274,9 @@ bool shipping_overlaps(const BufferRoot& root, const Region& region) { return ov
 bool in_flight_overlaps(const BufferRoot& root, const Region& region) {
   return overlaps_any(root.shipping, region) || overlaps_any(root.homing, region);
 }
+
+// Locks the root; when data it needs sits only on a lost node, takes the
+// replay lock first, so every replay takes locks in one order.
 
 RootLock lock_for(BufferRoot& root, const Region& region, std::unique_lock<std::recursive_mutex>& replay_guard) {
   RootLock lock(root.transfer_mutex);
@@ -416,7 +426,7 @@ std::uint64_t acquire_on_node(const BufferState& view, AccessMode mode, NodeLink
   if (writes(mode)) settle_lineage_readers(root, view.region);
   std::unique_lock replay_guard(replay_mutex(), std::defer_lock);
   RootLock lock = lock_for(root, view.region, replay_guard);
-  root.shipped.wait(lock, [&] { return !in_flight_overlaps(root, view.region); });
+  if (!replaying) root.shipped.wait(lock, [&] { return !in_flight_overlaps(root, view.region); });
   if (reads(mode)) {
     if (auto twin = copy_between_nodes(view, link)) {
       lock.unlock();
@@ -448,7 +458,7 @@ std::uint64_t acquire_on_node(const BufferState& view, AccessMode mode, NodeLink
   copy->region = view.region;
   copy->bytes = host_region(view).bytes();
   link.hold(view.root);
-  if (reads(mode) && !replay_guard.owns_lock()) {
+  if (reads(mode) && !replay_guard.owns_lock() && !replaying) {
     // No copy of the region anywhere and no task writing it (this one reads
     // it, so writers wait for it).
     copy->id = ship_unlocked(root, lock, view, link);
@@ -600,14 +610,17 @@ void settle_copies_for_host(const BufferState& view, AccessMode mode) {
   if (root.copy_count.load(std::memory_order_acquire) == 0) return;
   std::unique_lock replay_guard(replay_mutex(), std::defer_lock);
   RootLock lock = lock_for(root, view.region, replay_guard);
-  root.shipped.wait(lock, [&] {
-    return !overlaps_any(root.homing, view.region) && (!writes(mode) || !shipping_overlaps(root, view.region));
-  });
+  if (!replaying)
+    root.shipped.wait(lock, [&] {
+      return !overlaps_any(root.homing, view.region) && (!writes(mode) || !shipping_overlaps(root, view.region));
+    });
   for (auto& copy : std::vector(root.copies)) {
     if (!copy->region.overlaps(view.region)) continue;
     if (copy->modified) {
-      if (!replay_guard.owns_lock() && may_fetch_unlocked(root, *copy)) fetch_home_unlocked(root, lock, copy);
-      else bring_home(root, *copy);
+      if (!replay_guard.owns_lock() && !replaying && may_fetch_unlocked(root, *copy))
+        fetch_home_unlocked(root, lock, copy);
+      else
+        bring_home(root, *copy);
     }
     if (std::find(root.copies.begin(), root.copies.end(), copy) == root.copies.end()) continue;  // gone meanwhile
     if (writes(mode) || lost(*copy)) remove_copy(root, copy, /*drop=*/true);
