@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -319,21 +320,43 @@ TEST(Remote, TraceNamesTheBufferAndTaskOfEveryTransfer) {
   EXPECT_NE(json.find(R"("task":"host view")"), std::string::npos) << json;
 }
 
-// Pieces of one buffer read by tasks running at once ship at once: the
-// buffer's lock is not held across a ship (coherence.cpp, ship_unlocked).
-// The trace shows the two ships' spans overlapping; with the lock held
-// across each they came one after the other.
-TEST(Remote, PiecesOfOneBufferShipAtOnce) {
-  FerrydProcess server;
+// The gap from the end of the first to the start of the second of two
+// spans named "<what> <name>[...]" in the trace (negative: they overlap),
+// the least over up to three rounds, each on fresh buffers that `round(r)`
+// makes, moves and names: on a loaded machine one task's thread may start
+// only after the other's transfer is over.
+double two_transfers_gap(ferry::Runtime& rt, const std::string& what, const std::function<std::string(int)>& round) {
+  double best = 1e300;
+  for (int r = 0; r < 3 && best >= 0; ++r) {
+    const std::string prefix = what + " " + round(r) + "[";
+    const auto trace = nlohmann::json::parse(rt.trace()->chrome_json());
+    std::vector<std::pair<double, double>> spans;
+    for (const auto& event : trace.at("traceEvents"))
+      if (event.value("ph", "") == "X" && event.value("name", "").starts_with(prefix))
+        spans.emplace_back(event.at("ts").get<double>(), event.at("ts").get<double>() + event.at("dur").get<double>());
+    EXPECT_EQ(spans.size(), 2u) << prefix << " in " << trace.dump();
+    if (spans.size() != 2) return 1e300;
+    std::sort(spans.begin(), spans.end());
+    best = std::min(best, spans[1].first - spans[0].second);
+  }
+  return best;
+}
+
+ferry::Runtime::Options traced_options(FerrydProcess& server) {
   ferry::Runtime::Options o = remote_options(server);
   o.trace = true;
   o.auto_chunk = false;
-  ferry::Runtime rt(o);
+  return o;
+}
+
+// Pieces of one buffer read by tasks running at once ship at once: the
+// buffer's lock is not held across a ship (coherence.cpp, ship_unlocked).
+// With the lock held across each they came one after the other.
+TEST(Remote, PiecesOfOneBufferShipAtOnce) {
+  FerrydProcess server;
+  ferry::Runtime rt(traced_options(server));
   const std::size_t n = std::size_t{32} << 20;  // 2 x 64 MiB of floats: each ship takes milliseconds
-  // Up to three rounds, each on a fresh buffer: on a loaded machine one
-  // task's thread may start only after the other's ship is over.
-  double best_gap = 1e300;
-  for (int round = 0; round < 3 && best_gap >= 0; ++round) {
+  const double gap = two_transfers_gap(rt, "ship", [&](int round) {
     const std::string name = "x" + std::to_string(round);
     auto x = rt.buffer<float>(n);
     x.set_name(name);
@@ -343,31 +366,19 @@ TEST(Remote, PiecesOfOneBufferShipAtOnce) {
     auto second = rt.submit("sum", ferry::read(halves[1]), remote(server));
     EXPECT_EQ(first.result(), static_cast<double>(n / 2));
     EXPECT_EQ(second.result(), static_cast<double>(n / 2));
-    ASSERT_NE(rt.trace(), nullptr);
-    const auto trace = nlohmann::json::parse(rt.trace()->chrome_json());
-    std::vector<std::pair<double, double>> ships;
-    for (const auto& event : trace.at("traceEvents"))
-      if (event.value("ph", "") == "X" && event.value("name", "").starts_with("ship " + name + "["))
-        ships.emplace_back(event.at("ts").get<double>(), event.at("ts").get<double>() + event.at("dur").get<double>());
-    ASSERT_EQ(ships.size(), 2u) << trace.dump();
-    std::sort(ships.begin(), ships.end());
-    best_gap = std::min(best_gap, ships[1].first - ships[0].second);
-  }
-  EXPECT_LT(best_gap, 0) << "the second ship started " << best_gap << " us after the first ended";
+    return name;
+  });
+  EXPECT_LT(gap, 0) << "the second ship started " << gap << " us after the first ended";
 }
 
 // Likewise home: pieces of one buffer written on a remote and read by CPU
-// tasks running at once come home at once (coherence.cpp,
-// fetch_home_unlocked), with the right bytes.
+// tasks running at once come home at once (fetch_home_unlocked), with the
+// right bytes.
 TEST(Remote, PiecesOfOneBufferComeHomeAtOnce) {
   FerrydProcess server;
-  ferry::Runtime::Options o = remote_options(server);
-  o.trace = true;
-  o.auto_chunk = false;
-  ferry::Runtime rt(o);
+  ferry::Runtime rt(traced_options(server));
   const std::size_t n = std::size_t{32} << 20;  // 2 x 64 MiB of floats
-  double best_gap = 1e300;
-  for (int round = 0; round < 3 && best_gap >= 0; ++round) {
+  const double gap = two_transfers_gap(rt, "fetch", [&](int round) {
     const std::string name = "y" + std::to_string(round);
     auto y = rt.buffer<float>(n);
     y.set_name(name);
@@ -379,16 +390,9 @@ TEST(Remote, PiecesOfOneBufferComeHomeAtOnce) {
     auto second = rt.submit("sum", ferry::read(halves[1]), ferry::on(ferry::cpu()));
     EXPECT_EQ(first.result(), static_cast<double>(n / 2));
     EXPECT_EQ(second.result(), static_cast<double>(n));
-    const auto trace = nlohmann::json::parse(rt.trace()->chrome_json());
-    std::vector<std::pair<double, double>> fetches;
-    for (const auto& event : trace.at("traceEvents"))
-      if (event.value("ph", "") == "X" && event.value("name", "").starts_with("fetch " + name + "["))
-        fetches.emplace_back(event.at("ts").get<double>(), event.at("ts").get<double>() + event.at("dur").get<double>());
-    ASSERT_EQ(fetches.size(), 2u) << trace.dump();
-    std::sort(fetches.begin(), fetches.end());
-    best_gap = std::min(best_gap, fetches[1].first - fetches[0].second);
-  }
-  EXPECT_LT(best_gap, 0) << "the second fetch started " << best_gap << " us after the first ended";
+    return name;
+  });
+  EXPECT_LT(gap, 0) << "the second fetch started " << gap << " us after the first ended";
 }
 
 // A host seen for the first time starts from its own device probe (told in
