@@ -238,18 +238,7 @@ ConnectionImpl::ConnectionImpl(std::shared_ptr<Worker> worker, MessageHandler on
 ConnectionImpl::~ConnectionImpl() {
   if (impl_.on_progress_thread()) {
     // Possibly inside a UCX callback for this very endpoint: close it later.
-    if (ep_ != nullptr) {
-      impl_.connections.erase(ep_);
-      if (lane_ != nullptr) impl_.connections.erase(lane_);
-      for (ucp_ep_h bulk : {bulk_out_, bulk_in_})
-        if (bulk != nullptr) impl_.connections.erase(bulk);
-      impl_.post([impl = &impl_, ep = ep_, lane = lane_, out = bulk_out_, in = bulk_in_] {
-        for (ucp_ep_h bulk : {out, in})
-          if (bulk != nullptr) impl->close_endpoint(bulk, false, false);
-        if (lane != nullptr) impl->close_endpoint(lane, false);
-        impl->close_endpoint(ep, false, lane == nullptr);
-      });
-    }
+    if (ep_ != nullptr) impl_.post([impl = &impl_, eps = take_endpoints()] { close_endpoints(*impl, eps, false); });
     return;
   }
   worker_->call([this] { close_now(false); });
@@ -338,34 +327,30 @@ void ConnectionImpl::attach_bulk(ucp_ep_h out, ucp_ep_h in) {
   if (channel_) channel_->number_payloads_apart();
 }
 
-void ConnectionImpl::close_bulk(bool force) {
-  for (ucp_ep_h* bulk : {&bulk_out_, &bulk_in_}) {
-    if (*bulk == nullptr) continue;
-    impl_.connections.erase(*bulk);
-    impl_.close_endpoint(std::exchange(*bulk, nullptr), force, false);
-  }
+ConnectionImpl::Endpoints ConnectionImpl::take_endpoints() {
+  Endpoints eps{std::exchange(ep_, nullptr), std::exchange(lane_, nullptr), std::exchange(bulk_out_, nullptr),
+                std::exchange(bulk_in_, nullptr)};
+  for (ucp_ep_h ep : {eps.ep, eps.lane, eps.bulk_out, eps.bulk_in})
+    if (ep != nullptr) impl_.connections.erase(ep);
+  return eps;
+}
+
+// The bulk lanes first and without a notice (the control endpoint carries
+// the connection's); the lane's close notice follows the messages on it, and
+// the control endpoint then goes without one, which could overtake them. The
+// lane is never forced: UCX refuses to force-close an endpoint without error
+// handling, which left it open for good; it closes with a flush instead (a
+// worker's shutdown bounds the wait), without the notice when the peer is gone.
+void ConnectionImpl::close_endpoints(Worker::Impl& impl, const Endpoints& eps, bool force) {
+  for (ucp_ep_h bulk : {eps.bulk_out, eps.bulk_in})
+    if (bulk != nullptr) impl.close_endpoint(bulk, force, false);
+  if (eps.lane != nullptr) impl.close_endpoint(eps.lane, false, !force);
+  if (eps.ep != nullptr) impl.close_endpoint(eps.ep, force, eps.lane == nullptr);
 }
 
 void ConnectionImpl::drop_endpoints(bool force) {
-  impl_.connections.erase(ep_);
-  if (lane_ != nullptr) impl_.connections.erase(lane_);
-  // Not from inside an endpoint's own error callback, hence posted. The
-  // lane's close notice follows the messages on it; the control endpoint
-  // then goes without one, which could overtake them.
-  // UCX refuses to force-close an endpoint without error handling, which
-  // left the lane open for good; it closes with a flush instead (a worker's
-  // shutdown bounds the wait), without the notice when the peer is gone.
-  for (ucp_ep_h bulk : {bulk_out_, bulk_in_})
-    if (bulk != nullptr) impl_.connections.erase(bulk);
-  impl_.post([impl = &impl_, ep = ep_, lane = lane_, out = bulk_out_, in = bulk_in_, force] {
-    for (ucp_ep_h bulk : {out, in})
-      if (bulk != nullptr) impl->close_endpoint(bulk, force, false);
-    if (lane != nullptr) impl->close_endpoint(lane, false, !force);
-    impl->close_endpoint(ep, force, lane == nullptr);
-  });
-  ep_ = nullptr;
-  lane_ = nullptr;
-  bulk_out_ = bulk_in_ = nullptr;
+  // Not from inside an endpoint's own error callback, hence posted.
+  impl_.post([impl = &impl_, eps = take_endpoints(), force] { close_endpoints(*impl, eps, force); });
 }
 
 void ConnectionImpl::send(std::vector<std::byte> header, const void* payload, std::size_t payload_bytes, Done done) {
@@ -588,15 +573,7 @@ void ConnectionImpl::close_now(bool force) {
   closed_ = true;
   if (ep_ == nullptr) return;
   if (!force) flush_batch();  // before the close notice, as they were queued before it
-  impl_.connections.erase(ep_);
-  close_bulk(force);
-  if (lane_ != nullptr) {
-    impl_.connections.erase(lane_);
-    impl_.close_endpoint(lane_, false, !force);  // never forced: as drop_endpoints
-  }
-  impl_.close_endpoint(ep_, force, lane_ == nullptr);
-  ep_ = nullptr;
-  lane_ = nullptr;
+  close_endpoints(impl_, take_endpoints(), force);
   // Handlers often capture their connection; dropping them breaks the cycle.
   on_message_.reset();
   on_error_.reset();

@@ -78,9 +78,15 @@ class ConnectionImpl final : public Connection {
   void flush_endpoint(ucp_ep_h ep, std::function<void(const std::string& error)> done);
   // Forgets every endpoint and closes them: `force` for a failed peer.
   void drop_endpoints(bool force);
-  // Forgets the bulk lanes' endpoints and closes them, without a notice:
-  // the control endpoint's says the connection is closing.
-  void close_bulk(bool force);
+  // Every endpoint this connection has, null where it has none.
+  struct Endpoints {
+    ucp_ep_h ep, lane, bulk_out, bulk_in;
+  };
+  // Takes them out of the worker's map (no message reaches this connection
+  // through them any more) and out of this object.
+  Endpoints take_endpoints();
+  // Progress thread: closes what take_endpoints took, in the order they must go.
+  static void close_endpoints(Worker::Impl& impl, const Endpoints& eps, bool force);
   std::shared_ptr<ConnectionImpl> self() { return std::static_pointer_cast<ConnectionImpl>(shared_from_this()); }
 
   std::shared_ptr<Worker> worker_;  // first: the parent outlives the child's members
