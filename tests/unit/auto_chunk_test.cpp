@@ -78,6 +78,25 @@ TEST(AutoChunk, SmallTaskIsNotSplit) {
   EXPECT_NE(plan.reason.find("too small"), std::string::npos) << plan.reason;
 }
 
+TEST(AutoChunk, MaySplitIsNeverFalseWhereAPlanWouldSplit) {
+  // may_split settles a task before the perf model is asked: it may say yes
+  // where the plan then says no, never the other way round.
+  EXPECT_FALSE(may_split(2 * MiB, 1 << 20));
+  EXPECT_FALSE(may_split(256 * MiB, 3));  // three rows cannot make four pieces
+  EXPECT_TRUE(may_split(256 * MiB, 1 << 20));
+  for (std::size_t mib : {1, 2, 3, 4, 5, 8, 64, 256})
+    for (std::size_t extent : {1, 2, 3, 4, 5, 1000, 1 << 20})
+      for (const Link link : {lan(), Link{2e-3, 10e9}, Link{1e-6, 1e8}}) {
+        ChunkInput in = balanced(mib * MiB, extent);
+        in.to_device = in.from_device = link;
+        if (plan_chunks(in).chunks > 1) EXPECT_TRUE(may_split(mib * MiB, extent)) << mib << " MiB, extent " << extent;
+      }
+  ChunkPolicy fine;
+  fine.floor_bytes = 64 << 10;
+  EXPECT_FALSE(may_split(2 * MiB, 1 << 20));
+  EXPECT_TRUE(may_split(2 * MiB, 1 << 20, fine));
+}
+
 TEST(AutoChunk, ThresholdFollowsTheLink) {
   // 64 MiB is plenty on a LAN but under four busy pieces on a long fat link.
   EXPECT_GT(plan_chunks(balanced(64 * MiB)).chunks, 1u);

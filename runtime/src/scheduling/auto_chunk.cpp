@@ -22,12 +22,20 @@ double stage(const Link& link, double bytes) {
 
 std::string mib(double bytes) { return fmt::format("{:.1f} MiB", bytes / double(1 << 20)); }
 
+// The fewest pieces plan_chunks will cut a task into.
+std::size_t fewest_pieces(const ChunkPolicy& policy) { return std::max<std::size_t>(2, policy.min_chunks); }
+
 }  // namespace
 
 std::size_t min_chunk_bytes(const Link& link, const ChunkPolicy& policy) {
   const double busy = policy.latency_multiple * link.latency_seconds * link.bytes_per_second;
   if (!std::isfinite(busy) || busy <= static_cast<double>(policy.floor_bytes)) return policy.floor_bytes;
   return static_cast<std::size_t>(std::ceil(busy));
+}
+
+bool may_split(std::size_t moved, std::size_t extent, const ChunkPolicy& policy) {
+  const std::size_t most = std::min({policy.max_chunks, extent, moved / std::max<std::size_t>(policy.floor_bytes, 1)});
+  return most >= fewest_pieces(policy);
 }
 
 double pipeline_seconds(const ChunkInput& in, std::size_t chunks) {
@@ -60,14 +68,14 @@ ChunkPlan plan_chunks(const ChunkInput& in, const ChunkPolicy& policy) {
   const std::size_t moved = inbound ? in.bytes_in : in.bytes_out;
   const std::size_t smallest = min_chunk_bytes(inbound ? in.to_device : in.from_device, policy);
   const std::size_t most = std::min({policy.max_chunks, in.extent, std::max<std::size_t>(1, moved / smallest)});
-  if (most < policy.min_chunks || most < 2) {
+  if (most < fewest_pieces(policy)) {
     plan.reason = fmt::format("too small: {} moved, pieces of at least {} give {} (fewer than {})", mib(moved),
                               mib(smallest), most, policy.min_chunks);
     return plan;
   }
   std::size_t best = 1;
   double best_seconds = plan.unsplit_seconds;
-  for (std::size_t n = std::max<std::size_t>(2, policy.min_chunks); n <= most; ++n) {
+  for (std::size_t n = fewest_pieces(policy); n <= most; ++n) {
     const double t = pipeline_seconds(in, n);
     if (t < best_seconds) {
       best = n;

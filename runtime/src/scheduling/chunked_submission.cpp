@@ -78,8 +78,13 @@ std::size_t submit_pieces(TaskRecord& whole) {
   if (bytes_out == 0) return 0;
 
   const bool by_rows = first.rows > 1;
+  const std::size_t extent = by_rows ? first.rows : first.cols;
+  const ChunkPolicy& policy = core.options().chunk_policy;
+  // Settled by size alone for nearly every task, before the perf model is
+  // asked; under explain the plan still says why it was not split.
+  if (!core.options().explain && !may_split(std::max(bytes_in, bytes_out), extent, policy)) return 0;
   ChunkInput in;
-  in.extent = by_rows ? first.rows : first.cols;
+  in.extent = extent;
   in.bytes_in = bytes_in;
   in.bytes_out = bytes_out;
   in.to_device = core.links().get(host_node, device.node());
@@ -87,7 +92,7 @@ std::size_t submit_pieces(TaskRecord& whole) {
   const Cost hint = whole.kernel->cost ? whole.kernel->cost(whole.args) : Cost{};
   in.compute_seconds = core.models().estimate(whole.kernel->name, device.perf_key(), whole.bytes, hint, device.peak()).seconds;
   in.launch_seconds = device.peak().launch_seconds;
-  const ChunkPlan plan = plan_chunks(in, core.options().chunk_policy);
+  const ChunkPlan plan = plan_chunks(in, policy);
   if (core.options().explain)
     log().info("{} on {}: {}", whole.label(), device.name(),
                plan.chunks > 1 ? "split into " + plan.reason : "not split: " + plan.reason);

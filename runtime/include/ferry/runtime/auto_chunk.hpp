@@ -54,6 +54,12 @@ double pipeline_seconds(const ChunkInput& in, std::size_t chunks);
 
 ChunkPlan plan_chunks(const ChunkInput& in, const ChunkPolicy& policy = {});
 
+// Whether a task moving `moved` bytes (the larger direction) over `extent`
+// rows or elements could be split by plan_chunks on any link: enough for
+// min_chunks pieces of floor_bytes. Asked first, since nearly every task is
+// far below it and the perf model's estimate plan_chunks needs is not free.
+bool may_split(std::size_t moved, std::size_t extent, const ChunkPolicy& policy = {});
+
 // [begin, end) of each piece along the extent; sizes differ by at most one,
 // the larger first (the same cut as Buffer::split).
 std::vector<std::pair<std::size_t, std::size_t>> chunk_ranges(std::size_t extent, std::size_t chunks);
