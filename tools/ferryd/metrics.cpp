@@ -29,6 +29,8 @@ prometheus::Histogram::BucketBoundaries buckets(double first, double factor, int
 
 const char* to_label(Metrics::Direction d) { return d == Metrics::Direction::in ? "in" : "out"; }
 
+const std::string client_defined = "client_defined";  // a kernel a client defined from source
+
 }  // namespace
 
 Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
@@ -139,44 +141,56 @@ void Metrics::limits(std::uint64_t client_quota, std::uint64_t memory_limit, std
   limits_->Add({{"limit", "gpus"}}).Set(gpus);
 }
 
-std::string Metrics::kernel_label(const std::string& kernel) const {
-  return kernels_.contains(kernel) ? kernel : "client_defined";
+Metrics::ClientSeries& Metrics::client_series(const std::string& client) {
+  // "host:pid" names a process; the host is what an operator watches, and there are few.
+  std::string_view host = std::string_view(client).substr(0, client.rfind(':'));
+  if (host.empty()) host = "unnamed";
+  std::lock_guard lock(series_mutex_);
+  if (const auto it = client_series_.find(host); it != client_series_.end()) return it->second;
+  const std::string label = client_series_.size() >= max_client_labels ? "other" : std::string(host);
+  if (const auto it = client_series_.find(label); it != client_series_.end()) return it->second;
+  const prometheus::Labels labels{{"client", label}};
+  return client_series_
+      .emplace(label, ClientSeries{&client_tasks_->Add(labels), &client_queued_->Add(labels),
+                                   &client_started_->Add(labels), &client_bytes_in_->Add(labels),
+                                   &client_bytes_out_->Add(labels)})
+      .first->second;
 }
 
-std::string Metrics::client_label(const std::string& client) {
-  // "host:pid" names a process; the host is what an operator watches, and there are few.
-  std::string host = client.substr(0, client.rfind(':'));
-  if (host.empty()) host = "unnamed";
-  std::lock_guard lock(clients_mutex_);
-  if (client_labels_.contains(host)) return host;
-  if (client_labels_.size() >= max_client_labels) return "other";
-  client_labels_.insert(host);
-  return host;
+Metrics::KernelSeries& Metrics::kernel_series(const std::string& kernel) {
+  static const auto seconds_buckets = buckets(1e-5, 4, 12);  // 10 µs to 42 s
+  std::lock_guard lock(series_mutex_);
+  const std::string& k = kernels_.contains(kernel) ? kernel : client_defined;
+  if (const auto it = kernels_series_.find(k); it != kernels_series_.end()) return it->second;
+  return kernels_series_
+      .emplace(k, KernelSeries{&kernel_tasks_->Add({{"kernel", k}, {"status", "ok"}}),
+                               &kernel_tasks_->Add({{"kernel", k}, {"status", "failed"}}),
+                               &task_seconds_->Add({{"kernel", k}}, seconds_buckets)})
+      .first->second;
 }
 
 void Metrics::task_done(const std::string& kernel, const std::string& client, double seconds, bool ok) {
   tasks_->Increment();
-  const std::string k = kernel_label(kernel);
-  kernel_tasks_->Add({{"kernel", k}, {"status", ok ? "ok" : "failed"}}).Increment();
-  static const auto seconds_buckets = buckets(1e-5, 4, 12);  // 10 µs to 42 s
-  if (ok) task_seconds_->Add({{"kernel", k}}, seconds_buckets).Observe(seconds);
-  client_tasks_->Add({{"client", client_label(client)}}).Increment();
+  KernelSeries& k = kernel_series(kernel);
+  (ok ? k.ok : k.failed)->Increment();
+  if (ok) k.seconds->Observe(seconds);
+  client_series(client).tasks->Increment();
 }
 
 void Metrics::client_queue(const std::string& share, std::size_t queued, bool started) {
-  const std::string label = client_label(share);
-  client_queued_->Add({{"client", label}}).Set(static_cast<double>(queued));
-  if (started) client_started_->Add({{"client", label}}).Increment();
+  ClientSeries& c = client_series(share);
+  c.queued->Set(static_cast<double>(queued));
+  if (started) c.started->Increment();
 }
 
 void Metrics::bytes_in(std::uint64_t bytes, const std::string& client) {
   bytes_in_->Increment(static_cast<double>(bytes));
-  client_bytes_in_->Add({{"client", client_label(client)}}).Increment(static_cast<double>(bytes));
+  client_series(client).bytes_in->Increment(static_cast<double>(bytes));
 }
 
 void Metrics::bytes_out(std::uint64_t bytes, const std::string& client) {
   bytes_out_->Increment(static_cast<double>(bytes));
-  client_bytes_out_->Add({{"client", client_label(client)}}).Increment(static_cast<double>(bytes));
+  client_series(client).bytes_out->Increment(static_cast<double>(bytes));
 }
 
 void Metrics::transfer(Direction direction, std::uint64_t bytes, double seconds) {
