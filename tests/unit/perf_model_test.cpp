@@ -91,6 +91,21 @@ TEST(PerfModels, HistoryIsBoundedToRecentRuns) {
   EXPECT_DOUBLE_EQ(e.seconds, 8.5e-3);  // median of 7, 8, 9, 10 ms
 }
 
+TEST(PerfModels, EstimatesFollowNewRunsWithinAnEighthOfTheWindow) {
+  // The median is recomputed once an eighth of the window is new, not per
+  // run: estimates and records both run for every task.
+  PerfModels models(PerfModels::Options{.history = 32, .calibrated_after = 3});
+  for (int i = 0; i < 32; ++i) models.record("k", "d", 100, 1e-3);
+  EXPECT_DOUBLE_EQ(models.estimate("k", "d", 100, no_hint, peak).seconds, 1e-3);
+  for (int i = 0; i < 20; ++i) models.record("k", "d", 100, 3e-3);  // most of the window is 3 ms now
+  EXPECT_DOUBLE_EQ(models.estimate("k", "d", 100, no_hint, peak).seconds, 3e-3);
+  // Under eight runs, each one counts at once.
+  models.record("k", "e", 100, 1e-3);
+  EXPECT_DOUBLE_EQ(models.estimate("k", "e", 100, no_hint, peak).seconds, 1e-3);
+  models.record("k", "e", 100, 3e-3);
+  EXPECT_DOUBLE_EQ(models.estimate("k", "e", 100, no_hint, peak).seconds, 2e-3);
+}
+
 TEST(PerfModels, IgnoresInvalidTimes) {
   PerfModels models;
   models.record("k", "d", 100, -1);

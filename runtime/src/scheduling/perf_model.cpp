@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <string_view>
 #include <mutex>
 #include <utility>
@@ -45,6 +46,8 @@ namespace {
 
 constexpr int file_version = 1;
 
+double median(std::vector<double> v);
+
 // Bounded history: once full, a new run replaces the oldest.
 class Ring {
  public:
@@ -56,6 +59,29 @@ class Ring {
       values_[next_] = seconds;
       next_ = (next_ + 1) % values_.size();
     }
+    ++stale_;
+  }
+  // The median and the median absolute deviation from it. Estimates run for
+  // every task (placement, ferryd's inline choice) and so do records: the
+  // summary is recomputed once an eighth of the window is new, every run
+  // while the window is under eight runs, as one more run of many barely
+  // moves a median.
+  struct Summary {
+    double median = 0;
+    double deviation = 0;
+  };
+  const Summary& summary() const {
+    if (!summary_ || stale_ * 8 >= values_.size()) {
+      Summary s;
+      s.median = median(values_);
+      std::vector<double> deviations;
+      deviations.reserve(values_.size());
+      for (double v : values_) deviations.push_back(std::abs(v - s.median));
+      s.deviation = median(std::move(deviations));
+      summary_ = s;
+      stale_ = 0;
+    }
+    return *summary_;
   }
   std::size_t size() const noexcept { return values_.size(); }
   // Oldest first, so that a save/load round trip keeps which runs are recent.
@@ -69,6 +95,9 @@ class Ring {
  private:
   std::vector<double> values_;
   std::size_t next_ = 0;  // index of the oldest once full
+  // Callers hold PerfModels::Impl::mutex, estimates included.
+  mutable std::optional<Summary> summary_;
+  mutable std::size_t stale_ = 0;  // runs pushed since summary_
 };
 
 double median(std::vector<double> v) {
@@ -100,11 +129,8 @@ struct KeyLess {
 double representative_bytes(unsigned bucket) { return std::exp2(static_cast<double>(bucket) + 0.5); }
 
 Estimate from_history(const Ring& ring, std::size_t calibrated_after) {
-  const double med = median(ring.values());
-  std::vector<double> deviations;
-  deviations.reserve(ring.size());
-  for (double v : ring.values()) deviations.push_back(std::abs(v - med));
-  const double relative_spread = med > 0 ? median(std::move(deviations)) / med : 0;
+  const auto [med, deviation] = ring.summary();
+  const double relative_spread = med > 0 ? deviation / med : 0;
   const double n = static_cast<double>(ring.size());
   const double enough = static_cast<double>(std::max<std::size_t>(calibrated_after, 1));
   const double count_term = 1 - std::exp(-n / enough);
@@ -118,7 +144,7 @@ Estimate from_regression(const Buckets& buckets, std::size_t bytes) {
   std::vector<std::pair<double, double>> points;  // log bytes, log seconds
   std::size_t samples = 0;
   for (const auto& [bucket, ring] : buckets) {
-    const double med = median(ring.values());
+    const double med = ring.summary().median;
     if (ring.size() == 0 || med <= 0) continue;
     points.emplace_back(std::log(representative_bytes(bucket)), std::log(med));
     samples += ring.size();
@@ -246,7 +272,7 @@ Estimate PerfModels::estimate(const std::string& kernel, const std::string& devi
   if (const auto it = buckets.find(size_bucket(bytes)); it != buckets.end() && it->second.size() > 0)
     return from_history(it->second, impl_->options.calibrated_after);
   const bool any_measured = std::any_of(buckets.begin(), buckets.end(), [](const auto& b) {
-    return b.second.size() > 0 && median(b.second.values()) > 0;
+    return b.second.size() > 0 && b.second.summary().median > 0;
   });
   if (any_measured) return from_regression(buckets, bytes);
   return from_hint(hint, peak);
