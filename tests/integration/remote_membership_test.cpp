@@ -75,6 +75,8 @@ TEST(ReverseConnection, FerrydDialsAListeningRuntimeAndRunsTasksLikeTheCpu) {
   ASSERT_TRUE(server.wait_for_log("went away; dialling it again")) << server.log();
   std::this_thread::sleep_for(1s);  // it calls again (backoff from 250 ms): refused while removed
   EXPECT_TRUE(wait_for_remote(rt, "", 10ms).empty()) << "a removed host came back on its own";
+  // Turned away in the handshake, before a connection is made, and told why.
+  EXPECT_TRUE(server.wait_for_log("turned away: removed from this runtime's pool")) << server.log();
   rt.add_remote(fingerprint);
   EXPECT_EQ(wait_for_remote(rt), name) << server.log();
 }

@@ -435,6 +435,14 @@ class BootstrapServer::Impl {
       } catch (const std::exception& e) {
         // The client's part: ferryd refused us, or we it (DialRefused names which and why).
         if (!peer.client) throw;
+        if (dynamic_cast<const TurnedAway*>(&e) != nullptr) {
+          // Said to ferryd in place of auth, so its log names the reason.
+          log().debug("bootstrap: {}", e.what());
+          refused(peer, e.what());
+          peer.stage = Stage::flushing;
+          send(peer, protocol::encode(protocol::ErrorMessage{Status::auth_failed, e.what()}));
+          return;
+        }
         log().warn("bootstrap: {}", e.what());  // names the peer
         refused(peer, e.what());
         peer.done = true;
@@ -520,6 +528,12 @@ class BootstrapServer::Impl {
 
   void on_auth(Pending& peer, std::span<const std::byte> body) {
     auto message = protocol::decode(body);
+    if (const auto* error = std::get_if<protocol::ErrorMessage>(&message); error != nullptr && peer.outcome) {
+      // The listening client this ferryd dialled turned it away, and said why.
+      peer.failure = "refused: " + handshake::printable(error->message, protocol::max_string_bytes);
+      peer.done = true;
+      return;
+    }
     auto* auth = std::get_if<protocol::Auth>(&message);
     if (auth == nullptr)
       return garbage(peer, fmt::format("a {} message where an auth belongs", protocol::to_string(protocol::type_of(message))));

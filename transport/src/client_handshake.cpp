@@ -55,6 +55,10 @@ std::vector<std::byte> ClientHandshake::on_challenge(std::vector<std::byte> chal
                                     "refused (add its line to accept it)",
                                     where_, fingerprint(challenge_.host_key),
                                     options_.known_hosts.empty() ? "no known hosts file" : options_.known_hosts.string()));
+    if (options_.turn_away)
+      if (std::string why = options_.turn_away(challenge_.host_key); !why.empty())
+        throw TurnedAway(protocol::Status::auth_failed, fmt::format("ferryd dialling in from {} ({}) turned away: {}",
+                                                                    where_, fingerprint(challenge_.host_key), why));
   } else if (!options_.known_hosts.empty()) {
     check_host_key(options_.known_hosts, where_, challenge_.host_key, options_.pinning);
   }

@@ -140,6 +140,10 @@ void RemotePool::add(const std::string& entry) {
     // A host that dialled in, removed before: back in at its next call.
     if (RemoteDevice* known = find(entry); known != nullptr && known->reverse()) {
       if (!known->retired()) throw UsageError(fmt::format("remote {} is in the pool already", entry));
+      {
+        std::lock_guard lock(turned_away_mutex_);
+        turned_away_.erase(known->address());
+      }
       return known->rejoin();
     }
     return add_host(remote_address(entry), false);
@@ -198,6 +202,10 @@ void RemotePool::remove(const std::string& entry) {
   if (device == nullptr) device = find(remote_address(entry));
   if (device == nullptr || device->retired())
     throw UsageError(fmt::format("remote {} is not in the pool", entry));
+  if (device->reverse()) {
+    std::lock_guard lock(turned_away_mutex_);
+    turned_away_.insert(device->address());
+  }
   device->retire();
 }
 
@@ -241,6 +249,12 @@ void RemotePool::listen() {
   bootstrap.deadline = options.remote_timeout;
   auto dial = dial_options();
   dial.client = fmt::format("listening runtime {}", core_.id());
+  dial.turn_away = [this](const transport::PublicKey& host_key) {
+    std::lock_guard lock(turned_away_mutex_);
+    return turned_away_.contains(transport::fingerprint(host_key))
+               ? std::string("removed from this runtime's pool (add_remote takes it back)")
+               : std::string();
+  };
   listener_ = std::make_unique<transport::BootstrapServer>(
       core_.worker(), std::move(bootstrap), std::move(dial),
       [this](transport::Dialed dialed) { dialled_in(std::move(dialed)); });
@@ -288,7 +302,9 @@ void RemotePool::welcome_host(transport::Dialed dialed) {
     log().info("ferryd {} dialled in: remote {}", dialed.welcome.server, key);
   }
   if (device->retired()) {
-    // Removed by the program: it stays out until add_remote names it.
+    // Removed by the program: it stays out until add_remote names it. The
+    // listener turns it away before its connection is made (turned_away_);
+    // this is one whose handshake was under way when it was removed.
     log().debug("ferryd {} ({}) dialled in, but was removed from the pool: closed", dialed.welcome.server, key);
     dialed.connection->close();
     return;

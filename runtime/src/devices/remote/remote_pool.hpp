@@ -79,6 +79,10 @@ class RemotePool {
   std::map<std::string, DnsEntry> dns_;  // by "NAME:PORT"
 
   std::unique_ptr<transport::BootstrapServer> listener_;
+  // Fingerprints of hosts that dialled in and were removed: the listener
+  // turns them away before their connection is made (its own thread asks).
+  std::mutex turned_away_mutex_;
+  std::set<std::string> turned_away_;
 
   // The pool thread: hosts that dialled in, and the discovery clock.
   std::mutex queue_mutex_;

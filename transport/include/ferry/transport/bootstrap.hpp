@@ -156,6 +156,11 @@ struct DialOptions {
   // does not: a lane has no peer error handling, and a source killed
   // mid-transfer was seen to stall the fetching ferryd's worker.
   bool shared_memory_lane = true;
+  // A listener for ferryd hosts (reverse connections): a reason to turn a
+  // host away once its host key is proven, before any UCX endpoint exists;
+  // empty lets it in. Called on the bootstrap thread. (Closing a connection
+  // whose endpoints were still wiring up could abort UCX 1.13 on either side.)
+  std::function<std::string(const PublicKey& host_key)> turn_away;
 };
 
 // The server answered and said no, or answered what cannot be trusted (a
@@ -164,6 +169,11 @@ struct DialOptions {
 struct DialRefused : RemoteError {
   DialRefused(protocol::Status why, const std::string& what) : RemoteError(what), status(why) {}
   protocol::Status status;
+};
+
+// The listener's own choice (DialOptions::turn_away), not a failure.
+struct TurnedAway : DialRefused {
+  using DialRefused::DialRefused;
 };
 
 struct Dialed {
