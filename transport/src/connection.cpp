@@ -513,15 +513,23 @@ void ConnectionImpl::flush(Done done) {
   impl_.post([self = self(), op] {
     std::unique_ptr<Done> owned(op);
     self->flush_batch();  // gathered sends are among those queued before it
-    if (self->ep_ == nullptr) return notify(*owned, "connection to " + self->peer_ + " is closed");
-    if (self->bulk_out_ == nullptr) return self->flush_endpoint(self->ep_, std::move(*owned));
-    // With bulk lanes the payloads went on this end's lane: it first, then
-    // the control endpoint.
-    self->flush_endpoint(self->bulk_out_, [self, rest = std::move(*owned)](const std::string& error) mutable {
-      if (!error.empty()) return notify(rest, error);
-      if (self->ep_ == nullptr) return notify(rest, "connection to " + self->peer_ + " is closed");
-      self->flush_endpoint(self->ep_, std::move(rest));
-    });
+    self->flush_from(0, std::move(*owned));
+  });
+}
+
+// Each endpoint in turn, re-read at each step (a close meanwhile clears
+// them): this end's payload lane first, as the payloads went there; then
+// the peer's, the control endpoint, and the shared-memory lane last, since
+// it has no error handling and its flush would wait forever for a dead
+// peer, which the control endpoint's fails on first.
+void ConnectionImpl::flush_from(int step, Done done) {
+  const auto at = [this](int i) { return i == 0 ? bulk_out_ : i == 1 ? bulk_in_ : i == 2 ? ep_ : lane_; };
+  if (ep_ == nullptr) return notify(done, "connection to " + peer_ + " is closed");
+  while (step < 4 && at(step) == nullptr) ++step;
+  if (step == 4) return notify(done, {});
+  flush_endpoint(at(step), [self = self(), step, rest = std::move(done)](const std::string& error) mutable {
+    if (!error.empty()) return notify(rest, error);
+    self->flush_from(step + 1, std::move(rest));
   });
 }
 

@@ -76,6 +76,8 @@ class ConnectionImpl final : public Connection {
   void send_now(std::unique_ptr<SendOp> op);
   // Progress thread: flushes one endpoint, then calls `done`.
   void flush_endpoint(ucp_ep_h ep, std::function<void(const std::string& error)> done);
+  // Progress thread: flushes every endpoint from the `step`th on, then calls `done`.
+  void flush_from(int step, std::function<void(const std::string& error)> done);
   // Forgets every endpoint and closes them: `force` for a failed peer.
   void drop_endpoints(bool force);
   // Every endpoint this connection has, null where it has none.

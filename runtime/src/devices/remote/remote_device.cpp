@@ -183,6 +183,7 @@ void RemoteDevice::use(transport::Dialed& dialed) {
   max_payload_ = welcome->max_payload == 0 ? options_.chunk_bytes : welcome->max_payload;
   quota_ = welcome->memory_quota;
   gpus_.store(welcome->gpus, std::memory_order_relaxed);
+  wait_wired(*dialed.connection);
   epoch_.fetch_add(1, std::memory_order_acq_rel);
   alive_.store(true, std::memory_order_release);
   measure_link();
@@ -196,6 +197,22 @@ void RemoteDevice::use(transport::Dialed& dialed) {
              dialed.connection->encrypted() ? transport::to_string(dialed.cipher) : "plaintext",
              core_.links().get(host_node, node()).latency_seconds * 1e6,
              format_bytes(static_cast<std::size_t>(core_.links().get(host_node, node()).bytes_per_second)));
+}
+
+// Every endpoint wired before the connection is used: UCX 1.13 aborts the
+// process when an endpoint fails (its host killed, say) with its wireup
+// still pending, and an endpoint nothing is sent on (the control endpoint
+// beside a shared-memory lane) stays pending until something is. A flush
+// completes once the wireup is done.
+void RemoteDevice::wait_wired(transport::Connection& connection) {
+  auto wired = std::make_shared<std::promise<std::string>>();
+  auto result = wired->get_future();
+  connection.flush([wired](const std::string& error) { wired->set_value(error); });
+  if (result.wait_for(options_.timeout) != std::future_status::ready)
+    throw RemoteError(fmt::format("remote {}: its endpoints were not wired up in {} ms", options_.address,
+                                  std::chrono::duration_cast<std::chrono::milliseconds>(options_.timeout).count()));
+  if (std::string error = result.get(); !error.empty())
+    throw RemoteError(fmt::format("remote {}: wiring up its endpoints: {}", options_.address, error));
 }
 
 void RemoteDevice::welcomed(const protocol::Welcome& welcome) {

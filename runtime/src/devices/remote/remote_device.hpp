@@ -173,6 +173,8 @@ class RemoteDevice final : public Device, public NodeLink {
   bool note_down(const std::string& why, bool refused);
   // Whether the host runs this kernel by name (true when it did not say).
   bool offers(const std::string& kernel) const;
+  // Waits (options_.timeout) until every endpoint of `connection` is wired up; throws RemoteError.
+  void wait_wired(transport::Connection& connection);
   void measure_link();
   void reconnect_loop();
   void lost(const std::string& reason);

@@ -86,9 +86,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   virtual void set_handlers(MessageHandler on_message, ErrorHandler on_error) = 0;
 
   // Thread-safe: `done` is called (on the progress thread) once UCX's flush
-  // of the connection's endpoints (the bulk lane first, with bulk lanes)
-  // completes, the endpoint's wireup included, with an empty string, or
-  // with an error text. A rendezvous payload the peer has not pulled yet
+  // of every endpoint of the connection (this end's bulk lane first, the
+  // shared-memory lane last) completes, their wireup included, with an
+  // empty string, or with an error text. A rendezvous payload the peer has not pulled yet
   // is not covered (UCX 1.13's flush returns before it, with or without
   // lanes): its send's `done` says when it is through.
   virtual void flush(std::function<void(const std::string& error)> done) = 0;
