@@ -439,8 +439,7 @@ class BootstrapServer::Impl {
           // Said to ferryd in place of auth, so its log names the reason.
           log().debug("bootstrap: {}", e.what());
           refused(peer, e.what());
-          peer.stage = Stage::flushing;
-          send(peer, protocol::encode(protocol::ErrorMessage{Status::auth_failed, e.what()}));
+          send_error(peer, Status::auth_failed, e.what());
           return;
         }
         log().warn("bootstrap: {}", e.what());  // names the peer
@@ -490,6 +489,11 @@ class BootstrapServer::Impl {
   void refuse(Pending& peer, Status status, const std::string& why) {
     log().warn("bootstrap: refused {} ({}): {}", peer.address, handshake::printable(peer.hello.client), why);
     refused(peer, why);
+    send_error(peer, status, why);
+  }
+
+  // An error message to the peer, then the socket closes once it is on its way.
+  void send_error(Pending& peer, Status status, const std::string& why) {
     const auto message = protocol::encode(protocol::ErrorMessage{status, why});
     peer.stage = Stage::flushing;
     if (peer.channel) {

@@ -88,9 +88,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Thread-safe: `done` is called (on the progress thread) once UCX's flush
   // of every endpoint of the connection (this end's bulk lane first, the
   // shared-memory lane last) completes, their wireup included, with an
-  // empty string, or with an error text. A rendezvous payload the peer has not pulled yet
-  // is not covered (UCX 1.13's flush returns before it, with or without
-  // lanes): its send's `done` says when it is through.
+  // empty string, or with an error text. A rendezvous payload the peer has
+  // not pulled yet is not covered (UCX 1.13's flush returns before it, with
+  // or without lanes): its send's `done` says when it is through.
   virtual void flush(std::function<void(const std::string& error)> done) = 0;
 
   // Flushes what was sent, then closes. Thread-safe; idempotent.
