@@ -109,6 +109,51 @@ TEST(SharedMemoryLane, SameHostFerrydCarriesMessagesOverSharedMemory) {
       << "UCX's endpoint configurations in ferryd:\n" << log;
 }
 
+// On the lane, large payloads are pulled out of the sender's memory
+// (process_vm_readv) rather than sent through UCX: both ways once each end
+// read the other's probe, and not at all when the client says
+// FERRY_PULL_PAYLOADS=0. Both ends run with the same Yama setting, so a
+// host whose ptrace_scope forbids the reads skips rather than fails.
+bool ptrace_restricted() {
+  std::ifstream in("/proc/sys/kernel/yama/ptrace_scope");
+  int scope = 0;
+  return in >> scope && scope > 0 && ::geteuid() != 0;
+}
+
+TEST(SharedMemoryLane, SameHostFerrydPullsPayloadsBothWays) {
+  if (auto why = lane_impossible()) GTEST_SKIP() << *why;
+  if (ptrace_restricted()) GTEST_SKIP() << "kernel.yama.ptrace_scope forbids process_vm_readv between these processes";
+  std::optional<FerrydProcess> server;
+  {
+    ScopedEnv level("FERRY_LOG", "debug");  // the pull decisions are debug lines
+    server.emplace();
+  }
+  {
+    ferry::Runtime rt(options_for(*server));
+    double_there_and_check(rt, std::size_t{16} << 20 | 5);  // 64 MiB and 20 bytes: chunks, one uneven
+    double_there_and_check(rt, 1000);                       // below the pull threshold: sent
+  }
+  EXPECT_TRUE(server->wait_for_log("this end pulls")) << server->log();
+  EXPECT_TRUE(server->wait_for_log("pulls this end's payloads")) << server->log();
+}
+
+TEST(SharedMemoryLane, FerryPullPayloadsZeroAtTheClientSendsEverything) {
+  if (auto why = lane_impossible()) GTEST_SKIP() << *why;
+  std::optional<FerrydProcess> server;
+  {
+    ScopedEnv level("FERRY_LOG", "debug");
+    server.emplace();
+  }
+  ScopedEnv off("FERRY_PULL_PAYLOADS", "0");  // read by this client only: ferryd started without it
+  {
+    ferry::Runtime rt(options_for(*server));
+    double_there_and_check(rt, std::size_t{4} << 20);
+  }
+  EXPECT_TRUE(server->wait_for_log("shared-memory lane")) << server->log();
+  EXPECT_EQ(server->log().find("this end pulls"), std::string::npos) << server->log();
+  EXPECT_EQ(server->log().find("pulls this end's payloads"), std::string::npos) << server->log();
+}
+
 // Without the shared-memory lane the client offers bulk lanes: each end's
 // payloads on an endpoint of their own, beside the control endpoint.
 TEST(SharedMemoryLane, FerrySharedMemoryZeroKeepsLoopbackTcpWithBulkLanes) {

@@ -34,6 +34,8 @@
 #include "ferry/transport/worker.hpp"
 #include "bootstrap_pair.hpp"
 #include "crypto_threads.hpp"
+#include "pull.hpp"
+#include "same_host.hpp"
 #include "staging_pool.hpp"
 
 namespace ferry::transport {
@@ -344,6 +346,120 @@ INSTANTIATE_TEST_SUITE_P(Forced, Payload,
                          ::testing::Combine(::testing::Values(Protocol::eager, Protocol::rendezvous),
                                             ::testing::Values(1, 64 << 10, 4 << 20)),
                          payload_name);
+
+// Between two processes of one user on one host (a shared-memory lane),
+// payloads from pull::pull_from on are copied by the receiver straight out
+// of the sender's memory; smaller ones travel. Both ways, bit-exact, and
+// counted by the worker that pulled them. In one process here: the pid each
+// end proves on the bootstrap socket is this one.
+std::optional<std::string> no_lane(const Worker& worker) {
+  const std::string tls = worker.transports();
+  if (tls.find("sysv") == std::string::npos && tls.find("posix") == std::string::npos)
+    return "UCX's transports here (" + tls + ") have no shared memory";
+  if (tls.find("cma") != std::string::npos) return "UCX_TLS names CMA, which rules the lane out";
+  return std::nullopt;
+}
+
+// One echo round trip: on the lane it follows the probes both ways, so
+// every payload sent after it is pulled.
+void round_trip(Client& client, std::size_t& received) {
+  ASSERT_EQ(send_and_wait(*client.connection, text_bytes("ping"), nullptr, 0), "");
+  ASSERT_EQ(client.inbox.wait(++received, 10s).size(), received);
+}
+
+TEST(PulledPayloads, SameHostPeersPullLargePayloadsBothWays) {
+  Server server;
+  if (auto why = no_lane(*server.worker)) GTEST_SKIP() << *why;
+  Client client(server.listener->port());
+  std::size_t received = 0;
+  round_trip(client, received);
+  const std::size_t sizes[] = {pull::pull_from - 1, pull::pull_from, std::size_t{1} << 20, std::size_t{16} << 20 | 3};
+  for (std::size_t bytes : sizes) {
+    const Bytes payload = random_bytes(bytes, static_cast<unsigned>(bytes));
+    ASSERT_EQ(send_and_wait(*client.connection, text_bytes("blob"), payload.data(), bytes), "");
+    auto got = client.inbox.wait(++received, 30s);
+    ASSERT_EQ(got.size(), received);
+    EXPECT_EQ(got.back().error, "");
+    EXPECT_EQ(got.back().header, "blob");
+    EXPECT_TRUE(got.back().payload == payload) << bytes << " bytes differ after the echo";
+  }
+  // The three from pull_from on, each way; the one below it travelled.
+  EXPECT_EQ(server.worker->pulled_payloads(), 3u);
+  EXPECT_EQ(client.worker->pulled_payloads(), 3u);
+}
+
+TEST(PulledPayloads, FerryPullPayloadsZeroSendsThemAll) {
+  ScopedEnv off("FERRY_PULL_PAYLOADS", "0");  // read by both ends here, one process
+  Server server;
+  if (auto why = no_lane(*server.worker)) GTEST_SKIP() << *why;
+  Client client(server.listener->port());
+  std::size_t received = 0;
+  round_trip(client, received);
+  const Bytes payload = random_bytes(std::size_t{4} << 20, 7);
+  ASSERT_EQ(send_and_wait(*client.connection, text_bytes("blob"), payload.data(), payload.size()), "");
+  auto got = client.inbox.wait(++received, 30s);
+  ASSERT_EQ(got.size(), received);
+  EXPECT_TRUE(got.back().payload == payload);
+  EXPECT_EQ(server.worker->pulled_payloads(), 0u);
+  EXPECT_EQ(client.worker->pulled_payloads(), 0u);
+}
+
+// Without a shared-memory lane nothing is pulled: the lane is what says
+// both ends are one user on one host.
+TEST(PulledPayloads, NoLaneNoPulls) {
+  Server server;
+  Client client(server.listener->port(), nullptr, /*shared_memory_lane=*/false);
+  std::size_t received = 0;
+  round_trip(client, received);
+  const Bytes payload = random_bytes(std::size_t{1} << 20, 9);
+  ASSERT_EQ(send_and_wait(*client.connection, text_bytes("blob"), payload.data(), payload.size()), "");
+  auto got = client.inbox.wait(++received, 30s);
+  ASSERT_EQ(got.size(), received);
+  EXPECT_TRUE(got.back().payload == payload);
+  EXPECT_EQ(server.worker->pulled_payloads(), 0u);
+  EXPECT_EQ(client.worker->pulled_payloads(), 0u);
+}
+
+// The check a pid claimed in the handshake must pass: the process holds
+// the other end of the bootstrap socket. Here this process holds both.
+TEST(SameHost, OnlyTheProcessHoldingThePeerSocketIsTheLoopbackPeer) {
+  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof address;
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+  ASSERT_EQ(::listen(listener, 1), 0);
+  ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length), 0);
+  const int dialer = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_EQ(::connect(dialer, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+  const int accepted = ::accept(listener, nullptr, nullptr);
+  ASSERT_GE(accepted, 0);
+
+  EXPECT_TRUE(loopback_peer_is_process(dialer, ::getpid()));
+  EXPECT_TRUE(loopback_peer_is_process(accepted, ::getpid()));
+  EXPECT_FALSE(loopback_peer_is_process(dialer, ::getppid()));  // a process that does not hold it
+  EXPECT_FALSE(loopback_peer_is_process(dialer, 0));
+  EXPECT_FALSE(loopback_peer_is_process(dialer, -1));
+  // A child holds the socket too once forked, but not after it closed its copy.
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::close(accepted);
+    ::pause();
+    ::_exit(0);
+  }
+  bool closed_in_child = false;
+  for (int i = 0; i < 200 && !closed_in_child; ++i) {
+    closed_in_child = !loopback_peer_is_process(dialer, child);
+    if (!closed_in_child) std::this_thread::sleep_for(5ms);
+  }
+  EXPECT_TRUE(closed_in_child);
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  for (int fd : {dialer, accepted, listener}) ::close(fd);
+}
 
 // Pooled memory is registered with UCX once per slab, as the pool grows and
 // as trim() returns slabs; payloads sent from and received into registered

@@ -127,7 +127,7 @@ Dialed dial(const std::shared_ptr<Worker>& worker, const std::string& host, std:
                             false,
                             lane_to_offer(socket.fd(), worker->transports(), options.shared_memory_lane));
   socket.write_frame(handshake.hello());
-  socket.write_frame(handshake.on_challenge(socket.read_frame(), worker->address()));
+  socket.write_frame(handshake.on_challenge(socket.read_frame(), socket.fd(), worker->address()));
   return handshake.on_welcome(socket.read_frame(), worker, socket.name(), std::move(on_message), std::move(on_error));
 }
 

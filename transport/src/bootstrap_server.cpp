@@ -31,6 +31,7 @@
 #include "ferry/transport/worker.hpp"
 #include "client_handshake.hpp"
 #include "handshake.hpp"
+#include "pull.hpp"
 #include "same_host.hpp"
 #include "worker_impl.hpp"
 
@@ -424,7 +425,7 @@ class BootstrapServer::Impl {
           case Stage::auth: on_auth(peer, body); break;
           case Stage::challenge:
             peer.stage = Stage::welcome;
-            send(peer, peer.client->on_challenge(std::move(body), worker_address_));
+            send(peer, peer.client->on_challenge(std::move(body), peer.fd, worker_address_));
             break;
           case Stage::welcome: on_welcome(peer, body); break;
           case Stage::wiring:
@@ -523,6 +524,11 @@ class BootstrapServer::Impl {
     challenge.exchange = peer.exchange->public_key;
     challenge.host_key = host_key_.public_key();
     challenge.cipher = aes_ && peer.hello.aes_gcm != 0 ? 0 : 1;
+    // What the client may check against this socket while it is open: the
+    // process it may pull payloads out of, once the lane is agreed.
+    if (peer.hello.lane == protocol::Lane::shared_memory && pull::enabled() &&
+        shared_memory_lane_possible(peer.fd, worker_->transports()))
+      challenge.pid.value = static_cast<std::uint32_t>(::getpid());
     const auto digest = handshake::challenge_digest(peer.hello_body, challenge);
     challenge.signature = host_key_.sign(digest);
     peer.challenge_body = protocol::encode(challenge);
@@ -636,8 +642,14 @@ class BootstrapServer::Impl {
                     (offer == protocol::Lane::shared_memory && shared_memory_lane_possible(peer.fd, worker_->transports()))
                 ? offer
                 : protocol::Lane::none;
+        // The client's payloads are pulled out of its process only once
+        // that process is proven to be the one this socket talks to.
+        const auto pid = static_cast<pid_t>(peer.hello.pid.value);
+        const pid_t peer_pid =
+            lane == protocol::Lane::shared_memory && pid > 0 && loopback_peer_is_process(peer.fd, pid) ? pid : 0;
         auto connection = Connection::to_worker(worker_, client_address, who.address,
-                                                who.encrypted ? std::move(peer.channel) : nullptr, {}, {}, lane, true);
+                                                who.encrypted ? std::move(peer.channel) : nullptr, {}, {}, lane, true,
+                                                peer_pid);
         Peer admitted = who;
         admitted.shared_memory = lane == protocol::Lane::shared_memory;
         admitted.bulk_lanes = lane == protocol::Lane::bulk;

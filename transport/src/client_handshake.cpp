@@ -2,9 +2,13 @@
 
 #include <fmt/format.h>
 
+#include <unistd.h>
+
 #include "ferry/log.hpp"
 #include "ferry/transport/auth.hpp"
 #include "ferry/transport/worker.hpp"
+#include "pull.hpp"
+#include "same_host.hpp"
 
 namespace ferry::transport {
 namespace {
@@ -27,10 +31,11 @@ ClientHandshake::ClientHandshake(const DialOptions& options, std::string where, 
   if (options.identity) hello_.identity = options.identity->public_key();
   hello_.aes_gcm = preferred_cipher() == Cipher::aes256gcm ? 1 : 0;
   hello_.lane = lane;
+  if (lane == protocol::Lane::shared_memory && pull::enabled()) hello_.pid.value = static_cast<std::uint32_t>(::getpid());
   hello_body_ = protocol::encode(hello_);
 }
 
-std::vector<std::byte> ClientHandshake::on_challenge(std::vector<std::byte> challenge_body,
+std::vector<std::byte> ClientHandshake::on_challenge(std::vector<std::byte> challenge_body, int socket_fd,
                                                      const std::vector<std::uint8_t>& my_address) {
   challenge_body_ = std::move(challenge_body);
   auto message = protocol::decode(challenge_body_);
@@ -65,6 +70,12 @@ std::vector<std::byte> ClientHandshake::on_challenge(std::vector<std::byte> chal
   if (challenge_.cipher == 0 && hello_.aes_gcm == 0)
     throw DialRefused(protocol::Status::auth_failed,
                       fmt::format("ferryd at {} chose AES-256-GCM, which this CPU cannot do", where_));
+  // ferryd's payloads are pulled out of its process only once that process
+  // is proven to be the one this socket talks to (it is open now: ferryd
+  // waits for the auth).
+  if (const auto pid = static_cast<pid_t>(challenge_.pid.value);
+      hello_.lane == protocol::Lane::shared_memory && pid > 0 && loopback_peer_is_process(socket_fd, pid))
+    server_pid_ = pid;
   cipher_ = challenge_.cipher == 0 ? Cipher::aes256gcm : Cipher::xchacha20poly1305;
   channel_ = handshake::client_channel(exchange_, challenge_.exchange, cipher_);
   if (!channel_)
@@ -114,9 +125,10 @@ Dialed ClientHandshake::on_welcome(std::span<const std::byte> sealed, const std:
   if (welcome->lane != protocol::Lane::none && welcome->lane != hello_.lane)
     throw DialRefused(protocol::Status::malformed,
                       fmt::format("ferryd at {} chose a lane this client did not offer", where_));
+  const pid_t peer_pid = welcome->lane == protocol::Lane::shared_memory ? server_pid_ : 0;
   dialed.connection = Connection::to_worker(worker, welcome->worker_address, socket_name,
                                             welcome->encrypted != 0 ? std::move(channel_) : nullptr,
-                                            std::move(on_message), std::move(on_error), welcome->lane);
+                                            std::move(on_message), std::move(on_error), welcome->lane, false, peer_pid);
   dialed.welcome = std::move(*welcome);
   return dialed;
 }

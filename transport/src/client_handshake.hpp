@@ -6,6 +6,8 @@
 // its host key (docs/protocol.md, "Reverse connections").
 #pragma once
 
+#include <sys/types.h>
+
 #include <string>
 #include <vector>
 
@@ -27,7 +29,10 @@ class ClientHandshake {
   // The first frame's body.
   const std::vector<std::byte>& hello() const noexcept { return hello_body_; }
   // The challenge's body, checked: the auth's body to send. Throws DialRefused.
-  std::vector<std::byte> on_challenge(std::vector<std::byte> challenge_body, const std::vector<std::uint8_t>& my_address);
+  // `socket_fd`, the bootstrap socket, tells whether the process ferryd
+  // names as its own is the one at the other end.
+  std::vector<std::byte> on_challenge(std::vector<std::byte> challenge_body, int socket_fd,
+                                      const std::vector<std::uint8_t>& my_address);
   // The sealed answer to auth: the UCX connection to ferryd, on `worker`.
   // `socket_name` is the peer's address (plaintext is allowed on loopback only).
   Dialed on_welcome(std::span<const std::byte> sealed, const std::shared_ptr<Worker>& worker,
@@ -46,6 +51,7 @@ class ClientHandshake {
   handshake::Digest digest_{};
   Cipher cipher_ = Cipher::xchacha20poly1305;
   std::unique_ptr<SecureChannel> channel_;
+  pid_t server_pid_ = 0;  // the challenge's, proven on the bootstrap socket; 0: none
 };
 
 }  // namespace ferry::transport

@@ -1,6 +1,7 @@
 #include <chrono>
 #include <cstring>
 #include <optional>
+#include <random>
 
 #include "connection_impl.hpp"
 #include "ferry/error.hpp"
@@ -91,6 +92,10 @@ class IncomingMessage final : public Incoming {
 }  // namespace
 
 struct ConnectionImpl::SendOp {
+  SendOp(std::vector<std::byte> header, const void* payload, std::size_t payload_bytes, Done done,
+         unsigned am = ferry_am_id)
+      : header(std::move(header)), payload(payload), payload_bytes(payload_bytes), done(std::move(done)), am(am) {}
+
   std::vector<std::byte> header;  // UCX 1.13 reads the AM header until the send completes
   const void* payload;
   std::size_t payload_bytes;
@@ -106,6 +111,7 @@ struct ConnectionImpl::SendOp {
   // queued for it, whose captures then fit std::function without a heap
   // allocation (one per message saved).
   std::shared_ptr<ConnectionImpl> sender;
+  unsigned am;  // the pull messages go under AM ids of their own
 };
 
 namespace {
@@ -183,6 +189,28 @@ class OpenedMessage final : public Incoming {
 
 namespace {
 
+// A message whose payload stays in the sender's memory until into() pulls it.
+class PulledMessage final : public Incoming {
+ public:
+  PulledMessage(ConnectionImpl& connection, std::span<const std::byte> header, const pull::Descriptor& d)
+      : connection_(connection), header_(header), descriptor_(d) {}
+
+  std::span<const std::byte> header() const noexcept override { return header_; }
+  std::size_t payload_bytes() const noexcept override { return descriptor_.bytes; }
+  void into(void* dest, Done done) override {
+    if (taken_) throw UsageError("Incoming::into() called twice for one message");
+    taken_ = true;
+    connection_.pull_into(descriptor_, dest, std::move(done));
+  }
+  bool taken() const noexcept { return taken_; }
+
+ private:
+  ConnectionImpl& connection_;
+  std::span<const std::byte> header_;
+  pull::Descriptor descriptor_;
+  bool taken_ = false;
+};
+
 void flush_done(void* request, ucs_status_t status, void* user_data) {
   std::unique_ptr<Done> done(static_cast<Done*>(user_data));
   ucp_request_free(request);
@@ -236,18 +264,27 @@ ConnectionImpl::ConnectionImpl(std::shared_ptr<Worker> worker, MessageHandler on
       on_error_(std::make_shared<const ErrorHandler>(std::move(on_error))) {}
 
 ConnectionImpl::~ConnectionImpl() {
+  // Payloads the peer has not released yet were kept through a graceful
+  // close (the peer may still be copying them); with this object gone no
+  // release can arrive for them.
+  const std::string gone = "connection to " + peer_ + " is closed";
   if (impl_.on_progress_thread()) {
+    fail_pulled(gone);
     // Possibly inside a UCX callback for this very endpoint: close it later.
     if (ep_ != nullptr) impl_.post([impl = &impl_, eps = take_endpoints()] { close_endpoints(*impl, eps, false); });
     return;
   }
-  worker_->call([this] { close_now(false); });
+  worker_->call([&] {
+    close_now(false);
+    fail_pulled(gone);
+  });
 }
 
 std::shared_ptr<Connection> Connection::to_worker(const std::shared_ptr<Worker>& worker,
                                                   std::span<const std::uint8_t> worker_address, std::string peer,
                                                   std::unique_ptr<SecureChannel> channel, MessageHandler on_message,
-                                                  ErrorHandler on_error, protocol::Lane lane, bool accepted) {
+                                                  ErrorHandler on_error, protocol::Lane lane, bool accepted,
+                                                  pid_t peer_pid) {
   auto connection = std::make_shared<ConnectionImpl>(worker, std::move(on_message), std::move(on_error));
   connection->secure(std::move(channel));
   auto create = [&] {
@@ -293,6 +330,7 @@ std::shared_ptr<Connection> Connection::to_worker(const std::shared_ptr<Worker>&
       throw_ucx(status, "ucp_ep_create (shared-memory lane) to the worker of " + peer);
     }
     connection->attach_lane(lane_ep);
+    connection->offer_pulls(peer_pid, accepted);
   };
   if (worker->on_progress_thread()) {
     create();
@@ -358,11 +396,11 @@ void ConnectionImpl::send(std::vector<std::byte> header, const void* payload, st
   // with each other and with close(); from another thread, started right
   // here when the progress thread sleeps with nothing queued (run_or_post):
   // no wake-up on the way out.
-  queue(new SendOp{std::move(header), payload, payload_bytes, std::move(done), {}});
+  queue(new SendOp(std::move(header), payload, payload_bytes, std::move(done)));
 }
 
 void ConnectionImpl::send_soon(std::vector<std::byte> header, Done done) {
-  auto* op = new SendOp{std::move(header), nullptr, 0, std::move(done), {}};
+  auto* op = new SendOp(std::move(header), nullptr, 0, std::move(done));
   op->soon = gather_soon_.load(std::memory_order_relaxed);
   queue(op);
 }
@@ -406,7 +444,7 @@ bool ConnectionImpl::open_payload(std::uint64_t number, std::byte* sealed, std::
 
 void ConnectionImpl::start_send(SendOp* raw) {
   std::unique_ptr<SendOp> op(raw);
-  if ((impl_.batching || op->soon) && ep_ != nullptr && op->payload_bytes == 0 &&
+  if ((impl_.batching || op->soon) && ep_ != nullptr && op->payload_bytes == 0 && op->am == ferry_am_id &&
       op->header.size() <= impl_.max_am_header) {
     if (batched_.empty()) {
       impl_.to_flush.push_back(self());
@@ -470,6 +508,9 @@ void ConnectionImpl::send_now(std::unique_ptr<SendOp> op) {
                          std::to_string(impl_.max_am_header));
     return;
   }
+  if (op->payload_bytes >= pull::pull_from && lane_ != nullptr && op->am == ferry_am_id &&
+      peer_pulls_.load(std::memory_order_relaxed) && op->header.size() + pull::descriptor_bytes <= impl_.max_am_header)
+    return send_pulled(std::move(op));
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
   // REPLY makes the receiver see its endpoint to us, which is how it finds
@@ -484,7 +525,7 @@ void ConnectionImpl::send_now(std::unique_ptr<SendOp> op) {
   // A payload on its bulk lane, where the peer's replies and requests never
   // queue behind it (and it behind them).
   ucp_ep_h ep = op->payload_bytes != 0 && bulk_out_ != nullptr ? bulk_out_ : lane_ != nullptr ? lane_ : ep_;
-  auto request = ucp_am_send_nbx(ep, ferry_am_id, op->header.data(), op->header.size(),
+  auto request = ucp_am_send_nbx(ep, op->am, op->header.data(), op->header.size(),
                                  op->payload, op->payload_bytes, &param);
   if (request == nullptr) {
     notify(op->done, {});
@@ -500,6 +541,111 @@ void ConnectionImpl::send_now(std::unique_ptr<SendOp> op) {
     // it to carry the rest (a rendezvous, a full socket).
     if (!impl_.progressing_here()) impl_.wake();
   }
+}
+
+// ---- pulled payloads (pull.hpp) ----
+
+void ConnectionImpl::offer_pulls(pid_t peer_pid, bool accepted) {
+  if (channel_) return;  // a sealed payload is opened by its receiver: it must travel
+  // FERRY_PULL_PAYLOADS=0 here keeps this end from pulling as well as from being pulled.
+  peer_pid_ = pull::enabled() ? peer_pid : 0;
+  accepted_ = accepted;
+  if (!accepted) send_probe();
+}
+
+void ConnectionImpl::send_probe() {
+  probe_sent_ = true;
+  const bool offer = pull::enabled();
+  if (offer) {
+    std::random_device random;
+    for (auto& b : probe_) b = static_cast<std::byte>(random());
+  }
+  send_control(pull::probe(offer ? &probe_ : nullptr));
+}
+
+void ConnectionImpl::send_control(std::vector<std::byte> message) {
+  send_now(std::make_unique<SendOp>(std::move(message), nullptr, 0, Done{}, ferry_pull_control_am_id));
+}
+
+void ConnectionImpl::on_pull_control(const pull::ControlMessage& message) {
+  switch (message.kind) {
+    case pull::Control::probe: {
+      if (accepted_ && !probe_sent_ && lane_ != nullptr) send_probe();
+      if (message.address == 0 || peer_pid_ == 0 || pulls_from_peer_) return;
+      pull::ProbeBytes read{};
+      const std::string error = pull::read_from(peer_pid_, message.address, read.data(), read.size());
+      if (!error.empty() || read != message.bytes) {
+        log().debug("ucx: {}'s payloads travel (its probe did not read back: {})", peer_,
+                    error.empty() ? "other bytes" : error);
+        return;
+      }
+      pulls_from_peer_ = true;
+      log().debug("ucx: this end pulls {}'s payloads out of its memory", peer_);
+      return send_control(pull::probed());
+    }
+    case pull::Control::probed:
+      if (!probe_sent_ || !pull::enabled()) return reject("the peer answered a probe this end did not send");
+      peer_pulls_.store(true, std::memory_order_relaxed);
+      log().debug("ucx: {} pulls this end's payloads out of its memory", peer_);
+      return;
+    case pull::Control::released:
+      return release(message.token, message.ok ? std::string() : "the peer could not read the payload");
+  }
+}
+
+void ConnectionImpl::send_pulled(std::unique_ptr<SendOp> op) {
+  const std::uint64_t token = next_pull_++;
+  std::vector<std::byte> header;
+  header.reserve(pull::descriptor_bytes + op->header.size());
+  pull::append(header, {token, reinterpret_cast<std::uintptr_t>(op->payload), op->payload_bytes});
+  header.insert(header.end(), op->header.begin(), op->header.end());
+  // The descriptor's own send failing means the peer never saw it.
+  std::weak_ptr<ConnectionImpl> weak = self();
+  auto carrier = std::make_unique<SendOp>(
+      std::move(header), nullptr, 0,
+      [weak, token](const std::string& error) {
+        if (error.empty()) return;
+        if (auto connection = weak.lock()) connection->release(token, error);
+      },
+      ferry_pull_am_id);
+  pulled_.emplace(token, std::move(op));
+  send_now(std::move(carrier));
+}
+
+void ConnectionImpl::release(std::uint64_t token, const std::string& error) {
+  const auto it = pulled_.find(token);
+  if (it == pulled_.end()) return;  // failed already (its descriptor's send, then the peer's answer)
+  auto op = std::move(it->second);
+  pulled_.erase(it);
+  notify(op->done, error);
+}
+
+void ConnectionImpl::fail_pulled(const std::string& reason) {
+  auto pending = std::exchange(pulled_, {});
+  for (auto& [token, op] : pending) notify(op->done, reason);
+}
+
+void ConnectionImpl::pull_into(const pull::Descriptor& d, void* dest, Done done) {
+  // Payloads smaller than this are copied on the progress thread: a
+  // hand-off costs two wake-ups, more than copying 256 KiB.
+  constexpr std::size_t pull_elsewhere_from = std::size_t{256} << 10;
+  const auto finish = [](ConnectionImpl& connection, std::uint64_t token, const std::string& error, const Done& done) {
+    connection.send_control(pull::released(token, error.empty()));
+    if (error.empty()) connection.impl_.pulled_payloads.fetch_add(1, std::memory_order_relaxed);
+    notify(done, error.empty() ? error : "pulling a payload: " + error);
+  };
+  if (d.bytes < pull_elsewhere_from)
+    return finish(*this, d.token, pull::read_from(peer_pid_, d.address, dest, d.bytes), done);
+  // Keyed by the payload: a transfer's chunks in flight copy side by side.
+  openers().run(d.token, [connection = self(), pid = peer_pid_, d, dest, finish, done = std::move(done)]() mutable {
+    std::string error = pull::read_from(pid, d.address, dest, d.bytes);
+    // The connection moves on to the progress thread: were this thread to
+    // drop the last reference, the worker it keeps alive would end here
+    // and join this very thread.
+    auto& target = *connection;
+    target.post([connection = std::move(connection), token = d.token, error = std::move(error), finish,
+                 done = std::move(done)] { finish(*connection, token, error, done); });
+  });
 }
 
 bool ConnectionImpl::wait_here(const std::function<bool()>& ready) {
@@ -618,6 +764,8 @@ void ConnectionImpl::end(const std::string& reason) {
   // error callback. With a lane, the peer is gone (the control endpoint
   // failed) or is being dropped: its lane's outstanding requests end now.
   drop_endpoints(true);
+  // Nobody reads them any more: the peer is gone, or dropped for misbehaving.
+  fail_pulled(reason);
   auto handler = std::move(on_error_);
   on_message_.reset();
   if (!handler || !*handler) return;
@@ -697,6 +845,54 @@ ucs_status_t close_receive(void* arg, const void*, std::size_t, void*, std::size
   auto& self = static_cast<ConnectionImpl&>(*connection);
   log().debug("ucx: {} closed the connection", self.peer());
   self.end("connection to " + self.peer() + " closed by the peer");
+  return UCS_OK;
+}
+
+namespace {
+
+// The connection an AM from `param`'s reply endpoint belongs to, or null.
+std::shared_ptr<ConnectionImpl> connection_of(Worker::Impl& impl, const ucp_am_recv_param_t* param) {
+  if ((param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) == 0) return nullptr;
+  auto found = impl.connections.find(param->reply_ep);
+  if (found == impl.connections.end()) return nullptr;
+  return std::static_pointer_cast<ConnectionImpl>(found->second->weak_from_this().lock());
+}
+
+}  // namespace
+
+ucs_status_t pull_receive(void* arg, const void* header, std::size_t header_length, void*, std::size_t length,
+                          const ucp_am_recv_param_t* param) {
+  auto& impl = *static_cast<Worker::Impl*>(arg);
+  auto connection = connection_of(impl, param);
+  if (!connection) return UCS_OK;
+  std::span<const std::byte> bytes;
+  if (header_length != 0) bytes = {static_cast<const std::byte*>(header), header_length};
+  const auto descriptor = pull::read_descriptor(bytes);
+  // Only from a peer whose probe this end read: one it can pull from.
+  if (!descriptor || length != 0 || !connection->pulls_from_peer()) {
+    connection->reject("a pulled payload this end did not agree to");
+    return UCS_OK;
+  }
+  PulledMessage message(*connection, bytes.subspan(pull::descriptor_bytes), *descriptor);
+  connection->deliver(message);
+  // Dropped by the handler: the sender may let it go.
+  if (!message.taken()) connection->send_control(pull::released(descriptor->token, true));
+  return UCS_OK;
+}
+
+ucs_status_t pull_control_receive(void* arg, const void* header, std::size_t header_length, void*, std::size_t length,
+                                  const ucp_am_recv_param_t* param) {
+  auto& impl = *static_cast<Worker::Impl*>(arg);
+  auto connection = connection_of(impl, param);
+  if (!connection) return UCS_OK;
+  std::span<const std::byte> bytes;
+  if (header_length != 0) bytes = {static_cast<const std::byte*>(header), header_length};
+  const auto message = pull::read_control(bytes);
+  if (!message || length != 0) {
+    connection->reject("a malformed pull control message");
+    return UCS_OK;
+  }
+  connection->on_pull_control(*message);
   return UCS_OK;
 }
 

@@ -2,14 +2,17 @@
 // (Connection::to_worker) by both the dialling and the accepting side.
 #pragma once
 
+#include <sys/types.h>
 #include <ucp/api/ucp.h>
 
 #include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 
 #include "ferry/transport/connection.hpp"
+#include "pull.hpp"
 #include "worker_impl.hpp"
 
 namespace ferry::transport {
@@ -50,6 +53,21 @@ class ConnectionImpl final : public Connection {
   // Takes the bulk lanes' endpoints: this end's messages with a payload go
   // out on `out` from now on, and a sealed connection numbers them apart.
   void attach_bulk(ucp_ep_h out, ucp_ep_h in);
+  // After attach_lane: the peer's process, which the bootstrap proved (0:
+  // none), whose payloads this end may then pull once its probe reads back
+  // right. The end that did not accept the dial probes first; the other
+  // answers with its own probe (pull.hpp).
+  void offer_pulls(pid_t peer_pid, bool accepted);
+  // Progress thread: a pull control message from the peer.
+  void on_pull_control(const pull::ControlMessage& message);
+  // Whether a pulled message from the peer is expected (its probe read back right).
+  bool pulls_from_peer() const noexcept { return pulls_from_peer_; }
+  // Progress thread: copies the payload `d` names out of the peer's memory
+  // into dest (on an opener thread when large), tells the peer it is
+  // released, then calls `done`.
+  void pull_into(const pull::Descriptor& d, void* dest, std::function<void(const std::string& error)> done);
+  // Progress thread: a header-only pull control message on the lane.
+  void send_control(std::vector<std::byte> message);
   void deliver(Incoming& message);
   // The endpoint failed (peer gone, or connecting failed).
   void fail(ucs_status_t status);
@@ -71,6 +89,13 @@ class ConnectionImpl final : public Connection {
   bool corked() const noexcept { return !batched_.empty() && !batched_urgent_; }
 
  private:
+  // Progress thread: sends op's header with a descriptor of its payload,
+  // which stays op's until the peer releases it (or the connection ends).
+  void send_pulled(std::unique_ptr<SendOp> op);
+  void release(std::uint64_t token, const std::string& error);
+  // Every payload the peer has not released yet: `done` with `reason`.
+  void fail_pulled(const std::string& reason);
+  void send_probe();
   void queue(SendOp* op);
   void start_send(SendOp* op);
   void send_now(std::unique_ptr<SendOp> op);
@@ -111,6 +136,15 @@ class ConnectionImpl final : public Connection {
   bool batched_urgent_ = false;  // a message in batched_ came from send(), not send_soon()
   std::atomic<bool> corked_{false};  // batched_ may hold send_soon messages: push() has work
   std::atomic<bool> gather_soon_{true};  // whether send_soon gathers (Worker::Impl::sends_are_system_calls, no lane)
+  // Pulled payloads (pull.hpp), progress thread only unless atomic.
+  pid_t peer_pid_ = 0;             // proven by the bootstrap; 0: this end never reads the peer
+  bool accepted_ = false;          // this end accepted the dial: it probes in answer
+  bool probe_sent_ = false;
+  bool pulls_from_peer_ = false;   // the peer's probe read back right
+  std::atomic<bool> peer_pulls_{false};  // ours did: payloads from pull_from on go as descriptors
+  pull::ProbeBytes probe_{};       // random; the peer reads them out of this process
+  std::uint64_t next_pull_ = 1;
+  std::unordered_map<std::uint64_t, std::unique_ptr<SendOp>> pulled_;  // named to the peer, not yet released
 };
 
 // The worker's AM handler for ferry_am_id; `arg` is the Worker::Impl.
@@ -122,6 +156,12 @@ ucs_status_t batch_receive(void* arg, const void* header, std::size_t header_len
 // The worker's AM handler for ferry_close_am_id: the peer closed its end.
 ucs_status_t close_receive(void* arg, const void* header, std::size_t header_length, void* data, std::size_t length,
                            const ucp_am_recv_param_t* param);
+// The worker's AM handler for ferry_pull_am_id: a message whose payload this end pulls.
+ucs_status_t pull_receive(void* arg, const void* header, std::size_t header_length, void* data, std::size_t length,
+                          const ucp_am_recv_param_t* param);
+// The worker's AM handler for ferry_pull_control_am_id.
+ucs_status_t pull_control_receive(void* arg, const void* header, std::size_t header_length, void* data,
+                                  std::size_t length, const ucp_am_recv_param_t* param);
 // The endpoints' error handler; `arg` is the Worker::Impl.
 void endpoint_failed(void* arg, ucp_ep_h ep, ucs_status_t status);
 

@@ -23,7 +23,7 @@ CryptoThreads::~CryptoThreads() {
     if (lane->thread.joinable()) lane->thread.join();
 }
 
-unsigned CryptoThreads::default_threads() { return std::clamp(std::thread::hardware_concurrency() / 2, 1u, 4u); }
+unsigned CryptoThreads::default_threads() { return std::clamp(std::thread::hardware_concurrency(), 1u, 4u); }
 
 void CryptoThreads::run(std::size_t key, std::function<void()> job) {
   Lane& lane = *lanes_[key % lanes_.size()];

@@ -1,12 +1,14 @@
-// Threads that open large sealed payloads off the progress thread. Opening
-// a 4 MiB chunk costs about a millisecond; on the progress thread it held up
-// the receive of the next chunk, so a sealed stream paid receive + open per
-// chunk in series. Here the next chunk arrives while this one is opened.
-// Jobs with the same key (a connection) run on the same thread in the order
-// given, so one connection's payloads land in the order they arrived, as
-// they did when the progress thread opened them; different connections
-// spread over the threads. Each thread starts on first use (a plaintext
-// worker never has one); idle threads block.
+// Threads that open large sealed payloads, and copy large pulled ones, off
+// the progress thread. Opening a 4 MiB chunk costs about a millisecond; on
+// the progress thread it held up the receive of the next chunk, so a sealed
+// stream paid receive + open per chunk in series. Here the next chunk
+// arrives while this one is opened. Jobs with the same key run on the same
+// thread in the order given: a sealed connection's payloads (keyed by the
+// connection) land in the order they arrived, as they did when the progress
+// thread opened them. Pulled payloads are keyed each by its own number, so
+// the chunks of one transfer are copied side by side (one core's copy does
+// not reach the memory's rate). Each thread starts on first use (a
+// plaintext worker without pulls never has one); idle threads block.
 #pragma once
 
 #include <condition_variable>
@@ -30,9 +32,10 @@ class CryptoThreads {
   // Runs job on the thread for `key`, after the jobs given for it before.
   void run(std::size_t key, std::function<void()> job);
 
-  // How many threads a worker gets on this machine: one per two cores, at
-  // most four (a payload is opened by one thread; more only help when
-  // several connections stream at once).
+  // How many threads a worker gets on this machine: one per core, at most
+  // four (a sealed payload is opened by one thread, so more help sealed
+  // streams only when several connections stream at once; the chunks of
+  // one pulled transfer use them all).
   static unsigned default_threads();
 
  private:

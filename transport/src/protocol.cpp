@@ -180,6 +180,7 @@ void fields(IO& io, M& m) {
   io("identity", m.identity);
   io("aes_gcm", m.aes_gcm);
   io("lane", m.lane);
+  io("pid", m.pid);
 }
 template <class IO, Is<Challenge> M>
 void fields(IO& io, M& m) {
@@ -189,6 +190,7 @@ void fields(IO& io, M& m) {
   io("host_key", m.host_key);
   io("cipher", m.cipher);
   io("signature", m.signature);
+  io("pid", m.pid);
 }
 template <class IO, Is<Auth> M>
 void fields(IO& io, M& m) {
@@ -434,6 +436,15 @@ class Writer : public Location {
   void operator()(const char* field, Lane lane) {
     if (!in_range(lane)) fail(field, std::to_string(static_cast<unsigned>(lane)) + " is not a lane");
     if (lane != Lane::none) append_le(out_, static_cast<std::uint8_t>(lane));
+    lane_left_out_ = lane == Lane::none;
+  }
+
+  // A trailing u32 (after the lane, in a hello): left out when 0. It cannot
+  // follow a lane that was left out, whose byte it would be read as.
+  void operator()(const char* field, ProcessId pid) {
+    if (pid.value == 0) return;
+    if (lane_left_out_) fail(field, "a process id needs a lane before it");
+    append_le(out_, pid.value);
   }
 
   // A trailing list added after version 1 shipped: left out when empty, so
@@ -456,6 +467,7 @@ class Writer : public Location {
 
  private:
   std::vector<std::byte> out_;
+  bool lane_left_out_ = false;  // the message's lane byte was left out (none)
 };
 
 // ---- decoding ----
@@ -546,6 +558,14 @@ class Reader : public Location {
     // One encoding per message: none is written by leaving the byte out.
     if (lane == Lane::none) fail(field, "0 is written by leaving the field out");
     if (!in_range(lane)) fail(field, std::to_string(value) + " is not a lane");
+  }
+
+  // A trailing u32 (after the lane, in a hello): a header that ends before it means none.
+  void operator()(const char* field, ProcessId& pid) {
+    pid = {};
+    if (left() == 0) return;
+    pid.value = uint<std::uint32_t>(field);
+    if (pid.value == 0) fail(field, "0 is written by leaving the field out");
   }
 
   // A trailing list added after version 1 shipped: a header that ends

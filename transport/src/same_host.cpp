@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -41,7 +42,16 @@ bool is_loopback_address(const sockaddr_storage& address) {
 
 }  // namespace
 
-std::optional<uid_t> loopback_peer_uid(int fd) {
+namespace {
+
+// The /proc/net/tcp{,6} row of the other end of the connected TCP socket
+// `fd`, when that end is on this host's loopback.
+struct PeerSocket {
+  uid_t uid = 0;
+  unsigned long inode = 0;
+};
+
+std::optional<PeerSocket> loopback_peer(int fd) {
   sockaddr_storage mine{}, theirs{};
   socklen_t mine_bytes = sizeof mine, theirs_bytes = sizeof theirs;
   if (::getsockname(fd, reinterpret_cast<sockaddr*>(&mine), &mine_bytes) != 0 ||
@@ -54,12 +64,40 @@ std::optional<uid_t> loopback_peer_uid(int fd) {
   std::getline(table, line);  // the column names
   while (std::getline(table, line)) {
     std::istringstream row(line);
-    std::string slot, row_local, row_remote, state, queues, timer, retransmits;
-    uid_t uid = 0;
-    if (!(row >> slot >> row_local >> row_remote >> state >> queues >> timer >> retransmits >> uid)) continue;
-    if (row_local == local && row_remote == remote) return uid;
+    std::string slot, row_local, row_remote, state, queues, timer, retransmits, timeout;
+    PeerSocket peer;
+    if (!(row >> slot >> row_local >> row_remote >> state >> queues >> timer >> retransmits >> peer.uid >> timeout >>
+          peer.inode))
+      continue;
+    if (row_local == local && row_remote == remote) return peer;
   }
   return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<uid_t> loopback_peer_uid(int fd) {
+  const auto peer = loopback_peer(fd);
+  return peer ? std::optional<uid_t>(peer->uid) : std::nullopt;
+}
+
+bool loopback_peer_is_process(int fd, pid_t pid) {
+  if (pid <= 0) return false;
+  const auto peer = loopback_peer(fd);
+  if (!peer || peer->inode == 0) return false;
+  const std::string socket = fmt::format("socket:[{}]", peer->inode);
+  // Readable only for this user's processes (or by root), as the lane needs anyway.
+  try {
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(fmt::format("/proc/{}/fd", pid), ec)) {
+      std::error_code link_error;
+      const auto target = std::filesystem::read_symlink(entry.path(), link_error);
+      if (!link_error && target.native() == socket) return true;
+    }
+  } catch (const std::filesystem::filesystem_error&) {
+    // It went away while listed: not the peer now.
+  }
+  return false;
 }
 
 bool shared_memory_lane_possible(int fd, const std::string& transports) {

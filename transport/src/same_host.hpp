@@ -18,6 +18,12 @@ namespace ferry::transport {
 // otherwise or when it cannot be told.
 std::optional<uid_t> loopback_peer_uid(int fd);
 
+// True when process `pid` holds the other end of the connected loopback TCP
+// socket `fd` (its socket's inode is among /proc/PID/fd): that a peer's
+// claim to be `pid` is true, before this end reads payloads out of that
+// process's memory. False when it cannot be told.
+bool loopback_peer_is_process(int fd, pid_t pid);
+
 // True when a shared-memory lane to the peer on `fd` can be offered: a
 // loopback peer of this process's uid, UCX transports (as Worker::transports
 // lists them) including shared memory but not CMA, and FERRY_SHARED_MEMORY

@@ -158,6 +158,12 @@ std::shared_ptr<Worker> Worker::create(Options options) {
   handler.id = ferry_batch_am_id;
   handler.cb = batch_receive;
   check(ucp_worker_set_am_recv_handler(impl->worker, &handler), "ucp_worker_set_am_recv_handler (batch)");
+  handler.id = ferry_pull_am_id;
+  handler.cb = pull_receive;
+  check(ucp_worker_set_am_recv_handler(impl->worker, &handler), "ucp_worker_set_am_recv_handler (pull)");
+  handler.id = ferry_pull_control_am_id;
+  handler.cb = pull_control_receive;
+  check(ucp_worker_set_am_recv_handler(impl->worker, &handler), "ucp_worker_set_am_recv_handler (pull control)");
 
   impl->slabs = std::make_unique<SlabRegistry>(impl->context, [raw = impl.get()](std::function<void()> fn) {
     raw->post(std::move(fn));
@@ -195,6 +201,10 @@ bool Worker::wait_here(const std::function<bool()>& ready) { return impl_->drive
 std::string Worker::transports() const { return impl_->transports; }
 std::uint64_t Worker::batched_messages() const noexcept {
   return impl_->batched_messages.load(std::memory_order_relaxed);
+}
+
+std::uint64_t Worker::pulled_payloads() const noexcept {
+  return impl_->pulled_payloads.load(std::memory_order_relaxed);
 }
 
 void Worker::register_slabs(std::shared_ptr<SlabPool> pool) { impl_->slabs->watch(std::move(pool)); }

@@ -35,6 +35,12 @@ inline constexpr unsigned ferry_close_am_id = 1;
 // Several header-only messages of one connection in one AM, its payload
 // frames of [u32 length][header] (connection.cpp, batched sends).
 inline constexpr unsigned ferry_batch_am_id = 2;
+// A message whose payload the receiver pulls out of the sender's memory: its
+// AM header is a pull::Descriptor, then the message's header (pull.hpp).
+inline constexpr unsigned ferry_pull_am_id = 3;
+// What the two ends of a shared-memory lane say about pulls: probe, probed,
+// released (pull::Control).
+inline constexpr unsigned ferry_pull_control_am_id = 4;
 
 // Throws UcxError "<what>: <UCX's reason>" unless status is UCS_OK.
 void check(ucs_status_t status, const std::string& what);
@@ -105,6 +111,7 @@ struct Worker::Impl {
   // Under `serial`, as to_flush.
   std::chrono::steady_clock::time_point corked_until = std::chrono::steady_clock::time_point::max();
   std::atomic<std::uint64_t> batched_messages{0};
+  std::atomic<std::uint64_t> pulled_payloads{0};  // payloads this worker copied out of a peer's memory
   // Rendezvous receives UCX has not completed. UCX 1.13 cannot cancel an AM
   // receive, and one whose sender closed mid-transfer over a lane never
   // completes; once the worker is destroyed nothing can complete them, and

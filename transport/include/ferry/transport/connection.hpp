@@ -4,6 +4,8 @@
 // zero-copy where the transport can).
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstddef>
 #include <functional>
 #include <memory>
@@ -49,11 +51,15 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // liveness, and its failure closes both. With bulk lanes, two more
   // endpoints carry the messages that have a payload, one per direction;
   // `accepted` says which end this is (the one that accepted the dial).
+  // `peer_pid`, with a shared-memory lane and no channel: the peer's
+  // process, proven by the bootstrap (loopback_peer_is_process); once the
+  // two ends' probes read back, large payloads are pulled out of the
+  // sender's memory rather than sent (docs/protocol.md, "Pulled payloads").
   static std::shared_ptr<Connection> to_worker(const std::shared_ptr<Worker>& worker,
                                                std::span<const std::uint8_t> worker_address, std::string peer,
                                                std::unique_ptr<SecureChannel> channel, MessageHandler on_message,
                                                ErrorHandler on_error, protocol::Lane lane = protocol::Lane::none,
-                                               bool accepted = false);
+                                               bool accepted = false, pid_t peer_pid = 0);
 
   virtual ~Connection() = default;
 

@@ -109,6 +109,17 @@ enum class Privacy : std::uint8_t {
 // trailing byte that an older peer leaves out, which reads as `none`.
 enum class Lane : std::uint8_t { none = 0, shared_memory = 1, bulk = 2 };
 
+// The sender's process id, sent with a shared-memory lane only: the peer,
+// once it checked that this process owns the other end of the bootstrap
+// socket and that it can read this process's memory, copies the payloads
+// this end sends straight out of it (process_vm_readv; docs/protocol.md,
+// "Pulled payloads"). Added after the lane: a trailing u32 that follows the
+// lane byte, left out when 0.
+struct ProcessId {
+  std::uint32_t value = 0;
+  friend bool operator==(const ProcessId&, const ProcessId&) = default;
+};
+
 struct Hello {
   std::uint16_t min_version = oldest_version;
   std::uint16_t max_version = version;
@@ -118,6 +129,7 @@ struct Hello {
   Key identity{};   // the client's Ed25519 public key; all zero: the shared token instead
   std::uint8_t aes_gcm = 0;  // 1: the client can seal with AES-256-GCM (its CPU has AES-NI)
   Lane lane = Lane::none;    // what the client offers
+  ProcessId pid{};           // with lane == shared_memory: this client's process
 };
 
 struct Challenge {
@@ -127,6 +139,11 @@ struct Challenge {
   Key host_key{};       // the server's Ed25519 public key, which clients pin
   std::uint8_t cipher = 0;  // what seals from here on: 0 AES-256-GCM, 1 XChaCha20-Poly1305
   Signature signature{};  // by host_key, over the hello and this message's other fields
+  // When the hello offered a shared-memory lane and this end takes it: the
+  // server's process (last: optional). Here rather than in the welcome: the
+  // client checks it against the bootstrap socket, which the server keeps
+  // open only until the welcome.
+  ProcessId pid{};
 };
 
 struct Auth {

@@ -77,6 +77,9 @@ class Worker : public std::enable_shared_from_this<Worker> {
   // Messages that left in a batch with others (sends the progress thread
   // gathered while it ran what was queued): for tests and benchmarks.
   std::uint64_t batched_messages() const noexcept;
+  // Payloads this worker copied straight out of a peer's memory (pulled
+  // payloads on a shared-memory lane, docs/protocol.md): for tests and benchmarks.
+  std::uint64_t pulled_payloads() const noexcept;
 
   struct Impl;
   Impl& impl() noexcept { return *impl_; }
