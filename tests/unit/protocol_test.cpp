@@ -27,12 +27,12 @@ using RunMessage = Run;
 std::uint64_t bits(double d) { return std::bit_cast<std::uint64_t>(d); }
 
 bool same(const Hello& a, const Hello& b) {
-  return std::tie(a.min_version, a.max_version, a.client, a.privacy, a.exchange, a.identity, a.aes_gcm) ==
-         std::tie(b.min_version, b.max_version, b.client, b.privacy, b.exchange, b.identity, b.aes_gcm);
+  return std::tie(a.min_version, a.max_version, a.client, a.privacy, a.exchange, a.identity, a.aes_gcm, a.lane, a.pid) ==
+         std::tie(b.min_version, b.max_version, b.client, b.privacy, b.exchange, b.identity, b.aes_gcm, b.lane, b.pid);
 }
 bool same(const Challenge& a, const Challenge& b) {
-  return std::tie(a.version, a.nonce, a.exchange, a.host_key, a.cipher, a.signature) ==
-         std::tie(b.version, b.nonce, b.exchange, b.host_key, b.cipher, b.signature);
+  return std::tie(a.version, a.nonce, a.exchange, a.host_key, a.cipher, a.signature, a.pid) ==
+         std::tie(b.version, b.nonce, b.exchange, b.host_key, b.cipher, b.signature, b.pid);
 }
 bool same(const Auth& a, const Auth& b) {
   return std::tie(a.mac, a.signature, a.worker_address) == std::tie(b.mac, b.signature, b.worker_address);
@@ -554,6 +554,37 @@ TEST(ProtocolMalformed, ExplicitLaneNone) {
   bytes.push_back(std::byte{0});
   bytes[8] = static_cast<std::byte>(std::to_integer<unsigned>(bytes[8]) + 1);
   expect_refused(bytes, "hello.lane: 0 is written by leaving the field out");
+}
+
+// A process id (pulled payloads) trails the hello's lane and the
+// challenge's signature: left out when 0, so older peers read both.
+TEST(Protocol, ProcessIdsTrailAndAreLeftOutWhenZero) {
+  Hello hello{.min_version = 1, .max_version = 1, .client = "c", .lane = Lane::shared_memory};
+  const Bytes without = encode(hello);
+  hello.pid = {4242};
+  const Bytes with = encode(hello);
+  EXPECT_EQ(with.size(), without.size() + 4);
+  EXPECT_EQ(std::get<Hello>(decode(with)).pid, ProcessId{4242});
+  EXPECT_EQ(std::get<Hello>(decode(without)).pid, ProcessId{});
+  EXPECT_EQ(encode(decode(with)), with);
+
+  Challenge challenge{.version = 1, .cipher = 1};
+  const Bytes plain = encode(challenge);
+  challenge.pid = {7};
+  const Bytes named = encode(challenge);
+  EXPECT_EQ(named.size(), plain.size() + 4);
+  EXPECT_EQ(std::get<Challenge>(decode(named)).pid, ProcessId{7});
+  EXPECT_EQ(std::get<Challenge>(decode(plain)).pid, ProcessId{});
+}
+
+TEST(ProtocolMalformed, ProcessIdWithoutALaneOrWrittenAsZero) {
+  // Its four bytes would be read as the lane that was left out.
+  expect_encode_refused(Hello{.min_version = 1, .max_version = 1, .client = "c", .pid = {5}},
+                        "hello.pid: a process id needs a lane before it");
+  Bytes bytes = encode(Hello{.min_version = 1, .max_version = 1, .client = "c", .lane = Lane::shared_memory});
+  for (int i = 0; i < 4; ++i) bytes.push_back(std::byte{0});
+  bytes[8] = static_cast<std::byte>(std::to_integer<unsigned>(bytes[8]) + 4);
+  expect_refused(bytes, "hello.pid: 0 is written by leaving the field out");
 }
 
 TEST(ProtocolMalformed, OptionalByte) {
