@@ -420,6 +420,59 @@ TEST(PulledPayloads, NoLaneNoPulls) {
   EXPECT_EQ(client.worker->pulled_payloads(), 0u);
 }
 
+// What the peer says about pulls is checked before anything acts on it:
+// each control message has one size, and a descriptor must be whole.
+TEST(PulledPayloads, ControlMessagesAndDescriptorsAreReadExactly) {
+  const pull::ProbeBytes bytes{std::byte{1}, std::byte{2}};
+  const auto probe = pull::read_control(pull::probe(&bytes));
+  ASSERT_TRUE(probe);
+  EXPECT_EQ(probe->kind, pull::Control::probe);
+  EXPECT_EQ(probe->address, reinterpret_cast<std::uintptr_t>(bytes.data()));
+  EXPECT_EQ(probe->bytes, bytes);
+  EXPECT_EQ(pull::read_control(pull::probe(nullptr))->address, 0u);
+  const auto released = pull::read_control(pull::released(77, false));
+  ASSERT_TRUE(released);
+  EXPECT_EQ(released->token, 77u);
+  EXPECT_FALSE(released->ok);
+  EXPECT_TRUE(pull::read_control(pull::probed()));
+
+  auto longer = pull::probed();
+  longer.push_back(std::byte{0});
+  EXPECT_FALSE(pull::read_control(longer));
+  auto shorter = pull::probe(&bytes);
+  shorter.pop_back();
+  EXPECT_FALSE(pull::read_control(shorter));
+  auto bad_ok = pull::released(1, true);
+  bad_ok.back() = std::byte{2};
+  EXPECT_FALSE(pull::read_control(bad_ok));
+  EXPECT_FALSE(pull::read_control(std::vector<std::byte>{std::byte{9}}));
+  EXPECT_FALSE(pull::read_control({}));
+
+  std::vector<std::byte> header;
+  pull::append(header, {1, 2, 3});
+  const auto d = pull::read_descriptor(header);
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->token, 1u);
+  EXPECT_EQ(d->address, 2u);
+  EXPECT_EQ(d->bytes, 3u);
+  header.pop_back();
+  EXPECT_FALSE(pull::read_descriptor(header));
+}
+
+// A copy out of a process that is gone fails with the reason, not a crash.
+TEST(PulledPayloads, ReadingADeadProcessFailsWithItsReason) {
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) ::_exit(0);
+  ::waitpid(child, nullptr, 0);
+  int dest = 0;
+  const int source = 5;
+  const std::string error = pull::read_from(child, reinterpret_cast<std::uintptr_t>(&source), &dest, sizeof dest);
+  EXPECT_NE(error.find("process_vm_readv from process " + std::to_string(child)), std::string::npos) << error;
+  EXPECT_EQ(pull::read_from(::getpid(), reinterpret_cast<std::uintptr_t>(&source), &dest, sizeof dest), "");
+  EXPECT_EQ(dest, 5);
+}
+
 // The check a pid claimed in the handshake must pass: the process holds
 // the other end of the bootstrap socket. Here this process holds both.
 TEST(SameHost, OnlyTheProcessHoldingThePeerSocketIsTheLoopbackPeer) {
