@@ -4,6 +4,7 @@
 #include <random>
 
 #include "connection_impl.hpp"
+#include "little_endian.hpp"
 #include "ferry/error.hpp"
 #include "ferry/log.hpp"
 
@@ -228,16 +229,6 @@ void send_done(void* request, ucs_status_t status, void* user_data) {
 constexpr std::size_t frame_prefix = 4;
 // Gathered up to this much, then sent: small enough to go eagerly in one piece.
 constexpr std::size_t max_batch_bytes = std::size_t{64} << 10;
-
-void put_u32(std::vector<std::byte>& out, std::uint32_t n) {
-  for (int i = 0; i < 4; ++i) out.push_back(static_cast<std::byte>(n >> (8 * i)));
-}
-
-std::uint32_t get_u32(const std::byte* in) {
-  std::uint32_t n = 0;
-  for (int i = 0; i < 4; ++i) n |= static_cast<std::uint32_t>(in[i]) << (8 * i);
-  return n;
-}
 
 }  // namespace
 
@@ -475,7 +466,7 @@ void ConnectionImpl::flush_batch() {
   auto batch = std::make_unique<BatchOp>();
   batch->frames.reserve(bytes);
   for (const auto& op : ops) {
-    put_u32(batch->frames, static_cast<std::uint32_t>(op->header.size()));
+    put_le(batch->frames, static_cast<std::uint32_t>(op->header.size()));
     batch->frames.insert(batch->frames.end(), op->header.begin(), op->header.end());
   }
   impl_.batched_messages.fetch_add(ops.size(), std::memory_order_relaxed);
@@ -822,11 +813,11 @@ ucs_status_t batch_receive(void* arg, const void*, std::size_t, void* data, std:
   for (std::size_t at = 0; at < length && !self.closed();) {
     // An empty frame is an empty header, as a message alone may have one
     // (the protocol, not the framing, refuses it).
-    if (length - at < frame_prefix || get_u32(bytes + at) > length - at - frame_prefix) {
+    if (length - at < frame_prefix || get_le<std::uint32_t>(bytes + at) > length - at - frame_prefix) {
       self.reject("a malformed batch of messages");
       break;
     }
-    const std::uint32_t n = get_u32(bytes + at);
+    const std::uint32_t n = get_le<std::uint32_t>(bytes + at);
     at += frame_prefix;
     IncomingMessage message(impl, {bytes + at, n}, nullptr, 0, false);
     self.deliver(message);
@@ -858,15 +849,18 @@ std::shared_ptr<ConnectionImpl> connection_of(Worker::Impl& impl, const ucp_am_r
   return std::static_pointer_cast<ConnectionImpl>(found->second->weak_from_this().lock());
 }
 
+std::span<const std::byte> header_bytes(const void* header, std::size_t header_length) {
+  if (header_length == 0) return {};
+  return {static_cast<const std::byte*>(header), header_length};
+}
+
 }  // namespace
 
 ucs_status_t pull_receive(void* arg, const void* header, std::size_t header_length, void*, std::size_t length,
                           const ucp_am_recv_param_t* param) {
-  auto& impl = *static_cast<Worker::Impl*>(arg);
-  auto connection = connection_of(impl, param);
+  auto connection = connection_of(*static_cast<Worker::Impl*>(arg), param);
   if (!connection) return UCS_OK;
-  std::span<const std::byte> bytes;
-  if (header_length != 0) bytes = {static_cast<const std::byte*>(header), header_length};
+  const auto bytes = header_bytes(header, header_length);
   const auto descriptor = pull::read_descriptor(bytes);
   // Only from a peer whose probe this end read: one it can pull from.
   if (!descriptor || length != 0 || !connection->pulls_from_peer()) {
@@ -882,12 +876,9 @@ ucs_status_t pull_receive(void* arg, const void* header, std::size_t header_leng
 
 ucs_status_t pull_control_receive(void* arg, const void* header, std::size_t header_length, void*, std::size_t length,
                                   const ucp_am_recv_param_t* param) {
-  auto& impl = *static_cast<Worker::Impl*>(arg);
-  auto connection = connection_of(impl, param);
+  auto connection = connection_of(*static_cast<Worker::Impl*>(arg), param);
   if (!connection) return UCS_OK;
-  std::span<const std::byte> bytes;
-  if (header_length != 0) bytes = {static_cast<const std::byte*>(header), header_length};
-  const auto message = pull::read_control(bytes);
+  const auto message = pull::read_control(header_bytes(header, header_length));
   if (!message || length != 0) {
     connection->reject("a malformed pull control message");
     return UCS_OK;

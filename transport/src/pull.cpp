@@ -1,25 +1,16 @@
 #include "pull.hpp"
 
+#include <fmt/format.h>
 #include <sys/uio.h>
 
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 
-#include <fmt/format.h>
+#include "little_endian.hpp"
 
 namespace ferry::transport::pull {
 namespace {
-
-void put_u64(std::vector<std::byte>& out, std::uint64_t n) {
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<std::byte>(n >> (8 * i)));
-}
-
-std::uint64_t get_u64(const std::byte* in) {
-  std::uint64_t n = 0;
-  for (int i = 0; i < 8; ++i) n |= static_cast<std::uint64_t>(in[i]) << (8 * i);
-  return n;
-}
 
 constexpr std::size_t probe_bytes = 1 + 8 + std::tuple_size_v<ProbeBytes>;
 constexpr std::size_t released_bytes = 1 + 8 + 1;
@@ -27,19 +18,20 @@ constexpr std::size_t released_bytes = 1 + 8 + 1;
 }  // namespace
 
 void append(std::vector<std::byte>& out, const Descriptor& d) {
-  put_u64(out, d.token);
-  put_u64(out, d.address);
-  put_u64(out, d.bytes);
+  put_le<std::uint64_t>(out, d.token);
+  put_le<std::uint64_t>(out, d.address);
+  put_le<std::uint64_t>(out, d.bytes);
 }
 
 std::optional<Descriptor> read_descriptor(std::span<const std::byte> header) {
   if (header.size() < descriptor_bytes) return std::nullopt;
-  return Descriptor{get_u64(header.data()), get_u64(header.data() + 8), get_u64(header.data() + 16)};
+  return Descriptor{get_le<std::uint64_t>(header.data()), get_le<std::uint64_t>(header.data() + 8),
+                    get_le<std::uint64_t>(header.data() + 16)};
 }
 
 std::vector<std::byte> probe(const ProbeBytes* bytes) {
   std::vector<std::byte> out{static_cast<std::byte>(Control::probe)};
-  put_u64(out, bytes == nullptr ? 0 : reinterpret_cast<std::uintptr_t>(bytes->data()));
+  put_le<std::uint64_t>(out, bytes == nullptr ? 0 : reinterpret_cast<std::uintptr_t>(bytes->data()));
   if (bytes == nullptr) {
     out.resize(probe_bytes);
   } else {
@@ -52,7 +44,7 @@ std::vector<std::byte> probed() { return {static_cast<std::byte>(Control::probed
 
 std::vector<std::byte> released(std::uint64_t token, bool ok) {
   std::vector<std::byte> out{static_cast<std::byte>(Control::released)};
-  put_u64(out, token);
+  put_le<std::uint64_t>(out, token);
   out.push_back(static_cast<std::byte>(ok ? 1 : 0));
   return out;
 }
@@ -64,7 +56,7 @@ std::optional<ControlMessage> read_control(std::span<const std::byte> message) {
   switch (m.kind) {
     case Control::probe:
       if (message.size() != probe_bytes) return std::nullopt;
-      m.address = get_u64(message.data() + 1);
+      m.address = get_le<std::uint64_t>(message.data() + 1);
       std::memcpy(m.bytes.data(), message.data() + 9, m.bytes.size());
       return m;
     case Control::probed:
@@ -72,7 +64,7 @@ std::optional<ControlMessage> read_control(std::span<const std::byte> message) {
       return m;
     case Control::released:
       if (message.size() != released_bytes || std::to_integer<unsigned>(message[9]) > 1) return std::nullopt;
-      m.token = get_u64(message.data() + 1);
+      m.token = get_le<std::uint64_t>(message.data() + 1);
       m.ok = message[9] == std::byte{1};
       return m;
   }
