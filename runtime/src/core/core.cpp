@@ -594,8 +594,8 @@ TaskRecord* RuntimeCore::finish(TaskRecord* task, Device* current) {
   std::vector<TaskRecord*> skipped;
   for (;;) {
     if (task->failed_input.load(std::memory_order_acquire) != nullptr && !task->error) fail_skipped(task);
-    std::vector<TaskRecord::Edge> successors;
-    std::vector<std::function<void()>> continuations;
+    TaskRecord::Edges successors;
+    TaskRecord::Continuations continuations;
     {
       std::lock_guard lock(task->mutex);
       task->closed = true;
@@ -633,7 +633,7 @@ TaskRecord* RuntimeCore::finish(TaskRecord* task, Device* current) {
   }
 }
 
-void RuntimeCore::release_successors(std::vector<TaskRecord::Edge> successors) {
+void RuntimeCore::release_successors(TaskRecord::Edges successors) {
   TaskRecord* bypass = nullptr;  // no device is current: every ready task is queued
   std::vector<TaskRecord*> skipped;
   for (const auto& edge : successors) {

@@ -105,7 +105,7 @@ class RuntimeCore : public std::enable_shared_from_this<RuntimeCore> {
   // The live host views (data/host_acquisition.hpp).
   HostAcquisitions& host_views() noexcept { return host_views_; }
   // A host view ended: the tasks that waited only for it become ready.
-  void release_successors(std::vector<TaskRecord::Edge> successors);
+  void release_successors(TaskRecord::Edges successors);
 
  private:
   // prepare()'s three phases: the arguments read and checked against the

@@ -30,14 +30,17 @@ SlabPool& record_pool() {
 }
 }  // namespace
 
-void* TaskRecord::operator new(std::size_t bytes) { return record_pool().allocate(bytes, alignof(TaskRecord)); }
-void TaskRecord::operator delete(void* ptr, std::size_t bytes) noexcept {
+void* record_allocate(std::size_t bytes, std::size_t alignment) { return record_pool().allocate(bytes, alignment); }
+void record_deallocate(void* ptr, std::size_t bytes) noexcept {
   try {
     record_pool().deallocate(ptr, bytes);
   } catch (const std::exception& e) {
-    log().error("freeing a task record: {}", e.what());
+    log().error("freeing a task record's memory: {}", e.what());
   }
 }
+
+void* TaskRecord::operator new(std::size_t bytes) { return record_allocate(bytes, alignof(TaskRecord)); }
+void TaskRecord::operator delete(void* ptr, std::size_t bytes) noexcept { record_deallocate(ptr, bytes); }
 
 void release(TaskRecord* task) noexcept {
   if (task->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;

@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "core/task_label.hpp"
@@ -22,6 +23,32 @@ namespace ferry::detail {
 
 class RuntimeCore;
 class Device;
+
+// Memory from the task records' pool (task.cpp). A record's lists are
+// filled on the submitting thread and freed with the record on a worker or
+// a proxy, like the record itself.
+void* record_allocate(std::size_t bytes, std::size_t alignment);
+void record_deallocate(void* ptr, std::size_t bytes) noexcept;
+
+template <class T>
+struct RecordAllocator {
+  using value_type = T;
+  RecordAllocator() noexcept = default;
+  template <class U>
+  RecordAllocator(const RecordAllocator<U>&) noexcept {}
+  T* allocate(std::size_t n) { return static_cast<T*>(record_allocate(n * sizeof(T), alignof(T))); }
+  void deallocate(T* p, std::size_t n) noexcept { record_deallocate(p, n * sizeof(T)); }
+  template <class U>
+  bool operator==(const RecordAllocator<U>&) const noexcept {
+    return true;
+  }
+};
+template <class T>
+using RecordVector = std::vector<T, RecordAllocator<T>>;
+// For maps keyed by task that are written on the submitting thread and
+// erased on another (a remote's forwarded runs).
+template <class K, class V>
+using RecordMap = std::unordered_map<K, V, std::hash<K>, std::equal_to<K>, RecordAllocator<std::pair<const K, V>>>;
 
 struct TaskRecord {
   // Records are made on the submitting thread and freed on workers, the
@@ -62,11 +89,12 @@ struct TaskRecord {
     TaskRecord* task;
     bool data;  // the successor reads what this task writes: a failure here spoils it
   };
-  std::vector<Edge> successors;
+  using Edges = RecordVector<Edge>;
+  Edges successors;
   std::atomic<TaskRecord*> failed_input{nullptr};  // a predecessor that failed (referenced)
   // Ids of the predecessors this task had to wait for when it was submitted
   // (written only while it is submitted): a remote forwards it behind them.
-  std::vector<std::uint64_t> waits_on;
+  RecordVector<std::uint64_t> waits_on;
   // Set for a host view's record (data/host_acquisition.hpp): the thread holding it.
   std::thread::id view_owner;
 
@@ -74,7 +102,8 @@ struct TaskRecord {
   std::exception_ptr error;
   std::optional<double> result;
 
-  std::vector<std::function<void()>> continuations;  // Task::then, under mutex until closed
+  using Continuations = RecordVector<std::function<void()>>;
+  Continuations continuations;  // Task::then (and a forwarded run's cleanup), under mutex until closed
   std::vector<std::uint64_t> predecessors;  // kept only when tracing
   std::int64_t start_ns = 0, end_ns = 0;
 

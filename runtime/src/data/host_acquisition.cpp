@@ -58,7 +58,7 @@ HostAcquisition::~HostAcquisition() {
 }
 
 void HostAcquisition::end() noexcept {
-  std::vector<TaskRecord::Edge> successors;
+  TaskRecord::Edges successors;
   {
     std::lock_guard lock(record_->mutex);
     if (record_->closed) return;

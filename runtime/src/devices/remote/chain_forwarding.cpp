@@ -187,7 +187,8 @@ bool RemoteDevice::try_forward(TaskRecord* task, bool map_held) {
   after.erase(std::unique(after.begin(), after.end()), after.end());
   if (after.size() > protocol::max_after) return false;
 
-  auto forwarded = std::make_shared<Forwarded>();
+  // Made here, freed by the proxy that settles it: from the records' pool.
+  auto forwarded = std::allocate_shared<Forwarded>(RecordAllocator<Forwarded>{});
   {
     std::lock_guard task_lock(task->mutex);
     if (task->closed) return false;

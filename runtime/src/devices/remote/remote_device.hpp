@@ -37,6 +37,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/task_record.hpp"
 #include "data/coherence.hpp"
 #include "devices/device.hpp"
 #include "ferry/transport/bootstrap.hpp"
@@ -334,8 +335,8 @@ class RemoteDevice final : public Device, public NodeLink {
   // their own, taken after it, which proxies take briefly.
   std::mutex forward_order_mutex_;
   std::mutex forward_mutex_;
-  std::unordered_map<std::uint64_t, Sent> sent_;
-  std::unordered_map<std::uint64_t, std::shared_ptr<Forwarded>> forwarded_;
+  RecordMap<std::uint64_t, Sent> sent_;
+  RecordMap<std::uint64_t, std::shared_ptr<Forwarded>> forwarded_;
   std::map<std::uint64_t, TaskRecord*> waiting_;  // held (retained)
   std::unordered_map<std::uint64_t, std::vector<std::uint64_t>> held_behind_;  // predecessor -> held tasks
   std::unordered_map<std::uint64_t, std::uint64_t> held_under_;                // held task -> that predecessor
