@@ -439,8 +439,9 @@ class Writer : public Location {
     lane_left_out_ = lane == Lane::none;
   }
 
-  // A trailing u32 (after the lane, in a hello): left out when 0. It cannot
-  // follow a lane that was left out, whose byte it would be read as.
+  // A trailing u32 (a hello's after its lane, a challenge's after its
+  // signature): left out when 0. In a hello it cannot follow a lane that was
+  // left out, whose byte it would be read as.
   void operator()(const char* field, ProcessId pid) {
     if (pid.value == 0) return;
     if (lane_left_out_) fail(field, "a process id needs a lane before it");
@@ -560,7 +561,8 @@ class Reader : public Location {
     if (!in_range(lane)) fail(field, std::to_string(value) + " is not a lane");
   }
 
-  // A trailing u32 (after the lane, in a hello): a header that ends before it means none.
+  // A trailing u32 (a hello's after its lane, a challenge's after its
+  // signature): a header that ends before it means none.
   void operator()(const char* field, ProcessId& pid) {
     pid = {};
     if (left() == 0) return;
