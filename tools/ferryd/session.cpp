@@ -113,7 +113,7 @@ void Session::dispatch(protocol::Message& message, transport::Incoming& incoming
         using M = std::decay_t<decltype(m)>;
         if constexpr (std::is_same_v<M, protocol::Put>) on_put(m, incoming);
         else if constexpr (std::is_same_v<M, protocol::Get>) on_get(m);
-        else if constexpr (std::is_same_v<M, protocol::Run>) on_run(m);
+        else if constexpr (std::is_same_v<M, protocol::Run>) on_run(std::move(m));  // decoded for this call only
         else if constexpr (std::is_same_v<M, protocol::Free>) on_free(m);
         else if constexpr (std::is_same_v<M, protocol::StatsRequest>) on_stats(m);
         else if constexpr (std::is_same_v<M, protocol::Ping>) send(protocol::Pong{m.request});

@@ -104,7 +104,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void fetched(const protocol::Fetch& fetch, const std::shared_ptr<Replica>& replica, const std::string& error);
   // A capability peer's messages: gets inside its grant, pings, bye.
   void dispatch_capability(protocol::Message& message);
-  void on_run(const protocol::Run& run);
+  void on_run(protocol::Run&& run);
   // Called by the fair share when a lane is free for this queued run; false
   // when it did not reach the runtime (refused, or answered already).
   bool start_run(std::uint64_t seq, const protocol::Run& run, const KernelRef& kernel, std::vector<TaskArg>& args,

@@ -151,7 +151,7 @@ void Session::Refused::add(std::uint64_t id) {
   }
 }
 
-void Session::on_run(const protocol::Run& run) {
+void Session::on_run(protocol::Run&& run) {
   auto refuse = [&](Status status, std::string message) {
     audit("task", {{"kernel", run.kernel}, {"task", run.task}, {"status", protocol::to_string(status)}, {"message", message}});
     refused_.add(run.request);
@@ -223,13 +223,15 @@ void Session::on_run(const protocol::Run& run) {
   runs_.emplace(seq, std::move(record));
   // Runs of one client start in the order they came, so those it forwarded
   // behind others still find them submitted first.
+  // The run and its arguments move into the queued start: one allocation
+  // (the function's) rather than copies of each.
   std::weak_ptr<Session> weak = weak_from_this();
-  auto queued_args = std::make_shared<std::vector<TaskArg>>(std::move(args));
-  server_.fair->submit(share_key_, grant_.weight, lane,
-                       [weak, seq, run, kernel, queued_args, place](const FairShare::Ticket& ticket) {
-                         auto self = weak.lock();
-                         return self && self->start_run(seq, run, kernel, *queued_args, place, ticket);
-                       });
+  auto start = [weak, seq, run = std::move(run), kernel, args = std::move(args),
+                place](const FairShare::Ticket& ticket) mutable {
+    auto self = weak.lock();
+    return self && self->start_run(seq, run, kernel, args, place, ticket);
+  };
+  server_.fair->submit(share_key_, grant_.weight, lane, std::move(start));
 }
 
 bool Session::start_run(std::uint64_t seq, const protocol::Run& run, const KernelRef& kernel,

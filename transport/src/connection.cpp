@@ -4,6 +4,7 @@
 #include <random>
 
 #include "connection_impl.hpp"
+#include "ferry/allocator/small_objects.hpp"
 #include "little_endian.hpp"
 #include "ferry/error.hpp"
 #include "ferry/log.hpp"
@@ -96,6 +97,9 @@ struct ConnectionImpl::SendOp {
   SendOp(std::vector<std::byte> header, const void* payload, std::size_t payload_bytes, Done done,
          unsigned am = ferry_am_id)
       : header(std::move(header)), payload(payload), payload_bytes(payload_bytes), done(std::move(done)), am(am) {}
+  // Made on the sender's thread, freed on the progress thread.
+  static void* operator new(std::size_t bytes) { return small_object_allocate(bytes, alignof(SendOp)); }
+  static void operator delete(void* ptr, std::size_t bytes) noexcept { small_object_deallocate(ptr, bytes); }
 
   std::vector<std::byte> header;  // UCX 1.13 reads the AM header until the send completes
   const void* payload;

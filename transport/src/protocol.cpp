@@ -364,7 +364,7 @@ void append_le(std::vector<std::byte>& out, T value) {
 class Writer : public Location {
  public:
   explicit Writer(Type type) : Location(type, "cannot encode ") {
-    out_.reserve(64);
+    out_.reserve(128);  // a run of a few arguments: one allocation
     append_le(out_, magic);
     append_le(out_, version);
     append_le(out_, static_cast<std::uint16_t>(type));
@@ -636,16 +636,23 @@ std::string hex(std::uint64_t value) {
 
 }  // namespace
 
-std::vector<std::byte> encode(const Message& message) {
-  return std::visit(
-      [&](const auto& m) {
-        Writer writer(type_of(message));
-        fields(writer, m);  // first, so check() sees only valid enum values
-        check(m, writer);
-        return std::move(writer).finish();
-      },
-      message);
+namespace {
+
+template <class M>
+std::vector<std::byte> encode_as(Type type, const M& m) {
+  Writer writer(type);
+  fields(writer, m);  // first, so check() sees only valid enum values
+  check(m, writer);
+  return std::move(writer).finish();
 }
+
+}  // namespace
+
+std::vector<std::byte> encode(const Message& message) {
+  return std::visit([&](const auto& m) { return encode_as(type_of(message), m); }, message);
+}
+
+std::vector<std::byte> encode(const Run& run) { return encode_as(Type::run, run); }
 
 Message decode(std::span<const std::byte> header) {
   if (header.size() > max_header_bytes)

@@ -20,8 +20,15 @@ constexpr auto reply_limit = std::chrono::seconds(120);
 std::future<protocol::Message> RpcClient::request(const std::shared_ptr<Connection>& connection, std::uint64_t id,
                                                   const protocol::Message& message, const void* payload,
                                                   std::size_t bytes, void* dest, bool soon) {
-  auto header = protocol::encode(message);  // first: a message that cannot be encoded leaves nothing pending
-  auto pending = std::make_shared<Pending>();
+  // First: a message that cannot be encoded leaves nothing pending.
+  return request_encoded(connection, id, protocol::encode(message), payload, bytes, dest, soon);
+}
+
+std::future<protocol::Message> RpcClient::request_encoded(const std::shared_ptr<Connection>& connection,
+                                                          std::uint64_t id, std::vector<std::byte> header,
+                                                          const void* payload, std::size_t bytes, void* dest,
+                                                          bool soon) {
+  auto pending = std::allocate_shared<Pending>(SmallObjectAllocator<Pending>{});
   pending->dest = dest;
   auto future = pending->reply.get_future();
   if (!connection) {
@@ -81,7 +88,7 @@ bool RpcClient::complete(std::uint64_t id, const protocol::Message& reply, Incom
 }
 
 void RpcClient::fail_all(const std::string& reason) {
-  std::unordered_map<std::uint64_t, std::shared_ptr<Pending>> pending, receiving;
+  PendingMap pending, receiving;
   {
     std::lock_guard lock(mutex_);
     pending.swap(pending_);

@@ -336,6 +336,8 @@ Type type_of(const Message& message) noexcept;
 // The header bytes of a message: a fixed frame (magic u32, version u16,
 // type u16, body length u32) then the body.
 std::vector<std::byte> encode(const Message& message);
+// A run, without copying it into a Message first (the hot path of a remote task).
+std::vector<std::byte> encode(const Run& run);
 
 // Throws ferry::ProtocolError for anything malformed: short or long input,
 // wrong magic, unknown type or enum value, a length beyond its bound, trailing bytes.

@@ -12,7 +12,9 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
+#include "ferry/allocator/small_objects.hpp"
 #include "ferry/transport/connection.hpp"
 #include "ferry/transport/protocol.hpp"
 
@@ -35,6 +37,11 @@ class RpcClient {
   std::future<protocol::Message> request(const std::shared_ptr<Connection>& connection, std::uint64_t id,
                                          const protocol::Message& message, const void* payload = nullptr,
                                          std::size_t bytes = 0, void* dest = nullptr, bool soon = false);
+  // The same with the message encoded already (protocol::encode): a task's
+  // run is encoded straight from it, not copied into a Message first.
+  std::future<protocol::Message> request_encoded(const std::shared_ptr<Connection>& connection, std::uint64_t id,
+                                                 std::vector<std::byte> header, const void* payload = nullptr,
+                                                 std::size_t bytes = 0, void* dest = nullptr, bool soon = false);
 
   // Progress thread: `reply` answers request `id`. Completes it (after
   // receiving its payload, if it has one); false when no request waits.
@@ -52,24 +59,30 @@ class RpcClient {
                           Connection* sent_on = nullptr) const;
 
  private:
+  // A request's slot is made on the requesting thread and freed on the
+  // progress thread: it, its promise's state and its map node come from
+  // the pool of small objects.
   struct Pending {
-    std::promise<protocol::Message> reply;
+    std::promise<protocol::Message> reply{std::allocator_arg, SmallObjectAllocator<char>{}};
     void* dest = nullptr;
     std::atomic<bool> answered{false};  // for one whose payload is arriving: set once, by whoever comes first
   };
   // Answered, the payload still landing in dest. Shared with the receive's
   // callback, which may run after this client is gone (on the progress
   // thread, as its endpoint closes).
+  using PendingMap = std::unordered_map<std::uint64_t, std::shared_ptr<Pending>, std::hash<std::uint64_t>,
+                                        std::equal_to<std::uint64_t>,
+                                        SmallObjectAllocator<std::pair<const std::uint64_t, std::shared_ptr<Pending>>>>;
   struct Receiving {
     std::mutex mutex;
-    std::unordered_map<std::uint64_t, std::shared_ptr<Pending>> requests;
+    PendingMap requests;
   };
   std::shared_ptr<Pending> take(std::uint64_t id);
 
   const std::string peer_;
   std::atomic<std::uint64_t> next_id_{1};
   std::mutex mutex_;
-  std::unordered_map<std::uint64_t, std::shared_ptr<Pending>> pending_;
+  PendingMap pending_;
   const std::shared_ptr<Receiving> receiving_ = std::make_shared<Receiving>();
 };
 
