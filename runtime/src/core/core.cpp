@@ -222,7 +222,7 @@ void RuntimeCore::reschedule(TaskRecord* task, Device& from) {
   }
   Device& cpu = *devices().front();
   task->device = &cpu;
-  task->device_name = cpu.name();
+  task->device_name = cpu.shared_name();
   cpu.assigned(0);
   count_ready(task);
   cpu.enqueue(task);
@@ -514,7 +514,7 @@ void RuntimeCore::place(TaskRecord* task, std::uint64_t eligible) {
     log().info("{} -> {}: the only eligible device", task->label(), chosen->name());
   }
   task->device = chosen;
-  task->device_name = chosen->name();
+  task->device_name = chosen->shared_name();
   chosen->assigned(task->estimate_ns, task->link_ns);
 }
 
@@ -610,11 +610,14 @@ TaskRecord* RuntimeCore::finish(TaskRecord* task, Device* current) {
     }
     task->done.store(true, std::memory_order_release);
     task->done.notify_all();
-    for (auto& fn : continuations) {
-      try {
-        fn();
-      } catch (const std::exception& e) {
-        log().error("a continuation of task '{}' threw: {}", task->name, e.what());
+    if (!continuations.empty()) {
+      const Task self(task);
+      for (auto& fn : continuations) {
+        try {
+          fn(self);
+        } catch (const std::exception& e) {
+          log().error("a continuation of task '{}' threw: {}", task->name, e.what());
+        }
       }
     }
     for (const auto& edge : successors) {

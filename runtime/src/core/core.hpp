@@ -31,8 +31,8 @@ struct PreparedTask {
   std::shared_ptr<const KernelDef> kernel;
   std::string name;
   KernelArgs args;  // checked, defaults filled, buffer data null
-  std::vector<std::shared_ptr<BufferState>> buffers;
-  std::vector<std::uint32_t> buffer_args;
+  TaskViews buffers;  // moved into the task's record: the same allocator
+  RecordVector<std::uint32_t> buffer_args;
   std::size_t bytes = 0;
   Place place;
   std::uint64_t eligible = 0;  // bit i: devices()[i] may run it

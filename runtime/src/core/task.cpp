@@ -7,7 +7,6 @@
 #include <mutex>
 
 #include "core/core.hpp"
-#include "ferry/allocator/pinned_pool.hpp"
 #include "ferry/log.hpp"
 #include "devices/device.hpp"
 #include "ferry/error.hpp"
@@ -16,31 +15,6 @@
 namespace ferry {
 
 namespace detail {
-
-namespace {
-SlabPool& record_pool() {
-  // Never destroyed: handles may outlive every runtime, even into static destruction.
-  static SlabPool* pool = [] {
-    SlabPool::Options options;
-    options.slab_bytes = std::size_t{4} << 20;
-    options.on_invalid_free = OnInvalidFree::throw_error;
-    return new SlabPool(make_mmap_source(/*lock=*/false), options);
-  }();
-  return *pool;
-}
-}  // namespace
-
-void* record_allocate(std::size_t bytes, std::size_t alignment) { return record_pool().allocate(bytes, alignment); }
-void record_deallocate(void* ptr, std::size_t bytes) noexcept {
-  try {
-    record_pool().deallocate(ptr, bytes);
-  } catch (const std::exception& e) {
-    log().error("freeing a task record's memory: {}", e.what());
-  }
-}
-
-void* TaskRecord::operator new(std::size_t bytes) { return record_allocate(bytes, alignof(TaskRecord)); }
-void TaskRecord::operator delete(void* ptr, std::size_t bytes) noexcept { record_deallocate(ptr, bytes); }
 
 void release(TaskRecord* task) noexcept {
   if (task->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
@@ -151,13 +125,16 @@ double Task::run_seconds() const noexcept {
 std::uint64_t Task::id() const noexcept { return record_ != nullptr ? record_->id : 0; }
 const std::string& Task::name() const { return require(record_).name; }
 const std::string& Task::kernel() const { return require(record_).kernel->name; }
-std::string Task::device() const { return require(record_).device_name; }
+std::string Task::device() const {
+  const auto& name = require(record_).device_name;
+  return name ? *name : std::string();
+}
 void Task::then(std::function<void(const Task&)> fn) const {
   detail::TaskRecord& r = require(record_);
   {
     std::lock_guard lock(r.mutex);
     if (!r.closed) {
-      r.continuations.push_back([fn = std::move(fn), self = *this] { fn(self); });
+      r.continuations.push_back(std::move(fn));
       return;
     }
   }
@@ -168,7 +145,8 @@ void Task::then(std::function<void(const Task&)> fn) const {
 std::string Task::explain() const {
   const detail::TaskRecord& r = require(record_);
   if (!r.explanation.empty()) return r.explanation;
-  return fmt::format("{}: the only device of this runtime that can run kernel '{}' where the task allows", r.device_name,
+  return fmt::format("{}: the only device of this runtime that can run kernel '{}' where the task allows",
+                     r.device_name ? *r.device_name : "?",
                      r.kernel->name);
 }
 

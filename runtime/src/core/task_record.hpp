@@ -15,47 +15,39 @@
 #include <vector>
 
 #include "core/task_label.hpp"
+#include "ferry/allocator/small_objects.hpp"
 #include "data/buffer_state.hpp"
 #include "ferry/runtime/kernel.hpp"
 #include "registry/buffer_args.hpp"
+
+namespace ferry {
+class Task;
+}
 
 namespace ferry::detail {
 
 class RuntimeCore;
 class Device;
 
-// Memory from the task records' pool (task.cpp). A record's lists are
-// filled on the submitting thread and freed with the record on a worker or
-// a proxy, like the record itself.
-void* record_allocate(std::size_t bytes, std::size_t alignment);
-void record_deallocate(void* ptr, std::size_t bytes) noexcept;
-
+// A record's lists are filled on the submitting thread and freed with the
+// record on a worker or a proxy, like the record itself: from the pool of
+// small objects (ferry/allocator/small_objects.hpp).
 template <class T>
-struct RecordAllocator {
-  using value_type = T;
-  RecordAllocator() noexcept = default;
-  template <class U>
-  RecordAllocator(const RecordAllocator<U>&) noexcept {}
-  T* allocate(std::size_t n) { return static_cast<T*>(record_allocate(n * sizeof(T), alignof(T))); }
-  void deallocate(T* p, std::size_t n) noexcept { record_deallocate(p, n * sizeof(T)); }
-  template <class U>
-  bool operator==(const RecordAllocator<U>&) const noexcept {
-    return true;
-  }
-};
+using RecordAllocator = SmallObjectAllocator<T>;
 template <class T>
 using RecordVector = std::vector<T, RecordAllocator<T>>;
 // For maps keyed by task that are written on the submitting thread and
 // erased on another (a remote's forwarded runs).
+// The buffers (views) a task uses: made with the call, freed by whoever
+// finishes the task.
+using TaskViews = RecordVector<std::shared_ptr<BufferState>>;
 template <class K, class V>
 using RecordMap = std::unordered_map<K, V, std::hash<K>, std::equal_to<K>, RecordAllocator<std::pair<const K, V>>>;
 
 struct TaskRecord {
-  // Records are made on the submitting thread and freed on workers, the
-  // pattern a general-purpose malloc handles worst; a SlabPool's thread
-  // caches absorb it.
-  static void* operator new(std::size_t bytes);
-  static void operator delete(void* ptr, std::size_t bytes) noexcept;
+  // Made on the submitting thread, freed on a worker: a small object.
+  static void* operator new(std::size_t bytes) { return small_object_allocate(bytes, alignof(TaskRecord)); }
+  static void operator delete(void* ptr, std::size_t bytes) noexcept { small_object_deallocate(ptr, bytes); }
 
   std::atomic<int> refs{1};
   std::uint64_t id = 0;
@@ -64,13 +56,13 @@ struct TaskRecord {
   std::shared_ptr<const KernelDef> kernel;
   KernelArgs args;
   // The buffers among args, in order, with their argument positions.
-  std::vector<std::shared_ptr<BufferState>> buffers;
-  std::vector<std::uint32_t> buffer_args;
+  TaskViews buffers;
+  RecordVector<std::uint32_t> buffer_args;
   std::size_t bytes = 0;  // what the call touches: the perf-model size
 
   Device* device = nullptr;
   std::uint64_t eligible = 0;  // bit i: devices()[i] may run it (where a lost device's task may go)
-  std::string device_name;  // outlives the device, for handles kept past the runtime
+  std::shared_ptr<const std::string> device_name;  // outlives the device, for handles kept past the runtime
   std::int64_t estimate_ns = 0;  // counted in the device's expected backlog until done
   std::int64_t link_ns = 0;      // counted in a remote's link backlog until done
   bool counted_ready = false;    // estimate_ns counted in its device's ready backlog too
@@ -102,7 +94,10 @@ struct TaskRecord {
   std::exception_ptr error;
   std::optional<double> result;
 
-  using Continuations = RecordVector<std::function<void()>>;
+  // Called with a handle to the task, made once for all of them: a
+  // continuation holding its own handle would not fit std::function's
+  // inline buffer, one allocation more per Task::then.
+  using Continuations = RecordVector<std::function<void(const Task&)>>;
   Continuations continuations;  // Task::then (and a forwarded run's cleanup), under mutex until closed
   std::vector<std::uint64_t> predecessors;  // kept only when tracing
   std::int64_t start_ns = 0, end_ns = 0;

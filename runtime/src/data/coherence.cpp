@@ -435,17 +435,29 @@ std::uint64_t acquire_on_node(const BufferState& view, AccessMode mode, NodeLink
     }
   }
   std::shared_ptr<RemoteCopy> exact;
-  // Modified data elsewhere (another node, or another region of this one)
-  // comes home first: the host is where copies are made from.
-  for (auto& copy : std::vector(root.copies)) {
-    if (!copy->region.overlaps(view.region)) continue;
-    if (copy->link == &link && copy->region == view.region && !lost(*copy)) {
-      exact = copy;
-      continue;
+  const auto is_exact = [&](const RemoteCopy& copy) {
+    return copy.link == &link && copy.region == view.region && !lost(copy);
+  };
+  bool others = false;
+  for (const auto& copy : root.copies)
+    if (copy->region.overlaps(view.region)) {
+      if (is_exact(*copy)) exact = copy;
+      else others = true;
     }
-    if (copy->modified) bring_home(root, *copy);
-    if (lost(*copy)) remove_copy(root, copy, /*drop=*/false);
-  }
+  // Modified data elsewhere (another node, or another region of this one)
+  // comes home first: the host is where copies are made from. That changes
+  // the list, so over a copy of it; a chain's task finds only its own copy
+  // and copies nothing.
+  if (others)
+    for (auto& copy : std::vector(root.copies)) {
+      if (!copy->region.overlaps(view.region)) continue;
+      if (is_exact(*copy)) {
+        exact = copy;
+        continue;
+      }
+      if (copy->modified) bring_home(root, *copy);
+      if (lost(*copy)) remove_copy(root, copy, /*drop=*/false);
+    }
   if (exact) {
     exact->last_use = use_clock.fetch_add(1);
     ++exact->pins;
@@ -542,10 +554,17 @@ void written_on_node(const BufferState& view, NodeLink& link, std::uint64_t id, 
   std::shared_ptr<RemoteCopy> mine;
   {
     RootLock lock(root.transfer_mutex);
-    for (auto& copy : std::vector(root.copies)) {
-      if (copy->link == &link && copy->id == id) mine = copy;
-      else if (copy->region.overlaps(view.region)) remove_copy(root, copy, /*drop=*/true);  // stale now
+    const auto is_mine = [&](const RemoteCopy& copy) { return copy.link == &link && copy.id == id; };
+    bool stale = false;
+    for (const auto& copy : root.copies) {
+      if (is_mine(*copy)) mine = copy;
+      else stale = stale || copy->region.overlaps(view.region);
     }
+    // Stale now. Removing them changes the list, so over a copy of it; the
+    // usual write (a chain's) finds none and copies nothing.
+    if (stale)
+      for (auto& copy : std::vector(root.copies))
+        if (!is_mine(*copy) && copy->region.overlaps(view.region)) remove_copy(root, copy, /*drop=*/true);
     if (!mine) return;
     mine->modified = true;
     if (lineage) mine->lineage.push_back(lineage);

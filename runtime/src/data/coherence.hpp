@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "data/buffer_state.hpp"
+#include "ferry/allocator/small_objects.hpp"
 #include "ferry/runtime/access.hpp"
 #include "ferry/runtime/kernel.hpp"
 #include "ferry/runtime/place.hpp"
@@ -71,9 +72,12 @@ struct LineageEntry {
   std::string name;
   std::shared_ptr<const KernelDef> kernel;
   KernelArgs args;  // buffer data null; filled at replay
-  std::vector<std::uint32_t> buffer_args;
-  std::vector<std::weak_ptr<BufferRoot>> roots;  // parallel to buffer_args
-  std::vector<Region> regions;
+  // Made by a remote's proxy, freed by whoever ends the lineage: from the
+  // pool of small objects, as the entry itself.
+  std::vector<std::uint32_t, SmallObjectAllocator<std::uint32_t>> buffer_args;
+  // Parallel to buffer_args.
+  std::vector<std::weak_ptr<BufferRoot>, SmallObjectAllocator<std::weak_ptr<BufferRoot>>> roots;
+  std::vector<Region, SmallObjectAllocator<Region>> regions;
   std::atomic<bool> replayed{false};
 
   // The versions of what it only read (parallel to buffer_args), guarded by

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "ferry/runtime/kernel.hpp"
@@ -20,13 +21,22 @@ struct TaskRecord;
 class Device {
  public:
   Device(DeviceId id, std::string name, DeviceKind kind, MemoryNodeId node, std::string perf_key, DevicePeak peak)
-      : id_(id), name_(std::move(name)), kind_(kind), node_(node), perf_key_(std::move(perf_key)), peak_(peak) {}
+      : id_(id),
+        name_(std::move(name)),
+        shared_name_(std::make_shared<const std::string>(name_)),
+        kind_(kind),
+        node_(node),
+        perf_key_(std::move(perf_key)),
+        peak_(peak) {}
   virtual ~Device() = default;
   Device(const Device&) = delete;
   Device& operator=(const Device&) = delete;
 
   DeviceId id() const noexcept { return id_; }
   const std::string& name() const noexcept { return name_; }
+  // The name for a task's handles, which may outlive the device: shared, so
+  // placing a task copies no string.
+  const std::shared_ptr<const std::string>& shared_name() const noexcept { return shared_name_; }
   DeviceKind kind() const noexcept { return kind_; }
   MemoryNodeId node() const noexcept { return node_; }
   const std::string& perf_key() const noexcept { return perf_key_; }
@@ -94,6 +104,7 @@ class Device {
  private:
   DeviceId id_;
   std::string name_;
+  std::shared_ptr<const std::string> shared_name_;
   DeviceKind kind_;
   MemoryNodeId node_;
   std::string perf_key_;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <variant>
 #include <vector>
 
@@ -11,10 +12,10 @@
 
 namespace ferry::detail {
 
-inline BufferArg& buffer_arg(KernelArgs& args, const std::vector<std::uint32_t>& positions, std::size_t i) {
+inline BufferArg& buffer_arg(KernelArgs& args, std::span<const std::uint32_t> positions, std::size_t i) {
   return std::get<BufferArg>(args.items[positions[i]]);
 }
-inline const BufferArg& buffer_arg(const KernelArgs& args, const std::vector<std::uint32_t>& positions, std::size_t i) {
+inline const BufferArg& buffer_arg(const KernelArgs& args, std::span<const std::uint32_t> positions, std::size_t i) {
   return std::get<BufferArg>(args.items[positions[i]]);
 }
 

@@ -41,7 +41,7 @@ std::future<protocol::Message> RemoteDevice::send_run(TaskRecord* task, const pr
   std::lock_guard order(forward_order_mutex_);
   std::lock_guard lock(forward_mutex_);
   sent_[task->id] = Sent{run.request, epoch()};
-  auto reply = request(run.request, run, nullptr, 0);
+  auto reply = request_run(run);
   // Its successors held back may follow it now.
   if (!held_behind_.empty()) forward_held(task->id);
   return reply;
@@ -201,14 +201,13 @@ bool RemoteDevice::try_forward(TaskRecord* task, bool map_held) {
     // claimed: this continuation then releases what its forwarded run pins.
     std::lock_guard task_lock(task->mutex);
     if (task->closed) return false;
-    task->continuations.push_back([this, id = task->id] { forget_forwarded(id); });
+    task->continuations.push_back([this, id = task->id](const Task&) { forget_forwarded(id); });
   }
 
   Marshalled m;
   try {
     marshal(task, forwarded->views, m);
     m.run.after = std::move(after);
-    forwarded->ids = m.ids;
     forwarded->start = std::chrono::steady_clock::now();
     forwarded->start_ns = core_.trace() ? core_.trace()->now_ns() : 0;
     {
@@ -218,7 +217,8 @@ bool RemoteDevice::try_forward(TaskRecord* task, bool map_held) {
     // It waits there for runs sent before it: it may wait a moment here to
     // leave with the runs submitted after it, one system call for many.
     const bool soon = !m.run.after.empty();
-    forwarded->reply = request(m.run.request, m.run, nullptr, 0, nullptr, soon);
+    forwarded->reply = request_run(m.run, soon);
+    forwarded->ids = std::move(m.ids);
   } catch (const std::exception& e) {
     {
       auto lock = maps();

@@ -18,6 +18,7 @@
 #include "ferry/transport/address.hpp"
 #include "ferry/units.hpp"
 #include "core/task_record.hpp"
+#include "ferry/allocator/small_objects.hpp"
 #include "devices/remote/remote_policy.hpp"
 
 namespace ferry::detail {
@@ -365,6 +366,16 @@ std::future<protocol::Message> RemoteDevice::request(std::uint64_t id, const pro
     connection = connection_;
   }
   return rpc_.request(connection, id, message, payload, bytes, dest, soon);
+}
+
+std::future<protocol::Message> RemoteDevice::request_run(const protocol::Run& run, bool soon) {
+  auto header = protocol::encode(run);  // first: a run that cannot be encoded leaves nothing pending
+  std::shared_ptr<transport::Connection> connection;
+  {
+    std::lock_guard lock(connection_mutex_);
+    connection = connection_;
+  }
+  return rpc_.request_encoded(connection, run.request, std::move(header), nullptr, 0, nullptr, soon);
 }
 
 protocol::Message RemoteDevice::await(std::future<protocol::Message>& reply, const char* what) {
@@ -755,7 +766,7 @@ void RemoteDevice::proxy_loop(unsigned slot) {
   }
 }
 
-void RemoteDevice::prefetch_inputs(TaskRecord* task, const std::vector<std::shared_ptr<BufferState>>& inputs) {
+void RemoteDevice::prefetch_inputs(TaskRecord* task, std::span<const std::shared_ptr<BufferState>> inputs) {
   const TaskLabelScope transfers_for(task->name);
   for (std::size_t i = 0; i < inputs.size() && available(); ++i) {
     if (task->done.load(std::memory_order_acquire)) return;  // too late to help
@@ -768,7 +779,7 @@ void RemoteDevice::prefetch_inputs(TaskRecord* task, const std::vector<std::shar
   }
 }
 
-void RemoteDevice::marshal(TaskRecord* task, const std::vector<std::shared_ptr<BufferState>>& views,
+void RemoteDevice::marshal(TaskRecord* task, std::span<const std::shared_ptr<BufferState>> views,
                            Marshalled& out) {
   const TaskLabelScope transfers_for(task->name);
   protocol::Run& run = out.run;
@@ -803,13 +814,13 @@ void RemoteDevice::marshal(TaskRecord* task, const std::vector<std::shared_ptr<B
   }
 }
 
-void RemoteDevice::unpin(const std::vector<std::shared_ptr<BufferState>>& views,
-                         const std::vector<std::uint64_t>& ids) noexcept {
+void RemoteDevice::unpin(std::span<const std::shared_ptr<BufferState>> views,
+                         std::span<const std::uint64_t> ids) noexcept {
   for (std::size_t i = 0; i < ids.size() && i < views.size(); ++i)
     if (ids[i] != 0) release_on_node(*views[i], *this, ids[i]);
 }
 
-void RemoteDevice::settle(TaskRecord* task, const protocol::Done& done, const std::vector<std::uint64_t>& ids) {
+void RemoteDevice::settle(TaskRecord* task, const protocol::Done& done, std::span<const std::uint64_t> ids) {
   if (done.status == protocol::Status::kernel_failed) {
     task->error = std::make_exception_ptr(KernelError(
         fmt::format("{} failed on {}: {}", task->label(), name(), done.message)));
@@ -818,12 +829,13 @@ void RemoteDevice::settle(TaskRecord* task, const protocol::Done& done, const st
   if (done.status != protocol::Status::ok)
     throw RemoteError(fmt::format("{}: {}", protocol::to_string(done.status), done.message));
   // What the task wrote now lives only there; its lineage recomputes it if the host is lost.
-  auto lineage = std::make_shared<LineageEntry>();
+  // Made by the proxy, freed wherever the copy's lineage ends: a small object.
+  auto lineage = std::allocate_shared<LineageEntry>(SmallObjectAllocator<LineageEntry>{});
   lineage->task_id = task->id;
   lineage->name = task->name;
   lineage->kernel = task->kernel;
   lineage->args = task->args;
-  lineage->buffer_args = task->buffer_args;
+  lineage->buffer_args.assign(task->buffer_args.begin(), task->buffer_args.end());
   for (const auto& view : task->buffers) {
     lineage->roots.push_back(view->root);
     lineage->regions.push_back(view->region);

@@ -32,6 +32,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -183,6 +184,8 @@ class RemoteDevice final : public Device, public NodeLink {
   // On the current connection (rpc_ matches the replies).
   std::future<protocol::Message> request(std::uint64_t id, const protocol::Message& message, const void* payload,
                                          std::size_t bytes, void* dest = nullptr, bool soon = false);
+  // A task's run, encoded straight from it (no copy into a Message).
+  std::future<protocol::Message> request_run(const protocol::Run& run, bool soon = false);
   // The reply; this thread takes it in itself when it comes soon (Connection::wait_here).
   protocol::Message await(std::future<protocol::Message>& reply, const char* what);
   std::uint64_t next_request() noexcept { return rpc_.next_id(); }
@@ -209,13 +212,13 @@ class RemoteDevice final : public Device, public NodeLink {
   // A task's run message, its buffers acquired here (pinned) as it is made.
   struct Marshalled {
     protocol::Run run;
-    std::vector<std::uint64_t> ids;  // per buffer; 0 where not acquired (yet)
+    RecordVector<std::uint64_t> ids;  // per buffer; 0 where not acquired (yet)
   };
   // A run sent before its task was ready (chain_forwarding.cpp).
   struct Forwarded {
     std::future<protocol::Message> reply;
-    std::vector<std::shared_ptr<BufferState>> views;  // the task drops its own at finish
-    std::vector<std::uint64_t> ids;
+    TaskViews views;  // the task drops its own at finish
+    RecordVector<std::uint64_t> ids;
     std::chrono::steady_clock::time_point start;
     std::int64_t start_ns = 0;
   };
@@ -227,11 +230,11 @@ class RemoteDevice final : public Device, public NodeLink {
   void proxy_loop(unsigned slot);
   // Runs the task there; false when it was handed to another device instead.
   bool run_here(TaskRecord* task, unsigned slot);
-  void marshal(TaskRecord* task, const std::vector<std::shared_ptr<BufferState>>& views, Marshalled& out);
-  void unpin(const std::vector<std::shared_ptr<BufferState>>& views, const std::vector<std::uint64_t>& ids) noexcept;
+  void marshal(TaskRecord* task, std::span<const std::shared_ptr<BufferState>> views, Marshalled& out);
+  void unpin(std::span<const std::shared_ptr<BufferState>> views, std::span<const std::uint64_t> ids) noexcept;
   // A run's reply: lineage and coherence for ok, the task's error for
   // kernel_failed; throws RemoteError for anything else.
-  void settle(TaskRecord* task, const protocol::Done& done, const std::vector<std::uint64_t>& ids);
+  void settle(TaskRecord* task, const protocol::Done& done, std::span<const std::uint64_t> ids);
   void trace_run(TaskRecord* task, unsigned slot, std::chrono::steady_clock::time_point start, std::int64_t start_ns);
 
   // ---- chains (chain_forwarding.cpp) ----
@@ -274,7 +277,7 @@ class RemoteDevice final : public Device, public NodeLink {
   // Hands the task to the CPU (true), or fails it naming why (false) when
   // it has no CPU implementation, as a CUDA source kernel has not.
   bool fall_back(TaskRecord* task, const std::string& why);
-  void prefetch_inputs(TaskRecord* task, const std::vector<std::shared_ptr<BufferState>>& inputs);
+  void prefetch_inputs(TaskRecord* task, std::span<const std::shared_ptr<BufferState>> inputs);
   void on_message(transport::Incoming& incoming);
 
   RuntimeCore& core_;
