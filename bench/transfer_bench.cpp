@@ -14,6 +14,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <new>
 #include <chrono>
 #include <thread>
 #include <cstdio>
@@ -228,12 +230,37 @@ double process_cpu_seconds(long pid) {
   return ticks / static_cast<double>(::sysconf(_SC_CLK_TCK));
 }
 
+// Heap allocations (operator new, from this program and every library it
+// loads) counted while `counting` is on: what a task costs the allocator,
+// a figure that does not move with the machine's load as timings do. Blocks
+// from Ferry's own pools are not heap allocations and are not counted.
+std::atomic<bool> counting{false};
+std::atomic<long> allocations{0};
+
+}  // namespace
+
+void* operator new(std::size_t bytes) {
+  if (counting.load(std::memory_order_relaxed)) allocations.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(bytes == 0 ? 1 : bytes)) return p;
+  throw std::bad_alloc();
+}
+// Freed by the default aligned delete, which calls free().
+void* operator new(std::size_t bytes, std::align_val_t alignment) {
+  if (counting.load(std::memory_order_relaxed)) allocations.fetch_add(1, std::memory_order_relaxed);
+  const auto align = static_cast<std::size_t>(alignment);
+  if (void* p = std::aligned_alloc(align, (std::max<std::size_t>(bytes, 1) + align - 1) / align * align)) return p;
+  throw std::bad_alloc();
+}
+
+namespace {
+
 struct Chain {
   double us_per_task = 0;
   // CPU per task of the best repetition: what the chain costs the client and
   // ferryd whatever else the machine runs (-1: ferryd not counted).
   double client_cpu_us = 0, ferryd_cpu_us = -1;
   double client_switches = 0, ferryd_switches = -1;  // voluntary context switches per task
+  double client_allocations = 0;                     // heap allocations per task (a counted pass)
 };
 
 // µs per task of a chain of scal on one resident float, submitted at once
@@ -268,6 +295,14 @@ Chain chain_us_per_task(const Config& c, bool on_remote) {
                              ? (ferryd_after - ferryd_before) * 1e6 / c.chain
                              : -1;
   }
+  // Counted apart: a chain long enough that startup and the last tasks' stragglers weigh nothing.
+  const int counted = std::min(c.chain, 2000);
+  allocations.store(0);
+  counting.store(true);
+  for (int i = 0; i < counted; ++i) rt.submit("scal", ferry::readwrite(y), 1.0, where);
+  rt.wait();
+  counting.store(false);
+  best.client_allocations = static_cast<double>(allocations.load()) / counted;
   return best;
 }
 
@@ -373,7 +408,12 @@ int main(int argc, char** argv) try {
               remote_chain.client_switches,
               remote_chain.ferryd_switches >= 0 ? fmt::format("{:.2f}", remote_chain.ferryd_switches).c_str()
                                                 : "not counted");
+  std::printf("heap allocations per task in this process (operator new; pool blocks not counted): remote %.1f, "
+              "local %.1f\n",
+              remote_chain.client_allocations, local_chain.client_allocations);
   j["chain"] = {{"tasks", c.chain},
+                {"client_allocations_per_task", remote_chain.client_allocations},
+                {"local_allocations_per_task", local_chain.client_allocations},
                 {"remote_us_per_task", remote},
                 {"local_us_per_task", local},
                 {"client_cpu_us_per_task", remote_chain.client_cpu_us},
