@@ -222,9 +222,9 @@ void Session::on_run(protocol::Run&& run) {
   const std::uint64_t seq = next_run_++;
   runs_.emplace(seq, std::move(record));
   // Runs of one client start in the order they came, so those it forwarded
-  // behind others still find them submitted first.
-  // The run and its arguments move into the queued start: one allocation
-  // (the function's) rather than copies of each.
+  // behind others still find them submitted first. The run and its
+  // arguments move into the queued start: one allocation (the function's)
+  // rather than copies of each.
   std::weak_ptr<Session> weak = weak_from_this();
   auto start = [weak, seq, run = std::move(run), kernel, args = std::move(args),
                 place](const FairShare::Ticket& ticket) mutable {

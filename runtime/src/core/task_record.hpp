@@ -36,11 +36,11 @@ template <class T>
 using RecordAllocator = SmallObjectAllocator<T>;
 template <class T>
 using RecordVector = std::vector<T, RecordAllocator<T>>;
-// For maps keyed by task that are written on the submitting thread and
-// erased on another (a remote's forwarded runs).
 // The buffers (views) a task uses: made with the call, freed by whoever
 // finishes the task.
 using TaskViews = RecordVector<std::shared_ptr<BufferState>>;
+// For maps keyed by task that are written on the submitting thread and
+// erased on another (a remote's forwarded runs).
 template <class K, class V>
 using RecordMap = std::unordered_map<K, V, std::hash<K>, std::equal_to<K>, RecordAllocator<std::pair<const K, V>>>;
 

@@ -358,33 +358,23 @@ void RemoteDevice::reconnect_loop() {
 
 // ---- requests ----
 
+std::shared_ptr<transport::Connection> RemoteDevice::current_connection() const {
+  std::lock_guard lock(connection_mutex_);
+  return connection_;
+}
+
 std::future<protocol::Message> RemoteDevice::request(std::uint64_t id, const protocol::Message& message,
                                                      const void* payload, std::size_t bytes, void* dest, bool soon) {
-  std::shared_ptr<transport::Connection> connection;
-  {
-    std::lock_guard lock(connection_mutex_);
-    connection = connection_;
-  }
-  return rpc_.request(connection, id, message, payload, bytes, dest, soon);
+  return rpc_.request(current_connection(), id, message, payload, bytes, dest, soon);
 }
 
 std::future<protocol::Message> RemoteDevice::request_run(const protocol::Run& run, bool soon) {
   auto header = protocol::encode(run);  // first: a run that cannot be encoded leaves nothing pending
-  std::shared_ptr<transport::Connection> connection;
-  {
-    std::lock_guard lock(connection_mutex_);
-    connection = connection_;
-  }
-  return rpc_.request_encoded(connection, run.request, std::move(header), nullptr, 0, nullptr, soon);
+  return rpc_.request_encoded(current_connection(), run.request, std::move(header), nullptr, 0, nullptr, soon);
 }
 
 protocol::Message RemoteDevice::await(std::future<protocol::Message>& reply, const char* what) {
-  std::shared_ptr<transport::Connection> connection;
-  {
-    std::lock_guard lock(connection_mutex_);
-    connection = connection_;
-  }
-  return rpc_.await(reply, what, connection.get());
+  return rpc_.await(reply, what, current_connection().get());
 }
 
 void RemoteDevice::on_message(transport::Incoming& incoming) {

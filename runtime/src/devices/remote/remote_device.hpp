@@ -181,6 +181,7 @@ class RemoteDevice final : public Device, public NodeLink {
   void reconnect_loop();
   void lost(const std::string& reason);
 
+  std::shared_ptr<transport::Connection> current_connection() const;
   // On the current connection (rpc_ matches the replies).
   std::future<protocol::Message> request(std::uint64_t id, const protocol::Message& message, const void* payload,
                                          std::size_t bytes, void* dest = nullptr, bool soon = false);

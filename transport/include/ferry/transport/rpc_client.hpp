@@ -67,12 +67,12 @@ class RpcClient {
     void* dest = nullptr;
     std::atomic<bool> answered{false};  // for one whose payload is arriving: set once, by whoever comes first
   };
-  // Answered, the payload still landing in dest. Shared with the receive's
-  // callback, which may run after this client is gone (on the progress
-  // thread, as its endpoint closes).
   using PendingMap = std::unordered_map<std::uint64_t, std::shared_ptr<Pending>, std::hash<std::uint64_t>,
                                         std::equal_to<std::uint64_t>,
                                         SmallObjectAllocator<std::pair<const std::uint64_t, std::shared_ptr<Pending>>>>;
+  // Answered, the payload still landing in dest. Shared with the receive's
+  // callback, which may run after this client is gone (on the progress
+  // thread, as its endpoint closes).
   struct Receiving {
     std::mutex mutex;
     PendingMap requests;
