@@ -1,4 +1,4 @@
-// BLAS level 1 on CPU: axpy, scal, dot, nrm2 through CBLAS.
+// BLAS level 1 on CPU: scal, dot, nrm2 through CBLAS; axpy as a loop (below).
 #include <cblas.h>
 
 #include <cmath>
@@ -8,9 +8,17 @@
 namespace ferry::kernels {
 namespace {
 
+// Not cblas_?axpy: OpenBLAS's AVX-512 kernels (Zen 4, Skylake-X) compute
+// the vector body with fused multiply-adds and the last few elements
+// without, so an element's last bit depended on where a piece of the
+// vector ended, and a task split into chunks (KernelDef::chunkable) did not
+// give the whole task's bits. One expression per element is rounded the
+// same way wherever the element falls; the loop is memory-bound, as BLAS's is.
+template <typename T>
+void axpy(int n, T alpha, const T* x, T* y) {
+  for (int i = 0; i < n; ++i) y[i] += alpha * x[i];
+}
 // float and double entry points under one name, so kernels are written once.
-void axpy(int n, float alpha, const float* x, float* y) { cblas_saxpy(n, alpha, x, 1, y, 1); }
-void axpy(int n, double alpha, const double* x, double* y) { cblas_daxpy(n, alpha, x, 1, y, 1); }
 void scal(int n, float alpha, float* x) { cblas_sscal(n, alpha, x, 1); }
 void scal(int n, double alpha, double* x) { cblas_dscal(n, alpha, x, 1); }
 // Float dot products go through cblas_dsdot, whose result is double; Debian's
