@@ -350,6 +350,7 @@ void ConnectionImpl::attach_lane(ucp_ep_h lane) {
   gather_soon_ = false;  // a send on shared memory is a store: nothing to save
   lane_ = lane;
   impl_.connections[lane] = this;
+  ++impl_.shared_memory_lanes;
 }
 
 void ConnectionImpl::attach_bulk(ucp_ep_h out, ucp_ep_h in) {
@@ -365,6 +366,7 @@ ConnectionImpl::Endpoints ConnectionImpl::take_endpoints() {
                 std::exchange(bulk_in_, nullptr)};
   for (ucp_ep_h ep : {eps.ep, eps.lane, eps.bulk_out, eps.bulk_in})
     if (ep != nullptr) impl_.connections.erase(ep);
+  if (eps.lane != nullptr) --impl_.shared_memory_lanes;
   return eps;
 }
 

@@ -1,13 +1,17 @@
 #include "ferry/transport/worker.hpp"
 
 #include <poll.h>
-#include <sched.h>
 #include <pthread.h>
+#include <sched.h>
+#include <sys/epoll.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -143,6 +147,12 @@ std::shared_ptr<Worker> Worker::create(Options options) {
   check(ucp_worker_query(impl->worker, &attr), "ucp_worker_query");
   impl->max_am_header = attr.max_am_header;
   check(ucp_worker_get_efd(impl->worker, &impl->event_fd), "ucp_worker_get_efd");
+  impl->sleep_fd = ::epoll_create1(EPOLL_CLOEXEC);
+  epoll_event watch{};
+  watch.events = EPOLLIN;
+  if (impl->sleep_fd < 0 || ::epoll_ctl(impl->sleep_fd, EPOLL_CTL_ADD, impl->event_fd, &watch) != 0)
+    throw UcxError(fmt::format("ucx: an epoll set for worker '{}': {}", impl->name, std::strerror(errno)),
+                   static_cast<int>(UCS_ERR_IO_ERROR));
 
   ucp_am_handler_param_t handler{};
   handler.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG |
@@ -230,6 +240,7 @@ std::vector<std::uint8_t> Worker::address() {
 Worker::Impl::~Impl() {
   if (worker != nullptr) ucp_worker_destroy(worker);
   if (context != nullptr) ucp_cleanup(context);
+  if (sleep_fd >= 0) ::close(sleep_fd);
 }
 
 void Worker::Impl::post(std::function<void()> fn) {
@@ -281,6 +292,13 @@ bool Worker::Impl::drive(const std::function<bool()>& ready) {
     if (stop || worker == nullptr) return ready();
     driven = true;
   }
+  // The reply this thread takes in would also wake the sleeping progress
+  // thread (the worker's fd turns readable), which finds the work done and
+  // sleeps again: on two cores a third runnable thread beside this one and
+  // the peer's. Out of the progress thread's sleep set while this thread
+  // drives, so only the driver sees what arrives. Not beside a
+  // shared-memory lane (see shared_memory_lanes).
+  const bool parked = shared_memory_lanes == 0 && ::epoll_ctl(sleep_fd, EPOLL_CTL_DEL, event_fd, nullptr) == 0;
   running_inline = this;
   driving = this;
   bool got = false;
@@ -293,6 +311,15 @@ bool Worker::Impl::drive(const std::function<bool()>& ready) {
   }
   driving = nullptr;
   running_inline = nullptr;
+  // Armed again before the fd goes back, so what comes later wakes the
+  // progress thread; busy: something came (or a signal) that it must see.
+  bool busy = false;
+  if (parked) {
+    busy = ucp_worker_arm(worker) != UCS_OK;
+    epoll_event watch{};
+    watch.events = EPOLLIN;
+    ::epoll_ctl(sleep_fd, EPOLL_CTL_ADD, event_fd, &watch);
+  }
   bool signal = false;
   {
     std::lock_guard lock(mutex);
@@ -300,7 +327,7 @@ bool Worker::Impl::drive(const std::function<bool()>& ready) {
     // Left for the progress thread: work posted meanwhile, a transfer in
     // flight, a corked batch whose time it must keep.
     signal = sleeping && worker != nullptr &&
-             (!posted.empty() || !to_flush.empty() || !receiving.empty() || sending_payloads != 0);
+             (busy || !posted.empty() || !to_flush.empty() || !receiving.empty() || sending_payloads != 0);
     if (signal) {
       sleeping = false;
       ucp_worker_signal(worker);
@@ -440,7 +467,7 @@ bool Worker::Impl::wait(int timeout_ms, std::unique_lock<std::mutex>& serial_loc
     if (!posted.empty() || (stop && !shutting_down)) return false;
     sleeping = true;
   }
-  pollfd fd{event_fd, POLLIN, 0};
+  pollfd fd{sleep_fd, POLLIN, 0};
   serial_lock.unlock();
   ::ppoll(&fd, 1, until, nullptr);
   serial_lock.lock();

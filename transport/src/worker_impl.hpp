@@ -58,6 +58,14 @@ struct Worker::Impl {
   ucp_context_h context = nullptr;
   ucp_worker_h worker = nullptr;
   int event_fd = -1;
+  // What the progress thread sleeps on: an epoll set holding event_fd,
+  // except while a waiting thread drives the worker (drive()).
+  int sleep_fd = -1;
+  // Shared-memory lanes open on this worker (under `serial`). With one, a
+  // driver leaves event_fd where it is: re-arming a shared-memory transport
+  // after each drive made the peer signal every message it sent (a loopback
+  // round trip of 19-20 µs against 5.3 µs).
+  unsigned shared_memory_lanes = 0;
   std::size_t max_am_header = 0;
   std::string transports;
   // No RDMA transport among them: a send to another host is a system call
