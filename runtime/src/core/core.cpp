@@ -622,7 +622,7 @@ TaskRecord* RuntimeCore::finish(TaskRecord* task, Device* current) {
     }
     for (const auto& edge : successors) {
       if (edge.data && task->error) mark_failed_input(edge.task, task);
-      if (edge.task->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) ready(edge.task, current, bypass, skipped);
+      if (edge.task->predecessor_finished()) ready(edge.task, current, bypass, skipped);
       release(edge.task);
     }
     if (in_flight_.fetch_sub(1, std::memory_order_seq_cst) == 1 && waiters_.load(std::memory_order_seq_cst) > 0) {
@@ -640,7 +640,7 @@ void RuntimeCore::release_successors(TaskRecord::Edges successors) {
   TaskRecord* bypass = nullptr;  // no device is current: every ready task is queued
   std::vector<TaskRecord*> skipped;
   for (const auto& edge : successors) {
-    if (edge.task->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) ready(edge.task, nullptr, bypass, skipped);
+    if (edge.task->predecessor_finished()) ready(edge.task, nullptr, bypass, skipped);
     release(edge.task);
   }
   for (TaskRecord* t : skipped) finish(t, nullptr);

@@ -75,6 +75,16 @@ struct TaskRecord {
 
   // Unfinished predecessors, plus one held by submit until all edges exist.
   std::atomic<int> pending{1};
+  // One predecessor fewer; true when that made the task ready. A submitting
+  // thread that waits for a task's predecessors from inside its launch
+  // (RemoteDevice::checkpoint_before_forwarding) blocks on `pending` and is
+  // woken when only the launch's own count is left: no poll, no sleep that
+  // outlasts the wait. notify_all costs a load when nobody waits.
+  bool predecessor_finished() noexcept {
+    const int before = pending.fetch_sub(1, std::memory_order_acq_rel);
+    if (before == 2) pending.notify_all();
+    return before == 1;
+  }
   std::mutex mutex;
   bool closed = false;  // finished: no more successors may attach
   struct Edge {

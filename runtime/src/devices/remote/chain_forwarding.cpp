@@ -12,11 +12,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <functional>
 #include <optional>
 #include <queue>
-#include <chrono>
-#include <thread>
 
 #include "core/core.hpp"
 #include "core/task_record.hpp"
@@ -119,12 +118,13 @@ void RemoteDevice::checkpoint_before_forwarding(TaskRecord* task) {
   core_.push_held();  // the predecessors' forwards may be gathered still
   // Its launch holds one count of `pending` until it returns; the rest are
   // unfinished predecessors, finished by proxies and waiters, not by this
-  // thread. Slept for, not spun: they may take as long as their kernels.
-  auto pause = std::chrono::microseconds(20);
-  while (task->pending.load(std::memory_order_acquire) > 1) {
-    std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, std::chrono::microseconds(2000));
-  }
+  // thread. Blocked on, not spun: they may take as long as their kernels.
+  // Woken when the last one finishes (TaskRecord::predecessor_finished):
+  // sleeping 20 µs doubling to 2 ms, as it did, could oversleep by the
+  // last pause, the client and ferryd both idle meanwhile.
+  for (int left = task->pending.load(std::memory_order_acquire); left > 1;
+       left = task->pending.load(std::memory_order_acquire))
+    task->pending.wait(left, std::memory_order_acquire);
   try {
     checkpoint_writes(task);
   } catch (const std::exception& e) {
