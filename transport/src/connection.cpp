@@ -347,7 +347,11 @@ void ConnectionImpl::attach(ucp_ep_h ep, std::string peer) {
 }
 
 void ConnectionImpl::attach_lane(ucp_ep_h lane) {
-  gather_soon_ = false;  // a send on shared memory is a store: nothing to save
+  // Gathered here too, though a send on shared memory is a store: a peer
+  // asleep on its fd is signalled per message (a system call each side and
+  // a wake-up), once per batch gathered. A 20,000-task chain on the lane,
+  // 24 alternating runs each: median 3.49 µs/task sending at once (2.79-5.49),
+  // 3.19 gathered (2.82-3.74).
   lane_ = lane;
   impl_.connections[lane] = this;
   ++impl_.shared_memory_lanes;

@@ -135,7 +135,7 @@ class ConnectionImpl final : public Connection {
   std::size_t batched_bytes_ = 0;
   bool batched_urgent_ = false;  // a message in batched_ came from send(), not send_soon()
   std::atomic<bool> corked_{false};  // batched_ may hold send_soon messages: push() has work
-  std::atomic<bool> gather_soon_{true};  // whether send_soon gathers (Worker::Impl::sends_are_system_calls, no lane)
+  std::atomic<bool> gather_soon_{true};  // whether send_soon gathers (Worker::Impl::sends_are_system_calls)
   // Pulled payloads (pull.hpp), progress thread only unless atomic.
   pid_t peer_pid_ = 0;             // proven by the bootstrap; 0: this end never reads the peer
   bool accepted_ = false;          // this end accepted the dial: it probes in answer

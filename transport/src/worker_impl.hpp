@@ -69,8 +69,9 @@ struct Worker::Impl {
   std::size_t max_am_header = 0;
   std::string transports;
   // No RDMA transport among them: a send to another host is a system call
-  // (TCP), which send_soon's gathering saves; over RDMA or a shared-memory
-  // lane a send is a store, and gathering would only delay it.
+  // (TCP), which send_soon's gathering saves; over RDMA a send is a store,
+  // and gathering would only delay it. (A shared-memory lane gathers: see
+  // ConnectionImpl::attach_lane.)
   bool sends_are_system_calls = true;
 
   std::thread thread;
