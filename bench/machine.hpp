@@ -27,4 +27,16 @@ inline std::string machine() {
                      u.release);
 }
 
+// CPU time all of this machine's cores spent busy so far (every process and
+// the kernel's own work, softirqs included), in core-seconds, from /proc/stat;
+// 0 where it cannot be read. Differences of it say how much CPU a run cost
+// the machine, beside how long it took.
+inline double busy_core_seconds() {
+  std::ifstream stat("/proc/stat");
+  std::string cpu;
+  double user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
+  if (!(stat >> cpu >> user >> nice >> system >> idle >> iowait >> irq >> softirq >> steal) || cpu != "cpu") return 0;
+  return (user + nice + system + irq + softirq) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
 }  // namespace ferry::bench
