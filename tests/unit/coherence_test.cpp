@@ -228,6 +228,34 @@ TEST_F(Coherence, ACopyWrittenManyTimesIsBroughtHomeAndItsLineageCut) {
   EXPECT_TRUE(host_holds(4.0)) << "the replay did not start from the checkpoint";
 }
 
+// Writes sent to the node count toward the limit before their replies come
+// (a forwarded chain runs ahead of them): with the limit of writes acquired
+// and none of them answered yet, the copy is due, and is due no more once
+// it has been brought home.
+TEST_F(Coherence, WritesNotYetAnsweredCountTowardTheCheckpoint) {
+  fill_host(1.0);
+  const std::size_t limit = lineage_limit(16 * sizeof(double));
+  const std::uint64_t first = acquire_on_node(view, AccessMode::readwrite, node);
+  node.write(first, 2.0);
+  written_on_node(view, node, first, lineage_of("scal", AccessMode::readwrite, 2.0));
+  release_on_node(view, node, first);
+  ASSERT_FALSE(checkpoint_on_node(view, node));
+  // Brought home once (as by a checkpoint): the copy is the host's again, unmodified.
+  acquire_on_host(view, AccessMode::read);
+  ASSERT_TRUE(host_holds(2.0));
+  std::vector<std::uint64_t> in_flight;
+  for (std::size_t i = 0; i + 1 < limit; ++i) in_flight.push_back(acquire_on_node(view, AccessMode::readwrite, node));
+  EXPECT_FALSE(checkpoint_due(view, node)) << "due before the limit";
+  in_flight.push_back(acquire_on_node(view, AccessMode::readwrite, node));
+  EXPECT_TRUE(checkpoint_due(view, node)) << "writes still in flight did not count toward the limit";
+  for (std::uint64_t id : in_flight) {
+    written_on_node(view, node, id, lineage_of("scal", AccessMode::readwrite, 1.0));
+    release_on_node(view, node, id);
+  }
+  EXPECT_TRUE(checkpoint_on_node(view, node));
+  EXPECT_FALSE(checkpoint_due(view, node)) << "due again at once";
+}
+
 TEST_F(Coherence, ALostNodesDataWithoutLineageIsAClearError) {
   const std::uint64_t id = acquire_on_node(view, AccessMode::write, node);
   written_on_node(view, node, id, nullptr);

@@ -116,8 +116,12 @@ struct RemoteCopy {
   // Tasks sent to write it since its data was last home (forwarded ones
   // included, before their replies add to the lineage): see lineage_limit.
   std::size_t writes_since_home = 0;
-  // Modified and written lineage_limit times: its data comes home before the next write.
-  bool checkpoint_due() const noexcept { return modified && writes_since_home >= lineage_limit(bytes); }
+  // Written lineage_limit times: its data comes home before the next write.
+  // Writes sent count before any of them has landed (`modified` is set by
+  // the first reply): a chain forwarded faster than its replies came back
+  // used to pass the limit with the copy still unmodified, and went on
+  // thousands of writes past it without a checkpoint.
+  bool checkpoint_due() const noexcept { return writes_since_home >= lineage_limit(bytes); }
 };
 
 
