@@ -121,6 +121,23 @@ std::shared_ptr<Worker> Worker::create(Options options) {
   // CMA anyway, and the lane's shared-memory FIFOs and TCP rendezvous lanes
   // measured as fast here (docs/tuning.md).
   if (std::getenv("UCX_TLS") == nullptr) check(ucp_config_modify(config, "TLS", "^cma"), "ucp_config_modify(TLS)");
+  // TCP segments of 256 KiB rather than UCX's 64 KiB received and 8 KiB
+  // sent: a rendezvous payload travels in 256 KiB fragments, a quarter of
+  // the receives (each a system call and a copy out of the segment on the
+  // progress thread) and of the sends. Loopback ship over TCP 4.5-5 ->
+  // 6.3-7.3 GB/s (docs/tuning.md); ucx_perftest gains nothing from it.
+  // The segment also bounds what UCX sends eagerly, which would then reach
+  // 256 KiB: the rendezvous threshold stays at 8 KiB, where UCX put it with
+  // its own segments, so an 8-256 KiB payload still goes by rendezvous (an
+  // eager one on a bulk lane could be overtaken by the close notice on the
+  // control endpoint). Names are those of the tables (TCP_ is the
+  // environment's prefix); UCX_TCP_*_SEG_SIZE and UCX_RNDV_THRESH win.
+  if (std::getenv("UCX_TCP_RX_SEG_SIZE") == nullptr && std::getenv("UCX_TCP_TX_SEG_SIZE") == nullptr) {
+    check(ucp_config_modify(config, "RX_SEG_SIZE", "256k"), "ucp_config_modify(RX_SEG_SIZE)");
+    check(ucp_config_modify(config, "TX_SEG_SIZE", "256k"), "ucp_config_modify(TX_SEG_SIZE)");
+    if (std::getenv("UCX_RNDV_THRESH") == nullptr)
+      check(ucp_config_modify(config, "RNDV_THRESH", "8k"), "ucp_config_modify(RNDV_THRESH)");
+  }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED | UCP_PARAM_FIELD_NAME;
   // RMA costs nothing until memory is registered and lets bulk data use rkeys later.
