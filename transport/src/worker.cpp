@@ -294,7 +294,7 @@ bool Worker::Impl::progressing_here() const noexcept {
 bool Worker::Impl::drive(const std::function<bool()>& ready) {
   if (ready()) return true;
   if (poll_while_waiting.count() <= 0 || on_progress_thread() || driving != nullptr) return false;
-  const auto until = std::chrono::steady_clock::now() + poll_while_waiting;
+  auto until = std::chrono::steady_clock::now() + poll_while_waiting;
   unsigned spins = 0;
   std::unique_lock held(serial, std::defer_lock);
   while (!held.try_lock()) {
@@ -321,9 +321,16 @@ bool Worker::Impl::drive(const std::function<bool()>& ready) {
   bool got = false;
   for (;;) {
     run_posted();
-    progress_until_idle();
+    bool active = false;
+    while (ucp_worker_progress(worker) != 0) active = true;
     flush_batches();
-    if ((got = ready()) || std::chrono::steady_clock::now() >= until) break;
+    if ((got = ready())) break;
+    const auto now = std::chrono::steady_clock::now();
+    // A payload on its way: its next fragment is microseconds away, as for
+    // the progress thread (poll_for_work). Giving up in the middle of a
+    // 1 MiB chunk handed the rest to the progress thread, which slept.
+    if (active && (!receiving.empty() || sending_payloads != 0)) until = std::max(until, now + transfer_poll);
+    if (now >= until) break;
     share_the_core(spins);
   }
   driving = nullptr;
