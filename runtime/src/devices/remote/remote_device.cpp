@@ -676,7 +676,7 @@ void RemoteDevice::prefetch(TaskRecord* task) {
   active_.fetch_add(1, std::memory_order_relaxed);
   {
     std::lock_guard lock(queue_mutex_);
-    queue_.push_back({task, true, std::move(inputs)});
+    queue_.push_back({task, true, std::move(inputs), nullptr, {}});
   }
   queue_cv_.notify_one();
 }
