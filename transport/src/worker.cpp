@@ -124,8 +124,8 @@ std::shared_ptr<Worker> Worker::create(Options options) {
   // TCP segments of 256 KiB rather than UCX's 64 KiB received and 8 KiB
   // sent: a rendezvous payload travels in 256 KiB fragments, a quarter of
   // the receives (each a system call and a copy out of the segment on the
-  // progress thread) and of the sends. Loopback ship over TCP 4.5-5 ->
-  // 6.3-7.3 GB/s (docs/tuning.md); ucx_perftest gains nothing from it.
+  // progress thread) and of the sends: loopback ship over TCP about 1.3x
+  // faster (docs/tuning.md), where ucx_perftest gains nothing from it.
   // The segment also bounds what UCX sends eagerly, which would then reach
   // 256 KiB: the rendezvous threshold stays at 8 KiB, where UCX put it with
   // its own segments, so an 8-256 KiB payload still goes by rendezvous (an
@@ -321,8 +321,7 @@ bool Worker::Impl::drive(const std::function<bool()>& ready) {
   bool got = false;
   for (;;) {
     run_posted();
-    bool active = false;
-    while (ucp_worker_progress(worker) != 0) active = true;
+    const bool active = progress_until_idle();
     flush_batches();
     if ((got = ready())) break;
     const auto now = std::chrono::steady_clock::now();
@@ -433,9 +432,10 @@ void Worker::Impl::flush_batches(bool all) {
   if (to_flush.empty()) corked_until = std::chrono::steady_clock::time_point::max();
 }
 
-void Worker::Impl::progress_until_idle() {
-  while (ucp_worker_progress(worker) != 0) {
-  }
+bool Worker::Impl::progress_until_idle() {
+  bool any = false;
+  while (ucp_worker_progress(worker) != 0) any = true;
+  return any;
 }
 
 // Waking a thread that sleeps in poll() costs tens of microseconds on a VM

@@ -162,7 +162,7 @@ struct Worker::Impl {
  private:
   bool run_posted();
   void flush_batches(bool all = false);
-  void progress_until_idle();
+  bool progress_until_idle();  // true when anything progressed
   bool poll_for_work();
   bool wait(int timeout_ms, std::unique_lock<std::mutex>& serial_lock);
   void shutdown(std::unique_lock<std::mutex>& serial_lock);
