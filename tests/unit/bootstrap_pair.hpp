@@ -30,14 +30,18 @@ inline std::unique_ptr<BootstrapServer> listen(const std::shared_ptr<Worker>& wo
       });
 }
 
+// `lane`, when given, learns what the two ends agreed on: which messages
+// keep their order with which depends on it (protocol.md, "Bulk lanes").
 inline std::shared_ptr<Connection> connect(const std::shared_ptr<Worker>& worker, std::uint16_t port,
                                            Connection::MessageHandler on_message, Connection::ErrorHandler on_error,
-                                           bool shared_memory_lane = true) {
+                                           bool shared_memory_lane = true, protocol::Lane* lane = nullptr) {
   DialOptions options;
   options.shared_memory_lane = shared_memory_lane;
   options.token = test_token;
   options.timeout = std::chrono::seconds(10);
-  return dial(worker, "127.0.0.1", port, options, std::move(on_message), std::move(on_error)).connection;
+  auto dialed = dial(worker, "127.0.0.1", port, options, std::move(on_message), std::move(on_error));
+  if (lane != nullptr) *lane = dialed.welcome.lane;
+  return std::move(dialed.connection);
 }
 
 }  // namespace ferry::transport::testing

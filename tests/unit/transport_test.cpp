@@ -172,13 +172,15 @@ struct Server {
 struct Client {
   explicit Client(std::uint16_t port, std::shared_ptr<Worker> shared = nullptr, bool shared_memory_lane = true)
       : worker(shared ? std::move(shared) : Worker::create({"client"})) {
-    connection = connect(worker, port, collect(inbox),
-                         [this](Connection&, const std::string& reason) { errors.push(reason); }, shared_memory_lane);
+    connection = connect(
+        worker, port, collect(inbox), [this](Connection&, const std::string& reason) { errors.push(reason); },
+        shared_memory_lane, &lane);
   }
   ~Client() { connection->close(); }
   std::shared_ptr<Worker> worker;
   Inbox<Message> inbox;
   Inbox<std::string> errors;
+  protocol::Lane lane = protocol::Lane::none;
   std::shared_ptr<Connection> connection;
 };
 
@@ -589,7 +591,19 @@ TEST(Connection, ManyMessagesInFlightArriveInOrder) {
   }
   auto order = arrivals.wait(count, 30s);
   ASSERT_EQ(order.size(), static_cast<std::size_t>(count));
-  for (int i = 0; i < count; ++i) ASSERT_EQ(order[i], std::to_string(i)) << "out of order at " << i;
+  if (client.lane == protocol::Lane::bulk) {
+    // Where no shared memory is (UCX_TLS=tcp): messages with a payload keep
+    // their order among themselves, the rest among themselves.
+    int last[2] = {-1, -1};
+    for (const auto& arrived : order) {
+      const int i = std::stoi(arrived);
+      auto& before = last[i % 3 == 0 ? 0 : 1];
+      ASSERT_GT(i, before) << "message " << i << " arrived after " << before << " on its lane";
+      before = i;
+    }
+  } else {
+    for (int i = 0; i < count; ++i) ASSERT_EQ(order[i], std::to_string(i)) << "out of order at " << i;
+  }
   auto messages = received.wait(count, 30s);
   ASSERT_EQ(messages.size(), static_cast<std::size_t>(count));
   for (auto& m : messages) {

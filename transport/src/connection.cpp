@@ -36,15 +36,18 @@ void receive_done(void* request, ucs_status_t status, std::size_t, void* user_da
   op->impl->receiving.erase(op.get());
   ucp_request_free(request);
   notify(op->done, status == UCS_OK ? std::string() : failure(status, "receiving a payload"));
+  if (op->connection) op->connection->payload_landed();  // after its owner heard: a close may follow
 }
 
 // Valid for one AM callback. Eager data is copied out right there; a
 // rendezvous payload is fetched straight into `dest` by ucp_am_recv_data_nbx.
 class IncomingMessage final : public Incoming {
  public:
+  // `bulk`: the connection, when the message came on its peer's bulk lane
+  // (a close waits for its payload).
   IncomingMessage(Worker::Impl& impl, std::span<const std::byte> header, void* data, std::size_t length,
-                  bool rendezvous)
-      : impl_(impl), header_(header), data_(data), length_(length), rendezvous_(rendezvous) {}
+                  bool rendezvous, ConnectionImpl* bulk = nullptr)
+      : impl_(impl), header_(header), data_(data), length_(length), rendezvous_(rendezvous), bulk_(bulk) {}
 
   std::span<const std::byte> header() const noexcept override { return header_; }
   std::size_t payload_bytes() const noexcept override { return length_; }
@@ -57,7 +60,7 @@ class IncomingMessage final : public Incoming {
       notify(done, {});
       return;
     }
-    auto op = std::make_unique<ReceiveOp>(ReceiveOp{std::move(done), &impl_});
+    auto op = std::make_unique<ReceiveOp>(ReceiveOp{std::move(done), &impl_, nullptr});
     ucp_request_param_t param{};
     param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     param.cb.recv_am = receive_done;
@@ -75,6 +78,10 @@ class IncomingMessage final : public Incoming {
     } else if (UCS_PTR_IS_ERR(request)) {
       notify(op->done, failure(UCS_PTR_STATUS(request), "ucp_am_recv_data_nbx"));
     } else {
+      if (bulk_ != nullptr) {
+        op->connection = std::static_pointer_cast<ConnectionImpl>(bulk_->shared_from_this());
+        bulk_->payload_landing();
+      }
       impl_.receiving.insert(op.release());  // receive_done owns it now
     }
   }
@@ -87,6 +94,7 @@ class IncomingMessage final : public Incoming {
   void* data_;
   std::size_t length_;
   bool rendezvous_;
+  ConnectionImpl* bulk_;
   bool taken_ = false;
   ucs_status_t status_ = UCS_OK;
 };
@@ -367,7 +375,7 @@ void ConnectionImpl::attach_bulk(ucp_ep_h out, ucp_ep_h in) {
 
 ConnectionImpl::Endpoints ConnectionImpl::take_endpoints() {
   Endpoints eps{std::exchange(ep_, nullptr), std::exchange(lane_, nullptr), std::exchange(bulk_out_, nullptr),
-                std::exchange(bulk_in_, nullptr)};
+                std::exchange(bulk_in_, nullptr), bulk_sent_};
   for (ucp_ep_h ep : {eps.ep, eps.lane, eps.bulk_out, eps.bulk_in})
     if (ep != nullptr) impl_.connections.erase(ep);
   if (eps.lane != nullptr) --impl_.shared_memory_lanes;
@@ -384,7 +392,7 @@ void ConnectionImpl::close_endpoints(Worker::Impl& impl, const Endpoints& eps, b
   for (ucp_ep_h bulk : {eps.bulk_out, eps.bulk_in})
     if (bulk != nullptr) impl.close_endpoint(bulk, force, false);
   if (eps.lane != nullptr) impl.close_endpoint(eps.lane, false, !force);
-  if (eps.ep != nullptr) impl.close_endpoint(eps.ep, force, eps.lane == nullptr);
+  if (eps.ep != nullptr) impl.close_endpoint(eps.ep, force, eps.lane == nullptr, eps.bulk_sent);
 }
 
 void ConnectionImpl::drop_endpoints(bool force) {
@@ -529,6 +537,7 @@ void ConnectionImpl::send_now(std::unique_ptr<SendOp> op) {
   auto request = ucp_am_send_nbx(ep, op->am, op->header.data(), op->header.size(),
                                  op->payload, op->payload_bytes, &param);
   if (request == nullptr) {
+    if (ep == bulk_out_) ++bulk_sent_;
     notify(op->done, {});
   } else if (UCS_PTR_IS_ERR(request)) {
     notify(op->done, failure(UCS_PTR_STATUS(request), ("ucp_am_send_nbx to " + peer_).c_str()));
@@ -537,6 +546,7 @@ void ConnectionImpl::send_now(std::unique_ptr<SendOp> op) {
       op->counted = &impl_;
       ++impl_.sending_payloads;
     }
+    if (ep == bulk_out_) ++bulk_sent_;
     op.release();  // send_done owns it now
     // Started on the sending thread while the progress thread sleeps: wake
     // it to carry the rest (a rendezvous, a full socket).
@@ -777,6 +787,21 @@ void ConnectionImpl::end(const std::string& reason) {
   }
 }
 
+void ConnectionImpl::peer_closed(std::uint64_t bulk_sent) {
+  peer_bulk_sent_ = bulk_sent;
+  settle_close();
+}
+
+void ConnectionImpl::payload_landed() {
+  --payloads_landing_;
+  settle_close();
+}
+
+void ConnectionImpl::settle_close() {
+  if (!peer_bulk_sent_ || bulk_received_ < *peer_bulk_sent_ || payloads_landing_ != 0) return;
+  end("connection to " + peer_ + " closed by the peer");
+}
+
 void ConnectionImpl::fail(ucs_status_t status) {
   if (ep_ == nullptr) return;
   log().debug("ucx: connection to {} failed: {}", peer_, ucs_status_string(status));
@@ -798,9 +823,12 @@ ucs_status_t am_receive(void* arg, const void* header, std::size_t header_length
   // With no header, `header` is undefined (UCX's words), not null.
   std::span<const std::byte> header_bytes;
   if (header_length != 0) header_bytes = {static_cast<const std::byte*>(header), header_length};
-  IncomingMessage message(impl, header_bytes, data, length,
-                          (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0);
-  static_cast<ConnectionImpl&>(*connection).deliver(message);
+  auto& self = static_cast<ConnectionImpl&>(*connection);
+  const bool bulk = self.came_on_bulk_lane(param->reply_ep);
+  IncomingMessage message(impl, header_bytes, data, length, (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0,
+                          bulk ? &self : nullptr);
+  self.deliver(message);
+  if (bulk) self.settle_close();
   return message.status();
 }
 
@@ -836,7 +864,8 @@ ucs_status_t batch_receive(void* arg, const void*, std::size_t, void* data, std:
   return UCS_OK;
 }
 
-ucs_status_t close_receive(void* arg, const void*, std::size_t, void*, std::size_t, const ucp_am_recv_param_t* param) {
+ucs_status_t close_receive(void* arg, const void* header, std::size_t header_length, void*, std::size_t,
+                          const ucp_am_recv_param_t* param) {
   auto& impl = *static_cast<Worker::Impl*>(arg);
   if ((param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) == 0) return UCS_OK;
   auto found = impl.connections.find(param->reply_ep);
@@ -844,8 +873,16 @@ ucs_status_t close_receive(void* arg, const void*, std::size_t, void*, std::size
   auto connection = found->second->weak_from_this().lock();
   if (!connection) return UCS_OK;
   auto& self = static_cast<ConnectionImpl&>(*connection);
+  // No header: nothing went on a bulk lane (or the peer predates the count).
+  std::uint64_t bulk_sent = 0;
+  if (header_length == sizeof bulk_sent) {
+    bulk_sent = get_le<std::uint64_t>(static_cast<const std::byte*>(header));
+  } else if (header_length != 0) {
+    self.reject("a malformed close notice");
+    return UCS_OK;
+  }
   log().debug("ucx: {} closed the connection", self.peer());
-  self.end("connection to " + self.peer() + " closed by the peer");
+  self.peer_closed(bulk_sent);
   return UCS_OK;
 }
 

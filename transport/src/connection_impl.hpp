@@ -8,6 +8,7 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
@@ -76,6 +77,21 @@ class ConnectionImpl final : public Connection {
   void reject(const std::string& why);
   // The peer is gone (it failed or closed): the endpoint dropped, the error handler told.
   void end(const std::string& reason);
+  // The peer's close notice, which counted `bulk_sent` messages on its bulk
+  // lane: the connection ends once they all arrived and their rendezvous
+  // payloads landed; those may come after the notice, on another endpoint.
+  void peer_closed(std::uint64_t bulk_sent);
+  // A message came on the peer's bulk lane (the endpoint it came on was bulk_in_).
+  bool came_on_bulk_lane(ucp_ep_h reply_ep) noexcept {
+    if (reply_ep != bulk_in_ || bulk_in_ == nullptr) return false;
+    ++bulk_received_;
+    return true;
+  }
+  // Rendezvous payloads of messages from the bulk lane: one started, one landed.
+  void payload_landing() noexcept { ++payloads_landing_; }
+  void payload_landed();
+  // The peer closed and what it sent on its bulk lane is all here: ends the connection.
+  void settle_close();
   ucp_ep_h endpoint() const noexcept { return ep_; }
   void close_now(bool force);
 
@@ -108,6 +124,7 @@ class ConnectionImpl final : public Connection {
   // Every endpoint this connection has, null where it has none.
   struct Endpoints {
     ucp_ep_h ep, lane, bulk_out, bulk_in;
+    std::uint64_t bulk_sent;  // what the close notice counts (bulk_sent_)
   };
   // Takes them out of the worker's map (no message reaches this connection
   // through them any more) and out of this object.
@@ -126,6 +143,12 @@ class ConnectionImpl final : public Connection {
   // bulk_out_, the peer's come in on bulk_in_ (protocol::Lane::bulk).
   ucp_ep_h bulk_out_ = nullptr;
   ucp_ep_h bulk_in_ = nullptr;
+  // The close notice's count: an eager message on a bulk lane could arrive
+  // after the notice, which took the control endpoint (protocol.md).
+  std::uint64_t bulk_sent_ = 0;      // messages this end started on bulk_out_
+  std::uint64_t bulk_received_ = 0;  // the peer's that arrived on bulk_in_
+  std::size_t payloads_landing_ = 0;  // of those, rendezvous payloads UCX is still receiving
+  std::optional<std::uint64_t> peer_bulk_sent_;  // the peer closed, having sent this many
   // Shared so that a handler replacing the handlers does not destroy itself mid-call.
   std::shared_ptr<const MessageHandler> on_message_;
   std::shared_ptr<const ErrorHandler> on_error_;

@@ -19,6 +19,7 @@
 #include "connection_impl.hpp"
 #include "ferry/error.hpp"
 #include "ferry/log.hpp"
+#include "little_endian.hpp"
 #include "worker_impl.hpp"
 
 namespace ferry::transport {
@@ -95,7 +96,10 @@ thread_local const Worker::Impl* running_inline = nullptr;
 // The worker this (waiting) thread drives, if any (Worker::wait_here).
 thread_local const Worker::Impl* driving = nullptr;
 
-void notice_sent(void* request, ucs_status_t, void*) { ucp_request_free(request); }
+void notice_sent(void* request, ucs_status_t, void* user_data) {
+  delete static_cast<std::vector<std::byte>*>(user_data);
+  ucp_request_free(request);
+}
 
 void close_callback(void* request, ucs_status_t status, void* user_data) {
   auto* impl = static_cast<Worker::Impl*>(user_data);
@@ -128,9 +132,8 @@ std::shared_ptr<Worker> Worker::create(Options options) {
   // faster (docs/tuning.md), where ucx_perftest gains nothing from it.
   // The segment also bounds what UCX sends eagerly, which would then reach
   // 256 KiB: the rendezvous threshold stays at 8 KiB, where UCX put it with
-  // its own segments, so an 8-256 KiB payload still goes by rendezvous (an
-  // eager one on a bulk lane could be overtaken by the close notice on the
-  // control endpoint). Names are those of the tables (TCP_ is the
+  // its own segments, so an 8-256 KiB payload still goes by rendezvous (a
+  // larger eager one gained nothing measurable). Names are those of the tables (TCP_ is the
   // environment's prefix); UCX_TCP_*_SEG_SIZE and UCX_RNDV_THRESH win.
   if (std::getenv("UCX_TCP_RX_SEG_SIZE") == nullptr && std::getenv("UCX_TCP_TX_SEG_SIZE") == nullptr) {
     check(ucp_config_modify(config, "RX_SEG_SIZE", "256k"), "ucp_config_modify(RX_SEG_SIZE)");
@@ -517,15 +520,22 @@ void Worker::Impl::run() {
   if (self_owned) delete this;
 }
 
-void Worker::Impl::close_endpoint(ucp_ep_h ep, bool force, bool notice) {
+void Worker::Impl::close_endpoint(ucp_ep_h ep, bool force, bool notice, std::uint64_t bulk_sent) {
   if (!force && notice) {
     // Last on the endpoint, so the peer hears of the close after all else;
-    // a peer that is gone already makes it fail, which is fine.
-    ucp_request_param_t notice{};
-    notice.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_FLAGS;
-    notice.flags = UCP_AM_SEND_FLAG_REPLY;
-    notice.cb.send = notice_sent;
-    ucp_am_send_nbx(ep, ferry_close_am_id, nullptr, 0, nullptr, 0, &notice);
+    // a peer that is gone already makes it fail, which is fine. With bulk
+    // lanes it counts what went on this end's: those may arrive after it.
+    // UCX 1.13 reads the header until the send completes, hence its own box.
+    std::vector<std::byte>* count = nullptr;
+    if (bulk_sent != 0) put_le(*(count = new std::vector<std::byte>), bulk_sent);
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_USER_DATA;
+    param.flags = UCP_AM_SEND_FLAG_REPLY;
+    param.cb.send = notice_sent;
+    param.user_data = count;
+    auto request = ucp_am_send_nbx(ep, ferry_close_am_id, count == nullptr ? nullptr : count->data(),
+                                   count == nullptr ? 0 : count->size(), nullptr, 0, &param);
+    if (request == nullptr || UCS_PTR_IS_ERR(request)) delete count;
   }
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;

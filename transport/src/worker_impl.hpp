@@ -128,6 +128,9 @@ struct Worker::Impl {
   struct Receiving {
     std::function<void(const std::string& error)> done;
     Impl* impl;
+    // The connection it came on, when a close from its peer waits for it
+    // to land (ConnectionImpl::payload_landed); null otherwise.
+    std::shared_ptr<ConnectionImpl> connection;
   };
   std::unordered_set<Receiving*> receiving;
   std::size_t sending_payloads = 0;  // payload sends UCX has not completed
@@ -156,8 +159,9 @@ struct Worker::Impl {
   // Progress thread only: closes an endpoint that is no longer in
   // `connections`; shutdown waits for it. `force` skips the flush (for
   // endpoints that already failed); `notice` sends the close notice first
-  // (unless forced).
-  void close_endpoint(ucp_ep_h ep, bool force, bool notice = true);
+  // (unless forced), with `bulk_sent`: the messages this end sent on its
+  // bulk lane, which the peer waits for (protocol.md, "Bulk lanes").
+  void close_endpoint(ucp_ep_h ep, bool force, bool notice = true, std::uint64_t bulk_sent = 0);
 
  private:
   bool run_posted();
