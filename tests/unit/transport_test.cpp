@@ -881,6 +881,25 @@ TEST(Connection, DestroyingTheClientWorkerAndConnectionIsSeenByTheServer) {
   EXPECT_EQ(server.errors.wait(1).size(), 1u);
 }
 
+// A client whose process goes on but whose connection and worker end in
+// the middle of a burst (the killed one is ClientKilledMidBurst...).
+TEST(Connection, AClientGoneWithPayloadsInFlightLeavesTheServerServing) {
+  Inbox<Message> received;
+  Server server(collect(received));
+  auto big = random_bytes(512 << 10, 7);
+  auto small = random_bytes(100, 8);
+  for (int round = 0; round < 3; ++round) {
+    Client client(server.listener->port());
+    for (int i = 0; i < 500; ++i) {
+      const auto& payload = i % 50 == 0 ? big : small;
+      client.connection->send(text_bytes(std::to_string(i)), payload.data(), i % 3 == 0 ? 0 : payload.size(), {});
+    }
+  }  // closed and its worker destroyed with sends still in flight
+  EXPECT_EQ(server.errors.wait(3).size(), 3u) << "the server did not see every client close";
+  Client last(server.listener->port());
+  EXPECT_EQ(send_and_wait(*last.connection, text_bytes("still serving"), nullptr, 0), "");
+}
+
 TEST(Connection, HeaderBeyondUcxLimitIsReported) {
   Server server;
   Client client(server.listener->port());
@@ -924,6 +943,44 @@ const bool doomed_client = [] {
   if (client.inbox.wait(1).size() == 1) std::raise(SIGKILL);
   std::_Exit(3);
 }();
+
+// Another, spawned by ClientKilledMidBurstLeavesTheServerServing: connects,
+// starts a burst of messages with payloads (on the bulk lane over TCP) and
+// dies in the middle of it.
+const bool bursting_client = [] {
+  const char* port = std::getenv("FERRY_TEST_BURSTING_CLIENT_PORT");
+  if (port == nullptr) return false;
+  Client client(static_cast<std::uint16_t>(std::atoi(port)));
+  auto payload = random_bytes(300 << 10, 5);
+  for (int i = 0; i < 200; ++i)
+    client.connection->send(text_bytes(std::to_string(i)), payload.data(), i % 2 ? payload.size() : 100, {});
+  std::raise(SIGKILL);
+  std::_Exit(3);
+}();
+
+TEST(Connection, ClientKilledMidBurstLeavesTheServerServing) {
+  Inbox<Message> received;
+  Server server(collect(received));
+  auto port = std::to_string(server.listener->port());
+  std::string exe = "/proc/self/exe";
+  std::vector<char*> argv = {exe.data(), nullptr};
+  auto env = "FERRY_TEST_BURSTING_CLIENT_PORT=" + port;
+  // The child takes this process's transports (UCX_TLS=tcp under the tcp. prefix).
+  std::string tls = std::string("UCX_TLS=") + (std::getenv("UCX_TLS") ? std::getenv("UCX_TLS") : "all");
+  std::vector<char*> envp = {env.data(), tls.data(), nullptr};
+  constexpr int clients = 5;
+  for (int round = 0; round < clients; ++round) {
+    pid_t child = 0;
+    ASSERT_EQ(posix_spawn(&child, argv[0], nullptr, nullptr, argv.data(), envp.data()), 0);
+    int status = 0;
+    ASSERT_EQ(waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << "a bursting client did not get to die";
+  }
+  EXPECT_EQ(server.errors.wait(clients).size(), static_cast<std::size_t>(clients))
+      << "the server did not notice every client dying";
+  Client last(server.listener->port());
+  EXPECT_EQ(send_and_wait(*last.connection, text_bytes("still serving"), nullptr, 0), "");
+}
 
 TEST(Connection, PeerProcessDeathIsSeenAsError) {
   Server server;
