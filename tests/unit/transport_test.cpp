@@ -883,9 +883,17 @@ TEST(Connection, DestroyingTheClientWorkerAndConnectionIsSeenByTheServer) {
 
 // A client whose process goes on but whose connection and worker end in
 // the middle of a burst (the killed one is ClientKilledMidBurst...).
+// Takes every payload into a buffer of its own: a receive whose sender died
+// mid-rendezvous never completes (UCX 1.13), and its callback then runs at
+// the worker's shutdown, after the test's locals are gone.
+void take_payload(Connection&, Incoming& in) {
+  if (in.payload_bytes() == 0) return;
+  auto buffer = std::make_shared<Bytes>(in.payload_bytes());
+  in.into(buffer->data(), [buffer](const std::string&) {});
+}
+
 TEST(Connection, AClientGoneWithPayloadsInFlightLeavesTheServerServing) {
-  Inbox<Message> received;
-  Server server(collect(received));
+  Server server(take_payload);
   auto big = random_bytes(512 << 10, 7);
   auto small = random_bytes(100, 8);
   for (int round = 0; round < 3; ++round) {
@@ -959,8 +967,7 @@ const bool bursting_client = [] {
 }();
 
 TEST(Connection, ClientKilledMidBurstLeavesTheServerServing) {
-  Inbox<Message> received;
-  Server server(collect(received));
+  Server server(take_payload);
   auto port = std::to_string(server.listener->port());
   std::string exe = "/proc/self/exe";
   std::vector<char*> argv = {exe.data(), nullptr};

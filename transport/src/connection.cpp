@@ -31,12 +31,18 @@ std::string failure(ucs_status_t status, const char* call) {
 
 using ReceiveOp = Worker::Impl::Receiving;
 
-void receive_done(void* request, ucs_status_t status, std::size_t, void* user_data) {
-  std::unique_ptr<ReceiveOp> op(static_cast<ReceiveOp*>(user_data));
+// A receive ends: its owner hears how, then a close waiting for it may follow.
+void receive_finished(ReceiveOp* raw, const std::string& error) {
+  std::unique_ptr<ReceiveOp> op(raw);
   op->impl->receiving.erase(op.get());
+  notify(op->done, error);
+  if (auto connection = op->connection.lock()) connection->payload_landed();
+}
+
+void receive_done(void* request, ucs_status_t status, std::size_t, void* user_data) {
   ucp_request_free(request);
-  notify(op->done, status == UCS_OK ? std::string() : failure(status, "receiving a payload"));
-  if (op->connection) op->connection->payload_landed();  // after its owner heard: a close may follow
+  receive_finished(static_cast<ReceiveOp*>(user_data), status == UCS_OK ? std::string()
+                                                                         : failure(status, "receiving a payload"));
 }
 
 // Valid for one AM callback. Eager data is copied out right there; a
@@ -60,29 +66,31 @@ class IncomingMessage final : public Incoming {
       notify(done, {});
       return;
     }
-    auto op = std::make_unique<ReceiveOp>(ReceiveOp{std::move(done), &impl_, nullptr});
+    auto* op = new ReceiveOp{std::move(done), &impl_, {}};
+    if (bulk_ != nullptr) {
+      op->connection = std::static_pointer_cast<ConnectionImpl>(bulk_->shared_from_this());
+      bulk_->payload_landing();
+    }
     ucp_request_param_t param{};
     param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     param.cb.recv_am = receive_done;
-    param.user_data = op.get();
+    param.user_data = op;
     if (ucp_mem_h memh = impl_.slabs->find(dest, length_); memh != nullptr) {
       param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
       param.memh = memh;
     }
+    // Tracked before the call: on an endpoint that failed, UCX 1.13 calls
+    // receive_done from inside it and still returns the request, and that
+    // callback then owns (and frees) op.
+    impl_.receiving.insert(op);
     auto request = ucp_am_recv_data_nbx(impl_.worker, data_, dest, length_, &param);
     // UCX owns the descriptor from here whatever happened; the callback must
     // say so with UCS_INPROGRESS rather than have it dropped.
     status_ = UCS_INPROGRESS;
     if (request == nullptr) {
-      notify(op->done, {});
+      receive_finished(op, {});
     } else if (UCS_PTR_IS_ERR(request)) {
-      notify(op->done, failure(UCS_PTR_STATUS(request), "ucp_am_recv_data_nbx"));
-    } else {
-      if (bulk_ != nullptr) {
-        op->connection = std::static_pointer_cast<ConnectionImpl>(bulk_->shared_from_this());
-        bulk_->payload_landing();
-      }
-      impl_.receiving.insert(op.release());  // receive_done owns it now
+      receive_finished(op, failure(UCS_PTR_STATUS(request), "ucp_am_recv_data_nbx"));
     }
   }
 
@@ -495,15 +503,18 @@ void ConnectionImpl::flush_batch() {
   param.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER;
   param.cb.send = batch_done;
   param.user_data = batch.get();
-  auto request = ucp_am_send_nbx(lane_ != nullptr ? lane_ : ep_, ferry_batch_am_id, nullptr, 0, batch->frames.data(),
-                                 batch->frames.size(), &param);
+  // batch_done's from the call on (see send_now); back here only if UCX ended it at once.
+  auto* raw = batch.release();
+  auto request =
+      ucp_am_send_nbx(lane_ != nullptr ? lane_ : ep_, ferry_batch_am_id, nullptr, 0, raw->frames.data(),
+                      raw->frames.size(), &param);
   if (request == nullptr) {
+    batch.reset(raw);
     for (const auto& op : batch->ops) notify(op->done, {});
   } else if (UCS_PTR_IS_ERR(request)) {
+    batch.reset(raw);
     const std::string error = failure(UCS_PTR_STATUS(request), ("ucp_am_send_nbx to " + peer_).c_str());
     for (const auto& op : batch->ops) notify(op->done, error);
-  } else {
-    batch.release();  // batch_done owns it now
   }
 }
 
@@ -534,24 +545,27 @@ void ConnectionImpl::send_now(std::unique_ptr<SendOp> op) {
   // A payload on its bulk lane, where the peer's replies and requests never
   // queue behind it (and it behind them).
   ucp_ep_h ep = op->payload_bytes != 0 && bulk_out_ != nullptr ? bulk_out_ : lane_ != nullptr ? lane_ : ep_;
-  auto request = ucp_am_send_nbx(ep, op->am, op->header.data(), op->header.size(),
-                                 op->payload, op->payload_bytes, &param);
-  if (request == nullptr) {
-    if (ep == bulk_out_) ++bulk_sent_;
-    notify(op->done, {});
-  } else if (UCS_PTR_IS_ERR(request)) {
-    notify(op->done, failure(UCS_PTR_STATUS(request), ("ucp_am_send_nbx to " + peer_).c_str()));
-  } else {
-    if (op->payload_bytes != 0) {
-      op->counted = &impl_;
-      ++impl_.sending_payloads;
-    }
-    if (ep == bulk_out_) ++bulk_sent_;
-    op.release();  // send_done owns it now
-    // Started on the sending thread while the progress thread sleeps: wake
-    // it to carry the rest (a rendezvous, a full socket).
-    if (!impl_.progressing_here()) impl_.wake();
+  if (op->payload_bytes != 0) {
+    op->counted = &impl_;
+    ++impl_.sending_payloads;
   }
+  // send_done's from the call on: on an endpoint that failed, UCX 1.13 may
+  // call it from inside the call and still return the request (as it does
+  // receive_done), so op is not touched after a request came back.
+  auto* raw = op.release();
+  auto request = ucp_am_send_nbx(ep, raw->am, raw->header.data(), raw->header.size(), raw->payload,
+                                 raw->payload_bytes, &param);
+  if (request == nullptr || UCS_PTR_IS_ERR(request)) {
+    op.reset(raw);  // ended at once: no callback comes
+    if (op->counted != nullptr) --impl_.sending_payloads;
+  }
+  if (UCS_PTR_IS_ERR(request))
+    return notify(op->done, failure(UCS_PTR_STATUS(request), ("ucp_am_send_nbx to " + peer_).c_str()));
+  if (ep == bulk_out_) ++bulk_sent_;
+  if (request == nullptr) return notify(op->done, {});
+  // Started on the sending thread while the progress thread sleeps: wake
+  // it to carry the rest (a rendezvous, a full socket).
+  if (!impl_.progressing_here()) impl_.wake();
 }
 
 // ---- pulled payloads (pull.hpp) ----
@@ -794,7 +808,9 @@ void ConnectionImpl::peer_closed(std::uint64_t bulk_sent) {
 
 void ConnectionImpl::payload_landed() {
   --payloads_landing_;
-  settle_close();
+  // Posted: this may run inside a message handler (a receive that ended at
+  // once), which must not see the error handler run under it.
+  if (peer_bulk_sent_) post([self = self()] { self->settle_close(); });
 }
 
 void ConnectionImpl::settle_close() {

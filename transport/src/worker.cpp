@@ -132,9 +132,9 @@ std::shared_ptr<Worker> Worker::create(Options options) {
   // faster (docs/tuning.md), where ucx_perftest gains nothing from it.
   // The segment also bounds what UCX sends eagerly, which would then reach
   // 256 KiB: the rendezvous threshold stays at 8 KiB, where UCX put it with
-  // its own segments, so an 8-256 KiB payload still goes by rendezvous (a
-  // larger eager one gained nothing measurable). Names are those of the tables (TCP_ is the
-  // environment's prefix); UCX_TCP_*_SEG_SIZE and UCX_RNDV_THRESH win.
+  // its own segments, so an 8-256 KiB payload still goes by rendezvous, as
+  // before. Names are those of the tables (TCP_ is the environment's
+  // prefix); UCX_TCP_*_SEG_SIZE and UCX_RNDV_THRESH win.
   if (std::getenv("UCX_TCP_RX_SEG_SIZE") == nullptr && std::getenv("UCX_TCP_TX_SEG_SIZE") == nullptr) {
     check(ucp_config_modify(config, "RX_SEG_SIZE", "256k"), "ucp_config_modify(RX_SEG_SIZE)");
     check(ucp_config_modify(config, "TX_SEG_SIZE", "256k"), "ucp_config_modify(TX_SEG_SIZE)");
@@ -542,11 +542,13 @@ void Worker::Impl::close_endpoint(ucp_ep_h ep, bool force, bool notice, std::uin
   param.cb.send = close_callback;
   param.user_data = this;
   param.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+  ++closing;  // before the call, which may end in close_callback (as a send may in its own)
   auto request = ucp_ep_close_nbx(ep, &param);
   if (UCS_PTR_IS_ERR(request)) {
+    --closing;
     log().debug("ucx: ucp_ep_close_nbx: {}", ucs_status_string(UCS_PTR_STATUS(request)));
-  } else if (request != nullptr) {
-    ++closing;
+  } else if (request == nullptr) {
+    --closing;
   }
 }
 

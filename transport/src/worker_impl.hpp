@@ -129,8 +129,9 @@ struct Worker::Impl {
     std::function<void(const std::string& error)> done;
     Impl* impl;
     // The connection it came on, when a close from its peer waits for it
-    // to land (ConnectionImpl::payload_landed); null otherwise.
-    std::shared_ptr<ConnectionImpl> connection;
+    // to land (ConnectionImpl::payload_landed); empty otherwise. Weak: a
+    // receive must not keep its connection, and that its worker, alive.
+    std::weak_ptr<ConnectionImpl> connection;
   };
   std::unordered_set<Receiving*> receiving;
   std::size_t sending_payloads = 0;  // payload sends UCX has not completed
