@@ -353,7 +353,12 @@ void note_lineage_reads(const std::shared_ptr<BufferRoot>& root, const std::shar
     std::lock_guard lock(lineage->versions_mutex);
     first = !lineage->versions_noted;
     lineage->versions_noted = true;
-    if (first) lineage->host_version.assign(lineage->buffer_args.size(), 0);
+    // Only a task with a read-only input has versions to note: a chain of
+    // readwrite tasks allocates nothing here.
+    bool has_read_only = false;
+    for (std::size_t i = 0; i < lineage->buffer_args.size() && first && !has_read_only; ++i)
+      has_read_only = !writes(lineage->buffer_arg(i).mode);
+    if (has_read_only) lineage->host_version.assign(lineage->buffer_args.size(), 0);
   }
   for (std::size_t i = 0; i < lineage->buffer_args.size(); ++i) {
     if (writes(lineage->buffer_arg(i).mode)) continue;

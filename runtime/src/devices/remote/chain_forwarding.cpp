@@ -173,8 +173,9 @@ bool RemoteDevice::try_forward(TaskRecord* task, bool map_held) {
   // forward's marshalling and send.
   const auto maps = [&] { return map_held ? std::unique_lock<std::mutex>() : std::unique_lock(forward_mutex_); };
   const std::uint64_t now = epoch();
-  std::vector<std::uint64_t> after;
-  after.reserve(task->waits_on.size());
+  Marshalled& m = forward_marshalled_;  // ours under the order lock
+  std::vector<std::uint64_t>& after = m.run.after;
+  after.clear();
   {
     auto lock = maps();
     for (std::uint64_t id : task->waits_on) {
@@ -204,10 +205,8 @@ bool RemoteDevice::try_forward(TaskRecord* task, bool map_held) {
     task->continuations.push_back([this, id = task->id](const Task&) { forget_forwarded(id); });
   }
 
-  Marshalled m;
   try {
-    marshal(task, forwarded->views, m);
-    m.run.after = std::move(after);
+    marshal(task, forwarded->views, m);  // `after` stays
     forwarded->start = std::chrono::steady_clock::now();
     forwarded->start_ns = core_.trace() ? core_.trace()->now_ns() : 0;
     {

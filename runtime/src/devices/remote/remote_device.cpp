@@ -777,6 +777,7 @@ void RemoteDevice::marshal(TaskRecord* task, std::span<const std::shared_ptr<Buf
   run.kernel = task->kernel->name;
   run.task = task->name;
   out.ids.assign(task->buffers.size(), 0);
+  run.args.clear();  // a reused run (try_forward's) keeps its capacity
   run.args.reserve(task->args.items.size());
   std::size_t b = 0;
   for (std::size_t i = 0; i < task->args.items.size(); ++i) {

@@ -338,6 +338,9 @@ class RemoteDevice final : public Device, public NodeLink {
   // order lock, so each follows those it names; the maps have a lock of
   // their own, taken after it, which proxies take briefly.
   std::mutex forward_order_mutex_;
+  // try_forward's run, marshalled and encoded under the order lock: reused,
+  // so its arguments and `after` keep their capacity (no allocation a forward).
+  Marshalled forward_marshalled_;
   std::mutex forward_mutex_;
   RecordMap<std::uint64_t, Sent> sent_;
   RecordMap<std::uint64_t, std::shared_ptr<Forwarded>> forwarded_;
