@@ -46,7 +46,8 @@ namespace {
 
 constexpr int file_version = 1;
 
-double median(std::vector<double> v);
+double median_in_place(std::vector<double>& v);  // reorders v
+double median(std::vector<double> v) { return median_in_place(v); }
 
 // Bounded history: once full, a new run replaces the oldest.
 class Ring {
@@ -73,11 +74,10 @@ class Ring {
   const Summary& summary() const {
     if (!summary_ || stale_ * 8 >= values_.size()) {
       Summary s;
-      s.median = median(values_);
-      std::vector<double> deviations;
-      deviations.reserve(values_.size());
-      for (double v : values_) deviations.push_back(std::abs(v - s.median));
-      s.deviation = median(std::move(deviations));
+      scratch_.assign(values_.begin(), values_.end());
+      s.median = median_in_place(scratch_);
+      for (double& v : scratch_) v = std::abs(v - s.median);  // their order no longer matters
+      s.deviation = median_in_place(scratch_);
       summary_ = s;
       stale_ = 0;
     }
@@ -98,9 +98,10 @@ class Ring {
   // Callers hold PerfModels::Impl::mutex, estimates included.
   mutable std::optional<Summary> summary_;
   mutable std::size_t stale_ = 0;  // runs pushed since summary_
+  mutable std::vector<double> scratch_;  // summary()'s, kept: no allocation per summary
 };
 
-double median(std::vector<double> v) {
+double median_in_place(std::vector<double>& v) {
   if (v.empty()) return 0;
   const auto mid = v.size() / 2;
   std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid), v.end());
