@@ -1127,26 +1127,31 @@ TEST(Worker, AWaitingThreadTakesItsReplyInItself) {
     return replies.size();
   };
   constexpr std::size_t rounds = 40;
-  std::size_t taken_here = 0;
-  for (std::size_t i = 0; i < rounds; ++i) {
-    // The progress thread asleep again (it wakes on each reply's arrival):
-    // on a loaded machine it may take a while to get back to sleep.
-    ASSERT_TRUE(wait_until_asleep_in_poll("client-ucx"));
-    connection->send(text_bytes("m" + std::to_string(i)));
-    const bool came = connection->wait_here([&] { return count() > i; });
-    if (!came) {  // the progress thread was awake and delivers it: wait as anyone would
-      for (int tries = 0; tries < 1000 && count() <= i; ++tries) std::this_thread::sleep_for(1ms);
+  std::size_t taken_here = 0, i = 0;
+  // Up to three tries of 40 rounds: on a loaded machine (ctest runs other
+  // tests beside this one) the progress thread, woken by a reply that came
+  // while this thread was descheduled, can win every round of one try (CI
+  // saw 0 of 40 once).
+  for (int attempt = 0; attempt < 3 && taken_here == 0; ++attempt) {
+    for (std::size_t round = 0; round < rounds; ++round, ++i) {
+      // The progress thread asleep again (it wakes on each reply's arrival):
+      // on a loaded machine it may take a while to get back to sleep.
+      ASSERT_TRUE(wait_until_asleep_in_poll("client-ucx"));
+      connection->send(text_bytes("m" + std::to_string(i)));
+      const bool came = connection->wait_here([&] { return count() > i; });
+      if (!came) {  // the progress thread was awake and delivers it: wait as anyone would
+        for (int tries = 0; tries < 1000 && count() <= i; ++tries) std::this_thread::sleep_for(1ms);
+      }
+      std::lock_guard lock(mutex);
+      ASSERT_EQ(replies.size(), i + 1);
+      EXPECT_EQ(replies[i].first, "m" + std::to_string(i));
+      if (replies[i].second == std::this_thread::get_id()) ++taken_here;
     }
-    std::lock_guard lock(mutex);
-    ASSERT_EQ(replies.size(), i + 1);
-    EXPECT_EQ(replies[i].first, "m" + std::to_string(i));
-    if (replies[i].second == std::this_thread::get_id()) ++taken_here;
   }
-  std::cout << "  " << taken_here << " of " << rounds << " replies taken in by the waiting thread\n";
-  // Quiet: 39-40 of 40. On a loaded machine the progress thread, woken by
-  // a reply that came while this thread was descheduled, takes some in
-  // itself (7 of 40 at worst, beside two busy loops on both cores). Without
-  // wait_here (FERRY_UCX_WAIT_POLL_US=0): none.
+  std::cout << "  " << taken_here << " of " << i << " replies taken in by the waiting thread\n";
+  // Quiet: 39-40 of 40. On a loaded machine fewer (7 of 40 at worst beside
+  // two busy loops on both cores, none in one try of CI's). Without
+  // wait_here (FERRY_UCX_WAIT_POLL_US=0): none in all three tries.
   EXPECT_GT(taken_here, 0u);
   connection->close();
 }
