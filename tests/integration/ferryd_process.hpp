@@ -10,6 +10,7 @@
 #pragma once
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/stat.h>
@@ -130,10 +131,29 @@ class FerrydProcess {
 
   std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
 
+  // A ferryd that died by itself, or that a sanitizer reported on, fails
+  // the test with its log: the log's folder goes with this object, and a
+  // client's "closed the connection" says nothing of why the server went.
   ~FerrydProcess() {
+    bool died = false;
+    int status = 0;
     if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
+      died = waitpid(pid_, &status, WNOHANG) == pid_ && !stopped_by_test_;
+      if (!died) {
+        kill(pid_, SIGKILL);
+        waitpid(pid_, nullptr, 0);
+      }
+    }
+    const std::string text = log();
+    const bool reported = text.find("ERROR: AddressSanitizer") != std::string::npos ||
+                          text.find("ERROR: LeakSanitizer") != std::string::npos ||
+                          text.find("runtime error:") != std::string::npos;
+    if (died || reported) {
+      ADD_FAILURE() << "ferryd " << (reported ? "reported a sanitizer error" : "died by itself") << " ("
+                    << (WIFEXITED(status) ? "exit " + std::to_string(WEXITSTATUS(status))
+                                          : "signal " + std::to_string(WTERMSIG(status)))
+                    << "); its log:\n"
+                    << text;
     }
     std::error_code ec;
     std::filesystem::remove_all(dir_, ec);
@@ -163,7 +183,10 @@ class FerrydProcess {
     return false;
   }
 
-  void signal(int signo) const { kill(pid_, signo); }
+  void signal(int signo) {
+    if (signo != SIGHUP && signo != SIGSTOP && signo != SIGCONT && signo != 0) stopped_by_test_ = true;
+    kill(pid_, signo);
+  }
 
   // The exit status, or 128 + signal; -1 after `timeout` (the process is then killed).
   int wait_exit(std::chrono::milliseconds timeout) {
@@ -193,6 +216,7 @@ class FerrydProcess {
   void start(std::uint16_t port) {
     std::error_code ec;
     std::filesystem::remove(port_file_, ec);
+    stopped_by_test_ = false;
     spawn(server_args(port, token_file(), port_file_, extra_args_));
     wait_for_port();
   }
@@ -238,6 +262,7 @@ class FerrydProcess {
   std::vector<std::string> extra_args_;
   pid_t pid_ = -1;
   std::uint16_t port_ = 0;
+  bool stopped_by_test_ = false;  // a signal that ends it was sent: its exit is no surprise
 };
 
 }  // namespace ferry::test

@@ -22,21 +22,6 @@ Server::~Server() {
   state_.worker->call([this] { sessions_.clear(); });
 }
 
-namespace {
-
-// The bootstrap says why in words; the metric's label takes one of a few
-// names, so that a peer cannot grow its cardinality.
-const char* refusal_reason(const std::string& why) {
-  if (why.find("version") != std::string::npos) return "version_mismatch";
-  if (why.find("token") != std::string::npos) return "wrong_token";
-  if (why.find("key") != std::string::npos || why.find("signature") != std::string::npos) return "unknown_key";
-  if (why.find("within") != std::string::npos || why.find("time") != std::string::npos) return "handshake_timeout";
-  if (why.find("hung up") != std::string::npos) return "hung_up";
-  return "malformed";
-}
-
-}  // namespace
-
 std::uint16_t Server::listen(transport::BootstrapServer::Options options) {
   if (keys_ != nullptr) {
     options.authorize = [keys = keys_](const transport::PublicKey& key) -> std::optional<std::string> {
@@ -57,8 +42,8 @@ std::uint16_t Server::listen(transport::BootstrapServer::Options options) {
       [this](const transport::Peer& peer, std::shared_ptr<transport::Connection> connection) {
         return accept(peer, std::move(connection));
       },
-      [this](const std::string& address, const std::string& client, const std::string& why) {
-        const char* reason = refusal_reason(why);
+      [this](const std::string& address, const std::string& client, transport::Refusal refusal, const std::string& why) {
+        const char* reason = transport::to_string(refusal);
         state_.metrics.auth_failure(reason);
         if (state_.audit->enabled() && !client.empty())  // silent or garbage peers: the metric counts them
           state_.audit->record("authenticate", {{"peer", address}, {"client", client}, {"result", reason}, {"why", why}});

@@ -65,7 +65,10 @@ class Socket {
     }
   }
 
-  std::vector<std::byte> read_frame() {
+  // `what`: the frame awaited, to say how far the handshake got when the
+  // server hangs up without a word (its log then says why).
+  std::vector<std::byte> read_frame(const char* what) {
+    what_ = what;
     std::byte prefix[4];
     read_exactly(prefix, sizeof prefix);
     const auto length = handshake::frame_length(prefix);
@@ -100,7 +103,10 @@ class Socket {
       if (n > 0) {
         done += static_cast<std::size_t>(n);
       } else if (n == 0) {
-        fail(fmt::format("{} closed the connection during the handshake", name_), UCS_ERR_CONNECTION_RESET);
+        fail(fmt::format("{} closed the connection during the handshake, without a word, where its {} was due "
+                         "(the server's log says why)",
+                         name_, what_),
+             UCS_ERR_CONNECTION_RESET);
       } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
         wait(POLLIN, "waiting for");
       } else if (errno != EINTR) {
@@ -111,6 +117,7 @@ class Socket {
 
   int fd_ = -1;
   std::string name_;
+  const char* what_ = "answer";
   Clock::time_point deadline_;
 };
 
@@ -127,8 +134,8 @@ Dialed dial(const std::shared_ptr<Worker>& worker, const std::string& host, std:
                             false,
                             lane_to_offer(socket.fd(), worker->transports(), options.shared_memory_lane));
   socket.write_frame(handshake.hello());
-  socket.write_frame(handshake.on_challenge(socket.read_frame(), socket.fd(), worker->address()));
-  return handshake.on_welcome(socket.read_frame(), worker, socket.name(), std::move(on_message), std::move(on_error));
+  socket.write_frame(handshake.on_challenge(socket.read_frame("challenge"), socket.fd(), worker->address()));
+  return handshake.on_welcome(socket.read_frame("welcome"), worker, socket.name(), std::move(on_message), std::move(on_error));
 }
 
 }  // namespace ferry::transport

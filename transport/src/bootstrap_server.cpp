@@ -44,6 +44,9 @@ namespace {
 
 // Warnings about a flood are repeated at most this often.
 constexpr auto warn_period = std::chrono::seconds(10);
+// Lines about handshakes closed: at most this many per warn_period, then one
+// saying how many went unlogged; a flood cannot fill the log.
+constexpr int closed_lines_per_period = 20;
 // After accept() ran out of descriptors, the listening socket is left alone this long.
 constexpr auto accept_pause = std::chrono::milliseconds(100);
 
@@ -182,6 +185,8 @@ class BootstrapServer::Impl {
   struct Pending {
     int fd = -1;
     std::string address;
+    std::string ip;             // of address, for the per-address cap
+    Clock::time_point opened;   // the oldest unauthenticated go first when room is needed
     Clock::time_point deadline;
     Stage stage = Stage::hello;
     std::vector<std::byte> in;
@@ -320,17 +325,20 @@ class BootstrapServer::Impl {
       const auto text = format_sockaddr(address);
       const auto ip = ip_of(address);
       if (!limit_.admit(ip, now)) {
-        ::close(fd);
         ++refused_rate_;
         warn_now(last_rate_warning_, "bootstrap: {} connects too often (more than {}/s); refused {} so far", ip,
                  options_.per_address_rate, refused_rate_);
+        turn_away(fd, text, Refusal::rate_limited,
+                  fmt::format("{} opens connections too often (more than {}/s): try again shortly", ip,
+                              options_.per_address_rate));
         continue;
       }
-      if (pending_.size() >= options_.max_pending) {
-        ::close(fd);
+      if (!make_room(ip, text)) {
         ++refused_full_;
-        warn_now(last_full_warning_, "bootstrap: {} handshakes in progress, the most allowed; refused {} ({} so far)",
-                 pending_.size(), text, refused_full_);
+        warn_now(last_full_warning_, "bootstrap: {} handshakes in progress, none of them evictable; refused {} ({} so far)",
+                 live_pending(), text, refused_full_);
+        turn_away(fd, text, Refusal::busy,
+                  fmt::format("{} handshakes in progress, the most allowed: try again shortly", live_pending()));
         continue;
       }
       const int one = 1;
@@ -338,6 +346,8 @@ class BootstrapServer::Impl {
       auto peer = std::make_unique<Pending>();
       peer->fd = fd;
       peer->address = text;
+      peer->ip = ip;
+      peer->opened = now;
       peer->deadline = now + options_.deadline;
       log().debug("bootstrap: connection from {}", text);
       if (client_) {
@@ -368,9 +378,8 @@ class BootstrapServer::Impl {
     for (auto& peer : pending_) {
       if (peer->done || now < peer->deadline) continue;
       const auto why = fmt::format("no handshake within {} ms", options_.deadline.count());
-      log().info("bootstrap: dropped {}: {}", peer->address, why);
-      refused(*peer, why);
-      peer->done = true;
+      closed(*peer, Refusal::handshake_timeout, why);
+      tell_and_close(*peer, Status::busy, why);
     }
     std::erase_if(pending_, [this](const std::unique_ptr<Pending>& peer) {
       if (!peer->done) return false;
@@ -379,14 +388,133 @@ class BootstrapServer::Impl {
     });
   }
 
-  void refused(Pending& peer, const std::string& why) {
+  // Every handshake this end closes comes here once: the handler hears
+  // of it (metrics, audit) and the log says why, rate-limited.
+  void closed(Pending& peer, Refusal reason, const std::string& why) {
     peer.failure = why;
+    log_closed(peer.address, handshake::printable(peer.hello.client), reason, why);
     if (!on_refused_) return;
     try {
-      on_refused_(peer.address, handshake::printable(peer.hello.client, protocol::max_string_bytes), why);
+      on_refused_(peer.address, handshake::printable(peer.hello.client, protocol::max_string_bytes), reason, why);
     } catch (const std::exception& e) {
       log().error("bootstrap: refusal handler threw: {}", e.what());
     }
+  }
+
+  // A refusal of someone who proved nothing is not worth a warning, and
+  // whatever a peer makes us log is bounded.
+  void log_closed(const std::string& address, const std::string& client, Refusal reason, const std::string& why) {
+    const auto now = Clock::now();
+    if (now - closed_period_start_ >= warn_period) {
+      if (closed_unlogged_ > 0)
+        log().info("bootstrap: {} more handshakes closed in the last {} s, not logged one by one", closed_unlogged_,
+                   std::chrono::duration_cast<std::chrono::seconds>(warn_period).count());
+      closed_period_start_ = now;
+      closed_logged_ = 0;
+      closed_unlogged_ = 0;
+    }
+    if (closed_logged_ >= closed_lines_per_period) {
+      ++closed_unlogged_;
+      return;
+    }
+    ++closed_logged_;
+    const bool refusal = reason == Refusal::wrong_token || reason == Refusal::unknown_key ||
+                         reason == Refusal::version_mismatch || reason == Refusal::internal;
+    const auto who = client.empty() ? address : fmt::format("{} ({})", address, client);
+    if (refusal) log().warn("bootstrap: refused {}: {}: {}", who, to_string(reason), handshake::printable(why));
+    else log().info("bootstrap: dropped {}: {}: {}", who, to_string(reason), handshake::printable(why));
+  }
+
+  // Handshakes not yet closed.
+  std::size_t live_pending() const {
+    return static_cast<std::size_t>(std::count_if(pending_.begin(), pending_.end(), [](const auto& p) { return !p->done; }));
+  }
+
+  // Not authenticated, and accepted here (ferryd's own dials out are not
+  // strangers' to push out): may make room for a newer handshake.
+  static bool evictable(const Pending& peer) {
+    if (peer.done || peer.outcome) return false;
+    return peer.stage == Stage::hello || peer.stage == Stage::auth || peer.stage == Stage::challenge ||
+           peer.stage == Stage::welcome;
+  }
+
+  // Room for one more handshake from `ip`: past the cap on its address, its
+  // own oldest goes; past the cap on all, the oldest from the address
+  // holding the most (one that has not said hello before one that has).
+  // False when nothing may go.
+  bool make_room(const std::string& ip, const std::string& newcomer) {
+    std::size_t live = 0, from_ip = 0;
+    std::unordered_map<std::string_view, std::size_t> per_ip;
+    for (const auto& p : pending_) {
+      if (p->done) continue;
+      ++live;
+      if (p->ip == ip) ++from_ip;
+      if (evictable(*p)) ++per_ip[p->ip];
+    }
+    const bool address_full = from_ip >= std::max<std::size_t>(1, options_.max_pending_per_address);
+    if (!address_full && live < options_.max_pending) return true;
+    Pending* victim = nullptr;
+    const auto before = [&](const Pending& a, const Pending& b) {
+      if (!address_full && per_ip[a.ip] != per_ip[b.ip]) return per_ip[a.ip] > per_ip[b.ip];
+      if ((a.stage == Stage::hello) != (b.stage == Stage::hello)) return a.stage == Stage::hello;
+      return a.opened < b.opened;
+    };
+    for (auto& p : pending_) {
+      if (!evictable(*p) || (address_full && p->ip != ip)) continue;
+      if (victim == nullptr || before(*p, *victim)) victim = p.get();
+    }
+    if (victim == nullptr) return false;
+    const auto why = address_full
+                         ? fmt::format("made room for a newer connection from its address ({} handshakes in progress "
+                                       "from one address, the most allowed)",
+                                       from_ip)
+                         : fmt::format("made room for a newer connection ({} handshakes in progress, the most allowed)",
+                                       live);
+    closed(*victim, Refusal::busy, why);
+    tell_and_close(*victim, Status::busy, why);
+    log().debug("bootstrap: {} evicted for {}", victim->address, newcomer);
+    return true;
+  }
+
+  // A connection refused as it is accepted: one frame saying why (the
+  // client's hello has not been read; it hears this in place of a
+  // challenge), written only if the socket takes it at once.
+  void turn_away(int fd, const std::string& address, Refusal reason, const std::string& why) {
+    log_closed(address, {}, reason, why);
+    if (on_refused_) {
+      try {
+        on_refused_(address, {}, reason, why);
+      } catch (const std::exception& e) {
+        log().error("bootstrap: refusal handler threw: {}", e.what());
+      }
+    }
+    const auto frame = handshake::frame(protocol::encode(protocol::ErrorMessage{Status::busy, why}));
+    [[maybe_unused]] auto n = ::send(fd, frame.data(), frame.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    ::close(fd);
+  }
+
+  // Ends a handshake this end gives up on, saying why where the peer can
+  // read it: in place of the challenge before one was sent, sealed with the
+  // session keys in place of the welcome after (the peer's key exchange is
+  // known by then). Written only if the socket takes it at once: a peer that
+  // reads nothing gets nothing, and costs nothing more.
+  void tell_and_close(Pending& peer, Status status, const std::string& why) {
+    peer.done = true;
+    if (peer.client || peer.outcome) return;  // not a client of ours: it has its own reasons
+    const auto message = protocol::encode(protocol::ErrorMessage{status, why});
+    std::vector<std::byte> frame;
+    if (peer.stage == Stage::hello) {
+      frame = handshake::frame(message);
+    } else if (peer.stage == Stage::auth && peer.exchange) {
+      const Cipher cipher = peer.challenge.cipher == 0 ? Cipher::aes256gcm : Cipher::xchacha20poly1305;
+      if (!peer.channel) peer.channel = handshake::server_channel(*peer.exchange, peer.hello.exchange, cipher);
+      if (!peer.channel) return;
+      frame = handshake::frame(peer.channel->seal(message, {}, nullptr));
+    } else {
+      return;
+    }
+    if (peer.out_done < peer.out.size()) return;  // something is still on its way: a frame would cut into it
+    [[maybe_unused]] auto n = ::send(peer.fd, frame.data(), frame.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
   }
 
   void receive(Pending& peer) {
@@ -407,8 +535,7 @@ class BootstrapServer::Impl {
       }
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-      log().debug("bootstrap: {}: {}", peer.address, std::strerror(errno));
-      peer.failure = std::strerror(errno);
+      closed(peer, Refusal::hung_up, fmt::format("the connection failed: {}", std::strerror(errno)));
       peer.done = true;
       return;
     }
@@ -436,22 +563,23 @@ class BootstrapServer::Impl {
       } catch (const std::exception& e) {
         // The client's part: ferryd refused us, or we it (DialRefused names which and why).
         if (!peer.client) throw;
+        const auto* refusal = dynamic_cast<const DialRefused*>(&e);
+        const Refusal reason = refusal == nullptr                                        ? Refusal::malformed
+                               : refusal->status == Status::version_mismatch             ? Refusal::version_mismatch
+                               : refusal->status == Status::auth_failed                  ? Refusal::unknown_key
+                                                                                         : Refusal::malformed;
+        closed(peer, reason, e.what());  // names the peer
         if (dynamic_cast<const TurnedAway*>(&e) != nullptr) {
           // Said to ferryd in place of auth, so its log names the reason.
-          log().debug("bootstrap: {}", e.what());
-          refused(peer, e.what());
           send_error(peer, Status::auth_failed, e.what());
           return;
         }
-        log().warn("bootstrap: {}", e.what());  // names the peer
-        refused(peer, e.what());
         peer.done = true;
         return;
       }
     }
     if (hung_up && !peer.done) {
-      log().debug("bootstrap: {} hung up during the handshake", peer.address);
-      refused(peer, "hung up during the handshake");
+      closed(peer, Refusal::hung_up, "hung up during the handshake");
       peer.done = true;
     }
   }
@@ -459,8 +587,7 @@ class BootstrapServer::Impl {
   // Not a Ferry client, or a broken one: closed without a word, since what
   // it would make of one is unknown.
   void garbage(Pending& peer, const std::string& what) {
-    log().info("bootstrap: dropped {}: {}", peer.address, handshake::printable(what));
-    refused(peer, what);
+    closed(peer, Refusal::malformed, what);
     peer.done = true;
   }
 
@@ -487,9 +614,8 @@ class BootstrapServer::Impl {
   }
 
   // Says why and closes once that is on its way; sealed when keys exist.
-  void refuse(Pending& peer, Status status, const std::string& why) {
-    log().warn("bootstrap: refused {} ({}): {}", peer.address, handshake::printable(peer.hello.client), why);
-    refused(peer, why);
+  void refuse(Pending& peer, Refusal reason, Status status, const std::string& why) {
+    closed(peer, reason, why);
     send_error(peer, status, why);
   }
 
@@ -513,7 +639,7 @@ class BootstrapServer::Impl {
     const std::uint16_t lowest = std::max(peer.hello.min_version, protocol::oldest_version);
     const std::uint16_t highest = std::min(peer.hello.max_version, protocol::version);
     if (highest < lowest)
-      return refuse(peer, Status::version_mismatch,
+      return refuse(peer, Refusal::version_mismatch, Status::version_mismatch,
                     fmt::format("ferryd speaks protocol versions {}-{}, the client {}-{}", protocol::oldest_version,
                                 protocol::version, peer.hello.min_version, peer.hello.max_version));
     peer.hello_body = std::move(body);
@@ -549,8 +675,8 @@ class BootstrapServer::Impl {
       return garbage(peer, fmt::format("a {} message where an auth belongs", protocol::to_string(protocol::type_of(message))));
     const Cipher cipher = peer.challenge.cipher == 0 ? Cipher::aes256gcm : Cipher::xchacha20poly1305;
     peer.channel = handshake::server_channel(*peer.exchange, peer.hello.exchange, cipher);
-    if (!peer.channel) return refuse(peer, Status::auth_failed, "the client's key exchange is unusable");
-    if (auth->worker_address.empty()) return refuse(peer, Status::malformed, "auth carries no worker address");
+    if (!peer.channel) return refuse(peer, Refusal::malformed, Status::auth_failed, "the client's key exchange is unusable");
+    if (auth->worker_address.empty()) return refuse(peer, Refusal::malformed, Status::malformed, "auth carries no worker address");
     const auto digest = handshake::auth_digest(peer.hello_body, peer.challenge_body, auth->worker_address);
 
     Peer who;
@@ -562,20 +688,20 @@ class BootstrapServer::Impl {
       // the capability's secret (its token, so it never crosses the wire
       // either) and that it is the host the client named (a signature by
       // that host key): the secret alone, were it to leak, lets no one in.
+      // One answer whether the id is unknown or its secret wrong: a stranger
+      // learns nothing of which ids are live.
       auto keys = options_.capability_keys ? options_.capability_keys(*capability) : std::nullopt;
-      if (!keys)
-        return refuse(peer, Status::auth_failed, fmt::format("capability {} is unknown, expired or used", *capability));
-      if (!verify_mac(keys->secret, digest, "client", auth->mac))
-        return refuse(peer, Status::auth_failed,
-                      fmt::format("authentication failed: the secret of capability {} is wrong", *capability));
+      if (!keys || !verify_mac(keys->secret, digest, "client", auth->mac))
+        return refuse(peer, Refusal::wrong_token, Status::auth_failed,
+                      fmt::format("capability {} is unknown, expired or used, or its secret is wrong", *capability));
       const PublicKey key = peer.hello.identity;
       if (all_zero(key) || key != keys->reader)
-        return refuse(peer, Status::auth_failed,
+        return refuse(peer, Refusal::unknown_key, Status::auth_failed,
                       fmt::format("capability {} was granted to host key {}, and this peer {}", *capability,
                                   fingerprint(keys->reader),
                                   all_zero(key) ? std::string("presents none") : "presents " + fingerprint(key)));
       if (!verify(key, digest, auth->signature))
-        return refuse(peer, Status::auth_failed,
+        return refuse(peer, Refusal::unknown_key, Status::auth_failed,
                       fmt::format("the signature by host key {} does not verify", fingerprint(key)));
       who.key_name = "capability";  // not an authorized key: `key` stays empty
       who.capability = capability;
@@ -583,19 +709,19 @@ class BootstrapServer::Impl {
     } else if (!all_zero(peer.hello.identity)) {
       const PublicKey key = peer.hello.identity;
       if (!options_.authorize)
-        return refuse(peer, Status::auth_failed, "this ferryd takes the shared token, not keys");
+        return refuse(peer, Refusal::unknown_key, Status::auth_failed, "this ferryd takes the shared token, not keys");
       auto name = options_.authorize(key);
-      if (!name) return refuse(peer, Status::auth_failed, fmt::format("key {} is not authorized", fingerprint(key)));
+      if (!name) return refuse(peer, Refusal::unknown_key, Status::auth_failed, fmt::format("key {} is not authorized", fingerprint(key)));
       if (!verify(key, digest, auth->signature))
-        return refuse(peer, Status::auth_failed, fmt::format("the signature by key {} ({}) does not verify",
+        return refuse(peer, Refusal::unknown_key, Status::auth_failed, fmt::format("the signature by key {} ({}) does not verify",
                                                              *name, fingerprint(key)));
       who.key_name = std::move(*name);
       who.key = key;
     } else {
       if (options_.token.empty())
-        return refuse(peer, Status::auth_failed, "this ferryd takes authorized keys only; the client sent no key");
+        return refuse(peer, Refusal::wrong_token, Status::auth_failed, "this ferryd takes authorized keys only; the client sent no key");
       if (!verify_mac(options_.token, digest, "client", auth->mac))
-        return refuse(peer, Status::auth_failed, "authentication failed: the client's token is not ferryd's");
+        return refuse(peer, Refusal::wrong_token, Status::auth_failed, "authentication failed: the client's token is not ferryd's");
       who.key_name = "token";
       peer.secret = options_.token;
     }
@@ -667,8 +793,12 @@ class BootstrapServer::Impl {
         return seal->seal(protocol::encode(answer), {}, nullptr);
       });
     } catch (const std::exception& e) {
-      log().error("bootstrap: could not admit {}: {}", who.address, e.what());
-      peer.done = true;
+      const auto why = fmt::format("this end could not admit it: {}", e.what());
+      closed(peer, Refusal::internal, why);
+      // Its keys are still here unless the connection took them: then
+      // nothing the peer could open can be said.
+      if (peer.channel) send_error(peer, Status::internal, why);
+      else peer.done = true;
       return;
     }
     log().debug("bootstrap: {} ({}) in as {}, {}", who.address, who.client, who.key_name,
@@ -695,9 +825,8 @@ class BootstrapServer::Impl {
     const int state = peer.wired->load();
     if (state == 0) return;
     if (state == 2) {
-      log().info("bootstrap: dropped {}: its UCX endpoint did not connect", peer.address);
       peer.admitted = false;
-      refused(peer, "the UCX endpoint to it did not connect");
+      closed(peer, Refusal::internal, "the UCX endpoint to it did not connect");
       peer.done = true;
       return;
     }
@@ -738,6 +867,9 @@ class BootstrapServer::Impl {
   Clock::time_point paused_until_{};
   Clock::time_point last_fd_warning_{}, last_rate_warning_{}, last_full_warning_{};
   std::uint64_t refused_rate_ = 0, refused_full_ = 0;
+  Clock::time_point closed_period_start_{};
+  int closed_logged_ = 0;
+  std::uint64_t closed_unlogged_ = 0;
   std::thread thread_;
 };
 
@@ -756,6 +888,21 @@ std::string BootstrapServer::connect_out(const std::string& host, std::uint16_t 
 std::uint16_t BootstrapServer::port() const noexcept { return impl_->port(); }
 const PublicKey& BootstrapServer::host_key() const noexcept { return impl_->host_key(); }
 void BootstrapServer::stop() { impl_->stop(); }
+
+const char* to_string(Refusal reason) noexcept {
+  switch (reason) {
+    case Refusal::wrong_token: return "wrong_token";
+    case Refusal::unknown_key: return "unknown_key";
+    case Refusal::version_mismatch: return "version_mismatch";
+    case Refusal::handshake_timeout: return "handshake_timeout";
+    case Refusal::hung_up: return "hung_up";
+    case Refusal::malformed: return "malformed";
+    case Refusal::rate_limited: return "rate_limited";
+    case Refusal::busy: return "busy";
+    case Refusal::internal: return "internal";
+  }
+  return "malformed";
+}
 
 std::string capability_client(std::uint64_t id) { return std::string(capability_prefix) + std::to_string(id); }
 

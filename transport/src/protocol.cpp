@@ -21,7 +21,7 @@ constexpr std::uint16_t last_type = static_cast<std::uint16_t>(Type::fetch);
 template <class E>
 constexpr E last_value() noexcept;
 template <>
-constexpr Status last_value<Status>() noexcept { return Status::internal; }
+constexpr Status last_value<Status>() noexcept { return Status::busy; }
 template <>
 constexpr DType last_value<DType>() noexcept { return DType::u8; }
 template <>

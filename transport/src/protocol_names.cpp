@@ -50,6 +50,7 @@ const char* to_string(Status status) noexcept {
     case Status::malformed: return "malformed";
     case Status::out_of_order: return "out_of_order";
     case Status::internal: return "internal";
+    case Status::busy: return "busy";
   }
   return "unknown";
 }

@@ -64,6 +64,21 @@ std::optional<std::uint64_t> capability_of(std::string_view client);
 struct DialOptions;
 struct Dialed;
 
+// Why the front door closed a handshake, as a metric's label and an audit
+// field: a few fixed names, so that no peer can grow their number.
+enum class Refusal : std::uint8_t {
+  wrong_token,        // the token, or a capability's secret, is not the one expected
+  unknown_key,        // a key not authorized, a signature that does not verify, a host key refused
+  version_mismatch,
+  handshake_timeout,  // the handshake did not finish within the deadline
+  hung_up,            // the peer closed its end first
+  malformed,          // not a Ferry peer, or a broken one
+  rate_limited,       // its address opened more connections than its rate allows
+  busy,               // made room for a newer handshake (the most in progress, all or from its address)
+  internal,           // this end could not admit an authenticated peer
+};
+const char* to_string(Refusal reason) noexcept;
+
 // What a capability peer must prove: that it knows the secret, and that it
 // holds the private half of `reader` (the ferryd the client named).
 struct CapabilityKeys {
@@ -82,7 +97,13 @@ class BootstrapServer {
     std::function<std::optional<std::string>(const PublicKey&)> authorize;
     std::optional<KeyPair> host_key;  // none: an ephemeral one (clients cannot pin it across restarts)
     std::chrono::milliseconds deadline{10000};  // for the whole handshake
-    std::size_t max_pending = 128;              // handshakes in progress; more are closed at once
+    // Handshakes in progress, in all and from one IP address. Past either,
+    // a new connection makes room by closing the oldest handshake that has
+    // not authenticated (from that address, or from the address holding the
+    // most): a flood of silent sockets then only pushes out its own, and a
+    // real client, whose handshake takes milliseconds, gets through.
+    std::size_t max_pending = 128;
+    std::size_t max_pending_per_address = 16;
     double per_address_rate = 20;               // connections per second one IP address may open, sustained
     double per_address_burst = 60;
     bool allow_plaintext = false;   // --plaintext: a client that asks for plaintext gets it
@@ -99,10 +120,10 @@ class BootstrapServer {
   // then closed).
   using AcceptHandler = std::function<protocol::Message(const Peer&, std::shared_ptr<Connection>)>;
   // Bootstrap thread: a peer that did not get in, the name it gave (empty
-  // before its hello; control characters escaped), and why (for
-  // metrics and the audit log).
-  using RefusedHandler =
-      std::function<void(const std::string& address, const std::string& client, const std::string& why)>;
+  // before its hello; control characters escaped), and why: as one of a few
+  // names (metrics) and in words (the audit log).
+  using RefusedHandler = std::function<void(const std::string& address, const std::string& client, Refusal reason,
+                                            const std::string& why)>;
 
   // Progress thread: a ferryd that dialled in, authenticated both ways; its
   // connection's handlers are to be set here (set_handlers).

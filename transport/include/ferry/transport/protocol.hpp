@@ -78,6 +78,7 @@ enum class Status : std::uint16_t {
   malformed,         // the peer sent something undecodable
   out_of_order,      // a valid message at the wrong time (e.g. run before auth)
   internal,
+  busy,              // the front door is full or the peer connects too often: try again shortly
 };
 const char* to_string(Status status) noexcept;
 
