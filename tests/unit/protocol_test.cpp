@@ -334,10 +334,11 @@ TEST(Protocol, NamesAndTypes) {
   EXPECT_STREQ(to_string(Status::ok), "ok");
   EXPECT_STREQ(to_string(Status::version_mismatch), "version_mismatch");
   EXPECT_STREQ(to_string(Status::internal), "internal");
-  EXPECT_STREQ(to_string(static_cast<Status>(13)), "unknown");
+  EXPECT_STREQ(to_string(Status::busy), "busy");
+  EXPECT_STREQ(to_string(static_cast<Status>(14)), "unknown");
   for (std::uint16_t t = 1; t <= static_cast<std::uint16_t>(Type::fetch); ++t)
     EXPECT_STRNE(to_string(static_cast<Type>(t)), "unknown") << t;
-  for (std::uint16_t s = 0; s <= static_cast<std::uint16_t>(Status::internal); ++s)
+  for (std::uint16_t s = 0; s <= static_cast<std::uint16_t>(Status::busy); ++s)
     EXPECT_STRNE(to_string(static_cast<Status>(s)), "unknown") << s;
   EXPECT_EQ(type_of(StatsRequest{}), Type::stats);
   EXPECT_EQ(type_of(ErrorMessage{}), Type::error);
@@ -494,7 +495,7 @@ TEST(ProtocolMalformed, TrailingByte) {
 }
 
 TEST(ProtocolMalformed, BadEnumValues) {
-  expect_refused(frame(Type::put_ack, Body().u64(1).u64(2).u16(13).str("")), "put_ack.status: unknown value 13");
+  expect_refused(frame(Type::put_ack, Body().u64(1).u64(2).u16(14).str("")), "put_ack.status: unknown value 14");
   expect_refused(frame(Type::error, Body().u16(0xffff).str("")), "error.status");
   expect_refused(frame(Type::put, Body().u64(1).u64(2).u8(5).u64(1).u64(1).u64(0)), "put.dtype: unknown value 5");
   expect_refused(frame(Type::run, Body().u64(1).str("k").str("t").u32(1).u8(4)), "run.args[0].kind: unknown value 4");
