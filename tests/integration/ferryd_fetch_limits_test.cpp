@@ -301,7 +301,7 @@ TEST(FetchLimits, AMistypedFetchFromIsABadCommandLine) {
                                          &output),
               2)
         << bad;
-    EXPECT_NE(output.find("--fetch-from"), std::string::npos) << output;
+    EXPECT_NE(output.find(std::string("--fetch-from '") + bad + "'"), std::string::npos) << output;
   }
 }
 

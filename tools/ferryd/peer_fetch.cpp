@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <filesystem>
@@ -65,7 +66,7 @@ struct PeerFetches::Shared {
 
   std::mutex mutex;
   std::condition_variable changed;
-  bool stopping = false;
+  std::atomic<bool> stopping = false;  // also read by fetches waiting for their gets
   std::deque<std::shared_ptr<Job>> queue;
   std::map<std::string, std::size_t> queued_by_client, running_by_client;
   std::set<std::string> dialling;  // sources as named
@@ -316,16 +317,17 @@ void PeerFetches::run(Shared& s, const std::shared_ptr<Job>& job) {
       options.shared_memory_lane = false;
       auto rpc = job->rpc;
       std::unique_lock turn(*address_lock);
+      std::error_code ignored;
       try {
         dialed = transport::dial(
             s.fetch_worker, host, port, options,
             [rpc](transport::Connection&, transport::Incoming& in) { on_reply(*rpc, in); },
             [rpc](transport::Connection&, const std::string& why) { rpc->fail_all(why); });
       } catch (const transport::DialRefused&) {
-        std::filesystem::remove(pin);
+        std::filesystem::remove(pin, ignored);
         throw;  // a ferryd answered, and said why not
       } catch (const std::exception& e) {
-        std::filesystem::remove(pin);
+        std::filesystem::remove(pin, ignored);
         const std::string why = e.what();
         if (why.find(pin.string()) != std::string::npos)
           throw RemoteError(fmt::format("{} presents a host key other than the {} the client pinned: refused before "
@@ -336,7 +338,7 @@ void PeerFetches::run(Shared& s, const std::shared_ptr<Job>& job) {
         log().info("fetching from {} ({}): {}", printable(fetch.source), where, printable(why, 1024));
         throw RemoteError(fmt::format("{} did not answer as a ferryd", fetch.source));
       }
-      std::filesystem::remove(pin);
+      std::filesystem::remove(pin, ignored);
     }
     {
       std::lock_guard lock(s.mutex);
@@ -358,9 +360,11 @@ void PeerFetches::run(Shared& s, const std::shared_ptr<Job>& job) {
       auto& reply = in_flight.front();
       // A client that frees the replica ends its fetch: the memory goes back
       // soon, not when a slow source is done with it.
-      while (reply.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready)
+      while (reply.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready) {
         if (job->to.owner.expired())
           throw RemoteError(fmt::format("buffer {} was freed during its fetch", fetch.buffer));
+        if (s.stopping) throw RemoteError("ferryd is shutting down");
+      }
       protocol::Message message = job->rpc->await(reply, "get");
       in_flight.pop_front();
       const auto* data = std::get_if<protocol::Data>(&message);
