@@ -330,8 +330,8 @@ void PeerFetches::run(Shared& s, const std::shared_ptr<Job>& job) {
         std::filesystem::remove(pin, ignored);
         const std::string why = e.what();
         if (why.find(pin.string()) != std::string::npos)
-          throw RemoteError(fmt::format("{} presents a host key other than the {} the client pinned: refused before "
-                                        "the capability was shown",
+          throw RemoteError(fmt::format("{} presents a host key that is not the {} the client pinned: refused "
+                                        "before the capability was shown",
                                         fetch.source, transport::fingerprint(fetch.host_key)));
         // Whatever answers there is not a ferryd (or nothing does): what it
         // said stays here, so a fetch cannot read other services' banners.
