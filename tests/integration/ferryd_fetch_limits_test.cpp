@@ -69,8 +69,10 @@ class Listener {
   bool wait_accepted(std::size_t n, std::chrono::milliseconds timeout = 20s) {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     while (accepted() < n)
-      if (std::chrono::steady_clock::now() > deadline) return false;
-      else std::this_thread::sleep_for(10ms);
+      if (std::chrono::steady_clock::now() > deadline)
+        return false;
+      else
+        std::this_thread::sleep_for(10ms);
     return true;
   }
 
@@ -117,8 +119,8 @@ proto::Secret random_secret() {
 void send_fetch(TestClient& client, std::uint64_t buffer, const std::string& source, std::uint64_t bytes,
                 std::uint64_t capability = 7, const proto::Secret& secret = {}, const proto::Key& key = {},
                 std::uint64_t source_buffer = 1) {
-  client.send(proto::Fetch{client.next_request(), buffer, proto::DType::u8, 1, bytes, 0, bytes, source, key,
-                           capability, secret, source_buffer, 0});
+  client.send(proto::Fetch{client.next_request(), buffer, proto::DType::u8, 1, bytes, 0, bytes, source, key, capability,
+                           secret, source_buffer, 0});
 }
 
 // Puts the whole replica in one message and waits for its own answer
@@ -251,8 +253,8 @@ TEST(FetchLimits, AServiceThatIsNotAFerrydEarnsOneGenericError) {
   ASSERT_NE(from_closed.status, proto::Status::ok);
   std::uint32_t first4 = 0;
   std::memcpy(&first4, banner.data(), 4);
-  for (const std::string& leak : {std::string("SSH"), std::string("OpenSSH"), std::to_string(first4),
-                                 std::to_string(ntohl(first4))})
+  for (const std::string& leak :
+       {std::string("SSH"), std::string("OpenSSH"), std::to_string(first4), std::to_string(ntohl(first4))})
     EXPECT_EQ(from_service.message.find(leak), std::string::npos) << leak << " in: " << from_service.message;
   // The same words for a banner as for nothing at all, but the address.
   auto without = [](std::string text, const std::string& address) {
@@ -296,8 +298,8 @@ TEST(FetchLimits, AMistypedFetchFromIsABadCommandLine) {
   FerrydProcess b;
   for (const char* bad : {"10.0.0.0/99", "127.0.0.1:http", "loopback,,private", "no-such-host.invalid"}) {
     std::string output;
-    EXPECT_EQ(FerrydProcess::run_to_exit({"--listen", "127.0.0.1:0", "--token-file", b.token_file().string(),
-                                          "--gpus", "none", "--fetch-from", bad},
+    EXPECT_EQ(FerrydProcess::run_to_exit({"--listen", "127.0.0.1:0", "--token-file", b.token_file().string(), "--gpus",
+                                          "none", "--fetch-from", bad},
                                          &output),
               2)
         << bad;

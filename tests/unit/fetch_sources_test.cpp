@@ -32,12 +32,12 @@ sockaddr_storage at(const std::string& ip, std::uint16_t port) {
 
 TEST(FetchSources, TheDefaultIsLoopbackAndPrivateNetworks) {
   const auto sources = FetchSources::parse(FetchSources::default_list);
-  for (const char* ip : {"127.0.0.1", "127.8.9.10", "::1", "10.78.2.2", "172.16.0.1", "172.31.255.255",
-                         "192.168.1.1", "fd00::5", "::ffff:10.0.0.1"})
+  for (const char* ip : {"127.0.0.1", "127.8.9.10", "::1", "10.78.2.2", "172.16.0.1", "172.31.255.255", "192.168.1.1",
+                         "fd00::5", "::ffff:10.0.0.1"})
     EXPECT_TRUE(sources.allows(at(ip, 7000))) << ip;
   // Link-local holds the clouds' metadata service; the rest is the internet.
-  for (const char* ip : {"169.254.169.254", "8.8.8.8", "172.32.0.1", "11.0.0.1", "fe80::1", "2001:db8::1",
-                         "::ffff:8.8.8.8"})
+  for (const char* ip :
+       {"169.254.169.254", "8.8.8.8", "172.32.0.1", "11.0.0.1", "fe80::1", "2001:db8::1", "::ffff:8.8.8.8"})
     EXPECT_FALSE(sources.allows(at(ip, 7000))) << ip;
 }
 
@@ -56,8 +56,8 @@ TEST(FetchSources, AddressesPrefixesAndPorts) {
 }
 
 TEST(FetchSources, AnEntryThatIsNoneOfThemIsRefusedByName) {
-  for (const char* bad : {"", "loopback,", "10.0.0.0/33", "10.0.0.0/x", "nonsense/8", "127.0.0.1:0",
-                                "127.0.0.1:99999", "[::1", "[::1]7000"}) {
+  for (const char* bad : {"", "loopback,", "10.0.0.0/33", "10.0.0.0/x", "nonsense/8", "127.0.0.1:0", "127.0.0.1:99999",
+                          "[::1", "[::1]7000"}) {
     try {
       FetchSources::parse(bad);
       ADD_FAILURE() << "'" << bad << "' was taken";

@@ -120,8 +120,7 @@ void FetchSources::add(std::string_view entry) {
   std::uint16_t port = 0;
   if (entry.front() == '[') {
     const auto close = entry.find(']');
-    if (close == std::string_view::npos)
-      throw UsageError(fmt::format("--fetch-from '{}': an unclosed [", entry));
+    if (close == std::string_view::npos) throw UsageError(fmt::format("--fetch-from '{}': an unclosed [", entry));
     host = std::string(entry.substr(1, close - 1));
     const std::string_view rest = entry.substr(close + 1);
     if (!rest.empty()) {
@@ -152,7 +151,8 @@ bool FetchSources::allows(const sockaddr_storage& address) const {
   if (n.family == 0) return false;
   for (const Rule& rule : rules_) {
     if (rule.family == 0) return true;
-    if (rule.family == n.family && (rule.port == 0 || rule.port == n.port) && prefix_matches(rule.bytes, n.bytes, rule.bits))
+    if (rule.family == n.family && (rule.port == 0 || rule.port == n.port) &&
+        prefix_matches(rule.bytes, n.bytes, rule.bits))
       return true;
   }
   return false;

@@ -32,10 +32,10 @@ class FetchSources {
 
  private:
   struct Rule {
-    int family = 0;                  // AF_INET or AF_INET6; 0: any address
+    int family = 0;  // AF_INET or AF_INET6; 0: any address
     std::array<std::uint8_t, 16> bytes{};
-    unsigned bits = 0;               // prefix length
-    std::uint16_t port = 0;          // 0: any port
+    unsigned bits = 0;       // prefix length
+    std::uint16_t port = 0;  // 0: any port
   };
   void add(std::string_view entry);
 

@@ -50,7 +50,7 @@ struct PeerFetches::Shared {
   // client has room in flight and whose source is not being dialled.
   std::shared_ptr<Job> next();
 
-  std::shared_ptr<transport::Worker> worker;        // the server's; null once stopping
+  std::shared_ptr<transport::Worker> worker;  // the server's; null once stopping
   std::shared_ptr<SlabPool> pool;
   std::shared_ptr<transport::Worker> fetch_worker;  // the fetches' own, made at the first fetch
   const std::optional<transport::KeyPair> host_key;
@@ -159,9 +159,10 @@ std::string PeerFetches::start(const std::string& client, protocol::Fetch fetch,
   if (s.stopping) return "ferryd is shutting down";
   const std::size_t mine = count_of(s.queued_by_client, client);
   if (mine >= s.limits.queued_per_client)
-    return fmt::format("this client has {} fetches waiting on this ferryd (at most {}, {} in flight): ask again once "
-                       "some have ended",
-                       mine, s.limits.queued_per_client, s.limits.per_client);
+    return fmt::format(
+        "this client has {} fetches waiting on this ferryd (at most {}, {} in flight): ask again once "
+        "some have ended",
+        mine, s.limits.queued_per_client, s.limits.per_client);
   if (s.queue.size() >= s.limits.queued)
     return fmt::format("{} fetches are waiting on this ferryd (at most {}): ask again later", s.queue.size(),
                        s.limits.queued);
@@ -288,9 +289,10 @@ void PeerFetches::run(Shared& s, const std::shared_ptr<Job>& job) {
       const std::string where =
           host.find(':') != std::string::npos ? fmt::format("[{}]:{}", host, port) : fmt::format("{}:{}", host, port);
       if (!s.sources.allows(address))
-        throw RemoteError(fmt::format("{} ({}) is not a source this ferryd may fetch from: its operator allows others "
-                                      "(ferryd --fetch-from)",
-                                      fetch.source, where));
+        throw RemoteError(
+            fmt::format("{} ({}) is not a source this ferryd may fetch from: its operator allows others "
+                        "(ferryd --fetch-from)",
+                        fetch.source, where));
       std::shared_ptr<std::mutex> address_lock;
       std::filesystem::path pin;
       {
@@ -330,9 +332,10 @@ void PeerFetches::run(Shared& s, const std::shared_ptr<Job>& job) {
         std::filesystem::remove(pin, ignored);
         const std::string why = e.what();
         if (why.find(pin.string()) != std::string::npos)
-          throw RemoteError(fmt::format("{} presents a host key that is not the {} the client pinned: refused "
-                                        "before the capability was shown",
-                                        fetch.source, transport::fingerprint(fetch.host_key)));
+          throw RemoteError(
+              fmt::format("{} presents a host key that is not the {} the client pinned: refused "
+                          "before the capability was shown",
+                          fetch.source, transport::fingerprint(fetch.host_key)));
         // Whatever answers there is not a ferryd (or nothing does): what it
         // said stays here, so a fetch cannot read other services' banners.
         log().info("fetching from {} ({}): {}", printable(fetch.source), where, printable(why, 1024));
@@ -351,10 +354,9 @@ void PeerFetches::run(Shared& s, const std::shared_ptr<Job>& job) {
     }
     held = job->to.hold ? job->to.hold() : nullptr;
     if (!held) throw RemoteError(fmt::format("buffer {} was freed before its fetch began", fetch.buffer));
-    const std::size_t chunk =
-        std::max<std::size_t>(1, std::min<std::size_t>(chunk_bytes, dialed.welcome.max_payload == 0
-                                                                        ? chunk_bytes
-                                                                        : dialed.welcome.max_payload));
+    const std::size_t chunk = std::max<std::size_t>(
+        1,
+        std::min<std::size_t>(chunk_bytes, dialed.welcome.max_payload == 0 ? chunk_bytes : dialed.welcome.max_payload));
     std::deque<std::future<protocol::Message>> in_flight;
     const auto settle_one = [&] {
       auto& reply = in_flight.front();
@@ -399,9 +401,10 @@ void PeerFetches::run(Shared& s, const std::shared_ptr<Job>& job) {
   // too. The connection closes once its sends have completed (a failed fetch
   // may leave gets in flight), and the job, whose RpcClient their completions
   // reach, and the memory they land in live until then.
-  if (connection) s.fetch_worker->post([job, connection, held] {
-    connection->flush([job, connection, held](const std::string&) { connection->close(); });
-  });
+  if (connection)
+    s.fetch_worker->post([job, connection, held] {
+      connection->flush([job, connection, held](const std::string&) { connection->close(); });
+    });
   if (done && worker) worker->post([done = std::move(done), error] { done(error); });
 }
 

@@ -90,7 +90,8 @@ void Session::on_fetch(const protocol::Fetch& fetch) {
       server_.fetches->start(share_key_, fetch, std::move(to), [weak, fetch, weak_replica](const std::string& error) {
         if (auto self = weak.lock()) self->fetched(fetch, weak_replica.lock(), error);
       });
-  if (!refused.empty()) answer(Status::internal, fmt::format("fetching from {} refused: {}", printable(fetch.source), refused));
+  if (!refused.empty())
+    answer(Status::internal, fmt::format("fetching from {} refused: {}", printable(fetch.source), refused));
 }
 
 // `replica` is the one the bytes went to, which a free and a put of the
