@@ -362,7 +362,7 @@ void PeerFetches::run(Shared& s, const std::shared_ptr<Job>& job) {
       auto& reply = in_flight.front();
       // A client that frees the replica ends its fetch: the memory goes back
       // soon, not when a slow source is done with it.
-      while (reply.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready) {
+      while (reply.wait_for(freed_poll) != std::future_status::ready) {
         if (job->to.owner.expired())
           throw RemoteError(fmt::format("buffer {} was freed during its fetch", fetch.buffer));
         if (s.stopping) throw RemoteError("ferryd is shutting down");

@@ -31,6 +31,7 @@
 // message that presents another capability on a live connection.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <functional>
 #include <memory>
@@ -98,6 +99,8 @@ class PeerFetches {
   static constexpr std::size_t window = 8;
   // How long a source may take to sign a fetch in.
   static constexpr std::chrono::seconds dial_timeout{10};
+  // How often a fetch waiting for a get looks whether its replica was freed.
+  static constexpr std::chrono::milliseconds freed_poll{100};
 
  private:
   struct Job;

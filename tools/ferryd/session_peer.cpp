@@ -9,7 +9,6 @@
 
 #include <chrono>
 
-#include "ferry/allocator/slab_pool.hpp"
 #include "ferry/log.hpp"
 #include "ferry/printable.hpp"
 #include "session.hpp"
