@@ -303,6 +303,9 @@ int serve(const Options& options, int signal_fd) {
     bootstrap.encrypt_loopback = options.encrypt_loopback;
     const std::string bootstrap_host = bootstrap.host;
     const std::uint16_t port = server.listen(std::move(bootstrap));
+    state.fetches = std::make_shared<PeerFetches>(state.worker,
+                                                  std::dynamic_pointer_cast<SlabPool>(runtime.host_memory()),
+                                                  state.host_key, FetchSources::parse(options.fetch_from));
     if (!options.port_file.empty()) write_port_file(options.port_file, port);
     log().info("ferryd listening on {}:{} (transports: {})", bootstrap_host, port, state.worker->transports());
     for (const auto& [host, client_port] : options.connect) server.dial(host, client_port);

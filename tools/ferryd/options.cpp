@@ -15,6 +15,7 @@
 #include "ferry/transport/address.hpp"
 #include "ferry/units.hpp"
 #include "authorized_keys.hpp"
+#include "fetch_sources.hpp"
 
 namespace ferry::ferryd {
 namespace {
@@ -98,6 +99,11 @@ Parsed parse_options(int argc, char** argv) {
   app.add_option("--audit-log", o.audit_log,
                  "append a JSON line per connection, authentication, kernel definition, task, quota refusal and "
                  "disconnection to FILE (reopened on SIGHUP)");
+  app.add_option("--fetch-from", o.fetch_from,
+                 "hosts a client may have this ferryd fetch a replica from (host-to-host transfers): a comma-"
+                 "separated list of any, loopback, private (10/8, 172.16/12, 192.168/16, fc00::/7), ADDRESS/BITS, "
+                 "HOST or HOST:PORT")
+      ->capture_default_str();
   app.add_option("--handshake-timeout", o.handshake_timeout, "seconds a client has to authenticate before it is dropped")
       ->check(CLI::Range(0.05, 3600.0))
       ->capture_default_str();
@@ -151,6 +157,7 @@ Parsed parse_options(int argc, char** argv) {
       throw UsageError("clients need a way in: give --token-file, --authorized-keys, or both");
     if (!o.token_file.empty()) o.token = transport::read_token_file(o.token_file);
     if (!o.authorized_keys.empty()) AuthorizedKeys::load(o.authorized_keys);  // a bad file is a bad command line
+    FetchSources::parse(o.fetch_from);
   } catch (const Error& e) {
     std::fprintf(stderr, "ferryd: %s\nRun with --help for more information.\n", e.what());
     parsed.exit_code = usage_exit;

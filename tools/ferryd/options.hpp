@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "fetch_sources.hpp"
+
 namespace ferry::ferryd {
 
 struct Options {
@@ -37,6 +39,8 @@ struct Options {
   unsigned poll_us = 100;
   std::filesystem::path port_file;
   std::filesystem::path audit_log;  // empty: no audit log
+  // Hosts a client may tell this ferryd to fetch from (FetchSources::parse).
+  std::string fetch_from{FetchSources::default_list};
 };
 
 // The parsed options, or the exit status when main should stop here: 0

@@ -1,14 +1,26 @@
 #include "peer_fetch.hpp"
 
 #include <fmt/format.h>
+#include <netdb.h>
+#include <stdlib.h>
 
 #include <algorithm>
+#include <atomic>
+#include <condition_variable>
 #include <deque>
+#include <filesystem>
+#include <fstream>
 #include <future>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <vector>
 
 #include "ferry/allocator/slab_pool.hpp"
 #include "ferry/error.hpp"
 #include "ferry/log.hpp"
+#include "ferry/printable.hpp"
 #include "ferry/transport/address.hpp"
 #include "ferry/transport/bootstrap.hpp"
 #include "ferry/transport/identity.hpp"
@@ -17,64 +29,192 @@
 namespace ferry::ferryd {
 
 struct PeerFetches::Job {
+  std::string client;
   protocol::Fetch fetch;
-  std::byte* dest = nullptr;
-  std::shared_ptr<void> keep;
+  Destination to;
   Done done;
   std::shared_ptr<transport::RpcClient> rpc;
-  std::mutex mutex;
+  // Shared::mutex guards both.
   std::shared_ptr<transport::Connection> connection;  // once dialled
-  std::thread::id thread;
+  bool dialling = false;                              // from its pick until its dial returned
 };
 
-PeerFetches::PeerFetches(std::shared_ptr<transport::Worker> worker, std::shared_ptr<SlabPool> pool,
-                         std::optional<transport::KeyPair> host_key)
-    : worker_(std::move(worker)),
-      fetch_worker_(transport::Worker::create({"ferryd-fetch"})),
-      host_key_(std::move(host_key)) {
-  if (pool) fetch_worker_->register_slabs(std::move(pool));
+// What the fetches' threads share with PeerFetches, and keep alive when
+// PeerFetches abandons them in a dial.
+struct PeerFetches::Shared {
+  Shared(std::shared_ptr<transport::Worker> w, std::shared_ptr<SlabPool> p, std::optional<transport::KeyPair> key,
+         FetchSources s, FetchLimits l)
+      : worker(std::move(w)), pool(std::move(p)), host_key(std::move(key)), sources(std::move(s)), limits(l) {}
+
+  // The next job a thread may take, or null: the first in line whose
+  // client has room in flight and whose source is not being dialled.
+  std::shared_ptr<Job> next();
+
+  std::shared_ptr<transport::Worker> worker;  // the server's; null once stopping
+  std::shared_ptr<SlabPool> pool;
+  std::shared_ptr<transport::Worker> fetch_worker;  // the fetches' own, made at the first fetch
+  const std::optional<transport::KeyPair> host_key;
+  const FetchSources sources;
+  const FetchLimits limits;
+  std::filesystem::path pins;  // a private directory: each dial's pin of its source's key
+
+  struct Runner {
+    std::thread thread;
+    std::shared_ptr<Job> job;
+    bool ended = false;
+  };
+
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::atomic<bool> stopping = false;  // also read by fetches waiting for their gets
+  std::deque<std::shared_ptr<Job>> queue;
+  std::map<std::string, std::size_t> queued_by_client, running_by_client;
+  std::set<std::string> dialling;  // sources as named
+  // One lock per address dialled: the same source under two names still
+  // takes turns (see peer_fetch.hpp).
+  std::map<std::string, std::weak_ptr<std::mutex>> address_locks;
+  std::deque<Runner> runners;
+  std::uint64_t dials = 0;
+};
+
+namespace {
+
+void count_down(std::map<std::string, std::size_t>& counts, const std::string& key) {
+  auto it = counts.find(key);
+  if (it != counts.end() && --it->second == 0) counts.erase(it);
 }
+
+std::size_t count_of(const std::map<std::string, std::size_t>& counts, const std::string& key) {
+  auto it = counts.find(key);
+  return it == counts.end() ? 0 : it->second;
+}
+
+}  // namespace
+
+std::shared_ptr<PeerFetches::Job> PeerFetches::Shared::next() {
+  for (auto it = queue.begin(); it != queue.end(); ++it) {
+    const auto& job = *it;
+    if (count_of(running_by_client, job->client) >= limits.per_client || dialling.contains(job->fetch.source)) continue;
+    auto taken = std::move(*it);
+    queue.erase(it);
+    count_down(queued_by_client, taken->client);
+    ++running_by_client[taken->client];
+    dialling.insert(taken->fetch.source);
+    taken->dialling = true;
+    return taken;
+  }
+  return nullptr;
+}
+
+PeerFetches::PeerFetches(std::shared_ptr<transport::Worker> worker, std::shared_ptr<SlabPool> pool,
+                         std::optional<transport::KeyPair> host_key, FetchSources sources, FetchLimits limits)
+    : shared_(std::make_shared<Shared>(std::move(worker), std::move(pool), std::move(host_key), std::move(sources),
+                                       limits)) {}
 
 PeerFetches::~PeerFetches() {
-  std::list<std::thread> threads;
+  Shared& s = *shared_;
+  std::vector<Done> unanswered;
+  std::vector<bool> join;
+  std::shared_ptr<transport::Worker> worker;
   {
-    std::lock_guard lock(mutex_);
-    stopping_ = true;
-    for (auto& job : jobs_) {
-      job->rpc->fail_all("ferryd is shutting down");
-      std::lock_guard job_lock(job->mutex);
-      if (job->connection) job->connection->close();
+    std::unique_lock lock(s.mutex);
+    s.stopping = true;
+    for (auto& job : s.queue) unanswered.push_back(std::move(job->done));
+    s.queue.clear();
+    for (auto& runner : s.runners) {
+      if (!runner.job) continue;
+      runner.job->rpc->fail_all("ferryd is shutting down");
+      if (runner.job->connection) runner.job->connection->close();
+      // A dial cannot be interrupted: its fetch is answered from here, and
+      // its thread, left to end on its own, holds the replica only weakly.
+      if (runner.job->dialling) unanswered.push_back(std::move(runner.job->done));
     }
-    threads.swap(threads_);
+    s.changed.notify_all();
+    s.changed.wait(lock, [&] {
+      return std::all_of(s.runners.begin(), s.runners.end(),
+                         [](const Shared::Runner& r) { return r.ended || (r.job && r.job->dialling); });
+    });
+    for (const auto& runner : s.runners) join.push_back(runner.ended);
+    worker = std::move(s.worker);
   }
-  for (auto& thread : threads) thread.join();
+  for (auto& done : unanswered)
+    if (done && worker) worker->post([done = std::move(done)] { done("ferryd is shutting down"); });
+  std::size_t abandoned = 0;
+  for (std::size_t i = 0; i < s.runners.size(); ++i) {
+    if (join[i]) {
+      s.runners[i].thread.join();
+    } else {
+      s.runners[i].thread.detach();
+      ++abandoned;
+    }
+  }
+  if (abandoned > 0) log().info("ferryd fetches: {} dials abandoned at shutdown", abandoned);
+  std::error_code ignored;
+  if (!s.pins.empty()) std::filesystem::remove_all(s.pins, ignored);
 }
 
-void PeerFetches::start(protocol::Fetch fetch, std::byte* dest, std::shared_ptr<void> keep, Done done) {
-  auto job = std::make_shared<Job>();
-  job->fetch = std::move(fetch);
-  job->dest = dest;
-  job->keep = std::move(keep);
-  job->done = std::move(done);
-  job->rpc = std::make_shared<transport::RpcClient>(job->fetch.source);
-  std::lock_guard lock(mutex_);
-  if (stopping_) {
-    worker_->post([job] { job->done("ferryd is shutting down"); });
-    return;
-  }
-  // Threads of fetches that ended are joined here, so they do not pile up.
-  for (auto it = threads_.begin(); it != threads_.end();) {
-    const bool ended = std::none_of(jobs_.begin(), jobs_.end(), [&](const auto& j) { return j->thread == it->get_id(); });
-    if (ended) {
-      it->join();
-      it = threads_.erase(it);
-    } else {
-      ++it;
+std::string PeerFetches::start(const std::string& client, protocol::Fetch fetch, Destination to, Done done) {
+  Shared& s = *shared_;
+  std::lock_guard lock(s.mutex);
+  if (s.stopping) return "ferryd is shutting down";
+  const std::size_t mine = count_of(s.queued_by_client, client);
+  if (mine >= s.limits.queued_per_client)
+    return fmt::format(
+        "this client has {} fetches waiting on this ferryd (at most {}, {} in flight): ask again once "
+        "some have ended",
+        mine, s.limits.queued_per_client, s.limits.per_client);
+  if (s.queue.size() >= s.limits.queued)
+    return fmt::format("{} fetches are waiting on this ferryd (at most {}): ask again later", s.queue.size(),
+                       s.limits.queued);
+  if (!s.fetch_worker) {
+    try {
+      s.fetch_worker = transport::Worker::create({"ferryd-fetch"});
+      if (s.pool) s.fetch_worker->register_slabs(s.pool);
+      std::string dir = (std::filesystem::temp_directory_path() / "ferryd-pins-XXXXXX").string();
+      if (::mkdtemp(dir.data()) == nullptr) throw Error(fmt::format("cannot make {}: {}", dir, std::strerror(errno)));
+      s.pins = dir;
+    } catch (const std::exception& e) {
+      s.fetch_worker.reset();
+      log().error("ferryd fetches cannot start: {}", e.what());
+      return std::string("this ferryd cannot fetch: ") + e.what();
+    }
+    for (std::size_t i = 0; i < s.limits.threads; ++i) {
+      s.runners.emplace_back();
+      s.runners.back().thread = std::thread([shared = shared_, i] { serve(shared, i); });
     }
   }
-  jobs_.push_back(job);
-  threads_.emplace_back([this, job] { run(job); });
-  job->thread = threads_.back().get_id();
+  auto job = std::make_shared<Job>();
+  job->client = client;
+  job->fetch = std::move(fetch);
+  job->to = std::move(to);
+  job->done = std::move(done);
+  job->rpc = std::make_shared<transport::RpcClient>(job->fetch.source);
+  ++s.queued_by_client[client];
+  s.queue.push_back(std::move(job));
+  s.changed.notify_all();
+  return {};
+}
+
+void PeerFetches::serve(const std::shared_ptr<Shared>& shared, std::size_t runner) {
+  Shared& s = *shared;
+  for (;;) {
+    std::shared_ptr<Job> job;
+    {
+      std::unique_lock lock(s.mutex);
+      s.changed.wait(lock, [&] { return s.stopping || (job = s.next()) != nullptr; });
+      if (!job) {
+        s.runners[runner].ended = true;
+        s.changed.notify_all();
+        return;
+      }
+      s.runners[runner].job = job;
+    }
+    run(s, job);
+    std::lock_guard lock(s.mutex);
+    s.runners[runner].job.reset();
+    count_down(s.running_by_client, job->client);
+    s.changed.notify_all();
+  }
 }
 
 namespace {
@@ -97,46 +237,139 @@ void on_reply(transport::RpcClient& rpc, transport::Incoming& incoming) {
   }
 }
 
+// The first address `host` has: the one checked against --fetch-from is the
+// one dialled, so a name cannot resolve to another address in between.
+sockaddr_storage resolve(const std::string& host, std::uint16_t port, const std::string& source) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (const int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found); rc != 0)
+    throw RemoteError(fmt::format("{} does not resolve: {}", source, gai_strerror(rc)));
+  sockaddr_storage address{};
+  std::memcpy(&address, found->ai_addr, found->ai_addrlen);
+  ::freeaddrinfo(found);
+  return address;
+}
+
+std::string numeric_host(const sockaddr_storage& address) {
+  char text[NI_MAXHOST] = {};
+  ::getnameinfo(reinterpret_cast<const sockaddr*>(&address), sizeof address, text, sizeof text, nullptr, 0,
+                NI_NUMERICHOST);
+  return text;
+}
+
 }  // namespace
 
-void PeerFetches::run(const std::shared_ptr<Job>& job) {
+void PeerFetches::run(Shared& s, const std::shared_ptr<Job>& job) {
   const protocol::Fetch& fetch = job->fetch;
   std::string error;
+  std::shared_ptr<void> held;  // the replica's memory, from the first get
   try {
-    const auto [host, port] = transport::parse_address(fetch.source);
-    transport::DialOptions options;
-    options.client = transport::capability_client(fetch.capability);
-    options.token.assign(reinterpret_cast<const char*>(fetch.secret.data()), fetch.secret.size());
-    options.identity = host_key_;  // the source admits only the host the client named
-    options.timeout = std::chrono::seconds(10);
-    // Its source may die mid-transfer (kill -9): only an endpoint with peer
-    // error handling notices that without stalling this worker.
-    options.shared_memory_lane = false;
-    auto rpc = job->rpc;
-    std::unique_lock dialing(dial_mutex_);
-    auto dialed = transport::dial(
-        fetch_worker_, host, port, options,
-        [rpc](transport::Connection&, transport::Incoming& in) { on_reply(*rpc, in); },
-        [rpc](transport::Connection&, const std::string& why) { rpc->fail_all(why); });
-    dialing.unlock();
+    transport::Dialed dialed;
     {
-      std::lock_guard lock(job->mutex);
+      // However the dial ends, the next fetch from this source may go.
+      struct Dialling {
+        Shared& s;
+        Job& job;
+        ~Dialling() {
+          {
+            std::lock_guard lock(s.mutex);
+            s.dialling.erase(job.fetch.source);
+            job.dialling = false;
+          }
+          s.changed.notify_all();
+        }
+      } dialling{s, *job};
+
+      if (job->to.owner.expired())
+        throw RemoteError(fmt::format("buffer {} was freed before its fetch began", fetch.buffer));
+      const auto [named_host, port] = transport::parse_address(fetch.source);
+      const sockaddr_storage address = resolve(named_host, port, fetch.source);
+      const std::string host = numeric_host(address);
+      const std::string where =
+          host.find(':') != std::string::npos ? fmt::format("[{}]:{}", host, port) : fmt::format("{}:{}", host, port);
+      if (!s.sources.allows(address))
+        throw RemoteError(
+            fmt::format("{} ({}) is not a source this ferryd may fetch from: its operator allows others "
+                        "(ferryd --fetch-from)",
+                        fetch.source, where));
+      std::shared_ptr<std::mutex> address_lock;
+      std::filesystem::path pin;
+      {
+        std::lock_guard lock(s.mutex);
+        auto& weak = s.address_locks[where];
+        address_lock = weak.lock();
+        if (!address_lock) weak = address_lock = std::make_shared<std::mutex>();
+        std::erase_if(s.address_locks, [](const auto& entry) { return entry.second.expired(); });
+        pin = s.pins / fmt::format("dial-{}", ++s.dials);
+      }
+      // The key the client pinned, as a known-hosts file dial() reads: a
+      // source that presents another is refused before this ferryd proves
+      // it holds the capability, so the source never spends it.
+      std::ofstream(pin) << where << ' ' << transport::public_key_line(fetch.host_key, "") << '\n';
+      transport::DialOptions options;
+      options.client = transport::capability_client(fetch.capability);
+      options.token.assign(reinterpret_cast<const char*>(fetch.secret.data()), fetch.secret.size());
+      options.identity = s.host_key;  // the source admits only the host the client named
+      options.known_hosts = pin;
+      options.pinning = transport::Pinning::strict;
+      options.timeout = dial_timeout;
+      // Its source may die mid-transfer (kill -9): only an endpoint with peer
+      // error handling notices that without stalling this worker.
+      options.shared_memory_lane = false;
+      auto rpc = job->rpc;
+      std::unique_lock turn(*address_lock);
+      std::error_code ignored;
+      try {
+        dialed = transport::dial(
+            s.fetch_worker, host, port, options,
+            [rpc](transport::Connection&, transport::Incoming& in) { on_reply(*rpc, in); },
+            [rpc](transport::Connection&, const std::string& why) { rpc->fail_all(why); });
+      } catch (const transport::DialRefused&) {
+        std::filesystem::remove(pin, ignored);
+        throw;  // a ferryd answered, and said why not
+      } catch (const std::exception& e) {
+        std::filesystem::remove(pin, ignored);
+        const std::string why = e.what();
+        if (why.find(pin.string()) != std::string::npos)
+          throw RemoteError(
+              fmt::format("{} presents a host key that is not the {} the client pinned: refused "
+                          "before the capability was shown",
+                          fetch.source, transport::fingerprint(fetch.host_key)));
+        // Whatever answers there is not a ferryd (or nothing does): what it
+        // said stays here, so a fetch cannot read other services' banners.
+        log().info("fetching from {} ({}): {}", printable(fetch.source), where, printable(why, 1024));
+        throw RemoteError(fmt::format("{} did not answer as a ferryd", fetch.source));
+      }
+      std::filesystem::remove(pin, ignored);
+    }
+    {
+      std::lock_guard lock(s.mutex);
+      if (s.stopping) {
+        job->connection = nullptr;
+        s.fetch_worker->post([connection = dialed.connection] { connection->close(); });
+        throw RemoteError("ferryd is shutting down");
+      }
       job->connection = dialed.connection;
     }
-    // The client pinned the source's key; whoever answers at that address
-    // with another key is not the host the client meant (no man in the middle).
-    if (dialed.host_key != fetch.host_key)
-      throw RemoteError(fmt::format("{} presents host key {}, not the {} the client pinned", fetch.source,
-                                    transport::fingerprint(dialed.host_key), transport::fingerprint(fetch.host_key)));
-    const std::size_t chunk =
-        std::max<std::size_t>(1, std::min<std::size_t>(chunk_bytes, dialed.welcome.max_payload == 0
-                                                                        ? chunk_bytes
-                                                                        : dialed.welcome.max_payload));
+    held = job->to.hold ? job->to.hold() : nullptr;
+    if (!held) throw RemoteError(fmt::format("buffer {} was freed before its fetch began", fetch.buffer));
+    const std::size_t chunk = std::max<std::size_t>(
+        1,
+        std::min<std::size_t>(chunk_bytes, dialed.welcome.max_payload == 0 ? chunk_bytes : dialed.welcome.max_payload));
     std::deque<std::future<protocol::Message>> in_flight;
     const auto settle_one = [&] {
-      protocol::Message reply = rpc->await(in_flight.front(), "get");
+      auto& reply = in_flight.front();
+      // A client that frees the replica ends its fetch: the memory goes back
+      // soon, not when a slow source is done with it.
+      while (reply.wait_for(freed_poll) != std::future_status::ready) {
+        if (job->to.owner.expired())
+          throw RemoteError(fmt::format("buffer {} was freed during its fetch", fetch.buffer));
+        if (s.stopping) throw RemoteError("ferryd is shutting down");
+      }
+      protocol::Message message = job->rpc->await(reply, "get");
       in_flight.pop_front();
-      const auto* data = std::get_if<protocol::Data>(&reply);
+      const auto* data = std::get_if<protocol::Data>(&message);
       if (data == nullptr || data->status != protocol::Status::ok)
         throw RemoteError(fmt::format("{} did not send the data: {}: {}", fetch.source,
                                       data ? protocol::to_string(data->status) : "no data", data ? data->message : ""));
@@ -144,10 +377,10 @@ void PeerFetches::run(const std::shared_ptr<Job>& job) {
     for (std::uint64_t done = 0; done < fetch.length;) {
       const std::uint64_t len = std::min<std::uint64_t>(chunk, fetch.length - done);
       if (in_flight.size() >= window) settle_one();
-      const std::uint64_t id = rpc->next_id();
-      in_flight.push_back(rpc->request(dialed.connection, id,
-                                       protocol::Get{id, fetch.source_buffer, fetch.source_offset + done, len},
-                                       nullptr, 0, job->dest + done));
+      const std::uint64_t id = job->rpc->next_id();
+      in_flight.push_back(job->rpc->request(dialed.connection, id,
+                                            protocol::Get{id, fetch.source_buffer, fetch.source_offset + done, len},
+                                            nullptr, 0, job->to.bytes + done));
       done += len;
     }
     while (!in_flight.empty()) settle_one();
@@ -156,20 +389,23 @@ void PeerFetches::run(const std::shared_ptr<Job>& job) {
     if (error.empty()) error = "failed";
   }
   std::shared_ptr<transport::Connection> connection;
+  Done done;
+  std::shared_ptr<transport::Worker> worker;
   {
-    std::lock_guard lock(job->mutex);
+    std::lock_guard lock(s.mutex);
     connection = std::move(job->connection);
+    done = std::move(job->done);
+    worker = s.worker;
   }
   // UCX objects are let go on the progress thread; the answer goes from there
   // too. The connection closes once its sends have completed (a failed fetch
   // may leave gets in flight), and the job, whose RpcClient their completions
-  // reach, lives until then.
-  if (connection) fetch_worker_->post([job, connection] {
-    connection->flush([job, connection](const std::string&) { connection->close(); });
-  });
-  worker_->post([job, error] { job->done(error); });
-  std::lock_guard lock(mutex_);
-  jobs_.remove(job);
+  // reach, and the memory they land in live until then.
+  if (connection)
+    s.fetch_worker->post([job, connection, held] {
+      connection->flush([job, connection, held](const std::string&) { connection->close(); });
+    });
+  if (done && worker) worker->post([done = std::move(done), error] { done(error); });
 }
 
 }  // namespace ferry::ferryd

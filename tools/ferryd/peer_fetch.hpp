@@ -1,12 +1,18 @@
 // Host-to-host transfers, the fetching side: a client told this ferryd to
 // pull part of one of its replicas from another ferryd, which the client
-// granted a capability to read it (docs/protocol.md, grant and fetch). Each
-// fetch runs on a thread of its own, since dialling blocks and must not run
-// on the progress thread; it signs in at the source with the capability's
-// secret as its token and a signature by its own host key (the grant names
-// it), checks the source's host key against the one the
-// client pinned, and gets the bytes in chunks with a window in flight, each
-// received by UCX straight into the replica.
+// granted a capability to read it (docs/protocol.md, grant and fetch). A
+// fetch signs in at the source with the capability's secret as its token
+// and a signature by its own host key (the grant names it), is refused
+// before it shows the capability when the source's host key is not the
+// one the client pinned, and gets the bytes in chunks with a window in
+// flight, each received by UCX straight into the replica.
+//
+// The client names the source, so a tenant can name anything: a silent
+// port, a service that is not a ferryd, its own fake ferryd. Hence the
+// limits (docs/security.md): only sources the operator allows are dialled
+// (FetchSources); a few threads run every fetch, a client has few in flight
+// and a bounded queue (FetchLimits); anything at the source's address that
+// is not a ferryd earns one generic error, its words kept for ferryd's log.
 //
 // Fetches dial from a UCX worker of their own. UCX pairs the two endpoints
 // of a link by the order each side created its endpoints to the other's
@@ -15,22 +21,27 @@
 // sides and UCX pairs one link's end with another's: every message then
 // fails authentication. With their own worker, a ferryd's outgoing fetches
 // and the connections it serves are never between the same two workers,
-// and dials from it take turns (only the dial: the gets run in parallel).
+// and dials to one source take turns (only the dial: the gets run in
+// parallel). Dials to other sources go on meanwhile, so a source that never
+// answers stalls only the fetches that named it.
+//
+// Connections are not reused across fetches: a source admits one
+// capability per connection (the capability's secret is the connection's
+// token), so a second fetch needs a second sign-in. Reuse would need a
+// message that presents another capability on a live connection.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <functional>
-#include <list>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 
-#include "ferry/transport/connection.hpp"
 #include "ferry/transport/identity.hpp"
 #include "ferry/transport/protocol.hpp"
 #include "ferry/transport/worker.hpp"
+#include "fetch_sources.hpp"
 
 namespace ferry {
 class SlabPool;
@@ -38,44 +49,66 @@ class SlabPool;
 
 namespace ferry::ferryd {
 
+// A fetch mostly waits (for a dial, for gets in flight), so a few threads
+// carry many; these bound what clients can make ferryd hold.
+struct FetchLimits {
+  std::size_t threads = 8;             // fetches in flight in all, each on one of this many threads
+  std::size_t per_client = 2;          // in flight for one client (its identity: all its connections)
+  std::size_t queued_per_client = 32;  // waiting for one client: more are refused
+  std::size_t queued = 256;            // waiting in all
+};
+
 class PeerFetches {
  public:
   // Called on the progress thread: empty, or why the fetch failed.
   using Done = std::function<void(const std::string& error)>;
 
+  // Where a fetch's bytes land. While it waits and dials, a fetch holds
+  // nothing of the client's memory: a client that frees its replica then
+  // gets it back at once. From its first get it holds the memory (`hold`),
+  // and a client that frees the replica (`owner` expires) ends the fetch,
+  // so memory the client's quota no longer counts goes back within a poll.
+  struct Destination {
+    std::byte* bytes = nullptr;
+    std::weak_ptr<void> owner;
+    std::function<std::shared_ptr<void>()> hold;  // null once `owner` is gone
+  };
+
   // `worker` is the server's: `done` runs on its progress thread. Replicas
   // fetched into live in `pool` (may be null), registered with the fetches'
-  // worker too.
-  // `host_key`: what it signs in at sources with (its own; none: it cannot fetch).
+  // worker too. `host_key`: what it signs in at sources with (its own).
   PeerFetches(std::shared_ptr<transport::Worker> worker, std::shared_ptr<SlabPool> pool,
-              std::optional<transport::KeyPair> host_key);
-  // Fails the fetches in flight (their connections close) and waits for their threads.
+              std::optional<transport::KeyPair> host_key, FetchSources sources, FetchLimits limits = {});
+  // Fails the fetches in flight and answers those waiting. A fetch still
+  // dialling is abandoned, not waited for (a dial blocks until its timeout):
+  // its thread ends on its own and holds nothing of the clients'.
   ~PeerFetches();
   PeerFetches(const PeerFetches&) = delete;
   PeerFetches& operator=(const PeerFetches&) = delete;
 
-  // `dest` receives fetch.length bytes and must stay valid until `done`
-  // ran; `keep` holds what owns it.
-  void start(protocol::Fetch fetch, std::byte* dest, std::shared_ptr<void> keep, Done done);
+  // Queues a fetch for `client` (whose fetches share its limits). Empty:
+  // `done` runs once it ended; otherwise why it was refused now (`done`
+  // never runs).
+  std::string start(const std::string& client, protocol::Fetch fetch, Destination to, Done done);
+
   // Chunks of a fetch: at most this much per get, and this many gets in
   // flight. Twice a client's ship window: a get is a round trip where a put
   // only streams, and each lands in the replica, so more in flight costs
   // no memory (a 256 MiB edge went from 0.87-0.99 of a ship to 0.97-1.04).
   static constexpr std::size_t chunk_bytes = std::size_t{4} << 20;
   static constexpr std::size_t window = 8;
+  // How long a source may take to sign a fetch in.
+  static constexpr std::chrono::seconds dial_timeout{10};
+  // How often a fetch waiting for a get looks whether its replica was freed.
+  static constexpr std::chrono::milliseconds freed_poll{100};
 
  private:
   struct Job;
-  void run(const std::shared_ptr<Job>& job);
+  struct Shared;
+  static void serve(const std::shared_ptr<Shared>& shared, std::size_t runner);
+  static void run(Shared& shared, const std::shared_ptr<Job>& job);
 
-  std::shared_ptr<transport::Worker> worker_;        // the server's
-  std::shared_ptr<transport::Worker> fetch_worker_;  // the fetches' own
-  const std::optional<transport::KeyPair> host_key_;
-  std::mutex dial_mutex_;                            // one dial at a time from fetch_worker_
-  std::mutex mutex_;
-  bool stopping_ = false;
-  std::list<std::shared_ptr<Job>> jobs_;
-  std::list<std::thread> threads_;
+  std::shared_ptr<Shared> shared_;
 };
 
 }  // namespace ferry::ferryd

@@ -9,7 +9,6 @@
 
 #include <chrono>
 
-#include "ferry/allocator/slab_pool.hpp"
 #include "ferry/log.hpp"
 #include "ferry/printable.hpp"
 #include "session.hpp"
@@ -18,6 +17,21 @@ namespace ferry::ferryd {
 
 using protocol::Status;
 using protocol::Type;
+
+namespace {
+
+// What the protocol can carry of an error (a longer one would not encode,
+// and the fetch would go unanswered).
+std::string clipped(std::string text) {
+  constexpr std::string_view more = "...";
+  if (text.size() > protocol::max_string_bytes) {
+    text.resize(protocol::max_string_bytes - more.size());
+    text += more;
+  }
+  return text;
+}
+
+}  // namespace
 
 void Session::on_grant(const protocol::GrantRead& grant) {
   auto refuse = [&](Status status, std::string why) {
@@ -54,24 +68,33 @@ void Session::on_grant(const protocol::GrantRead& grant) {
 }
 
 void Session::on_fetch(const protocol::Fetch& fetch) {
+  const auto answer = [&](Status status, const std::string& why) {
+    send(protocol::PutAck{fetch.request, fetch.buffer, status, clipped(why)});
+  };
   std::pair<Status, std::string> refusal;
   auto replica = replica_for(fetch.buffer, fetch.dtype, fetch.rows, fetch.cols, "fetch", refusal);
-  if (!replica) return send(protocol::PutAck{fetch.request, fetch.buffer, refusal.first, std::move(refusal.second)});
-  if (!server_.fetches)
-    server_.fetches =
-        std::make_shared<PeerFetches>(server_.worker, std::dynamic_pointer_cast<SlabPool>(server_.runtime.host_memory()),
-                                      server_.host_key);
+  if (!replica) return answer(refusal.first, refusal.second);
+  if (!server_.fetches) return answer(Status::internal, "this ferryd does not fetch from other hosts");
   log().debug("client {}: fetching {} bytes of buffer {} from {} (capability {})", describe(), fetch.length,
               fetch.buffer, printable(fetch.source), fetch.capability);
+  // The fetch holds the replica only while bytes land in it: a client that
+  // frees it gets its memory (and its quota) back, the fetch ends.
+  std::weak_ptr<Replica> weak_replica = replica;
+  PeerFetches::Destination to{replica->host + fetch.offset, weak_replica, [weak_replica]() -> std::shared_ptr<void> {
+                                auto held = weak_replica.lock();
+                                return held ? std::make_shared<AnyBuffer>(held->buffer) : nullptr;
+                              }};
   std::weak_ptr<Session> weak = weak_from_this();
-  server_.fetches->start(fetch, replica->host + fetch.offset, replica,
-                         [weak, fetch, replica](const std::string& error) {
-                           if (auto self = weak.lock()) self->fetched(fetch, replica, error);
-                         });
+  const std::string refused =
+      server_.fetches->start(share_key_, fetch, std::move(to), [weak, fetch, weak_replica](const std::string& error) {
+        if (auto self = weak.lock()) self->fetched(fetch, weak_replica.lock(), error);
+      });
+  if (!refused.empty())
+    answer(Status::internal, fmt::format("fetching from {} refused: {}", printable(fetch.source), refused));
 }
 
 // `replica` is the one the bytes went to, which a free and a put of the
-// same id since may have replaced: only its bytes count as written.
+// same id since may have replaced (null: freed): only its bytes count as written.
 void Session::fetched(const protocol::Fetch& fetch, const std::shared_ptr<Replica>& replica, const std::string& error) {
   if (state_ == State::closed) return;
   audit("fetch", {{"source", fetch.source},
@@ -83,12 +106,14 @@ void Session::fetched(const protocol::Fetch& fetch, const std::shared_ptr<Replic
     log().info("client {}: fetching buffer {} from {} failed: {}", describe(), fetch.buffer, printable(fetch.source),
                printable(error, 1024));
     return send(protocol::PutAck{fetch.request, fetch.buffer, Status::internal,
-                                 fmt::format("fetching from {} failed: {}", fetch.source, error)});
+                                 clipped(fmt::format("fetching from {} failed: {}", printable(fetch.source), error))});
   }
-  // The bytes came from the client's own replica elsewhere: the client's data.
-  replica->spoiled.clear();
-  replica->written.add(fetch.offset, fetch.length);
-  if (replica->written.too_fragmented()) replica->written.zero_unwritten(replica->host);
+  if (replica) {
+    // The bytes came from the client's own replica elsewhere: the client's data.
+    replica->spoiled.clear();
+    replica->written.add(fetch.offset, fetch.length);
+    if (replica->written.too_fragmented()) replica->written.zero_unwritten(replica->host);
+  }
   send(protocol::PutAck{fetch.request, fetch.buffer, Status::ok, {}});
 }
 
