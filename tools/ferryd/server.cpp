@@ -75,10 +75,15 @@ protocol::Message Server::accept(const transport::Peer& peer, std::shared_ptr<tr
     if (!found) return protocol::ErrorMessage{protocol::Status::auth_failed, "the key was withdrawn"};
     grant = std::move(*found);
   }
-  // One use: the first peer in with a capability spends it.
-  if (peer.capability && !state_.capabilities->claim(*peer.capability))
-    return protocol::ErrorMessage{protocol::Status::auth_failed,
-                                  fmt::format("capability {} was withdrawn or used", *peer.capability)};
+  // One use: the first peer in with a capability spends it, and reads that grant only.
+  std::uint64_t capability_serial = 0;
+  if (peer.capability) {
+    const auto claimed = state_.capabilities->claim(*peer.capability);
+    if (!claimed)
+      return protocol::ErrorMessage{protocol::Status::auth_failed,
+                                    fmt::format("capability {} was withdrawn or used", *peer.capability)};
+    capability_serial = *claimed;
+  }
   if (peer.dialled_out) {
     std::lock_guard lock(dial_mutex_);
     dialled_live_.insert(peer.address);
@@ -90,7 +95,8 @@ protocol::Message Server::accept(const transport::Peer& peer, std::shared_ptr<tr
                                              std::lock_guard lock(dial_mutex_);
                                              dialled_live_.erase(dialled_live_.find(address));
                                              dial_cv_.notify_all();
-                                           });
+                                           },
+                                           capability_serial);
   session->start();
   if (state_.audit->enabled())
     state_.audit->record("authenticate", {{"peer", peer.address},

@@ -18,7 +18,7 @@ using protocol::Status;
 using protocol::Type;
 
 Session::Session(ServerState& server, std::shared_ptr<transport::Connection> connection, const transport::Peer& peer,
-                 Grant grant, ClosedHandler on_closed)
+                 Grant grant, ClosedHandler on_closed, std::uint64_t capability_serial)
     : server_(server),
       connection_(std::move(connection)),
       on_closed_(std::move(on_closed)),
@@ -27,7 +27,8 @@ Session::Session(ServerState& server, std::shared_ptr<transport::Connection> con
       grant_(std::move(grant)),
       share_key_(peer.key ? grant_.name : "token:" + (client_.empty() ? peer_ : client_)),
       key_(peer.key),
-      capability_(peer.capability) {
+      capability_(peer.capability),
+      capability_serial_(capability_serial) {
   server_.metrics.client_connected();
 }
 

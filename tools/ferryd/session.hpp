@@ -46,8 +46,10 @@ struct Replica {
 class Session : public std::enable_shared_from_this<Session> {
  public:
   using ClosedHandler = std::function<void(Session&)>;
+  // `capability_serial`: for a capability peer, the serial of the grant it
+  // claimed (Capabilities::claim); it reads that grant and no later one.
   Session(ServerState& server, std::shared_ptr<transport::Connection> connection, const transport::Peer& peer,
-          Grant grant, ClosedHandler on_closed);
+          Grant grant, ClosedHandler on_closed, std::uint64_t capability_serial = 0);
   ~Session();
 
   // Takes the connection's messages from now on.
@@ -150,6 +152,7 @@ class Session : public std::enable_shared_from_this<Session> {
   const std::optional<transport::PublicKey> key_;  // none: it used the shared token
   // Set for another ferryd that signed in with a capability a client granted.
   const std::optional<std::uint64_t> capability_;
+  const std::uint64_t capability_serial_;
 
   std::unordered_map<std::uint64_t, std::shared_ptr<Replica>> replicas_;
   std::uint64_t memory_in_use_ = 0;
