@@ -193,19 +193,29 @@ std::size_t Server::shut_down(const std::string& why) {
   });
 }
 
-std::size_t Server::reload_keys() {
-  if (keys_ == nullptr) return 0;
+Server::Reloaded Server::reload_keys() {
+  if (keys_ == nullptr) return {};
   keys_->reload();
   return state_.worker->call([this] {
+    Reloaded reloaded;
     std::vector<std::shared_ptr<Session>> withdrawn;
-    for (auto& [raw, session] : sessions_)
-      if (session->key() && !keys_->find(*session->key())) withdrawn.push_back(session);
+    for (auto& [raw, session] : sessions_) {
+      if (!session->key()) continue;
+      auto grant = keys_->find(*session->key());
+      if (!grant) {
+        withdrawn.push_back(session);
+      } else if (!(*grant == session->grant())) {
+        session->regrant(std::move(*grant));
+        ++reloaded.updated;
+      }
+    }
     for (auto& session : withdrawn) {
       log().info("client {}: its key was removed from {}; session ended", session->describe(),
                  keys_->path().string());
       session->shut_down("the client's key is no longer authorized");
     }
-    return withdrawn.size();
+    reloaded.ended = withdrawn.size();
+    return reloaded;
   });
 }
 

@@ -43,6 +43,19 @@ std::string Session::describe() const {
                          : fmt::format("{} ({}, {})", peer_, printable(client_), grant_.name);
 }
 
+void Session::regrant(Grant grant) {
+  if (grant == grant_) return;
+  log().info("client {}: its key's options changed (quota {}, weight {}, gpus {}, source-kernels {}, plugins {})",
+             describe(), grant.quota ? format_bytes(*grant.quota) : std::string("default"), grant.weight,
+             grant.gpus ? "yes" : "no", grant.source_kernels ? "yes" : "no", grant.plugins ? "yes" : "no");
+  audit("regrant", {{"quota", grant.quota.value_or(server_.limits.client_quota)},
+                    {"weight", grant.weight},
+                    {"gpus", grant.gpus},
+                    {"source_kernels", grant.source_kernels},
+                    {"plugins", grant.plugins}});
+  grant_ = std::move(grant);
+}
+
 void Session::audit(std::string_view event, nlohmann::json fields) const {
   if (!server_.audit->enabled()) return;
   fields["peer"] = peer_;

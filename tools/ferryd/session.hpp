@@ -58,6 +58,10 @@ class Session : public std::enable_shared_from_this<Session> {
   void shut_down(const std::string& why);
   std::string describe() const;  // "peer (client, key name)" for logs
   const Grant& grant() const noexcept { return grant_; }
+  // A reload changed its key's options: they apply from the next request
+  // on (what it holds stays, even above a smaller quota; its fair-share
+  // queue keeps the name it connected with).
+  void regrant(Grant grant);
   const std::optional<transport::PublicKey>& key() const noexcept { return key_; }
   std::uint64_t quota() const noexcept { return grant_.quota.value_or(server_.limits.client_quota); }
   // One of this client's replicas, or null (a capability peer reads through it).
@@ -144,7 +148,7 @@ class Session : public std::enable_shared_from_this<Session> {
   const std::string peer_;
   State state_ = State::ready;
   const std::string client_;  // the name it gave in hello
-  const Grant grant_;
+  Grant grant_;  // its key's options: replaced in place on reload (regrant)
   // Who this client is to the fair share: its key's name, or "token:" and
   // the name a token client gave (a token client cannot take a key's queue);
   // several connections of one identity share a queue.
