@@ -77,10 +77,11 @@ void Session::kernel_received(const protocol::DefineKernel& define, std::string 
         fmt::format("key '{}' may not define kernels from source (its source-kernels option)", grant_.name), charged);
 
   // Reading a megabyte of source is not for the progress thread, which
-  // every client's messages wait on: a worker reads it and posts back.
+  // every client's messages wait on: a worker reads it and posts back,
+  // taking each client's definitions in turn with the others'.
   std::weak_ptr<Session> weak = weak_from_this();
   std::weak_ptr<transport::Worker> worker = server_.worker;
-  server_.background.post([weak, worker, define, charged, source = std::move(source)]() mutable {
+  server_.background.post(share_key_, [weak, worker, define, charged, source = std::move(source)]() mutable {
     std::shared_ptr<KernelDef> def;
     Status status = Status::ok;
     std::string error;
