@@ -149,9 +149,10 @@ class Session : public std::enable_shared_from_this<Session> {
   State state_ = State::ready;
   const std::string client_;  // the name it gave in hello
   Grant grant_;  // its key's options: replaced in place on reload (regrant)
-  // Who this client is to the fair share: its key's name, or "token:" and
-  // the name a token client gave (a token client cannot take a key's queue);
-  // several connections of one identity share a queue.
+  // Who this client is to the fair share, the background reader and the
+  // metrics: its key's name, or "token:" and the name a token client gave
+  // (a token client cannot take a key's queue); several connections of one
+  // identity share a queue.
   const std::string share_key_;
   const std::optional<transport::PublicKey> key_;  // none: it used the shared token
   // Set for another ferryd that signed in with a capability a client granted.
