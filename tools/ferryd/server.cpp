@@ -204,7 +204,7 @@ Server::Reloaded Server::reload_keys() {
       auto grant = keys_->find(*session->key());
       if (!grant) {
         withdrawn.push_back(session);
-      } else if (!(*grant == session->grant())) {
+      } else if (*grant != session->grant()) {
         session->regrant(std::move(*grant));
         ++reloaded.updated;
       }
