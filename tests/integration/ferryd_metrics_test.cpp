@@ -102,7 +102,7 @@ TEST(FerrydMetrics, ARestartAtOnceTakesTheSamePort) {
   FerrydProcess first(args);
   ASSERT_EQ(metrics_port(first), port);
   ASSERT_NE(http_get(port, "/metrics").find("200 OK"), std::string::npos);
-  const int stalled = half_sent_request(port);  // what slows a civetweb shutdown
+  const int stalled = half_sent_request(port);  // a connection still open at shutdown
   first.signal(SIGTERM);
   // Started at once, while the first may still be letting go of the port.
   FerrydProcess second(args);
