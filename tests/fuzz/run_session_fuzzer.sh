@@ -45,7 +45,7 @@ ferryd=$src/tools/ferryd
   "$ferryd/written_ranges.cpp" "$ferryd/capabilities.cpp" "$ferryd/peer_fetch.cpp" "$ferryd/metrics_http.cpp" "$ferryd/authorized_keys.cpp" "$ferryd/fair_share.cpp" \
   -L"$bin/runtime" -L"$bin/transport" -L"$bin/common" -L"$bin/allocator" \
   -Wl,-rpath,"$bin/runtime:$bin/transport:$bin/common:$bin/allocator" \
-  -lferry_runtime -lferry_transport -lferry_allocator -lferry_common -lprometheus-cpp-core -lcivetweb-cpp -lcivetweb -lsodium -lspdlog -lfmt \
+  -lferry_runtime -lferry_transport -lferry_allocator -lferry_common -lprometheus-cpp-core -lsodium -lspdlog -lfmt \
   -lucp -lucs -lpthread -o "$work/session_fuzzer"
 
 # Seeds: a put then a get, a run, a kernel definition, a stats request.

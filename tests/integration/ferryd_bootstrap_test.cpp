@@ -416,6 +416,37 @@ TEST(FerrydIdentity, SighupRemovingAKeyEndsItsSessions) {
   std::filesystem::remove_all(dir);
 }
 
+// A reload's new options reach the sessions already open: a bigger quota
+// admits more at once, source-kernels=no stops the next definition.
+TEST(FerrydIdentity, SighupChangingAKeysOptionsReachesItsOpenSession) {
+  const auto dir = make_temp_dir();
+  Keys keys(dir);
+  const auto alice = keys.add("alice", "quota=64KiB");
+  const auto file = keys.write(keys.lines);
+  FerrydProcess server({"--authorized-keys", file.string()});
+  TestClient a(server.port(), "a");
+  a.connect(with_key(alice));
+  const std::vector<std::byte> bytes(1 << 20, std::byte{7});
+  const auto before = a.put(1, proto::DType::u8, 1, bytes.size(), bytes.data(), bytes.size());
+  ASSERT_EQ(before.status, proto::Status::quota_exceeded) << before.message;
+
+  const std::string line = keys.lines[0];
+  keys.write({line.substr(0, line.find(" quota=")) + " quota=4MiB source-kernels=no"});
+  server.signal(SIGHUP);
+  ASSERT_TRUE(server.wait_for_log(" reread: ")) << server.log();
+  const auto after = a.put(1, proto::DType::u8, 1, bytes.size(), bytes.data(), bytes.size());
+  EXPECT_EQ(after.status, proto::Status::ok) << "the open session kept its old quota: " << after.message;
+  const std::string source = "__global__ void k(float* x) {}";
+  a.send(proto::DefineKernel{a.next_request(), "k", "k", {}, {}, static_cast<std::uint32_t>(source.size())},
+         source.data(), source.size());
+  const auto done = a.next_as<proto::Done>();
+  EXPECT_EQ(done.status, proto::Status::bad_arguments) << "source-kernels=no did not reach the open session";
+  EXPECT_NE(done.message.find("source-kernels"), std::string::npos) << done.message;
+  a.send(proto::Ping{3});
+  EXPECT_EQ(a.next_as<proto::Pong>().request, 3u);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(FerrydIdentity, FerryKeygenMakesAKeyFerrydAdmits) {
   const auto dir = make_temp_dir();
   const auto key = dir / "id";

@@ -250,6 +250,69 @@ TEST(HostToHost, ACapabilityPeerMayOnlyReadItsGrant) {
   EXPECT_EQ(hosts.a_client.get(1, 0, 16).size(), 16u);
 }
 
+// A peer signed in with a capability reads the grant it claimed, and
+// nothing granted later under the same id. The owner granting the id again
+// (another buffer, another host) is refused: a claimed id is not granted
+// again, and the peer still reads only its own region.
+TEST(HostToHost, AClaimedIdIsNotGrantedAgain) {
+  const std::size_t bytes = 4096;
+  TwoHosts hosts(bytes);
+  const auto secret = random_secret();
+  const auto peer = ferry::transport::KeyPair::generate();
+  ASSERT_EQ(hosts.grant(60, secret, 1, 0, bytes, peer.public_key()).status, proto::Status::ok);
+  TestClient reader(hosts.a.port(), ferry::transport::capability_client(60));
+  reader.connect(capability_options(secret, peer));
+  EXPECT_EQ(reader.get(1, 0, 16).size(), 16u);
+
+  const std::vector<std::uint8_t> private_bytes(bytes, 0xA5);
+  ASSERT_EQ(hosts.a_client.put(3, proto::DType::u8, 1, bytes, private_bytes.data(), bytes).status, proto::Status::ok);
+  const auto regrant = hosts.grant(60, random_secret(), 3, 0, bytes, ferry::transport::KeyPair::generate().public_key());
+  EXPECT_EQ(regrant.status, proto::Status::bad_arguments) << "a claimed id was granted again";
+  EXPECT_NE(regrant.message.find("capability 60 was claimed"), std::string::npos) << regrant.message;
+
+  reader.send(proto::Get{reader.next_request(), 3, 0, 16});
+  const auto answer = reader.next();
+  ASSERT_TRUE(std::holds_alternative<proto::ErrorMessage>(answer.message))
+      << "the peer read buffer 3, granted to another host under its id";
+  EXPECT_NE(std::get<proto::ErrorMessage>(answer.message).message.find("outside the grant"), std::string::npos);
+  EXPECT_TRUE(reader.wait_closed());
+  EXPECT_EQ(hosts.a_client.get(3, 0, 16).size(), 16u);
+}
+
+// Once the first grant went with its buffer, another tenant may use the id;
+// the peer still signed in on it reads nothing of that tenant's.
+TEST(HostToHost, APeerSignedInOnAnIdDoesNotReadALaterGrantOfIt) {
+  const std::size_t bytes = 4096;
+  TwoHosts hosts(bytes);
+  const auto secret = random_secret();
+  const auto peer = ferry::transport::KeyPair::generate();
+  ASSERT_EQ(hosts.grant(61, secret, 1, 0, bytes, peer.public_key()).status, proto::Status::ok);
+  TestClient reader(hosts.a.port(), ferry::transport::capability_client(61));
+  reader.connect(capability_options(secret, peer));
+  EXPECT_EQ(reader.get(1, 0, 16).size(), 16u);
+
+  hosts.a_client.send(proto::Free{1});
+  hosts.a_client.stats();  // the free is handled before the stats
+  TestClient other(hosts.a.port(), "other-tenant");
+  other.authenticate(FerrydProcess::default_token);
+  const std::vector<std::uint8_t> private_bytes(bytes, 0xA5);
+  ASSERT_EQ(other.put(1, proto::DType::u8, 1, bytes, private_bytes.data(), bytes).status, proto::Status::ok);
+  other.send(proto::GrantRead{other.next_request(), 61, random_secret(),
+                              ferry::transport::KeyPair::generate().public_key(), 1, 0, bytes, 60000});
+  ASSERT_EQ(other.next_as<proto::PutAck>().status, proto::Status::ok);
+
+  reader.send(proto::Get{reader.next_request(), 1, 0, 16});
+  const auto answer = reader.next();
+  ASSERT_TRUE(std::holds_alternative<proto::ErrorMessage>(answer.message))
+      << "the peer of the first grant read the other tenant's buffer under the same id";
+  const auto& error = std::get<proto::ErrorMessage>(answer.message);
+  EXPECT_EQ(error.status, proto::Status::auth_failed);
+  EXPECT_NE(error.message.find("capability 61: the capability expired or was withdrawn"), std::string::npos)
+      << error.message;
+  EXPECT_TRUE(reader.wait_closed());
+  EXPECT_EQ(other.get(1, 0, 16).size(), 16u);
+}
+
 TEST(HostToHost, AGrantEndsWithTheBufferAndWithItsOwner) {
   const std::size_t bytes = 1 << 20;
   TwoHosts hosts(bytes);

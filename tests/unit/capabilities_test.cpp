@@ -61,8 +61,37 @@ TEST(Capabilities, TheFirstPeerInSpendsIt) {
   EXPECT_FALSE(table.keys(1).has_value()) << "nobody else signs in with it";
   EXPECT_TRUE(table.find(1).has_value()) << "the peer that claimed it still reads through it";
   EXPECT_FALSE(table.claim(2));
+}
+
+// The peer's session is bound to the grant it claimed: a claimed id is not
+// granted again, and a later grant of the id (once the first is gone, by
+// any owner) is another grant, which the old serial does not find.
+TEST(Capabilities, APeerIsBoundToTheGrantItClaimed) {
+  Capabilities table;
+  std::string why;
+  ASSERT_TRUE(table.add(grant(1, owner_a, 1), why));
+  const auto serial = table.claim(1);
+  ASSERT_TRUE(serial.has_value());
+  EXPECT_TRUE(table.find(1, *serial).has_value());
+  EXPECT_FALSE(table.add(grant(1, owner_a, 2), why)) << "a claimed id was granted again";
+  EXPECT_NE(why.find("capability 1 was claimed"), std::string::npos) << why;
+  EXPECT_EQ(table.find(1, *serial)->buffer, 1u);
+
+  table.drop_buffer(owner_a, 1);
+  ASSERT_TRUE(table.add(grant(1, owner_b, 1), why)) << why;
+  EXPECT_FALSE(table.find(1, *serial).has_value()) << "the old peer would read another owner's buffer";
+  EXPECT_TRUE(table.find(1).has_value());
+  const auto second = table.claim(1);
+  ASSERT_TRUE(second.has_value());
+  EXPECT_NE(*second, *serial);
+}
+
+TEST(Capabilities, AnUnclaimedGrantMayBeGrantedAgainByItsOwner) {
+  Capabilities table;
+  std::string why;
   ASSERT_TRUE(table.add(grant(1, owner_a), why));
-  ASSERT_TRUE(table.keys(1).has_value()) << "granted again by its owner: a new capability";
+  ASSERT_TRUE(table.add(grant(1, owner_a), why)) << "a retry: " << why;
+  ASSERT_TRUE(table.keys(1).has_value());
   EXPECT_EQ(table.keys(1)->secret, "secret-1");
 }
 

@@ -36,6 +36,15 @@ std::pair<transport::PublicKey, Grant> parse_line(std::istringstream& words) {
     throw UsageError(fmt::format("key type '{}', expected {}", type, transport::public_key_type));
   const auto key = transport::parse_public_key(base64);
   if (grant.name.empty()) throw UsageError("the key has no name (ferry-ed25519 BASE64 NAME [options])");
+  // Without a name the first option would be taken for it, and silently not apply.
+  if (grant.name.find('=') != std::string::npos)
+    throw UsageError(fmt::format("the key has no name: '{}' is an option, and a name may not contain '=' "
+                                 "(ferry-ed25519 BASE64 NAME [options])",
+                                 grant.name));
+  // "token:" names the shared token's clients (fair share, metrics): no key takes their place.
+  if (grant.name.starts_with("token:"))
+    throw UsageError(fmt::format("key name '{}': names beginning with 'token:' are for clients of the shared token",
+                                 grant.name));
   for (std::string option; words >> option;) {
     const auto equals = option.find('=');
     if (equals == std::string::npos) throw UsageError(fmt::format("option '{}': expected NAME=VALUE", option));
@@ -61,6 +70,12 @@ std::pair<transport::PublicKey, Grant> parse_line(std::istringstream& words) {
 }  // namespace
 
 AuthorizedKeys AuthorizedKeys::load(const std::filesystem::path& path) {
+  // A directory opens as a stream that reads nothing: it would load as no keys at all.
+  std::error_code error;
+  const auto status = std::filesystem::status(path, error);
+  if (!error && std::filesystem::exists(status) && !std::filesystem::is_regular_file(status))
+    throw UsageError(fmt::format("authorized keys {}: not a regular file ({})", path.string(),
+                                 std::filesystem::is_directory(status) ? "a directory" : "a device, socket or pipe"));
   std::ifstream in(path);
   if (!in) throw UsageError(fmt::format("authorized keys {}: cannot be read", path.string()));
   AuthorizedKeys keys;

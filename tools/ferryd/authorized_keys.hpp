@@ -5,8 +5,12 @@
 //     [plugins=yes|no]
 //
 // '#' starts a comment line. Unset options take ferryd's defaults (its
-// --client-quota; everything else allowed, as for the shared token).
-// Reloaded on SIGHUP: a key no longer listed loses its sessions.
+// --client-quota; everything else allowed, as for the shared token). NAME
+// is required: one with '=' (an option where the name belongs) or
+// beginning with "token:" is refused, as is a path that is not a regular
+// file.
+// Reloaded on SIGHUP: a key no longer listed loses its sessions; the
+// sessions of a key still listed take its new options at once.
 #pragma once
 
 #include <cstdint>
@@ -31,6 +35,8 @@ struct Grant {
   bool gpus = true;                    // may run on this host's GPUs (no: on its CPU workers only)
   bool source_kernels = true;          // may define kernels from CUDA source
   bool plugins = true;                 // may run kernels of --plugin libraries
+
+  bool operator==(const Grant&) const = default;
 };
 
 class AuthorizedKeys {

@@ -1,5 +1,7 @@
 #include "background.hpp"
 
+#include <algorithm>
+
 #include "ferry/log.hpp"
 
 namespace ferry::ferryd {
@@ -11,12 +13,25 @@ Background::~Background() {
   thread_.join();
 }
 
-void Background::post(std::function<void()> job) {
+void Background::post(const std::string& client, std::function<void()> job) {
   {
     std::lock_guard lock(mutex_);
-    jobs_.push_back(std::move(job));
+    auto it = std::find_if(turns_.begin(), turns_.end(), [&](const Queue& q) { return q.client == client; });
+    if (it == turns_.end()) it = turns_.insert(turns_.end(), Queue{client, {}});
+    it->jobs.push_back(std::move(job));
+    ++waiting_;
   }
   wake_.notify_one();
+}
+
+std::function<void()> Background::take() {
+  Queue& front = turns_.front();
+  auto job = std::move(front.jobs.front());
+  front.jobs.pop_front();
+  --waiting_;
+  if (front.jobs.empty()) turns_.pop_front();
+  else turns_.splice(turns_.end(), turns_, turns_.begin());  // its next job after everyone else's
+  return job;
 }
 
 void Background::run(std::stop_token stop) {
@@ -24,9 +39,8 @@ void Background::run(std::stop_token stop) {
     std::function<void()> job;
     {
       std::unique_lock lock(mutex_);
-      if (!wake_.wait(lock, stop, [&] { return !jobs_.empty(); })) return;
-      job = std::move(jobs_.front());
-      jobs_.pop_front();
+      if (!wake_.wait(lock, stop, [&] { return waiting_ > 0; })) return;
+      job = take();
     }
     try {
       job();

@@ -18,6 +18,14 @@ bool Capabilities::add(Capability capability, std::string& why) {
       why = "capability " + std::to_string(capability.id) + " is in use";
       return false;
     }
+    // A peer signed in with it: what it may read stays what it claimed.
+    if (it->second.claimed) {
+      why = "capability " + std::to_string(capability.id) +
+            " was claimed by the host it was granted to; a new grant needs a new id";
+      return false;
+    }
+    capability.claimed = false;
+    capability.serial = next_serial_++;
     it->second = std::move(capability);
     return true;
   }
@@ -29,6 +37,8 @@ bool Capabilities::add(Capability capability, std::string& why) {
     return false;
   }
   const auto id = capability.id;
+  capability.claimed = false;
+  capability.serial = next_serial_++;
   by_id_.emplace(id, std::move(capability));
   return true;
 }
@@ -39,20 +49,20 @@ std::optional<transport::CapabilityKeys> Capabilities::keys(std::uint64_t id) {
   return transport::CapabilityKeys{std::move(found->secret), found->reader};
 }
 
-bool Capabilities::claim(std::uint64_t id) {
+std::optional<std::uint64_t> Capabilities::claim(std::uint64_t id) {
   std::lock_guard lock(mutex_);
   expire(std::chrono::steady_clock::now());
   auto it = by_id_.find(id);
-  if (it == by_id_.end() || it->second.claimed) return false;
+  if (it == by_id_.end() || it->second.claimed) return std::nullopt;
   it->second.claimed = true;
-  return true;
+  return it->second.serial;
 }
 
-std::optional<Capability> Capabilities::find(std::uint64_t id) {
+std::optional<Capability> Capabilities::find(std::uint64_t id, std::optional<std::uint64_t> serial) {
   std::lock_guard lock(mutex_);
   expire(std::chrono::steady_clock::now());
   auto it = by_id_.find(id);
-  if (it == by_id_.end()) return std::nullopt;
+  if (it == by_id_.end() || (serial && it->second.serial != *serial)) return std::nullopt;
   return it->second;
 }
 

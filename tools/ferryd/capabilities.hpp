@@ -31,6 +31,10 @@ struct Capability {
   std::uint64_t buffer = 0, offset = 0, length = 0;
   std::chrono::steady_clock::time_point deadline;
   bool claimed = false;  // a peer signed in with it: no one else may (one use)
+  // Which grant this is, set by add(): a peer's session is bound to the
+  // grant it claimed, not to the id, so a later grant under the same id
+  // (another buffer, another reader, another client) is not its to read.
+  std::uint64_t serial = 0;
 
   bool covers(std::uint64_t buf, std::uint64_t off, std::uint64_t len) const noexcept {
     return buf == buffer && off >= offset && len <= length && off - offset <= length - len;
@@ -43,16 +47,21 @@ class Capabilities {
   // ones, a grant is refused.
   static constexpr std::size_t max_per_owner = 1024;
 
-  // False, saying why, when the id is taken or the owner holds too many.
+  // False, saying why, when the id is another owner's, a peer has claimed
+  // it already (a claimed id is never granted again while it lives), or the
+  // owner holds too many. The same owner granting an unclaimed id again
+  // replaces it (a retry). Gives the grant a serial of its own.
   bool add(Capability capability, std::string& why);
   // What a peer signing in with a live capability no peer has claimed yet
   // must prove (bootstrap thread).
   std::optional<transport::CapabilityKeys> keys(std::uint64_t id);
-  // The peer that signed in with it takes it: false when one did already
-  // (two raced through the handshake) or it is gone. Its session keeps
-  // using it (find); the secret lets no one else in.
-  bool claim(std::uint64_t id);
-  std::optional<Capability> find(std::uint64_t id);
+  // The peer that signed in with it takes it: the grant's serial, or
+  // nothing when one did already (two raced through the handshake) or it
+  // is gone. Its session keeps using it (find with that serial); the
+  // secret lets no one else in.
+  std::optional<std::uint64_t> claim(std::uint64_t id);
+  // The live grant `id`; with a serial, only while it is that same grant.
+  std::optional<Capability> find(std::uint64_t id, std::optional<std::uint64_t> serial = std::nullopt);
   void drop_owner(const Session* owner);
   void drop_buffer(const Session* owner, std::uint64_t buffer);
   std::size_t size();
@@ -62,6 +71,7 @@ class Capabilities {
 
   std::mutex mutex_;
   std::map<std::uint64_t, Capability> by_id_;
+  std::uint64_t next_serial_ = 1;
 };
 
 }  // namespace ferry::ferryd

@@ -331,9 +331,9 @@ int serve(const Options& options, int signal_fd) {
         continue;
       }
       try {
-        const std::size_t ended = server.reload_keys();
-        log().info("SIGHUP: {} reread: {} keys; {} sessions ended", options.authorized_keys.string(), keys->size(),
-                   ended);
+        const auto reloaded = server.reload_keys();
+        log().info("SIGHUP: {} reread: {} keys; {} sessions ended, {} sessions updated",
+                   options.authorized_keys.string(), keys->size(), reloaded.ended, reloaded.updated);
       } catch (const Error& e) {
         log().error("SIGHUP: {}; the keys stay as they were", e.what());
       }

@@ -51,7 +51,7 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                        .Register(r);
   client_tasks_ = &prometheus::BuildCounter()
                        .Name("ferry_client_tasks_total")
-                       .Help("Tasks finished, by client host")
+                       .Help("Tasks finished, by client (key name, or token:host)")
                        .Register(r);
   client_queued_ = &prometheus::BuildGauge()
                         .Name("ferry_client_tasks_queued")
@@ -63,11 +63,11 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                          .Register(r);
   client_bytes_in_ = &prometheus::BuildCounter()
                           .Name("ferry_client_bytes_in_total")
-                          .Help("Payload bytes received, by client host")
+                          .Help("Payload bytes received, by client (key name, or token:host)")
                           .Register(r);
   client_bytes_out_ = &prometheus::BuildCounter()
                            .Name("ferry_client_bytes_out_total")
-                           .Help("Payload bytes sent, by client host")
+                           .Help("Payload bytes sent, by client (key name, or token:host)")
                            .Register(r);
   transfer_bytes_ = &prometheus::BuildHistogram()
                          .Name("ferry_transfer_bytes")
@@ -142,13 +142,24 @@ void Metrics::limits(std::uint64_t client_quota, std::uint64_t memory_limit, std
 }
 
 Metrics::ClientSeries& Metrics::client_series(const std::string& client) {
-  // "host:pid" names a process; the host is what an operator watches, and there are few.
-  std::string_view host = std::string_view(client).substr(0, client.rfind(':'));
-  if (host.empty()) host = "unnamed";
+  // A token client's name is its own choice: "host:pid" names a process;
+  // the host is what an operator watches, and only so many get a series.
+  // A key's name is the operator's, and each key gets one.
+  constexpr std::string_view token = "token:";
+  std::string label = client;
+  const bool chosen_by_client = label.starts_with(token);
+  if (chosen_by_client) {
+    std::string_view host = std::string_view(client).substr(token.size());
+    if (const auto colon = host.rfind(':'); colon != std::string_view::npos) host = host.substr(0, colon);
+    label = std::string(token) + std::string(host.empty() ? "unnamed" : host);
+  }
   std::lock_guard lock(series_mutex_);
-  if (const auto it = client_series_.find(host); it != client_series_.end()) return it->second;
-  const std::string label = client_series_.size() >= max_client_labels ? "other" : std::string(host);
   if (const auto it = client_series_.find(label); it != client_series_.end()) return it->second;
+  if (chosen_by_client) {
+    if (token_labels_ >= max_client_labels) label = std::string(token) + "other";
+    else ++token_labels_;
+    if (const auto it = client_series_.find(label); it != client_series_.end()) return it->second;
+  }
   const prometheus::Labels labels{{"client", label}};
   return client_series_
       .emplace(label, ClientSeries{&client_tasks_->Add(labels), &client_queued_->Add(labels),

@@ -4,8 +4,12 @@
 // and /readyz beside them.
 //
 // Labels are bounded: kernels by ferryd's own list (a kernel a client
-// defined from source counts as "client_defined"), clients by their host
-// name, at most max_client_labels of them (then "other").
+// defined from source counts as "client_defined"); clients by who they are
+// to the fair share: a keyed client by its key's name (the operator's
+// choice, one series per key however many names its connections give), a
+// token client by "token:" and the host it names, at most
+// max_client_labels such hosts (then "token:other"). A client choosing
+// names can neither grow the series nor take another client's.
 #pragma once
 
 #include <atomic>
@@ -58,9 +62,11 @@ class Metrics {
   void limits(std::uint64_t client_quota, std::uint64_t memory_limit, std::uint64_t max_payload,
               double handshake_timeout_seconds, unsigned cpu_workers, unsigned gpus);
 
+  // `client`: the session's fair-share name (a key's name, or "token:" and
+  // the name a token client gave, "host:pid").
   void task_done(const std::string& kernel, const std::string& client, double seconds, bool ok);
   // A fair-share client's runs waiting for a lane, and one more started.
-  void client_queue(const std::string& share, std::size_t queued, bool started);
+  void client_queue(const std::string& client, std::size_t queued, bool started);
   void bytes_in(std::uint64_t bytes, const std::string& client);
   void bytes_out(std::uint64_t bytes, const std::string& client);
   void transfer(Direction direction, std::uint64_t bytes, double seconds);
@@ -131,10 +137,11 @@ class Metrics {
 
   std::set<std::string, std::less<>> kernels_;  // set once, before any client
   std::mutex series_mutex_;
-  // By client host (the label, or "other" beyond max_client_labels hosts)
-  // and by kernel name: both bounded, and their elements never move.
+  // By client label and by kernel name: both bounded, and their elements
+  // never move. token_labels_: how many of the client labels are token hosts.
   std::map<std::string, ClientSeries, std::less<>> client_series_;
   std::map<std::string, KernelSeries, std::less<>> kernels_series_;
+  std::size_t token_labels_ = 0;
   std::atomic<bool> ready_{false};
   std::function<void(Metrics&)> refresh_;
   std::mutex scrape_mutex_;  // refresh and collect as one, whichever HTTP thread asks

@@ -60,10 +60,15 @@ protocol::Message Server::accept(const transport::Peer& peer, std::shared_ptr<tr
     if (!found) return protocol::ErrorMessage{protocol::Status::auth_failed, "the key was withdrawn"};
     grant = std::move(*found);
   }
-  // One use: the first peer in with a capability spends it.
-  if (peer.capability && !state_.capabilities->claim(*peer.capability))
-    return protocol::ErrorMessage{protocol::Status::auth_failed,
-                                  fmt::format("capability {} was withdrawn or used", *peer.capability)};
+  // One use: the first peer in with a capability spends it, and reads that grant only.
+  std::uint64_t capability_serial = 0;
+  if (peer.capability) {
+    const auto claimed = state_.capabilities->claim(*peer.capability);
+    if (!claimed)
+      return protocol::ErrorMessage{protocol::Status::auth_failed,
+                                    fmt::format("capability {} was withdrawn or used", *peer.capability)};
+    capability_serial = *claimed;
+  }
   if (peer.dialled_out) {
     std::lock_guard lock(dial_mutex_);
     dialled_live_.insert(peer.address);
@@ -75,7 +80,8 @@ protocol::Message Server::accept(const transport::Peer& peer, std::shared_ptr<tr
                                              std::lock_guard lock(dial_mutex_);
                                              dialled_live_.erase(dialled_live_.find(address));
                                              dial_cv_.notify_all();
-                                           });
+                                           },
+                                           capability_serial);
   session->start();
   if (state_.audit->enabled())
     state_.audit->record("authenticate", {{"peer", peer.address},
@@ -172,19 +178,29 @@ std::size_t Server::shut_down(const std::string& why) {
   });
 }
 
-std::size_t Server::reload_keys() {
-  if (keys_ == nullptr) return 0;
+Server::Reloaded Server::reload_keys() {
+  if (keys_ == nullptr) return {};
   keys_->reload();
   return state_.worker->call([this] {
+    Reloaded reloaded;
     std::vector<std::shared_ptr<Session>> withdrawn;
-    for (auto& [raw, session] : sessions_)
-      if (session->key() && !keys_->find(*session->key())) withdrawn.push_back(session);
+    for (auto& [raw, session] : sessions_) {
+      if (!session->key()) continue;
+      auto grant = keys_->find(*session->key());
+      if (!grant) {
+        withdrawn.push_back(session);
+      } else if (*grant != session->grant()) {
+        session->regrant(std::move(*grant));
+        ++reloaded.updated;
+      }
+    }
     for (auto& session : withdrawn) {
       log().info("client {}: its key was removed from {}; session ended", session->describe(),
                  keys_->path().string());
       session->shut_down("the client's key is no longer authorized");
     }
-    return withdrawn.size();
+    reloaded.ended = withdrawn.size();
+    return reloaded;
   });
 }
 

@@ -41,8 +41,12 @@ class Server {
   std::size_t shut_down(const std::string& why);
   // Not on the progress thread: rereads the authorized keys (a bad file
   // keeps the old keys and throws UsageError), then ends the sessions of
-  // keys no longer listed. Returns how many ended.
-  std::size_t reload_keys();
+  // keys no longer listed (with a Bye saying so) and gives the others
+  // their key's options as they are now. Says how many of each.
+  struct Reloaded {
+    std::size_t ended = 0, updated = 0;
+  };
+  Reloaded reload_keys();
 
  private:
   protocol::Message accept(const transport::Peer& peer, std::shared_ptr<transport::Connection> connection);

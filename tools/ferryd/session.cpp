@@ -18,7 +18,7 @@ using protocol::Status;
 using protocol::Type;
 
 Session::Session(ServerState& server, std::shared_ptr<transport::Connection> connection, const transport::Peer& peer,
-                 Grant grant, ClosedHandler on_closed)
+                 Grant grant, ClosedHandler on_closed, std::uint64_t capability_serial)
     : server_(server),
       connection_(std::move(connection)),
       on_closed_(std::move(on_closed)),
@@ -27,7 +27,8 @@ Session::Session(ServerState& server, std::shared_ptr<transport::Connection> con
       grant_(std::move(grant)),
       share_key_(peer.key ? grant_.name : "token:" + (client_.empty() ? peer_ : client_)),
       key_(peer.key),
-      capability_(peer.capability) {
+      capability_(peer.capability),
+      capability_serial_(capability_serial) {
   server_.metrics.client_connected();
 }
 
@@ -40,6 +41,19 @@ Session::~Session() {
 std::string Session::describe() const {
   return client_.empty() ? fmt::format("{} ({})", peer_, grant_.name)
                          : fmt::format("{} ({}, {})", peer_, printable(client_), grant_.name);
+}
+
+void Session::regrant(Grant grant) {
+  if (grant == grant_) return;
+  log().info("client {}: its key's options changed (quota {}, weight {}, gpus {}, source-kernels {}, plugins {})",
+             describe(), grant.quota ? format_bytes(*grant.quota) : std::string("default"), grant.weight,
+             grant.gpus ? "yes" : "no", grant.source_kernels ? "yes" : "no", grant.plugins ? "yes" : "no");
+  audit("regrant", {{"quota", grant.quota.value_or(server_.limits.client_quota)},
+                    {"weight", grant.weight},
+                    {"gpus", grant.gpus},
+                    {"source_kernels", grant.source_kernels},
+                    {"plugins", grant.plugins}});
+  grant_ = std::move(grant);
 }
 
 void Session::audit(std::string_view event, nlohmann::json fields) const {

@@ -46,8 +46,10 @@ struct Replica {
 class Session : public std::enable_shared_from_this<Session> {
  public:
   using ClosedHandler = std::function<void(Session&)>;
+  // `capability_serial`: for a capability peer, the serial of the grant it
+  // claimed (Capabilities::claim); it reads that grant and no later one.
   Session(ServerState& server, std::shared_ptr<transport::Connection> connection, const transport::Peer& peer,
-          Grant grant, ClosedHandler on_closed);
+          Grant grant, ClosedHandler on_closed, std::uint64_t capability_serial = 0);
   ~Session();
 
   // Takes the connection's messages from now on.
@@ -56,6 +58,10 @@ class Session : public std::enable_shared_from_this<Session> {
   void shut_down(const std::string& why);
   std::string describe() const;  // "peer (client, key name)" for logs
   const Grant& grant() const noexcept { return grant_; }
+  // A reload changed its key's options: they apply from the next request
+  // on (what it holds stays, even above a smaller quota; its fair-share
+  // queue keeps the name it connected with).
+  void regrant(Grant grant);
   const std::optional<transport::PublicKey>& key() const noexcept { return key_; }
   std::uint64_t quota() const noexcept { return grant_.quota.value_or(server_.limits.client_quota); }
   // One of this client's replicas, or null (a capability peer reads through it).
@@ -142,14 +148,16 @@ class Session : public std::enable_shared_from_this<Session> {
   const std::string peer_;
   State state_ = State::ready;
   const std::string client_;  // the name it gave in hello
-  const Grant grant_;
-  // Who this client is to the fair share: its key's name, or "token:" and
-  // the name a token client gave (a token client cannot take a key's queue);
-  // several connections of one identity share a queue.
+  Grant grant_;  // its key's options: replaced in place on reload (regrant)
+  // Who this client is to the fair share, the background reader and the
+  // metrics: its key's name, or "token:" and the name a token client gave
+  // (a token client cannot take a key's queue); several connections of one
+  // identity share a queue.
   const std::string share_key_;
   const std::optional<transport::PublicKey> key_;  // none: it used the shared token
   // Set for another ferryd that signed in with a capability a client granted.
   const std::optional<std::uint64_t> capability_;
+  const std::uint64_t capability_serial_;
 
   std::unordered_map<std::uint64_t, std::shared_ptr<Replica>> replicas_;
   std::uint64_t memory_in_use_ = 0;

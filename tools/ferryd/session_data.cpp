@@ -132,7 +132,7 @@ void Session::put_stored(const protocol::Put& put, const std::shared_ptr<Replica
     return send(protocol::PutAck{put.request, put.buffer, Status::internal, "receiving the payload failed: " + error});
   }
   counters_.bytes_in += bytes;
-  server_.metrics.bytes_in(bytes, client_);
+  server_.metrics.bytes_in(bytes, share_key_);
   if (bytes > 0) {
     replica->spoiled.clear();
     replica->written.add(put.offset, bytes);
@@ -164,7 +164,7 @@ void Session::send_data(const protocol::Get& get, const std::shared_ptr<Replica>
   // Counted when sent, not when the send completes: a client that reads its
   // stats right after the data must see it counted.
   counters_.bytes_out += get.length;
-  server_.metrics.bytes_out(get.length, client_);
+  server_.metrics.bytes_out(get.length, share_key_);
   const std::string who = describe();
   connection_->send(std::move(header), replica->host + get.offset, get.length,
                     [replica, who, &metrics = server_.metrics, bytes = get.length,

@@ -129,7 +129,8 @@ void Session::dispatch_capability(protocol::Message& message) {
   if (type != Type::get) return refuse(fmt::format("a {} is not allowed: only gets of the granted region",
                                                    protocol::to_string(type)));
   const auto& get = std::get<protocol::Get>(message);
-  const auto capability = server_.capabilities->find(*capability_);
+  // The grant it claimed, not whatever is granted under its id now.
+  const auto capability = server_.capabilities->find(*capability_, capability_serial_);
   if (!capability) return refuse("the capability expired or was withdrawn");
   if (!capability->covers(get.buffer, get.offset, get.length))
     return refuse(fmt::format("bytes [{}, {}) of buffer {} lie outside the grant ([{}, {}) of buffer {})", get.offset,

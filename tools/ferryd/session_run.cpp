@@ -68,7 +68,7 @@ void Session::kernel_received(const protocol::DefineKernel& define, std::string 
   if (!error.empty())
     return kernel_parsed(define, nullptr, Status::internal, "receiving the kernel's source failed: " + error, charged);
   counters_.bytes_in += source.size();
-  server_.metrics.bytes_in(source.size(), client_);
+  server_.metrics.bytes_in(source.size(), share_key_);
   if (define.name.empty())
     return kernel_parsed(define, nullptr, Status::bad_arguments, "define_kernel: the kernel needs a name", charged);
   if (!grant_.source_kernels)
@@ -77,10 +77,11 @@ void Session::kernel_received(const protocol::DefineKernel& define, std::string 
         fmt::format("key '{}' may not define kernels from source (its source-kernels option)", grant_.name), charged);
 
   // Reading a megabyte of source is not for the progress thread, which
-  // every client's messages wait on: a worker reads it and posts back.
+  // every client's messages wait on: a worker reads it and posts back,
+  // taking each client's definitions in turn with the others'.
   std::weak_ptr<Session> weak = weak_from_this();
   std::weak_ptr<transport::Worker> worker = server_.worker;
-  server_.background.post([weak, worker, define, charged, source = std::move(source)]() mutable {
+  server_.background.post(share_key_, [weak, worker, define, charged, source = std::move(source)]() mutable {
     std::shared_ptr<KernelDef> def;
     Status status = Status::ok;
     std::string error;
@@ -327,7 +328,7 @@ void Session::run_finished(std::uint64_t seq, protocol::Done done) {
     for (std::uint64_t id : it->second.written)
       if (auto r = replicas_.find(id); r != replicas_.end()) r->second->spoiled.clear();
   }
-  server_.metrics.task_done(it->second.kernel, client_, done.seconds, done.status == Status::ok);
+  server_.metrics.task_done(it->second.kernel, share_key_, done.seconds, done.status == Status::ok);
   runs_.erase(it);
   ++counters_.tasks;
   // More of this client's runs are here (a forwarded chain): their replies
