@@ -14,6 +14,7 @@
 #include <set>
 #include <chrono>
 #include <condition_variable>
+#include <iostream>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
@@ -1205,6 +1206,67 @@ TEST(Worker, AReplyTakenInByAWaiterLeavesTheProgressThreadAsleep) {
 // thread, at once: the sleeping progress thread is not signalled for it.
 // Here the reply waited for comes only after another thread's send, which
 // must therefore leave while the waiter drives.
+// A wake-up sent to the sleeping progress thread must survive a waiter
+// that starts to drive before the progress thread got up: the driver takes
+// the worker's fd out of the sleep set and re-arms the worker, which ate
+// the wake-up, and the progress thread slept on while work queued behind
+// it, until some network event came (a client's handshake stalled for 10 s
+// in Worker::address, issue 36).
+TEST(Worker, AWakeUpSentJustBeforeAWaiterDrivesIsNotLost) {
+  Worker::Options options{"race"};
+  options.poll_while_waiting = 50us;
+  auto worker = Worker::create(options);
+  std::mutex mutex;
+  std::condition_variable cv;
+  int round = 0, driven = 0;
+  bool stop = false;
+  std::thread driver([&] {
+    for (;;) {
+      {
+        std::unique_lock lock(mutex);
+        cv.wait(lock, [&] { return stop || round > driven; });
+        if (stop) return;
+      }
+      worker->wait_here([] { return false; });  // drives for its budget
+      std::lock_guard lock(mutex);
+      ++driven;
+      cv.notify_all();
+    }
+  });
+  int lost = 0, rounds = 0;
+  const auto until = std::chrono::steady_clock::now() + 4s;
+  while (lost == 0 && std::chrono::steady_clock::now() < until) {
+    ++rounds;
+    std::this_thread::sleep_for(200us);  // the progress thread asleep
+    worker->post([] {});                 // wakes it...
+    {
+      std::lock_guard lock(mutex);       // ...while a waiter starts to drive
+      ++round;
+      cv.notify_all();
+    }
+    {
+      std::unique_lock lock(mutex);
+      cv.wait(lock, [&] { return driven == round; });
+    }
+    // Nobody drives now: only the progress thread can run this.
+    auto ran = std::make_shared<std::promise<void>>();
+    auto future = ran->get_future();
+    worker->post([ran] { ran->set_value(); });
+    if (future.wait_for(2s) != std::future_status::ready) {
+      ++lost;
+      worker->wait_here([&] { return future.wait_for(0s) == std::future_status::ready; });  // let it go
+    }
+  }
+  {
+    std::lock_guard lock(mutex);
+    stop = true;
+    cv.notify_all();
+  }
+  driver.join();
+  EXPECT_EQ(lost, 0) << "the progress thread slept through work posted after round " << rounds;
+  std::cout << "  " << rounds << " rounds\n";
+}
+
 TEST(Worker, ASendFromAnotherThreadLeavesWhileAWaiterDrives) {
   auto trigger = std::make_shared<std::atomic<bool>>(false);
   Server server([](Connection& connection, Incoming& in) {

@@ -351,9 +351,12 @@ bool Worker::Impl::drive(const std::function<bool()>& ready) {
     std::lock_guard lock(mutex);
     driven = false;
     // Left for the progress thread: work posted meanwhile, a transfer in
-    // flight, a corked batch whose time it must keep.
-    signal = sleeping && worker != nullptr &&
-             (busy || !posted.empty() || !to_flush.empty() || !receiving.empty() || sending_payloads != 0);
+    // flight, a corked batch whose time it must keep. Or a wake-up sent to
+    // it before this thread parked its fd, which it has not woken to yet:
+    // taking the fd out of the sleep set, and arming the worker, ate it.
+    signal = in_poll && worker != nullptr &&
+             ((parked && !sleeping) || busy || !posted.empty() || !to_flush.empty() || !receiving.empty() ||
+              sending_payloads != 0);
     if (signal) {
       sleeping = false;
       ucp_worker_signal(worker);
@@ -386,7 +389,9 @@ void Worker::Impl::run_or_post(std::function<void()> fn) {
 
 void Worker::Impl::wake() noexcept {
   std::lock_guard lock(mutex);
-  if (worker != nullptr) ucp_worker_signal(worker);
+  if (worker == nullptr) return;
+  sleeping = false;  // signalled: a driver that parks the fd now sends it again
+  ucp_worker_signal(worker);
 }
 
 bool Worker::Impl::run_posted() {
@@ -493,6 +498,7 @@ bool Worker::Impl::wait(int timeout_ms, std::unique_lock<std::mutex>& serial_loc
     std::lock_guard lock(mutex);
     if (!posted.empty() || (stop && !shutting_down)) return false;
     sleeping = true;
+    in_poll = true;
   }
   pollfd fd{sleep_fd, POLLIN, 0};
   serial_lock.unlock();
@@ -500,6 +506,7 @@ bool Worker::Impl::wait(int timeout_ms, std::unique_lock<std::mutex>& serial_loc
   serial_lock.lock();
   std::lock_guard lock(mutex);
   sleeping = false;
+  in_poll = false;
   return true;
 }
 

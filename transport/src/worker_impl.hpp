@@ -87,6 +87,10 @@ struct Worker::Impl {
   std::deque<std::function<void()>> spare_posted;  // run_posted's, kept between calls (under `serial`)
   bool stop = false;
   bool sleeping = false;  // the progress thread is (about to be) in poll() and needs a signal
+  // The progress thread is between deciding to sleep and waking, signalled
+  // (sleeping cleared) or not: a driver that parks the worker's fd
+  // meanwhile may eat the signal, and must send it again (drive).
+  bool in_poll = false;
   // Set by post(), cleared when the progress thread takes the queue: lets a
   // polling progress thread see new work without taking the mutex.
   std::atomic<bool> has_posted{false};
