@@ -15,6 +15,7 @@
 #include <optional>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "connection_impl.hpp"
 #include "ferry/error.hpp"
@@ -147,20 +148,36 @@ std::shared_ptr<Worker> Worker::create(Options options) {
   params.features = UCP_FEATURE_AM | UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
   params.mt_workers_shared = 0;
   params.name = impl->name.c_str();
-  auto status = ucp_init(&params, config, &impl->context);
-  ucp_config_release(config);
-  if (status != UCS_OK) {
-    const char* tls = std::getenv("UCX_TLS");
-    throw_ucx(status, std::string("ucp_init (UCX_TLS=") + (tls != nullptr ? tls : "unset") + ")");
-  }
-
   ucp_worker_params_t worker_params{};
   worker_params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
   // One thread at a time calls into the worker: the progress thread, or a
   // thread sending while the progress thread sleeps (Impl::serial says
   // which); ucp_worker_signal is documented safe in every thread mode.
   worker_params.thread_mode = UCS_THREAD_MODE_SERIALIZED;
-  check(ucp_worker_create(impl->context, &worker_params, &impl->worker), "ucp_worker_create");
+  // UCX lists the network interfaces (ucp_init), then opens each (the
+  // worker): one that goes away in between (a container's or a test
+  // namespace's veth) fails the worker with "No such device". A new
+  // context lists the interfaces of the moment.
+  ucs_status_t status = UCS_OK;
+  for (int attempt = 1;; ++attempt) {
+    status = ucp_init(&params, config, &impl->context);
+    if (status != UCS_OK) {
+      impl->context = nullptr;
+      break;
+    }
+    status = ucp_worker_create(impl->context, &worker_params, &impl->worker);
+    if (status != UCS_ERR_NO_DEVICE || attempt == 5) break;
+    ucp_cleanup(impl->context);
+    impl->context = nullptr;
+    log().debug("ucx: an interface went away while worker '{}' opened it; trying again", impl->name);
+    std::this_thread::sleep_for(std::chrono::milliseconds(10 * attempt));
+  }
+  ucp_config_release(config);
+  if (impl->context == nullptr) {
+    const char* tls = std::getenv("UCX_TLS");
+    throw_ucx(status, std::string("ucp_init (UCX_TLS=") + (tls != nullptr ? tls : "unset") + ")");
+  }
+  check(status, "ucp_worker_create");
 
   ucp_worker_attr_t attr{};
   attr.field_mask = UCP_WORKER_ATTR_FIELD_MAX_AM_HEADER;
