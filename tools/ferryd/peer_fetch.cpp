@@ -80,8 +80,10 @@ void PeerFetches::start(protocol::Fetch fetch, std::byte* dest, std::shared_ptr<
 namespace {
 
 // Sends a reply to the RpcClient waiting for it; the source only ever
-// answers gets (data), or says why it closes.
-void on_reply(transport::RpcClient& rpc, transport::Incoming& incoming) {
+// answers gets (data), or says why it closes. A source whose data is not
+// the size asked for is dropped at once: its fetch fails, nothing of that
+// reply lands, and no later reply of its is read.
+void on_reply(transport::RpcClient& rpc, transport::Connection& connection, transport::Incoming& incoming) {
   protocol::Message message;
   try {
     message = protocol::decode(incoming.header());
@@ -89,7 +91,7 @@ void on_reply(transport::RpcClient& rpc, transport::Incoming& incoming) {
     return rpc.fail_all(std::string("a malformed message: ") + e.what());
   }
   if (const auto* data = std::get_if<protocol::Data>(&message)) {
-    rpc.complete(data->request, message, incoming);
+    if (!rpc.complete(data->request, message, incoming).broken.empty()) connection.close();
   } else if (const auto* error = std::get_if<protocol::ErrorMessage>(&message)) {
     rpc.fail_all(fmt::format("it refused: {}: {}", protocol::to_string(error->status), error->message));
   } else if (const auto* bye = std::get_if<protocol::Bye>(&message)) {
@@ -116,7 +118,7 @@ void PeerFetches::run(const std::shared_ptr<Job>& job) {
     std::unique_lock dialing(dial_mutex_);
     auto dialed = transport::dial(
         fetch_worker_, host, port, options,
-        [rpc](transport::Connection&, transport::Incoming& in) { on_reply(*rpc, in); },
+        [rpc](transport::Connection& connection, transport::Incoming& in) { on_reply(*rpc, connection, in); },
         [rpc](transport::Connection&, const std::string& why) { rpc->fail_all(why); });
     dialing.unlock();
     {
@@ -147,7 +149,7 @@ void PeerFetches::run(const std::shared_ptr<Job>& job) {
       const std::uint64_t id = rpc->next_id();
       in_flight.push_back(rpc->request(dialed.connection, id,
                                        protocol::Get{id, fetch.source_buffer, fetch.source_offset + done, len},
-                                       nullptr, 0, job->dest + done));
+                                       nullptr, 0, {job->dest + done, static_cast<std::size_t>(len)}));
       done += len;
     }
     while (!in_flight.empty()) settle_one();
