@@ -10,9 +10,13 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <fstream>
+#include <map>
 #include <mutex>
+#include <thread>
 
 #include "client_handshake.hpp"
+#include "ferry/ferry.hpp"
 #include "ferry/error.hpp"
 #include "ferry/transport/auth.hpp"
 #include "ferry/transport/bootstrap.hpp"
@@ -175,6 +179,130 @@ INSTANTIATE_TEST_SUITE_P(Replies, LyingSourceFetch,
                          ::testing::Values(Lie{"more", 4096, 4096 + (64 << 10)}, Lie{"fewer", 4096, 100},
                                            Lie{"none", 4096, 0}),
                          [](const ::testing::TestParamInfo<Lie>& info) { return std::string(info.param.name); });
+
+// ---- a ferryd that lies to a client's runtime ----
+
+// Keeps what is put, runs "copy" (its first buffer argument into its
+// second), and answers gets honestly, except gets of `lie_about` bytes,
+// which get `lie_about + extra` bytes: a malicious host, to a client.
+class LyingFerryd {
+ public:
+  LyingFerryd(std::string token, std::size_t lie_about, std::size_t extra) : lie_about_(lie_about), extra_(extra) {
+    worker_ = transport::Worker::create({"lying-ferryd"});
+    transport::BootstrapServer::Options options;
+    options.host = "127.0.0.1";
+    options.token = std::move(token);
+    server_ = std::make_unique<transport::BootstrapServer>(
+        worker_, options, [this](const transport::Peer&, std::shared_ptr<transport::Connection> connection) {
+          std::weak_ptr<transport::Connection> weak = connection;
+          connection->set_handlers(
+              [this, weak](transport::Connection&, transport::Incoming& in) {
+                if (auto c = weak.lock()) answer(c, in);
+              },
+              {});
+          std::lock_guard lock(mutex_);
+          accepted_.push_back(std::move(connection));
+          proto::Welcome welcome;
+          welcome.server = "lying-ferryd";
+          welcome.memory_quota = std::uint64_t{1} << 30;
+          welcome.cpu_workers = 1;
+          welcome.max_payload = 1 << 20;
+          return proto::Message(welcome);
+        });
+  }
+  ~LyingFerryd() {
+    server_.reset();
+    std::lock_guard lock(mutex_);
+    for (auto& c : accepted_) c->close();
+  }
+  std::string address() const { return "127.0.0.1:" + std::to_string(server_->port()); }
+  int lies() const { return lies_.load(); }
+
+ private:
+  // Progress thread only, as the replicas are.
+  void answer(const std::shared_ptr<transport::Connection>& c, transport::Incoming& in) {
+    const proto::Message m = proto::decode(in.header());
+    if (const auto* ping = std::get_if<proto::Ping>(&m)) return c->send(proto::encode(proto::Pong{ping->request}));
+    if (const auto* free = std::get_if<proto::Free>(&m)) {
+      replicas_.erase(free->buffer);
+      return;
+    }
+    if (const auto* put = std::get_if<proto::Put>(&m)) {
+      auto& replica = replicas_[put->buffer];
+      if (replica.capacity() == 0) replica.reserve(std::size_t{16} << 20);  // never moves while a chunk lands
+      replica.resize(std::max<std::size_t>(replica.size(), put->offset + in.payload_bytes()));
+      const proto::PutAck ack{put->request, put->buffer, proto::Status::ok, {}};
+      if (in.payload_bytes() == 0) return c->send(proto::encode(ack));
+      return in.into(replica.data() + put->offset, [c, ack](const std::string&) { c->send(proto::encode(ack)); });
+    }
+    if (const auto* run = std::get_if<proto::Run>(&m)) {
+      std::vector<std::uint64_t> buffers;
+      for (const auto& arg : run->args)
+        if (arg.kind == proto::RunArg::Kind::buffer) buffers.push_back(arg.buffer);
+      if (run->kernel == "copy" && buffers.size() == 2) replicas_[buffers[1]] = replicas_[buffers[0]];
+      return c->send(proto::encode(proto::Done{run->request, proto::Status::ok, 0.0, std::nullopt, {}}));
+    }
+    if (const auto* get = std::get_if<proto::Get>(&m)) {
+      const auto& replica = replicas_[get->buffer];
+      auto data = std::make_shared<std::vector<std::byte>>(get->length, std::byte{0});
+      if (get->offset + get->length <= replica.size())
+        std::memcpy(data->data(), replica.data() + get->offset, get->length);
+      if (get->length == lie_about_) {
+        data->resize(get->length + extra_, std::byte{0xee});
+        ++lies_;
+      }
+      c->send(proto::encode(proto::Data{get->request, get->buffer, get->offset, proto::Status::ok, {}}), data->data(),
+              data->size(), [data](const std::string&) {});
+    }
+  }
+
+  std::size_t lie_about_, extra_;
+  std::shared_ptr<transport::Worker> worker_;
+  std::unique_ptr<transport::BootstrapServer> server_;
+  std::mutex mutex_;
+  std::vector<std::shared_ptr<transport::Connection>> accepted_;
+  std::map<std::uint64_t, std::vector<std::byte>> replicas_;
+  std::atomic<int> lies_{0};
+};
+
+TEST(HostilePeer, ALyingHostIsDroppedAndItsBytesNeverLand) {
+  const std::size_t bytes = 12345;  // no probe or chunk of the runtime's is this size
+  const std::string token = "the lying host's token";
+  LyingFerryd host(token, bytes, 64 << 10);
+  const auto dir = std::filesystem::temp_directory_path() / ("ferry-lying-host-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "token") << token << '\n';
+  std::filesystem::permissions(dir / "token", std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+
+  ferry::Runtime::Options options;
+  options.workers = 2;
+  options.persist_perf_models = false;
+  options.read_environment = false;
+  options.remotes = {host.address()};
+  options.token_file = dir / "token";
+  {
+    ferry::Runtime rt(options);
+    auto x = rt.buffer<std::uint8_t>(bytes);
+    auto y = rt.buffer<std::uint8_t>(bytes);
+    const auto data = pattern(bytes, 5);
+    std::ranges::copy(data, x.host().begin());
+    rt.submit("copy", ferry::read(x), ferry::write(y), ferry::on(ferry::remote(host.address())));
+    // y comes home from the host, which answers with 64 KiB too many.
+    std::string failure;
+    try {
+      auto hy = y.host();
+      EXPECT_TRUE(std::equal(hy.begin(), hy.end(), data.begin())) << "y holds bytes that are not x's";
+    } catch (const std::exception& e) {
+      failure = e.what();
+    }
+    EXPECT_GT(host.lies(), 0) << "the host was never asked for y";
+    const auto stats = rt.remote_stats(host.address());
+    EXPECT_FALSE(stats.connected) << "the runtime goes on using a host that lied";
+    const std::string says = "sent " + std::to_string(bytes + (64 << 10)) + " bytes for a get of " + std::to_string(bytes);
+    EXPECT_NE(stats.down_reason.find(says), std::string::npos) << stats.down_reason << " / " << failure;
+  }
+  std::filesystem::remove_all(dir);
+}
 
 // ---- a client's UCX worker address ----
 

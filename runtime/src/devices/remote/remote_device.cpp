@@ -397,9 +397,13 @@ void RemoteDevice::on_message(transport::Incoming& incoming) {
                       std::is_same_v<M, protocol::Done> || std::is_same_v<M, protocol::Pong> ||
                       std::is_same_v<M, protocol::StatsReply>) {
           // A host whose reply broke its request (the wrong number of bytes
-          // for a get) is not trusted with another: dropped as if it died.
-          if (auto done = rpc_.complete(m.request, message, incoming); !done.broken.empty())
+          // for a get) is not trusted with another: dropped, and not dialled
+          // again (lying once, or that broken, it would do it again).
+          if (auto done = rpc_.complete(m.request, message, incoming); !done.broken.empty()) {
+            refused_.store(true, std::memory_order_release);
+            log().warn("remote {} is not used again: {}", options_.address, done.broken);
             return lost(done.broken);
+          }
           if constexpr (std::is_same_v<M, protocol::Done>) reply_came(false);
         } else if constexpr (std::is_same_v<M, protocol::ErrorMessage>) {
           if (!rpc_.complete(0, message, incoming).matched)
