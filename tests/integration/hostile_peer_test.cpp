@@ -223,6 +223,8 @@ class LyingFerryd {
   void answer(const std::shared_ptr<transport::Connection>& c, transport::Incoming& in) {
     const proto::Message m = proto::decode(in.header());
     if (const auto* ping = std::get_if<proto::Ping>(&m)) return c->send(proto::encode(proto::Pong{ping->request}));
+    if (const auto* stats = std::get_if<proto::StatsRequest>(&m))
+      return c->send(proto::encode(proto::StatsReply{.request = stats->request}));
     if (const auto* free = std::get_if<proto::Free>(&m)) {
       replicas_.erase(free->buffer);
       return;
