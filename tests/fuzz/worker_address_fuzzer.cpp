@@ -92,6 +92,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::string why = ferry::transport::worker_address::check(address);
   if (!why.empty()) return 0;  // refused: the expected outcome for most inputs
   for (std::size_t n = 0; n < size; ++n)
-    if (ferry::transport::worker_address::check(address.first(n)).empty()) finding("a prefix of an accepted address is accepted too");
+    if (ferry::transport::worker_address::check(address.first(n)).empty())
+      finding("a prefix of an accepted address is accepted too");
   return 0;
 }

@@ -16,8 +16,8 @@
 #include <thread>
 
 #include "client_handshake.hpp"
-#include "ferry/ferry.hpp"
 #include "ferry/error.hpp"
+#include "ferry/ferry.hpp"
 #include "ferry/transport/auth.hpp"
 #include "ferry/transport/bootstrap.hpp"
 #include "ferry/transport/connection.hpp"
@@ -55,8 +55,7 @@ class LyingSource {
     };
     server_ = std::make_unique<transport::BootstrapServer>(
         worker_, options, [this](const transport::Peer&, std::shared_ptr<transport::Connection> connection) {
-          connection->set_handlers(
-              [this](transport::Connection& c, transport::Incoming& in) { answer(c, in); }, {});
+          connection->set_handlers([this](transport::Connection& c, transport::Incoming& in) { answer(c, in); }, {});
           std::lock_guard lock(mutex_);
           accepted_.push_back(std::move(connection));
           proto::Welcome welcome;
@@ -139,8 +138,8 @@ TEST_P(LyingSourceFetch, FailsAndLeavesEveryOtherTenantsBytesAlone) {
     attacker.send(proto::Fetch{attacker.next_request(), buffer, proto::DType::u8, 1, lie.asked, 0, lie.asked,
                                source.address(), source.host_key(), 5, secret_of(secret), 1, 0});
     const auto ack = attacker.next_as<proto::PutAck>(60s);
-    EXPECT_NE(ack.status, proto::Status::ok) << lie.name << ": ferryd took " << lie.sent << " bytes for a fetch of "
-                                             << lie.asked;
+    EXPECT_NE(ack.status, proto::Status::ok)
+        << lie.name << ": ferryd took " << lie.sent << " bytes for a fetch of " << lie.asked;
     EXPECT_NE(ack.message.find("sent " + std::to_string(lie.sent) + " bytes for a get of " + std::to_string(lie.asked)),
               std::string::npos)
         << ack.message;
@@ -151,8 +150,8 @@ TEST_P(LyingSourceFetch, FailsAndLeavesEveryOtherTenantsBytesAlone) {
   for (unsigned i = 0; i < theirs.size(); ++i) {
     const auto got = victim.get(100 + i, 0, lie.asked);
     ASSERT_EQ(got.size(), lie.asked);
-    EXPECT_EQ(std::memcmp(got.data(), theirs[i].data(), lie.asked), 0) << "the victim's buffer " << 100 + i
-                                                                       << " changed";
+    EXPECT_EQ(std::memcmp(got.data(), theirs[i].data(), lie.asked), 0)
+        << "the victim's buffer " << 100 + i << " changed";
   }
   // The attacker reads its own bytes back: what it put, and nothing of the
   // source's reply; a new replica reads as zeros, never the victim's old bytes.
@@ -300,7 +299,8 @@ TEST(HostilePeer, ALyingHostIsDroppedAndItsBytesNeverLand) {
     EXPECT_GT(host.lies(), 0) << "the host was never asked for y";
     const auto stats = rt.remote_stats(host.address());
     EXPECT_FALSE(stats.connected) << "the runtime goes on using a host that lied";
-    const std::string says = "sent " + std::to_string(bytes + (64 << 10)) + " bytes for a get of " + std::to_string(bytes);
+    const std::string says =
+        "sent " + std::to_string(bytes + (64 << 10)) + " bytes for a get of " + std::to_string(bytes);
     EXPECT_NE(stats.down_reason.find(says), std::string::npos) << stats.down_reason << " / " << failure;
   }
   std::filesystem::remove_all(dir);

@@ -2,6 +2,8 @@
 // that UCX 1.13 itself makes passes (whatever transports, address version or
 // debug info), and garbage is refused with the byte that gave it away,
 // never handed to ucp_ep_create (which asserts on it: SIGABRT).
+#include "worker_address.hpp"
+
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -12,7 +14,6 @@
 #include "ferry/error.hpp"
 #include "ferry/transport/connection.hpp"
 #include "ferry/transport/worker.hpp"
-#include "worker_address.hpp"
 
 namespace ferry::transport {
 namespace {
@@ -36,14 +37,18 @@ class UcxEnvironment {
     for (auto [name, value] : values) {
       const char* old = std::getenv(name);
       saved_.emplace_back(name, old ? std::optional<std::string>(old) : std::nullopt);
-      if (value != nullptr) setenv(name, value, 1);
-      else unsetenv(name);
+      if (value != nullptr)
+        setenv(name, value, 1);
+      else
+        unsetenv(name);
     }
   }
   ~UcxEnvironment() {
     for (auto& [name, old] : saved_) {
-      if (old) setenv(name.c_str(), old->c_str(), 1);
-      else unsetenv(name.c_str());
+      if (old)
+        setenv(name.c_str(), old->c_str(), 1);
+      else
+        unsetenv(name.c_str());
     }
   }
 

@@ -148,8 +148,8 @@ void PeerFetches::run(const std::shared_ptr<Job>& job) {
       if (in_flight.size() >= window) settle_one();
       const std::uint64_t id = rpc->next_id();
       in_flight.push_back(rpc->request(dialed.connection, id,
-                                       protocol::Get{id, fetch.source_buffer, fetch.source_offset + done, len},
-                                       nullptr, 0, {job->dest + done, static_cast<std::size_t>(len)}));
+                                       protocol::Get{id, fetch.source_buffer, fetch.source_offset + done, len}, nullptr,
+                                       0, {job->dest + done, static_cast<std::size_t>(len)}));
       done += len;
     }
     while (!in_flight.empty()) settle_one();

@@ -20,8 +20,7 @@ constexpr auto reply_limit = std::chrono::seconds(120);
 // asked: more would overrun the destination, fewer (none included) would
 // leave its old bytes standing as the peer's answer. A refusal carries no
 // bytes, and a request without a destination expects none.
-std::string judge(const RpcClient::Destination& dest, const protocol::Message& reply,
-                  std::size_t payload) {
+std::string judge(const RpcClient::Destination& dest, const protocol::Message& reply, std::size_t payload) {
   const auto* data = std::get_if<protocol::Data>(&reply);
   const bool delivers = data != nullptr && data->status == protocol::Status::ok;
   if (dest.data == nullptr) {
@@ -37,8 +36,8 @@ std::string judge(const RpcClient::Destination& dest, const protocol::Message& r
   if (data != nullptr)
     return fmt::format("sent {} bytes with a data reply of status {} for a get of {}", payload,
                        protocol::to_string(data->status), dest.bytes);
-  return fmt::format("sent {} bytes with a {} for a get of {}", payload,
-                     protocol::to_string(protocol::type_of(reply)), dest.bytes);
+  return fmt::format("sent {} bytes with a {} for a get of {}", payload, protocol::to_string(protocol::type_of(reply)),
+                     dest.bytes);
 }
 
 }  // namespace
@@ -52,8 +51,8 @@ std::future<protocol::Message> RpcClient::request(const std::shared_ptr<Connecti
 
 std::future<protocol::Message> RpcClient::request_encoded(const std::shared_ptr<Connection>& connection,
                                                           std::uint64_t id, std::vector<std::byte> header,
-                                                          const void* payload, std::size_t bytes,
-                                                          Destination dest, bool soon) {
+                                                          const void* payload, std::size_t bytes, Destination dest,
+                                                          bool soon) {
   auto pending = std::allocate_shared<Pending>(SmallObjectAllocator<Pending>{});
   pending->dest = dest;
   auto future = pending->reply.get_future();

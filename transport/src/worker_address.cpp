@@ -90,7 +90,9 @@ class Reader {
   std::size_t at_ = 0;
 };
 
-std::string at(std::size_t offset, const std::string& what) { return "at byte " + std::to_string(offset) + ": " + what; }
+std::string at(std::size_t offset, const std::string& what) {
+  return "at byte " + std::to_string(offset) + ": " + what;
+}
 
 std::string short_of(const Reader& r, const std::string& what, std::size_t needed) {
   return at(r.at(), what + " needs " + std::to_string(needed) + " bytes, " + std::to_string(r.left()) + " left");
@@ -161,7 +163,8 @@ std::string check(std::span<const std::uint8_t> address) {
 
     for (bool last_interface = empty; !last_interface;) {
       const std::string iface = "interface " + std::to_string(interfaces);
-      if (++interfaces > max_interfaces) return at(r.at(), "more than " + std::to_string(max_interfaces) + " interfaces");
+      if (++interfaces > max_interfaces)
+        return at(r.at(), "more than " + std::to_string(max_interfaces) + " interfaces");
       if (!r.skip(2 + attrs)) return short_of(r, iface + "'s transport and attributes", 2 + attrs);
       const std::size_t len_at = r.at();
       const auto len_byte = r.byte();
