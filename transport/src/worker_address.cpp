@@ -9,6 +9,7 @@
 //
 //   header      v1: 1 byte, version (low 4 bits, 0) and flags (high 4 bits)
 //               v2: 2 bytes, version (low 4 bits of the first, 1), flags
+//               (the second)
 //   uuid        8 bytes, with the WORKER_UUID flag
 //   client id   8 bytes, with the CLIENT_ID flag
 //   name        length byte + bytes, with the DEBUG_INFO flag
@@ -117,8 +118,7 @@ std::string check(std::span<const std::uint8_t> address) {
     return at(0, "address version " + std::to_string(version) + " (UCX 1.13 knows 0 and 1)");
   const bool v2 = version == version_v2;
   std::uint8_t flags = first >> 4;
-  if (v2) {
-    if ((first >> 4) != 0) return at(0, "a v2 header with flags in its version byte");
+  if (v2) {  // the high bits of the first byte: a release number UCX 1.13 neither packs nor reads
     const auto second = r.byte();
     if (!second) return short_of(r, "the header", 1);
     flags = *second;
