@@ -13,6 +13,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <ostream>
 #include <thread>
 
 #include "client_handshake.hpp"
@@ -103,6 +104,9 @@ struct Lie {
   std::size_t asked;
   std::size_t sent;
 };
+
+// Named in test lists by its name, not its bytes.
+void PrintTo(const Lie& lie, std::ostream* os) { *os << lie.name; }
 
 class LyingSourceFetch : public ::testing::TestWithParam<Lie> {};
 

@@ -8,6 +8,7 @@
 #include <functional>
 #include <future>
 #include <mutex>
+#include <ostream>
 #include <thread>
 #include <vector>
 
@@ -217,6 +218,9 @@ struct Lie {
   std::size_t sent;
   const char* says;  // what the request's failure must say
 };
+
+// Named in test lists by its name, not its bytes.
+void PrintTo(const Lie& lie, std::ostream* os) { *os << lie.name; }
 
 class RpcClientLies : public ::testing::TestWithParam<Lie> {};
 
