@@ -220,8 +220,10 @@ void PeerFetches::serve(const std::shared_ptr<Shared>& shared, std::size_t runne
 namespace {
 
 // Sends a reply to the RpcClient waiting for it; the source only ever
-// answers gets (data), or says why it closes.
-void on_reply(transport::RpcClient& rpc, transport::Incoming& incoming) {
+// answers gets (data), or says why it closes. A source whose data is not
+// the size asked for is dropped at once: its fetch fails, nothing of that
+// reply lands, and no later reply of its is read.
+void on_reply(transport::RpcClient& rpc, transport::Connection& connection, transport::Incoming& incoming) {
   protocol::Message message;
   try {
     message = protocol::decode(incoming.header());
@@ -229,7 +231,7 @@ void on_reply(transport::RpcClient& rpc, transport::Incoming& incoming) {
     return rpc.fail_all(std::string("a malformed message: ") + e.what());
   }
   if (const auto* data = std::get_if<protocol::Data>(&message)) {
-    rpc.complete(data->request, message, incoming);
+    if (!rpc.complete(data->request, message, incoming).broken.empty()) connection.close();
   } else if (const auto* error = std::get_if<protocol::ErrorMessage>(&message)) {
     rpc.fail_all(fmt::format("it refused: {}: {}", protocol::to_string(error->status), error->message));
   } else if (const auto* bye = std::get_if<protocol::Bye>(&message)) {
@@ -323,7 +325,7 @@ void PeerFetches::run(Shared& s, const std::shared_ptr<Job>& job) {
       try {
         dialed = transport::dial(
             s.fetch_worker, host, port, options,
-            [rpc](transport::Connection&, transport::Incoming& in) { on_reply(*rpc, in); },
+            [rpc](transport::Connection& connection, transport::Incoming& in) { on_reply(*rpc, connection, in); },
             [rpc](transport::Connection&, const std::string& why) { rpc->fail_all(why); });
       } catch (const transport::DialRefused&) {
         std::filesystem::remove(pin, ignored);
@@ -380,7 +382,7 @@ void PeerFetches::run(Shared& s, const std::shared_ptr<Job>& job) {
       const std::uint64_t id = job->rpc->next_id();
       in_flight.push_back(job->rpc->request(dialed.connection, id,
                                             protocol::Get{id, fetch.source_buffer, fetch.source_offset + done, len},
-                                            nullptr, 0, job->to.bytes + done));
+                                            nullptr, 0, {job->to.bytes + done, static_cast<std::size_t>(len)}));
       done += len;
     }
     while (!in_flight.empty()) settle_one();

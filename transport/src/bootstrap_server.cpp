@@ -34,6 +34,7 @@
 #include "pull.hpp"
 #include "same_host.hpp"
 #include "worker_impl.hpp"
+#include "worker_address.hpp"
 
 namespace ferry::transport {
 
@@ -677,6 +678,10 @@ class BootstrapServer::Impl {
     peer.channel = handshake::server_channel(*peer.exchange, peer.hello.exchange, cipher);
     if (!peer.channel) return refuse(peer, Refusal::malformed, Status::auth_failed, "the client's key exchange is unusable");
     if (auth->worker_address.empty()) return refuse(peer, Refusal::malformed, Status::malformed, "auth carries no worker address");
+    // Refused here, with a reason the client reads, before it could reach
+    // UCX (Connection::to_worker would refuse it too, saying nothing to it).
+    if (const std::string why = worker_address::check(auth->worker_address); !why.empty())
+      return refuse(peer, Refusal::malformed, Status::malformed, "auth's UCX worker address is unusable: " + why);
     const auto digest = handshake::auth_digest(peer.hello_body, peer.challenge_body, auth->worker_address);
 
     Peer who;

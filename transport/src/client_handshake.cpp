@@ -9,6 +9,7 @@
 #include "ferry/transport/worker.hpp"
 #include "pull.hpp"
 #include "same_host.hpp"
+#include "worker_address.hpp"
 
 namespace ferry::transport {
 namespace {
@@ -125,6 +126,9 @@ Dialed ClientHandshake::on_welcome(std::span<const std::byte> sealed, const std:
   if (welcome->lane != protocol::Lane::none && welcome->lane != hello_.lane)
     throw DialRefused(protocol::Status::malformed,
                       fmt::format("ferryd at {} chose a lane this client did not offer", where_));
+  if (const std::string why = worker_address::check(welcome->worker_address); !why.empty())
+    throw DialRefused(protocol::Status::malformed,
+                      fmt::format("ferryd at {} sent an unusable UCX worker address: {}", where_, why));
   const pid_t peer_pid = welcome->lane == protocol::Lane::shared_memory ? server_pid_ : 0;
   dialed.connection = Connection::to_worker(worker, welcome->worker_address, socket_name,
                                             welcome->encrypted != 0 ? std::move(channel_) : nullptr,

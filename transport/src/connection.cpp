@@ -6,6 +6,7 @@
 #include "connection_impl.hpp"
 #include "ferry/allocator/small_objects.hpp"
 #include "little_endian.hpp"
+#include "worker_address.hpp"
 #include "ferry/error.hpp"
 #include "ferry/log.hpp"
 
@@ -296,6 +297,10 @@ std::shared_ptr<Connection> Connection::to_worker(const std::shared_ptr<Worker>&
                                                   std::unique_ptr<SecureChannel> channel, MessageHandler on_message,
                                                   ErrorHandler on_error, protocol::Lane lane, bool accepted,
                                                   pid_t peer_pid) {
+  // The one door to ucp_ep_create for a peer's bytes: UCX trusts them (an
+  // unknown version is an assertion, a long length a read past the end).
+  if (const std::string why = worker_address::check(worker_address); !why.empty())
+    throw ProtocolError("the UCX worker address of " + peer + " is unusable: " + why);
   auto connection = std::make_shared<ConnectionImpl>(worker, std::move(on_message), std::move(on_error));
   connection->secure(std::move(channel));
   auto create = [&] {

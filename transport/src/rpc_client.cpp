@@ -15,18 +15,43 @@ namespace {
 // host that stopped answering without the connection noticing.
 constexpr auto reply_limit = std::chrono::seconds(120);
 
+// Why `reply`, carrying `payload` bytes, may not complete a request that
+// expects `dest`; empty when it may. A get's data must be exactly what was
+// asked: more would overrun the destination, fewer (none included) would
+// leave its old bytes standing as the peer's answer. A refusal carries no
+// bytes, and a request without a destination expects none.
+std::string judge(const RpcClient::Destination& dest, const protocol::Message& reply, std::size_t payload) {
+  const auto* data = std::get_if<protocol::Data>(&reply);
+  const bool delivers = data != nullptr && data->status == protocol::Status::ok;
+  if (dest.data == nullptr) {
+    if (payload == 0) return {};
+    return fmt::format("sent {} bytes with a {} to a request that expects none", payload,
+                       protocol::to_string(protocol::type_of(reply)));
+  }
+  if (delivers) {
+    if (payload == dest.bytes) return {};
+    return fmt::format("sent {} bytes for a get of {}", payload, dest.bytes);
+  }
+  if (payload == 0) return {};  // a refusal: the caller says why
+  if (data != nullptr)
+    return fmt::format("sent {} bytes with a data reply of status {} for a get of {}", payload,
+                       protocol::to_string(data->status), dest.bytes);
+  return fmt::format("sent {} bytes with a {} for a get of {}", payload, protocol::to_string(protocol::type_of(reply)),
+                     dest.bytes);
+}
+
 }  // namespace
 
 std::future<protocol::Message> RpcClient::request(const std::shared_ptr<Connection>& connection, std::uint64_t id,
                                                   const protocol::Message& message, const void* payload,
-                                                  std::size_t bytes, void* dest, bool soon) {
+                                                  std::size_t bytes, Destination dest, bool soon) {
   // First: a message that cannot be encoded leaves nothing pending.
   return request_encoded(connection, id, protocol::encode(message), payload, bytes, dest, soon);
 }
 
 std::future<protocol::Message> RpcClient::request_encoded(const std::shared_ptr<Connection>& connection,
                                                           std::uint64_t id, std::vector<std::byte> header,
-                                                          const void* payload, std::size_t bytes, void* dest,
+                                                          const void* payload, std::size_t bytes, Destination dest,
                                                           bool soon) {
   auto pending = std::allocate_shared<Pending>(SmallObjectAllocator<Pending>{});
   pending->dest = dest;
@@ -63,19 +88,27 @@ std::shared_ptr<RpcClient::Pending> RpcClient::take(std::uint64_t id) {
   return p;
 }
 
-bool RpcClient::complete(std::uint64_t id, const protocol::Message& reply, Incoming& incoming) {
+RpcClient::Completion RpcClient::complete(std::uint64_t id, const protocol::Message& reply, Incoming& incoming) {
   std::shared_ptr<Pending> p = take(id);
-  if (!p) return false;
-  if (incoming.payload_bytes() == 0 || p->dest == nullptr) {
+  if (!p) return {};
+  // Not taken, the payload is dropped unread (Incoming): a rendezvous one is
+  // released to its sender, an eager one discarded.
+  if (const std::string why = judge(p->dest, reply, incoming.payload_bytes()); !why.empty()) {
+    std::string broken = fmt::format("remote {}: {}", peer_, why);
+    p->reply.set_exception(std::make_exception_ptr(RemoteError(broken)));
+    fail_all(why);
+    return {true, std::move(broken)};
+  }
+  if (incoming.payload_bytes() == 0) {
     p->reply.set_value(reply);
-    return true;
+    return {true, {}};
   }
   {
     std::lock_guard lock(receiving_->mutex);
     receiving_->requests.emplace(id, p);
   }
   std::weak_ptr<Receiving> receiving = receiving_;
-  incoming.into(p->dest, [p, id, receiving, reply](const std::string& error) {
+  incoming.into(p->dest.data, [p, id, receiving, reply](const std::string& error) {
     if (auto r = receiving.lock()) {
       std::lock_guard lock(r->mutex);
       r->requests.erase(id);
@@ -84,7 +117,7 @@ bool RpcClient::complete(std::uint64_t id, const protocol::Message& reply, Incom
     if (error.empty()) p->reply.set_value(reply);
     else p->reply.set_exception(std::make_exception_ptr(RemoteError("receiving data: " + error)));
   });
-  return true;
+  return {true, {}};
 }
 
 void RpcClient::fail_all(const std::string& reason) {

@@ -364,13 +364,14 @@ std::shared_ptr<transport::Connection> RemoteDevice::current_connection() const 
 }
 
 std::future<protocol::Message> RemoteDevice::request(std::uint64_t id, const protocol::Message& message,
-                                                     const void* payload, std::size_t bytes, void* dest, bool soon) {
+                                                     const void* payload, std::size_t bytes,
+                                                     transport::RpcClient::Destination dest, bool soon) {
   return rpc_.request(current_connection(), id, message, payload, bytes, dest, soon);
 }
 
 std::future<protocol::Message> RemoteDevice::request_run(const protocol::Run& run, bool soon) {
   auto header = protocol::encode(run);  // first: a run that cannot be encoded leaves nothing pending
-  return rpc_.request_encoded(current_connection(), run.request, std::move(header), nullptr, 0, nullptr, soon);
+  return rpc_.request_encoded(current_connection(), run.request, std::move(header), nullptr, 0, {}, soon);
 }
 
 protocol::Message RemoteDevice::await(std::future<protocol::Message>& reply, const char* what) {
@@ -395,10 +396,17 @@ void RemoteDevice::on_message(transport::Incoming& incoming) {
         if constexpr (std::is_same_v<M, protocol::Data> || std::is_same_v<M, protocol::PutAck> ||
                       std::is_same_v<M, protocol::Done> || std::is_same_v<M, protocol::Pong> ||
                       std::is_same_v<M, protocol::StatsReply>) {
-          rpc_.complete(m.request, message, incoming);
+          // A host whose reply broke its request (the wrong number of bytes
+          // for a get) is not trusted with another: dropped, and not dialled
+          // again (lying once, or that broken, it would do it again).
+          if (auto done = rpc_.complete(m.request, message, incoming); !done.broken.empty()) {
+            refused_.store(true, std::memory_order_release);
+            log().warn("remote {} is not used again: {}", options_.address, done.broken);
+            return lost(done.broken);
+          }
           if constexpr (std::is_same_v<M, protocol::Done>) reply_came(false);
         } else if constexpr (std::is_same_v<M, protocol::ErrorMessage>) {
-          if (!rpc_.complete(0, message, incoming))
+          if (!rpc_.complete(0, message, incoming).matched)
             lost(fmt::format("ferryd error {}: {}", protocol::to_string(m.status), m.message));
         } else if constexpr (std::is_same_v<M, protocol::Bye>) {
           lost(fmt::format("ferryd closed the session: {}", m.message));
@@ -465,7 +473,7 @@ void RemoteDevice::get_chunks(std::uint64_t id, std::byte* dest, std::size_t byt
       bytes, "get",
       [&](std::size_t offset, std::size_t len) {
         const std::uint64_t req = next_request();
-        return request(req, protocol::Get{req, id, offset, len}, nullptr, 0, dest + offset);
+        return request(req, protocol::Get{req, id, offset, len}, nullptr, 0, {dest + offset, len});
       },
       [&](const protocol::Message& reply) {
         const auto* data = std::get_if<protocol::Data>(&reply);

@@ -184,7 +184,8 @@ class RemoteDevice final : public Device, public NodeLink {
   std::shared_ptr<transport::Connection> current_connection() const;
   // On the current connection (rpc_ matches the replies).
   std::future<protocol::Message> request(std::uint64_t id, const protocol::Message& message, const void* payload,
-                                         std::size_t bytes, void* dest = nullptr, bool soon = false);
+                                         std::size_t bytes, transport::RpcClient::Destination dest = {},
+                                         bool soon = false);
   // A task's run, encoded straight from it (no copy into a Message).
   std::future<protocol::Message> request_run(const protocol::Run& run, bool soon = false);
   // The reply; this thread takes it in itself when it comes soon (Connection::wait_here).
