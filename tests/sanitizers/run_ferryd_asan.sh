@@ -12,7 +12,7 @@ set -euo pipefail
 
 src=${1:?usage: run_ferryd_asan.sh SOURCE_DIR BINARY_DIR}
 bin=${2:?usage: run_ferryd_asan.sh SOURCE_DIR BINARY_DIR}
-tests=(ferryd_test ferryd_security_test remote_test host_to_host_test)
+tests=(ferryd_test ferryd_security_test remote_test host_to_host_test hostile_peer_test ferryd_fetch_limits_test)
 for t in "${tests[@]}"; do
   if [[ ! -x $bin/tests/integration/$t ]]; then
     echo "$bin/tests/integration/$t is not built: skipped"
