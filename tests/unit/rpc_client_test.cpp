@@ -21,22 +21,33 @@
 namespace ferry::transport {
 namespace {
 
-// Answers pings with pongs, in reverse order of pairs, so replies arrive out
-// of request order; answers a get with `length` bytes of value offset & 0xff.
-struct Answering {
-  Answering() {
-    worker = Worker::create({"rpc-server"});
-    listener = testing::listen(worker, [this](std::shared_ptr<Connection> c) {
-      c->set_handlers([this](Connection& connection, Incoming& in) { answer(connection, in); }, {});
+// A server on loopback that hands each message to `answer` (on its
+// progress thread). Declared last in the servers below, so that it closes
+// its connections before what `answer` uses is gone.
+struct Serving {
+  Serving(const char* name, std::function<void(Connection&, Incoming&)> answer) {
+    worker = Worker::create({name});
+    listener = testing::listen(worker, [this, answer = std::move(answer)](std::shared_ptr<Connection> c) {
+      c->set_handlers(answer, {});
       std::lock_guard lock(mutex);
       accepted.push_back(std::move(c));
     });
   }
-  ~Answering() {
+  ~Serving() {
     listener.reset();
     std::lock_guard lock(mutex);
     for (auto& c : accepted) c->close();
   }
+  std::uint16_t port() const { return listener->port(); }
+  std::shared_ptr<Worker> worker;
+  std::unique_ptr<BootstrapServer> listener;
+  std::mutex mutex;
+  std::vector<std::shared_ptr<Connection>> accepted;
+};
+
+// Answers pings with pongs, in reverse order of pairs, so replies arrive out
+// of request order; answers a get with `length` bytes of value offset & 0xff.
+struct Answering {
   void answer(Connection& connection, Incoming& in) {
     const protocol::Message m = protocol::decode(in.header());
     if (const auto* ping = std::get_if<protocol::Ping>(&m)) {
@@ -51,11 +62,8 @@ struct Answering {
                       data->data(), data->size(), [data](const std::string&) {});
     }
   }
-  std::shared_ptr<Worker> worker;
-  std::unique_ptr<BootstrapServer> listener;
-  std::mutex mutex;
-  std::vector<std::shared_ptr<Connection>> accepted;
   std::vector<std::uint64_t> held;  // progress thread only
+  Serving serving{"rpc-server", [this](Connection& c, Incoming& in) { answer(c, in); }};
 };
 
 struct Caller {
@@ -79,7 +87,7 @@ struct Caller {
 
 TEST(RpcClient, RepliesOutOfOrderReachTheirRequests) {
   Answering server;
-  Caller client(server.listener->port());
+  Caller client(server.serving.port());
   std::vector<std::pair<std::uint64_t, std::future<protocol::Message>>> calls;
   for (int i = 0; i < 64; ++i) {
     const std::uint64_t id = client.rpc.next_id();
@@ -94,7 +102,7 @@ TEST(RpcClient, RepliesOutOfOrderReachTheirRequests) {
 
 TEST(RpcClient, DataRepliesLandWhereTheRequestSaid) {
   Answering server;
-  Caller client(server.listener->port());
+  Caller client(server.serving.port());
   for (std::size_t bytes : {std::size_t{0}, std::size_t{100}, std::size_t{3} << 20}) {
     std::vector<std::byte> dest(bytes + 1, std::byte{0x5a});
     const std::uint64_t id = client.rpc.next_id();
@@ -113,7 +121,7 @@ TEST(RpcClient, NoConnectionAndLostConnectionFailTheRequest) {
   EXPECT_THROW(rpc.await(unsent, "ping"), RemoteError);
 
   Answering server;
-  Caller client(server.listener->port());
+  Caller client(server.serving.port());
   const std::uint64_t id = client.rpc.next_id();
   auto waiting = client.rpc.request(client.connection, id, protocol::Ping{id});  // held: pongs come in pairs
   client.rpc.fail_all("the test pulled the plug");
@@ -127,7 +135,7 @@ TEST(RpcClient, NoConnectionAndLostConnectionFailTheRequest) {
 
 TEST(RpcClient, AMessageThatCannotBeEncodedLeavesNothingPending) {
   Answering server;
-  Caller client(server.listener->port());
+  Caller client(server.serving.port());
   protocol::Run run{.request = 5, .kernel = std::string(protocol::max_string_bytes + 1, 'k'), .task = "t", .args = {}};
   EXPECT_THROW(client.rpc.request(client.connection, 5, run), ProtocolError);
   EXPECT_FALSE([&] {
@@ -144,19 +152,6 @@ TEST(RpcClient, AMessageThatCannotBeEncodedLeavesNothingPending) {
 // a reply that is no data at all but carries a payload anyway.
 struct Lying {
   enum class Reply { data, refused_data, pong };
-  Lying() {
-    worker = Worker::create({"rpc-liar"});
-    listener = testing::listen(worker, [this](std::shared_ptr<Connection> c) {
-      c->set_handlers([this](Connection& connection, Incoming& in) { answer(connection, in); }, {});
-      std::lock_guard lock(mutex);
-      accepted.push_back(std::move(c));
-    });
-  }
-  ~Lying() {
-    listener.reset();
-    std::lock_guard lock(mutex);
-    for (auto& c : accepted) c->close();
-  }
   void answer(Connection& connection, Incoming& in) {
     const protocol::Message m = protocol::decode(in.header());
     if (const auto* ping = std::get_if<protocol::Ping>(&m)) {
@@ -183,11 +178,8 @@ struct Lying {
   Reply reply = Reply::data;
   std::atomic<bool> honest_next{false};
   std::atomic<int> sends_done{0};
-  std::shared_ptr<Worker> worker;
-  std::unique_ptr<BootstrapServer> listener;
-  std::mutex mutex;
-  std::vector<std::shared_ptr<Connection>> accepted;
   std::vector<std::uint64_t> held;  // progress thread only
+  Serving serving{"rpc-liar", [this](Connection& c, Incoming& in) { answer(c, in); }};
 };
 
 // Guard bytes on both sides of where a get's data may land.
@@ -229,7 +221,7 @@ TEST_P(RpcClientLies, NeverTouchDestAndFailTheRequestNamingTheSizes) {
   Lying server;
   server.reply = lie.reply;
   server.lie = [sent = lie.sent](std::size_t) { return sent; };
-  Caller client(server.listener->port());
+  Caller client(server.serving.port());
 
   // A request that waits meanwhile fails too: the peer is not trusted after a lie.
   const std::uint64_t ping = client.rpc.next_id();
