@@ -105,7 +105,11 @@ constexpr std::size_t max_get = 300;
 constexpr std::size_t max_payload = 600;
 constexpr std::size_t max_requests = 64;
 // FERRY_FUZZ_STRICT_LIFETIME=1: a payload that lands after its request's
-// future is ready is a finding too (off by default: see run_reply_fuzzer.sh).
+// future is ready is a finding too. Off by default, because RpcClient does
+// it by design: fail_all fails a request whose payload is still arriving
+// (a peer that died mid-payload never completes that receive), so its
+// caller must keep dest alive until the receive ends (PeerFetches holds the
+// replica until its connection's flush). The seed get_late shows it.
 const bool strict_lifetime = std::getenv("FERRY_FUZZ_STRICT_LIFETIME") != nullptr;
 
 struct Request {
