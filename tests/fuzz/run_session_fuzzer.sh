@@ -42,7 +42,7 @@ ferryd=$src/tools/ferryd
   -I"$src/transport/include" -I"$ferryd" -I"$src/tests/integration" -isystem /usr/local/cuda/include \
   "$src/tests/fuzz/session_fuzzer.cpp" "$ferryd/server.cpp" "$ferryd/session.cpp" "$ferryd/session_data.cpp" "$ferryd/session_peer.cpp" \
   "$ferryd/session_run.cpp" "$ferryd/metrics.cpp" "$ferryd/audit.cpp" "$ferryd/background.cpp" \
-  "$ferryd/written_ranges.cpp" "$ferryd/capabilities.cpp" "$ferryd/peer_fetch.cpp" "$ferryd/metrics_http.cpp" "$ferryd/authorized_keys.cpp" "$ferryd/fair_share.cpp" \
+  "$ferryd/written_ranges.cpp" "$ferryd/capabilities.cpp" "$ferryd/peer_fetch.cpp" "$ferryd/fetch_sources.cpp" "$ferryd/metrics_http.cpp" "$ferryd/authorized_keys.cpp" "$ferryd/fair_share.cpp" \
   -L"$bin/runtime" -L"$bin/transport" -L"$bin/common" -L"$bin/allocator" \
   -Wl,-rpath,"$bin/runtime:$bin/transport:$bin/common:$bin/allocator" \
   -lferry_runtime -lferry_transport -lferry_allocator -lferry_common -lprometheus-cpp-core -lsodium -lspdlog -lfmt \
@@ -53,6 +53,10 @@ printf '\x01\x00\x00\x00\x00\x10\x00\x00\x00\x08\x00xxxxxxxx\x02\x00\x00\x00\x00
 printf '\x01\x01\x00\x00\x00\x10\x00\x00\x00\x10\x00aaaabbbbccccdddd\x03\x00\x01\x00\x01\x00\x03' >"$work/corpus/run"
 printf '\x05\x00\x00\x00\x01\x03\x00\x00\x07\x00\x00\x00' >"$work/corpus/define_run"
 printf '\x06\x07\x04\x00' >"$work/corpus/stats"
+# Fetches from the fake source: one whose second answer is short and not
+# ok, one answered right in three chunks.
+printf '\x04\xf0\x00\x08\x40\x00\x04\x02\x00\x11\xa4\x22' >"$work/corpus/fetch_lied_to"
+printf '\x04\xf0\x01\x00\x20\x00\x00\x00\x00\x33' >"$work/corpus/fetch_right"
 # Findings kept as seeds, so each run tries them again first. A fetch from
 # ferryd itself, then a refused frame: ferryd closes while a reply payload
 # is still arriving by rendezvous over the shared-memory lane, a receive UCX
