@@ -14,15 +14,8 @@ bin=${2:-}
 cxx=${FERRY_FUZZ_CXX:-clang++}
 seconds=${FERRY_FUZZ_SECONDS:-30}
 
-work=$(mktemp -d "${TMPDIR:-/tmp}/ferry-fuzz.XXXXXX")
-artifacts=${bin:+$bin/fuzz-artifacts}
-artifacts=${artifacts:-$work/artifacts}
-mkdir -p "$artifacts" "$work/corpus"
-keep_work=0
-cleanup() { if [[ $keep_work == 0 ]]; then rm -rf "$work"; fi; }
-trap cleanup EXIT
-
-source "$src/tests/fuzz/libfuzzer_probe.sh"
+source "$src/tests/fuzz/fuzz_lib.sh"
+fuzz_workdir protocol "$bin"
 require_libfuzzer "$cxx" "$work"
 
 echo "building the protocol fuzzer with $cxx"
@@ -36,13 +29,4 @@ FERRY_FUZZ_SEED_DIR="$work/corpus" "$work/protocol_fuzzer"
 echo "seeded $(ls "$work/corpus" | wc -l) messages; fuzzing for ${seconds}s"
 
 # max_len: past the decoder's 64 KiB bound, so the size check is exercised too.
-# -error_exitcode: libFuzzer's default, 77, is what this script means by "skipped".
-status=0
-"$work/protocol_fuzzer" "$work/corpus" -max_total_time="$seconds" -max_len=66000 -timeout=10 -rss_limit_mb=2048 \
-  -error_exitcode=1 -print_final_stats=1 -artifact_prefix="$artifacts/" || status=$?
-if [[ $status != 0 ]]; then
-  keep_work=1
-  echo "protocol fuzzer FAILED (status $status); reproducer in $artifacts, build in $work" >&2
-  exit "$status"
-fi
-echo "protocol fuzzer: no findings in ${seconds}s"
+fuzz_run protocol "$work/protocol_fuzzer" -max_total_time="$seconds" -max_len=66000

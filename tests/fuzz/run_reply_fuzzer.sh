@@ -17,15 +17,8 @@ cxx=${FERRY_FUZZ_CXX:-clang++}
 seconds=${FERRY_FUZZ_SECONDS:-20}
 runs=${FERRY_FUZZ_RUNS:--1}
 
-work=$(mktemp -d "${TMPDIR:-/tmp}/ferry-reply-fuzz.XXXXXX")
-artifacts=${bin:+$bin/fuzz-artifacts}
-artifacts=${artifacts:-$work/artifacts}
-mkdir -p "$artifacts" "$work/corpus"
-keep_work=0
-cleanup() { if [[ $keep_work == 0 ]]; then rm -rf "$work"; fi; }
-trap cleanup EXIT
-
-source "$src/tests/fuzz/libfuzzer_probe.sh"
+source "$src/tests/fuzz/fuzz_lib.sh"
+fuzz_workdir reply "$bin"
 require_libfuzzer "$cxx" "$work"
 
 echo "building the reply fuzzer with $cxx"
@@ -39,13 +32,4 @@ FERRY_FUZZ_SEED_DIR="$work/corpus" "$work/reply_fuzzer"
 if [[ -d $src/tests/fuzz/corpus/reply ]]; then cp "$src/tests/fuzz/corpus/reply/"* "$work/corpus/"; fi
 echo "seeded $(ls "$work/corpus" | wc -l) inputs; fuzzing for ${seconds}s (runs: $runs)"
 
-# -error_exitcode: libFuzzer's default, 77, is what this script means by "skipped".
-status=0
-"$work/reply_fuzzer" "$work/corpus" -max_total_time="$seconds" -runs="$runs" -max_len=4096 -timeout=10 \
-  -rss_limit_mb=2048 -error_exitcode=1 -print_final_stats=1 -artifact_prefix="$artifacts/" || status=$?
-if [[ $status != 0 ]]; then
-  keep_work=1
-  echo "reply fuzzer FAILED (status $status); reproducer in $artifacts, build in $work" >&2
-  exit "$status"
-fi
-echo "reply fuzzer: no findings"
+fuzz_run reply "$work/reply_fuzzer" -max_total_time="$seconds" -runs="$runs" -max_len=4096

@@ -22,14 +22,8 @@ for lib in runtime/libferry_runtime.so transport/libferry_transport.so common/li
   fi
 done
 
-work=$(mktemp -d "${TMPDIR:-/tmp}/ferry-session-fuzz.XXXXXX")
-artifacts=$bin/fuzz-artifacts
-mkdir -p "$artifacts" "$work/corpus"
-keep_work=0
-cleanup() { if [[ $keep_work == 0 ]]; then rm -rf "$work"; fi; }
-trap cleanup EXIT
-
-source "$src/tests/fuzz/libfuzzer_probe.sh"
+source "$src/tests/fuzz/fuzz_lib.sh"
+fuzz_workdir session "$bin"
 require_libfuzzer "$cxx" "$work"
 
 echo "building the session fuzzer with $cxx"
@@ -69,19 +63,10 @@ printf '\x74\x74\x74\x74\x74\x74\x74\x74\x74\x74\x00\x78\x68\x78\xff\xff\xfa\xfc
 printf 'leak:libucs.so\nleak:libucp.so\nleak:libuct.so\n' >"$work/lsan.supp"
 
 echo "fuzzing ferryd sessions for ${seconds}s"
-status=0
-# -error_exitcode: libFuzzer's default, 77, is what this script means by "skipped".
 # UCX_NET_DEVICES=lo: the fuzzer's client and ferryd talk over loopback only.
 # UCX otherwise offers every interface of the moment in each worker's
 # address, and the namespace tests, which ctest may run beside this one,
 # add and remove veths: a dial that met one of theirs going away failed its
 # handshake, and the harness took that for a finding.
-FERRY_LOG=off UCX_NET_DEVICES=lo LSAN_OPTIONS="suppressions=$work/lsan.supp:print_suppressions=0" \
-  "$work/session_fuzzer" "$work/corpus" -max_total_time="$seconds" -max_len=4096 -timeout=60 \
-  -rss_limit_mb=4096 -error_exitcode=1 -print_final_stats=1 -artifact_prefix="$artifacts/" || status=$?
-if [[ $status != 0 ]]; then
-  keep_work=1
-  echo "session fuzzer FAILED (status $status); reproducer in $artifacts, build in $work" >&2
-  exit "$status"
-fi
-echo "session fuzzer: no findings in ${seconds}s"
+export FERRY_LOG=off UCX_NET_DEVICES=lo LSAN_OPTIONS="suppressions=$work/lsan.supp:print_suppressions=0"
+fuzz_run session "$work/session_fuzzer" -max_total_time="$seconds" -max_len=4096 -timeout=60 -rss_limit_mb=4096

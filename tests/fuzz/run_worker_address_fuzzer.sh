@@ -14,15 +14,8 @@ bin=${2:-}
 cxx=${FERRY_FUZZ_CXX:-clang++}
 seconds=${FERRY_FUZZ_SECONDS:-20}
 
-work=$(mktemp -d "${TMPDIR:-/tmp}/ferry-address-fuzz.XXXXXX")
-artifacts=${bin:+$bin/fuzz-artifacts}
-artifacts=${artifacts:-$work/artifacts}
-mkdir -p "$artifacts" "$work/corpus"
-keep_work=0
-cleanup() { if [[ $keep_work == 0 ]]; then rm -rf "$work"; fi; }
-trap cleanup EXIT
-
-source "$src/tests/fuzz/libfuzzer_probe.sh"
+source "$src/tests/fuzz/fuzz_lib.sh"
+fuzz_workdir address "$bin"
 require_libfuzzer "$cxx" "$work"
 ucx_libs=$(pkg-config --libs ucx 2>/dev/null || echo "-lucp -luct -lucs")
 
@@ -43,13 +36,5 @@ ASAN_OPTIONS=detect_leaks=0 FERRY_FUZZ_SEED_DIR="$work/corpus" "$work/worker_add
 echo "seeded $(ls "$work/corpus" | wc -l) addresses; fuzzing for ${seconds}s"
 
 # max_len: past any real address (a few hundred bytes), so long garbage is tried too.
-# -error_exitcode: libFuzzer's default, 77, is what this script means by "skipped".
-status=0
-UCX_TLS=tcp "$work/worker_address_fuzzer" "$work/corpus" -max_total_time="$seconds" -max_len=4096 -timeout=10 \
-  -rss_limit_mb=2048 -error_exitcode=1 -print_final_stats=1 -artifact_prefix="$artifacts/" || status=$?
-if [[ $status != 0 ]]; then
-  keep_work=1
-  echo "worker address fuzzer FAILED (status $status); reproducer in $artifacts, build in $work" >&2
-  exit "$status"
-fi
-echo "worker address fuzzer: no findings in ${seconds}s"
+export UCX_TLS=tcp
+fuzz_run "worker address" "$work/worker_address_fuzzer" -max_total_time="$seconds" -max_len=4096
