@@ -462,8 +462,7 @@ TEST(HostToHost, AGetNamingACapabilityTheConnectionDoesNotHoldIsRefused) {
   reader.send(proto::Get{reader.next_request(), 1, 0, 16, {96}});
   const auto error = reader.next_as<proto::ErrorMessage>();
   EXPECT_EQ(error.status, proto::Status::auth_failed);
-  EXPECT_NE(error.message.find("capability 96: this connection does not hold it"), std::string::npos)
-      << error.message;
+  EXPECT_NE(error.message.find("capability 96: this connection does not hold it"), std::string::npos) << error.message;
   EXPECT_TRUE(reader.wait_closed());
   EXPECT_EQ(hosts.a_client.get(1, 0, 16).size(), 16u);
 }

@@ -180,8 +180,8 @@ std::vector<Message> samples() {
   out.push_back(PutAck{.request = 9, .buffer = 77, .status = Status::quota_exceeded, .message = with_nuls()});
   out.push_back(Get{.request = 10, .buffer = 77, .offset = 123, .length = max_buffer_bytes});
   out.push_back(Get{.request = 10, .buffer = 77, .offset = 123, .length = 1, .under = {0}});
-  out.push_back(Get{.request = 10, .buffer = 77, .offset = 123, .length = 1,
-                    .under = {std::numeric_limits<std::uint64_t>::max()}});
+  out.push_back(Get{
+      .request = 10, .buffer = 77, .offset = 123, .length = 1, .under = {std::numeric_limits<std::uint64_t>::max()}});
   out.push_back(Data{.request = 10, .buffer = 77, .offset = 123, .status = Status::unknown_buffer, .message = "gone"});
   out.push_back(Run{.request = 11,
                     .kernel = "gemm",

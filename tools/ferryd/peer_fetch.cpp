@@ -341,22 +341,6 @@ void on_reply(transport::RpcClient& rpc, std::atomic<bool>& broken, transport::C
   }
 }
 
-// Holds `fetch`'s capability on a link another fetch signed in on: proves
-// its secret over the link's binding, and waits for the source's answer.
-void claim(transport::RpcClient& rpc, const std::shared_ptr<transport::Connection>& connection,
-           const transport::Nonce& binding, const protocol::Fetch& fetch) {
-  const std::string_view secret(reinterpret_cast<const char*>(fetch.secret.data()), fetch.secret.size());
-  const std::uint64_t id = rpc.next_id();
-  auto reply = rpc.request(connection, id,
-                           protocol::Claim{id, fetch.capability, transport::claim_mac(secret, binding, fetch.capability)});
-  const protocol::Message message = rpc.await(reply, "claim");
-  const auto* ack = std::get_if<protocol::PutAck>(&message);
-  if (ack == nullptr) throw RemoteError(fmt::format("{} answered a claim with a {}", fetch.source,
-                                                    protocol::to_string(protocol::type_of(message))));
-  if (ack->status != protocol::Status::ok)
-    throw RemoteError(fmt::format("{} refused: {}: {}", fetch.source, protocol::to_string(ack->status), ack->message));
-}
-
 // The first address `host` has: the one checked against --fetch-from is the
 // one dialled, so a name cannot resolve to another address in between.
 sockaddr_storage resolve(const std::string& host, std::uint16_t port, const std::string& source) {
@@ -493,7 +477,32 @@ void PeerFetches::run(Shared& s, const std::shared_ptr<Job>& job) {
         s.links.emplace(std::pair{where, fetch.host_key}, link);
       }
     }
-    if (reused) claim(*link->rpc, link->connection, link->binding, fetch);
+    if (reused) {
+      // This fetch's capability, held on a link another fetch signed in on:
+      // its secret proven over the link's binding. Bounded like the dial it
+      // replaces: a source that does not answer is not used again.
+      const std::string_view secret(reinterpret_cast<const char*>(fetch.secret.data()), fetch.secret.size());
+      const std::uint64_t id = link->rpc->next_id();
+      auto reply = link->rpc->request(
+          link->connection, id,
+          protocol::Claim{id, fetch.capability, transport::claim_mac(secret, link->binding, fetch.capability)});
+      const auto deadline = std::chrono::steady_clock::now() + dial_timeout;
+      while (reply.wait_for(freed_poll) != std::future_status::ready) {
+        if (s.stopping) throw RemoteError("ferryd is shutting down");
+        if (std::chrono::steady_clock::now() >= deadline) {
+          *link->broken = true;
+          throw RemoteError(fmt::format("{} did not answer a claim in {} s", fetch.source, dial_timeout.count()));
+        }
+      }
+      const protocol::Message message = link->rpc->await(reply, "claim");
+      const auto* ack = std::get_if<protocol::PutAck>(&message);
+      if (ack == nullptr)
+        throw RemoteError(fmt::format("{} answered a claim with a {}", fetch.source,
+                                      protocol::to_string(protocol::type_of(message))));
+      if (ack->status != protocol::Status::ok)
+        throw RemoteError(fmt::format("ferryd at {} refused this client: {}: {}", fetch.source,
+                                      protocol::to_string(ack->status), ack->message));
+    }
     held = job->to.hold ? job->to.hold() : nullptr;
     if (!held) throw RemoteError(fmt::format("buffer {} was freed before its fetch began", fetch.buffer));
     const std::size_t chunk = std::max<std::size_t>(

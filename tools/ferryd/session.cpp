@@ -28,8 +28,8 @@ Session::Session(ServerState& server, std::shared_ptr<transport::Connection> con
       share_key_(peer.key ? grant_.name : "token:" + (client_.empty() ? peer_ : client_)),
       key_(peer.key) {
   if (peer.capability)
-    capability_peer_ = CapabilityPeer{{{*peer.capability, capability_serial}}, peer.reader.value_or(transport::PublicKey{}),
-                                      peer.binding};
+    capability_peer_ = CapabilityPeer{
+        {{*peer.capability, capability_serial}}, peer.reader.value_or(transport::PublicKey{}), peer.binding};
   server_.metrics.client_connected();
 }
 

@@ -7,21 +7,21 @@
 
 #include <chrono>
 #include <cstddef>
-#include <deque>
-#include <map>
-#include <unordered_set>
 #include <cstdint>
+#include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
-#include <utility>
 #include <unordered_map>
+#include <unordered_set>
+#include <utility>
 
+#include "authorized_keys.hpp"
 #include "ferry/runtime/buffer.hpp"
 #include "ferry/runtime/user_kernel.hpp"
-#include "authorized_keys.hpp"
 #include "ferry/transport/bootstrap.hpp"
 #include "ferry/transport/connection.hpp"
 #include "ferry/transport/protocol.hpp"

@@ -147,7 +147,8 @@ void Session::dispatch_capability(protocol::Message& message) {
   // (expired, withdrawn, freed) is this get's refusal, not the
   // connection's: other grants it holds may still be read.
   const auto answer = [&](Status status, const std::string& why) {
-    send(protocol::Data{get.request, get.buffer, get.offset, status, clipped(fmt::format("capability {}: {}", named, why))});
+    send(protocol::Data{get.request, get.buffer, get.offset, status,
+                        clipped(fmt::format("capability {}: {}", named, why))});
   };
   const auto capability = server_.capabilities->find(named, held->second);
   if (!capability) return answer(Status::auth_failed, "the capability expired or was withdrawn");
@@ -171,7 +172,8 @@ void Session::dispatch_capability(protocol::Message& message) {
 void Session::on_claim(const protocol::Claim& claim) {
   CapabilityPeer& peer = *capability_peer_;
   const auto answer = [&](Status status, const std::string& why) {
-    audit("claim", {{"capability", claim.capability}, {"result", status == Status::ok ? "ok" : "refused"}, {"why", why}});
+    audit("claim",
+          {{"capability", claim.capability}, {"result", status == Status::ok ? "ok" : "refused"}, {"why", why}});
     send(protocol::PutAck{claim.request, claim.capability, status, why});
   };
   // Refusals answer the claim and keep the connection (the grants it holds
@@ -179,7 +181,8 @@ void Session::on_claim(const protocol::Claim& claim) {
   const auto refused = [&](const std::string& why) {
     if (++peer.refused_claims > max_refused_claims) {
       audit("capability_refused", {{"capability", claim.capability}, {"request", "claim"}, {"why", why}});
-      return fail(Status::auth_failed, fmt::format("{} claims refused on this connection: {}", peer.refused_claims, why));
+      return fail(Status::auth_failed,
+                  fmt::format("{} claims refused on this connection: {}", peer.refused_claims, why));
     }
     answer(Status::auth_failed, why);
   };

@@ -720,7 +720,8 @@ Message decode(std::span<const std::byte> header) {
     case Type::define_kernel: return read<DefineKernel>(type, body);
     case Type::grant: return read<GrantRead>(type, body);
     case Type::fetch: return read<Fetch>(type, body);
-    case Type::claim: return read<Claim>(type, body);
+    case Type::claim:
+      return read<Claim>(type, body);
   }
   frame_error("type: unknown message type " + std::to_string(raw_type));  // unreachable: checked above
 }
