@@ -370,6 +370,36 @@ TEST(HostToHost, FetchesFromOneSourceShareOneConnection) {
   EXPECT_EQ(records(read_file(audit), "authenticate", "capability:"), 1u);
 }
 
+// Fetches in flight at once share the connection too, each reading under
+// its own capability (its own region here), and every byte lands where its
+// fetch said.
+TEST(HostToHost, ConcurrentFetchesFromOneSourceShareTheConnection) {
+  const std::size_t bytes = std::size_t{6} << 20;
+  const std::size_t part = bytes / 4;
+  const auto audit = ferry::test::make_temp_dir() / "audit.jsonl";
+  TwoHosts hosts(bytes, {"--audit-log", audit.string()});
+  std::vector<std::uint64_t> requests;
+  for (std::uint64_t i = 0; i < 4; ++i) {
+    const auto secret = random_secret();
+    ASSERT_EQ(hosts.grant(75 + i, secret, 1, i * part, part).status, proto::Status::ok);
+    requests.push_back(hosts.b_client.next_request());
+    hosts.b_client.send(proto::Fetch{requests.back(), 10 + i, proto::DType::u8, 1, part, 0, part, hosts.a.address(),
+                                     hosts.a_key, 75 + i, secret, 1, i * part});
+  }
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    const auto ack = hosts.b_client.next_as<proto::PutAck>(60s);
+    EXPECT_EQ(ack.status, proto::Status::ok) << ack.message;
+  }
+  for (std::uint64_t i = 0; i < 4; ++i) {
+    const auto got = hosts.b_client.get(10 + i, 0, part);
+    ASSERT_EQ(got.size(), part);
+    EXPECT_EQ(std::memcmp(got.data(), hosts.data.data() + i * part, part), 0) << "fetch " << i;
+  }
+  const std::string text = read_file(audit);
+  EXPECT_EQ(records(text, "authenticate", "capability:"), 1u) << text;
+  EXPECT_EQ(records(text, "claim", "\"result\":\"ok\""), 3u) << text;
+}
+
 // A connection holds only capabilities granted to the host it signed in
 // as: a grant for another reader is refused on it, even with its secret,
 // and what the connection holds stays readable.
