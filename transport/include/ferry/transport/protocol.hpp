@@ -40,27 +40,27 @@ inline constexpr std::size_t secret_bytes = 32;  // a capability's secret (host-
 inline constexpr std::uint32_t max_grant_ms = 600'000;  // a grant lives at most 10 minutes
 
 enum class Type : std::uint16_t {
-  hello = 1,    // client -> server: first message
-  challenge,    // server -> client: nonce to authenticate with
-  auth,         // client -> server: HMAC(token, nonce || client name)
-  welcome,      // server -> client: authenticated; what the server offers
-  put,          // client -> server: a chunk of a replica's contents (payload)
-  put_ack,      // server -> client: that chunk is stored
-  get,          // client -> server: send back part of a replica
-  data,         // server -> client: the part asked for (payload)
-  run,          // client -> server: run a kernel on replicas
-  done,         // server -> client: a run finished (or could not)
-  free,         // client -> server: drop a replica
-  stats,        // client -> server: ask for counters
-  stats_reply,  // server -> client: counters
-  ping,         // either way: liveness and round-trip time
+  hello = 1,   // client -> server: first message
+  challenge,   // server -> client: nonce to authenticate with
+  auth,        // client -> server: HMAC(token, nonce || client name)
+  welcome,     // server -> client: authenticated; what the server offers
+  put,         // client -> server: a chunk of a replica's contents (payload)
+  put_ack,     // server -> client: that chunk is stored
+  get,         // client -> server: send back part of a replica
+  data,        // server -> client: the part asked for (payload)
+  run,         // client -> server: run a kernel on replicas
+  done,        // server -> client: a run finished (or could not)
+  free,        // client -> server: drop a replica
+  stats,       // client -> server: ask for counters
+  stats_reply, // server -> client: counters
+  ping,        // either way: liveness and round-trip time
   pong,
-  error,          // server -> client: a fatal error; the server closes the connection
-  bye,            // either way: orderly close (a server going down says why)
+  error,       // server -> client: a fatal error; the server closes the connection
+  bye,         // either way: orderly close (a server going down says why)
   define_kernel,  // client -> server: a kernel from CUDA source (payload) for this connection; answered by done
-  grant,          // client -> server: let a capability peer read part of a replica; answered by put_ack
-  fetch,          // client -> server: pull part of a replica from another ferryd (with a grant); answered by put_ack
-  claim,          // capability peer -> server: hold one more capability on this connection; answered by put_ack
+  grant,       // client -> server: let a capability peer read part of a replica; answered by put_ack
+  fetch,       // client -> server: pull part of a replica from another ferryd (with a grant); answered by put_ack
+  claim,       // capability peer -> server: hold one more capability on this connection; answered by put_ack
 };
 const char* to_string(Type type) noexcept;
 
