@@ -9,7 +9,9 @@
 
 #include <atomic>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "ferry/ferry.hpp"
@@ -303,14 +305,196 @@ TEST(HostToHost, APeerSignedInOnAnIdDoesNotReadALaterGrantOfIt) {
 
   reader.send(proto::Get{reader.next_request(), 1, 0, 16});
   const auto answer = reader.next();
-  ASSERT_TRUE(std::holds_alternative<proto::ErrorMessage>(answer.message))
+  // Refused, without a byte: that get's refusal, not the connection's (a
+  // connection may hold other grants, which stay readable).
+  ASSERT_TRUE(std::holds_alternative<proto::Data>(answer.message)) << "not a data refusal";
+  const auto& refusal = std::get<proto::Data>(answer.message);
+  EXPECT_EQ(refusal.status, proto::Status::auth_failed)
       << "the peer of the first grant read the other tenant's buffer under the same id";
-  const auto& error = std::get<proto::ErrorMessage>(answer.message);
-  EXPECT_EQ(error.status, proto::Status::auth_failed);
-  EXPECT_NE(error.message.find("capability 61: the capability expired or was withdrawn"), std::string::npos)
-      << error.message;
-  EXPECT_TRUE(reader.wait_closed());
+  EXPECT_TRUE(answer.payload.empty());
+  EXPECT_NE(refusal.message.find("capability 61: the capability expired or was withdrawn"), std::string::npos)
+      << refusal.message;
   EXPECT_EQ(other.get(1, 0, 16).size(), 16u);
+}
+
+// ---- one connection per pair of hosts: claims ----
+
+std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// Audit records of `event` in `text` (one JSON object a line) whose line also holds `with`.
+std::size_t records(const std::string& text, const std::string& event, const std::string& with = "") {
+  std::size_t count = 0;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);)
+    if (line.find("\"event\":\"" + event + "\"") != std::string::npos && line.find(with) != std::string::npos) ++count;
+  return count;
+}
+
+proto::Claim claim_of(const TestClient& peer, std::uint64_t request, std::uint64_t capability,
+                      const proto::Secret& secret) {
+  return proto::Claim{request, capability, ferry::transport::claim_mac(as_token(secret), peer.binding(), capability)};
+}
+
+// B keeps its connection to A: the second fetch claims its capability on
+// the connection the first signed in on, and A sees one sign-in.
+TEST(HostToHost, FetchesFromOneSourceShareOneConnection) {
+  const std::size_t bytes = (std::size_t{5} << 20) + 17;
+  const auto audit = ferry::test::make_temp_dir() / "audit.jsonl";
+  TwoHosts hosts(bytes, {"--audit-log", audit.string()});
+  const std::size_t length = bytes - 3000;  // B's replica 2 keeps its shape
+  for (std::uint64_t id = 70; id < 73; ++id) {
+    SCOPED_TRACE("capability " + std::to_string(id));
+    const auto secret = random_secret();
+    const std::uint64_t offset = (id - 70) * 1000;
+    ASSERT_EQ(hosts.grant(id, secret, 1, offset, length).status, proto::Status::ok);
+    const auto ack = hosts.fetch(id, secret, 1, offset, length);
+    ASSERT_EQ(ack.status, proto::Status::ok) << ack.message;
+    const auto got = hosts.b_client.get(2, 0, length);
+    EXPECT_EQ(std::memcmp(got.data(), hosts.data.data() + offset, length), 0);
+  }
+  const std::string text = read_file(audit);
+  EXPECT_EQ(records(text, "authenticate", "capability:"), 1u) << text;
+  EXPECT_EQ(records(text, "claim", "\"result\":\"ok\""), 2u) << text;
+  // A capability is still spent once: fetching again under one is refused.
+  const auto again = hosts.fetch(71, random_secret(), 1, 1000, length);
+  EXPECT_NE(again.status, proto::Status::ok);
+  EXPECT_NE(again.message.find("capability 71 is unknown, expired or used"), std::string::npos) << again.message;
+  // And the connection survived that refusal: the next fetch claims on it.
+  const auto secret = random_secret();
+  ASSERT_EQ(hosts.grant(74, secret, 1, 0, length).status, proto::Status::ok);
+  const auto ack = hosts.fetch(74, secret, 1, 0, length);
+  EXPECT_EQ(ack.status, proto::Status::ok) << ack.message;
+  EXPECT_EQ(records(read_file(audit), "authenticate", "capability:"), 1u);
+}
+
+// Fetches in flight at once share the connection too, each reading under
+// its own capability (its own region here), and every byte lands where its
+// fetch said.
+TEST(HostToHost, ConcurrentFetchesFromOneSourceShareTheConnection) {
+  const std::size_t bytes = std::size_t{6} << 20;
+  const std::size_t part = bytes / 4;
+  const auto audit = ferry::test::make_temp_dir() / "audit.jsonl";
+  TwoHosts hosts(bytes, {"--audit-log", audit.string()});
+  std::vector<std::uint64_t> requests;
+  for (std::uint64_t i = 0; i < 4; ++i) {
+    const auto secret = random_secret();
+    ASSERT_EQ(hosts.grant(75 + i, secret, 1, i * part, part).status, proto::Status::ok);
+    requests.push_back(hosts.b_client.next_request());
+    hosts.b_client.send(proto::Fetch{requests.back(), 10 + i, proto::DType::u8, 1, part, 0, part, hosts.a.address(),
+                                     hosts.a_key, 75 + i, secret, 1, i * part});
+  }
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    const auto ack = hosts.b_client.next_as<proto::PutAck>(60s);
+    EXPECT_EQ(ack.status, proto::Status::ok) << ack.message;
+  }
+  for (std::uint64_t i = 0; i < 4; ++i) {
+    const auto got = hosts.b_client.get(10 + i, 0, part);
+    ASSERT_EQ(got.size(), part);
+    EXPECT_EQ(std::memcmp(got.data(), hosts.data.data() + i * part, part), 0) << "fetch " << i;
+  }
+  const std::string text = read_file(audit);
+  EXPECT_EQ(records(text, "authenticate", "capability:"), 1u) << text;
+  EXPECT_EQ(records(text, "claim", "\"result\":\"ok\""), 3u) << text;
+}
+
+// A connection holds only capabilities granted to the host it signed in
+// as: a grant for another reader is refused on it, even with its secret,
+// and what the connection holds stays readable.
+TEST(HostToHost, AClaimOfAGrantForAnotherReaderIsRefused) {
+  const std::size_t bytes = 8192;
+  TwoHosts hosts(bytes);
+  const auto peer = ferry::transport::KeyPair::generate();
+  const auto other_host = ferry::transport::KeyPair::generate();
+  const auto first = random_secret(), others = random_secret();
+  ASSERT_EQ(hosts.grant(80, first, 1, 0, 4096, peer.public_key()).status, proto::Status::ok);
+  ASSERT_EQ(hosts.grant(81, others, 1, 0, bytes, other_host.public_key()).status, proto::Status::ok);
+  TestClient reader(hosts.a.port(), ferry::transport::capability_client(80));
+  reader.connect(capability_options(first, peer));
+  reader.send(claim_of(reader, reader.next_request(), 81, others));
+  const auto refused = reader.next_as<proto::PutAck>();
+  EXPECT_EQ(refused.status, proto::Status::auth_failed);
+  EXPECT_NE(refused.message.find("capability 81 was granted to host key"), std::string::npos) << refused.message;
+  // The first capability keeps working, named or not.
+  const auto got = reader.get(1, 0, 4096);
+  EXPECT_EQ(std::memcmp(got.data(), hosts.data.data(), 4096), 0);
+  reader.send(proto::Get{reader.next_request(), 1, 0, 16, {80}});
+  const auto named = reader.next();
+  ASSERT_TRUE(std::holds_alternative<proto::Data>(named.message));
+  EXPECT_EQ(std::get<proto::Data>(named.message).status, proto::Status::ok);
+  EXPECT_EQ(named.payload.size(), 16u);
+  // The refused grant was not spent: its own reader still signs in with it.
+  TestClient its_reader(hosts.a.port(), ferry::transport::capability_client(81));
+  its_reader.connect(capability_options(others, other_host));
+  EXPECT_EQ(its_reader.get(1, 0, bytes).size(), bytes);
+}
+
+// A wrong secret and an id nobody granted earn the same words: a peer
+// learns nothing of which ids are live. The right secret then holds the
+// capability, and a get names which one it reads under.
+TEST(HostToHost, AClaimWithAWrongSecretOrAnUnknownIdGetsOneAnswer) {
+  const std::size_t bytes = 8192;
+  TwoHosts hosts(bytes);
+  const auto peer = ferry::transport::KeyPair::generate();
+  const auto first = random_secret(), second = random_secret();
+  ASSERT_EQ(hosts.grant(90, first, 1, 0, 4096, peer.public_key()).status, proto::Status::ok);
+  ASSERT_EQ(hosts.grant(91, second, 1, 4096, 4096, peer.public_key()).status, proto::Status::ok);
+  TestClient reader(hosts.a.port(), ferry::transport::capability_client(90));
+  reader.connect(capability_options(first, peer));
+
+  reader.send(claim_of(reader, reader.next_request(), 91, random_secret()));
+  const auto wrong = reader.next_as<proto::PutAck>();
+  reader.send(claim_of(reader, reader.next_request(), 92, second));
+  const auto unknown = reader.next_as<proto::PutAck>();
+  EXPECT_EQ(wrong.status, proto::Status::auth_failed);
+  EXPECT_EQ(unknown.status, proto::Status::auth_failed);
+  EXPECT_EQ(wrong.message, "capability 91 is unknown, expired or used, or its secret is wrong");
+  EXPECT_EQ(unknown.message, "capability 92 is unknown, expired or used, or its secret is wrong");
+  // A proof made for another connection is no proof on this one.
+  proto::Claim replayed{reader.next_request(), 91,
+                        ferry::transport::claim_mac(as_token(second), ferry::transport::Nonce{}, 91)};
+  reader.send(replayed);
+  EXPECT_EQ(reader.next_as<proto::PutAck>().message, wrong.message);
+
+  reader.send(claim_of(reader, reader.next_request(), 91, second));
+  const auto held = reader.next_as<proto::PutAck>();
+  ASSERT_EQ(held.status, proto::Status::ok) << held.message;
+  reader.send(proto::Get{reader.next_request(), 1, 4096, 4096, {91}});
+  const auto got = reader.next();
+  ASSERT_TRUE(std::holds_alternative<proto::Data>(got.message));
+  ASSERT_EQ(got.payload.size(), 4096u);
+  EXPECT_EQ(std::memcmp(got.payload.data(), hosts.data.data() + 4096, 4096), 0);
+  // Claimed once: not again, on this connection or another.
+  reader.send(claim_of(reader, reader.next_request(), 91, second));
+  EXPECT_EQ(reader.next_as<proto::PutAck>().message, wrong.message);
+  // Holding two, a get that names neither is refused, and the connection ends.
+  reader.send(proto::Get{reader.next_request(), 1, 0, 16});
+  const auto error = reader.next_as<proto::ErrorMessage>();
+  EXPECT_EQ(error.status, proto::Status::auth_failed);
+  EXPECT_NE(error.message.find("must name the one it reads under"), std::string::npos) << error.message;
+  EXPECT_TRUE(reader.wait_closed());
+}
+
+// Buffer ids are each tenant's own: a get names the capability it reads
+// under, and one this connection does not hold is refused, even when it is
+// live and granted to this very reader.
+TEST(HostToHost, AGetNamingACapabilityTheConnectionDoesNotHoldIsRefused) {
+  const std::size_t bytes = 4096;
+  TwoHosts hosts(bytes);
+  const auto peer = ferry::transport::KeyPair::generate();
+  const auto first = random_secret(), unclaimed = random_secret();
+  ASSERT_EQ(hosts.grant(95, first, 1, 0, bytes, peer.public_key()).status, proto::Status::ok);
+  ASSERT_EQ(hosts.grant(96, unclaimed, 1, 0, bytes, peer.public_key()).status, proto::Status::ok);
+  TestClient reader(hosts.a.port(), ferry::transport::capability_client(95));
+  reader.connect(capability_options(first, peer));
+  reader.send(proto::Get{reader.next_request(), 1, 0, 16, {96}});
+  const auto error = reader.next_as<proto::ErrorMessage>();
+  EXPECT_EQ(error.status, proto::Status::auth_failed);
+  EXPECT_NE(error.message.find("capability 96: this connection does not hold it"), std::string::npos) << error.message;
+  EXPECT_TRUE(reader.wait_closed());
+  EXPECT_EQ(hosts.a_client.get(1, 0, 16).size(), 16u);
 }
 
 TEST(HostToHost, AGrantEndsWithTheBufferAndWithItsOwner) {

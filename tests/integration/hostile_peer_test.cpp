@@ -73,10 +73,19 @@ class LyingSource {
   std::string address() const { return "127.0.0.1:" + std::to_string(server_->port()); }
   transport::PublicKey host_key() const { return server_->host_key(); }
   int gets() const { return gets_.load(); }
+  std::size_t connections() {
+    std::lock_guard lock(mutex_);
+    return accepted_.size();
+  }
 
  private:
   void answer(transport::Connection& connection, transport::Incoming& in) {
     const proto::Message m = proto::decode(in.header());
+    if (const auto* claim = std::get_if<proto::Claim>(&m)) {  // any claim is welcome here
+      connection.send(proto::encode(proto::PutAck{claim->request, claim->capability, proto::Status::ok, {}}), nullptr,
+                      0, [](const std::string&) {});
+      return;
+    }
     const auto* get = std::get_if<proto::Get>(&m);
     if (get == nullptr) return;
     ++gets_;
@@ -182,6 +191,30 @@ INSTANTIATE_TEST_SUITE_P(Replies, LyingSourceFetch,
                          ::testing::Values(Lie{"more", 4096, 4096 + (64 << 10)}, Lie{"fewer", 4096, 100},
                                            Lie{"none", 4096, 0}),
                          [](const ::testing::TestParamInfo<Lie>& info) { return std::string(info.param.name); });
+
+// ferryd keeps its connection to a source for the next fetch, but not to
+// one that broke a request: after a lie, the next fetch dials anew.
+TEST(LyingSourceConnection, IsKeptWhileHonestAndDroppedAfterALie) {
+  FerrydProcess host;
+  TestClient client(host.port());
+  client.authenticate(FerrydProcess::default_token);
+  const std::string secret = "a secret of the attacker's own!!";
+  std::atomic<bool> lying = false;
+  LyingSource source(client.host_key(), secret, [&](std::size_t n) { return lying ? n + 1 : n; });
+  const auto fetch = [&](std::uint64_t capability) {
+    client.send(proto::Fetch{client.next_request(), 7, proto::DType::u8, 1, 4096, 0, 4096, source.address(),
+                             source.host_key(), capability, secret_of(secret), 1, 0});
+    return client.next_as<proto::PutAck>(60s);
+  };
+  EXPECT_EQ(fetch(1).status, proto::Status::ok);
+  EXPECT_EQ(fetch(2).status, proto::Status::ok);
+  EXPECT_EQ(source.connections(), 1u) << "the second fetch dialled again";
+  lying = true;
+  EXPECT_NE(fetch(3).status, proto::Status::ok);
+  lying = false;
+  EXPECT_EQ(fetch(4).status, proto::Status::ok);
+  EXPECT_EQ(source.connections(), 2u) << "the connection that carried a lie was used again";
+}
 
 // ---- a ferryd that lies to a client's runtime ----
 

@@ -62,6 +62,7 @@ class TestClient {
         });
     connection_ = dialed.connection;
     host_key_ = dialed.host_key;
+    binding_ = dialed.binding;
     return dialed.welcome;
   }
   proto::Welcome authenticate(const std::string& token) {
@@ -90,6 +91,8 @@ class TestClient {
   }
   bool encrypted() const { return connection_ && connection_->encrypted(); }
   const transport::PublicKey& host_key() const { return host_key_; }
+  // What a claim on this connection proves its secret over.
+  const transport::Nonce& binding() const { return binding_; }
 
   // Sends and waits until the payload (if any) is on its way.
   void send(const proto::Message& message, const void* payload = nullptr, std::size_t bytes = 0) {
@@ -228,6 +231,7 @@ class TestClient {
   std::string name_;
   std::shared_ptr<State> state_;
   transport::PublicKey host_key_{};
+  transport::Nonce binding_{};
   std::shared_ptr<transport::Worker> worker_;
   std::shared_ptr<transport::Connection> connection_;
   std::uint64_t request_ = 0;

@@ -86,6 +86,22 @@ TEST(Capabilities, APeerIsBoundToTheGrantItClaimed) {
   EXPECT_NE(*second, *serial);
 }
 
+// A claim on a live connection takes the grant whose secret it checked:
+// one replaced by its owner in between (a retry, a new serial) is not it.
+TEST(Capabilities, AClaimWithASerialTakesOnlyThatGrant) {
+  Capabilities table;
+  std::string why;
+  ASSERT_TRUE(table.add(grant(1, owner_a), why));
+  const auto checked = table.find(1);
+  ASSERT_TRUE(checked.has_value());
+  ASSERT_TRUE(table.add(grant(1, owner_a), why)) << why;  // replaced: another serial
+  EXPECT_FALSE(table.claim(1, checked->serial)) << "the grant whose secret was checked is gone";
+  const auto now = table.find(1);
+  ASSERT_TRUE(now.has_value());
+  EXPECT_EQ(table.claim(1, now->serial), now->serial);
+  EXPECT_FALSE(table.claim(1, now->serial)) << "spent";
+}
+
 TEST(Capabilities, AnUnclaimedGrantMayBeGrantedAgainByItsOwner) {
   Capabilities table;
   std::string why;

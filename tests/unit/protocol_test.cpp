@@ -51,7 +51,8 @@ bool same(const PutAck& a, const PutAck& b) {
   return std::tie(a.request, a.buffer, a.status, a.message) == std::tie(b.request, b.buffer, b.status, b.message);
 }
 bool same(const Get& a, const Get& b) {
-  return std::tie(a.request, a.buffer, a.offset, a.length) == std::tie(b.request, b.buffer, b.offset, b.length);
+  return std::tie(a.request, a.buffer, a.offset, a.length, a.under) ==
+         std::tie(b.request, b.buffer, b.offset, b.length, b.under);
 }
 bool same(const Data& a, const Data& b) {
   return std::tie(a.request, a.buffer, a.offset, a.status, a.message) ==
@@ -99,6 +100,10 @@ bool same(const Fetch& a, const Fetch& b) {
                   a.capability, a.secret, a.source_buffer, a.source_offset) ==
          std::tie(b.request, b.buffer, b.dtype, b.rows, b.cols, b.offset, b.length, b.source, b.host_key,
                   b.capability, b.secret, b.source_buffer, b.source_offset);
+}
+
+bool same(const Claim& a, const Claim& b) {
+  return std::tie(a.request, a.capability, a.mac) == std::tie(b.request, b.capability, b.mac);
 }
 
 bool same(const Message& a, const Message& b) {
@@ -174,6 +179,9 @@ std::vector<Message> samples() {
                     .offset = 4096});
   out.push_back(PutAck{.request = 9, .buffer = 77, .status = Status::quota_exceeded, .message = with_nuls()});
   out.push_back(Get{.request = 10, .buffer = 77, .offset = 123, .length = max_buffer_bytes});
+  out.push_back(Get{.request = 10, .buffer = 77, .offset = 123, .length = 1, .under = {0}});
+  out.push_back(Get{
+      .request = 10, .buffer = 77, .offset = 123, .length = 1, .under = {std::numeric_limits<std::uint64_t>::max()}});
   out.push_back(Data{.request = 10, .buffer = 77, .offset = 123, .status = Status::unknown_buffer, .message = "gone"});
   out.push_back(Run{.request = 11,
                     .kernel = "gemm",
@@ -209,6 +217,9 @@ std::vector<Message> samples() {
   fetch.host_key.fill(0x44);
   fetch.secret.fill(0xa5);
   out.push_back(fetch);
+  Claim claim{.request = 18, .capability = 0xfeedfacecafebeef};
+  claim.mac.fill(0x3c);
+  out.push_back(claim);
   return out;
 }
 
@@ -330,13 +341,14 @@ TEST(Protocol, NamesAndTypes) {
   EXPECT_STREQ(to_string(Type::define_kernel), "define_kernel");
   EXPECT_STREQ(to_string(Type::grant), "grant");
   EXPECT_STREQ(to_string(Type::fetch), "fetch");
-  EXPECT_STREQ(to_string(static_cast<Type>(21)), "unknown");
+  EXPECT_STREQ(to_string(Type::claim), "claim");
+  EXPECT_STREQ(to_string(static_cast<Type>(22)), "unknown");
   EXPECT_STREQ(to_string(Status::ok), "ok");
   EXPECT_STREQ(to_string(Status::version_mismatch), "version_mismatch");
   EXPECT_STREQ(to_string(Status::internal), "internal");
   EXPECT_STREQ(to_string(Status::busy), "busy");
   EXPECT_STREQ(to_string(static_cast<Status>(14)), "unknown");
-  for (std::uint16_t t = 1; t <= static_cast<std::uint16_t>(Type::fetch); ++t)
+  for (std::uint16_t t = 1; t <= static_cast<std::uint16_t>(Type::claim); ++t)
     EXPECT_STRNE(to_string(static_cast<Type>(t)), "unknown") << t;
   for (std::uint16_t s = 0; s <= static_cast<std::uint16_t>(Status::busy); ++s)
     EXPECT_STRNE(to_string(static_cast<Status>(s)), "unknown") << s;
@@ -471,7 +483,7 @@ TEST(ProtocolMalformed, FrameFields) {
   expect_refused(frame(14, Body().u64(1).bytes, 0), "speaks versions 1 to 1");
   expect_refused(frame(14, Body().u64(1).bytes, 99), "frame.version: 99");
   expect_refused(frame(0, Body().u64(1).bytes), "frame.type: unknown message type 0");
-  expect_refused(frame(21, Body().u64(1).bytes), "frame.type: unknown message type 21");
+  expect_refused(frame(22, Body().u64(1).bytes), "frame.type: unknown message type 22");
   expect_refused(frame(0xffff, Body().u64(1).bytes), "frame.type");
 
   Bytes longer = ping;  // body_length says one byte more than follows
@@ -770,6 +782,53 @@ TEST(ProtocolMalformed, Fetch) {
   Fetch bad{.request = 1, .buffer = 1, .dtype = DType::u8, .rows = 1, .cols = 1, .offset = 0, .length = 2,
             .source = "h:1"};
   expect_encode_refused(bad, "cannot encode fetch.offset+length");
+}
+
+// ---- claim, and the capability a get reads under ----
+
+TEST(Protocol, GoldenClaim) {
+  Claim claim{.request = 3, .capability = 0x0102030405060708};
+  for (std::size_t i = 0; i < mac_bytes; ++i) claim.mac[i] = static_cast<std::uint8_t>(0xc0 + i);
+  Body b;
+  b.u64(3).u64(0x0102030405060708);
+  for (std::size_t i = 0; i < mac_bytes; ++i) b.u8(0xc0 + i);
+  const Bytes expected = frame(Type::claim, b);
+  ASSERT_EQ(expected.size(), 12u + 8 + 8 + 32);
+  EXPECT_EQ(expected[6], std::byte{21});  // type claim (21)
+  EXPECT_EQ(encode(claim), expected);
+  EXPECT_TRUE(same(decode(expected), Message{claim}));
+}
+
+TEST(ProtocolMalformed, Claim) {
+  Body whole;
+  whole.u64(3).u64(4);
+  for (std::size_t i = 0; i < mac_bytes; ++i) whole.u8(1);
+  ASSERT_NO_THROW(decode(frame(Type::claim, whole)));
+  Body short_mac;
+  short_mac.u64(3).u64(4);
+  for (std::size_t i = 0; i + 1 < mac_bytes; ++i) short_mac.u8(1);
+  expect_refused(frame(Type::claim, short_mac), "claim.mac: truncated");
+  expect_refused(frame(Type::claim, Body().u64(3)), "claim.capability: truncated");
+  Body trailing = whole;
+  trailing.u8(0);
+  expect_refused(frame(Type::claim, trailing), "claim.body: 1 trailing");
+}
+
+// A get without the trailing capability (a client's, or an older peer's)
+// reads as before; with it, 8 more bytes; anything else after is refused.
+TEST(Protocol, GoldenGetUnderACapability) {
+  const Bytes plain = frame(Type::get, Body().u64(1).u64(2).u64(3).u64(4));
+  EXPECT_EQ(encode(Get{.request = 1, .buffer = 2, .offset = 3, .length = 4}), plain);
+  EXPECT_FALSE(std::get<Get>(decode(plain)).under.capability.has_value());
+  const Bytes under = frame(Type::get, Body().u64(1).u64(2).u64(3).u64(4).u64(0x0102030405060708));
+  const Get named{.request = 1, .buffer = 2, .offset = 3, .length = 4, .under = {0x0102030405060708}};
+  EXPECT_EQ(encode(named), under);
+  EXPECT_TRUE(same(decode(under), Message{named}));
+  // Capability 0 is a capability: written, not left out.
+  EXPECT_EQ(encode(Get{.request = 1, .buffer = 2, .offset = 3, .length = 4, .under = {0}}),
+            frame(Type::get, Body().u64(1).u64(2).u64(3).u64(4).u64(0)));
+  expect_refused(frame(Type::get, Body().u64(1).u64(2).u64(3).u64(4).u32(9)), "get.capability: truncated");
+  expect_refused(frame(Type::get, Body().u64(1).u64(2).u64(3).u64(4).u64(9).u8(0)), "get.body: 1 trailing");
 }
 
 }  // namespace

@@ -49,11 +49,11 @@ std::optional<transport::CapabilityKeys> Capabilities::keys(std::uint64_t id) {
   return transport::CapabilityKeys{std::move(found->secret), found->reader};
 }
 
-std::optional<std::uint64_t> Capabilities::claim(std::uint64_t id) {
+std::optional<std::uint64_t> Capabilities::claim(std::uint64_t id, std::optional<std::uint64_t> serial) {
   std::lock_guard lock(mutex_);
   expire(std::chrono::steady_clock::now());
   auto it = by_id_.find(id);
-  if (it == by_id_.end() || it->second.claimed) return std::nullopt;
+  if (it == by_id_.end() || it->second.claimed || (serial && it->second.serial != *serial)) return std::nullopt;
   it->second.claimed = true;
   return it->second.serial;
 }

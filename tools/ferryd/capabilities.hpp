@@ -30,7 +30,7 @@ struct Capability {
   std::weak_ptr<Session> session;  // the same, to read its replica through
   std::uint64_t buffer = 0, offset = 0, length = 0;
   std::chrono::steady_clock::time_point deadline;
-  bool claimed = false;  // a peer signed in with it: no one else may (one use)
+  bool claimed = false;  // a peer signed in with it or claimed it: no one else may (one use)
   // Which grant this is, set by add(): a peer's session is bound to the
   // grant it claimed, not to the id, so a later grant under the same id
   // (another buffer, another reader, another client) is not its to read.
@@ -59,7 +59,9 @@ class Capabilities {
   // nothing when one did already (two raced through the handshake) or it
   // is gone. Its session keeps using it (find with that serial); the
   // secret lets no one else in.
-  std::optional<std::uint64_t> claim(std::uint64_t id);
+  // With `serial`: only while it is that same grant (a claim on a live
+  // connection takes the grant whose secret it checked).
+  std::optional<std::uint64_t> claim(std::uint64_t id, std::optional<std::uint64_t> serial = std::nullopt);
   // The live grant `id`; with a serial, only while it is that same grant.
   std::optional<Capability> find(std::uint64_t id, std::optional<std::uint64_t> serial = std::nullopt);
   void drop_owner(const Session* owner);

@@ -25,10 +25,14 @@
 // parallel). Dials to other sources go on meanwhile, so a source that never
 // answers stalls only the fetches that named it.
 //
-// Connections are not reused across fetches: a source admits one
-// capability per connection (the capability's secret is the connection's
-// token), so a second fetch needs a second sign-in. Reuse would need a
-// message that presents another capability on a live connection.
+// One connection per source is kept and shared (docs/protocol.md, claim):
+// the first fetch from a source signs in with its capability, and later
+// ones, while the connection lives, claim theirs on it (an HMAC with the
+// capability's secret over the connection's handshake digest), which saves
+// the dial (a TCP handshake, a key exchange, two UCX endpoints). It is kept
+// by the source's resolved address and the host key the fetch pinned, so
+// a capability is shown only to the host its client pinned; a connection
+// whose source failed is dropped, and one left idle closes after link_idle.
 #pragma once
 
 #include <chrono>
@@ -101,8 +105,14 @@ class PeerFetches {
   static constexpr std::chrono::seconds dial_timeout{10};
   // How often a fetch waiting for a get looks whether its replica was freed.
   static constexpr std::chrono::milliseconds freed_poll{100};
+  // A connection to a source serves at most this many fetches at once (a
+  // second one is dialled past that), and closes after this long unused.
+  static constexpr std::size_t link_users = 4;
+  static constexpr std::chrono::seconds link_idle{30};
+  static constexpr std::chrono::seconds idle_poll{5};
 
  private:
+  struct Link;
   struct Job;
   struct Shared;
   static void serve(const std::shared_ptr<Shared>& shared, std::size_t runner);

@@ -26,9 +26,10 @@ Session::Session(ServerState& server, std::shared_ptr<transport::Connection> con
       client_(peer.client),
       grant_(std::move(grant)),
       share_key_(peer.key ? grant_.name : "token:" + (client_.empty() ? peer_ : client_)),
-      key_(peer.key),
-      capability_(peer.capability),
-      capability_serial_(capability_serial) {
+      key_(peer.key) {
+  if (peer.capability)
+    capability_peer_ = CapabilityPeer{
+        {{*peer.capability, capability_serial}}, peer.reader.value_or(transport::PublicKey{}), peer.binding};
   server_.metrics.client_connected();
 }
 
@@ -112,7 +113,7 @@ void Session::dispatch(protocol::Message& message, transport::Incoming& incoming
                printable(error.message, 1024));
     return close("the client reported an error");
   }
-  if (capability_) return dispatch_capability(message);
+  if (capability_peer_) return dispatch_capability(message);
   // The handshake's messages belong on the bootstrap socket, never here.
   const bool allowed = type == Type::put || type == Type::get || type == Type::run || type == Type::free ||
                        type == Type::stats || type == Type::ping || type == Type::define_kernel ||

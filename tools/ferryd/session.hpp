@@ -7,20 +7,21 @@
 
 #include <chrono>
 #include <cstddef>
-#include <deque>
-#include <unordered_set>
 #include <cstdint>
+#include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
-#include <utility>
 #include <unordered_map>
+#include <unordered_set>
+#include <utility>
 
+#include "authorized_keys.hpp"
 #include "ferry/runtime/buffer.hpp"
 #include "ferry/runtime/user_kernel.hpp"
-#include "authorized_keys.hpp"
 #include "ferry/transport/bootstrap.hpp"
 #include "ferry/transport/connection.hpp"
 #include "ferry/transport/protocol.hpp"
@@ -96,6 +97,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void on_get(const protocol::Get& get);
   // Answers a get from `replica` (which holds the range).
   void send_data(const protocol::Get& get, const std::shared_ptr<Replica>& replica);
+  void on_claim(const protocol::Claim& claim);
   // Whether replica `id` may have this shape (an existing one keeps its
   // own; a new one must be possible); else `refusal` says why.
   bool shape_allowed(std::uint64_t id, protocol::DType dtype, std::uint64_t rows, std::uint64_t cols,
@@ -155,9 +157,20 @@ class Session : public std::enable_shared_from_this<Session> {
   // identity share a queue.
   const std::string share_key_;
   const std::optional<transport::PublicKey> key_;  // none: it used the shared token
-  // Set for another ferryd that signed in with a capability a client granted.
-  const std::optional<std::uint64_t> capability_;
-  const std::uint64_t capability_serial_;
+  // Set for another ferryd that signed in with a capability a client
+  // granted: the grants this connection holds (the one it signed in with,
+  // and those it claimed since), the host key it signed in with, which
+  // every grant it holds names as its reader, and the handshake's digest
+  // that claims prove their secrets over.
+  struct CapabilityPeer {
+    std::map<std::uint64_t, std::uint64_t> held;  // capability id -> serial of the grant it took
+    transport::PublicKey reader{};
+    transport::Nonce binding{};
+    std::size_t refused_claims = 0;
+  };
+  std::optional<CapabilityPeer> capability_peer_;
+  // Claims a capability peer may have refused before its connection closes.
+  static constexpr std::size_t max_refused_claims = 16;
 
   std::unordered_map<std::uint64_t, std::shared_ptr<Replica>> replicas_;
   std::uint64_t memory_in_use_ = 0;

@@ -119,30 +119,93 @@ void Session::fetched(const protocol::Fetch& fetch, const std::shared_ptr<Replic
 
 void Session::dispatch_capability(protocol::Message& message) {
   const Type type = protocol::type_of(message);
+  const CapabilityPeer& peer = *capability_peer_;
+  // The capability a refusal names: the one the get read under, else the
+  // first this connection holds.
+  std::uint64_t named = peer.held.empty() ? 0 : peer.held.begin()->first;
   // Anything but reading what was granted is refused, loudly: the peer is
   // a host the client named, and it has no business asking for more.
   auto refuse = [&](const std::string& why) {
-    audit("capability_refused", {{"capability", *capability_}, {"request", protocol::to_string(type)}, {"why", why}});
-    fail(Status::auth_failed, fmt::format("capability {}: {}", *capability_, why));
+    audit("capability_refused", {{"capability", named}, {"request", protocol::to_string(type)}, {"why", why}});
+    fail(Status::auth_failed, fmt::format("capability {}: {}", named, why));
   };
   if (type == Type::ping) return send(protocol::Pong{std::get<protocol::Ping>(message).request});
+  if (type == Type::claim) return on_claim(std::get<protocol::Claim>(message));
   if (type != Type::get) return refuse(fmt::format("a {} is not allowed: only gets of the granted region",
                                                    protocol::to_string(type)));
   const auto& get = std::get<protocol::Get>(message);
-  // The grant it claimed, not whatever is granted under its id now.
-  const auto capability = server_.capabilities->find(*capability_, capability_serial_);
-  if (!capability) return refuse("the capability expired or was withdrawn");
+  // Which grant it reads under: the one it names, or, from a peer that
+  // names none (before claims existed), the one it holds when it holds one.
+  if (get.under.capability) {
+    named = *get.under.capability;
+  } else if (peer.held.size() != 1) {
+    return refuse("a get on a connection holding several capabilities must name the one it reads under");
+  }
+  const auto held = peer.held.find(named);
+  if (held == peer.held.end()) return refuse("this connection does not hold it");
+  // The grant it claimed, not whatever is granted under its id now. Gone
+  // (expired, withdrawn, freed) is this get's refusal, not the
+  // connection's: other grants it holds may still be read.
+  const auto answer = [&](Status status, const std::string& why) {
+    send(protocol::Data{get.request, get.buffer, get.offset, status,
+                        clipped(fmt::format("capability {}: {}", named, why))});
+  };
+  const auto capability = server_.capabilities->find(named, held->second);
+  if (!capability) return answer(Status::auth_failed, "the capability expired or was withdrawn");
   if (!capability->covers(get.buffer, get.offset, get.length))
     return refuse(fmt::format("bytes [{}, {}) of buffer {} lie outside the grant ([{}, {}) of buffer {})", get.offset,
                               get.offset + get.length, get.buffer, capability->offset,
                               capability->offset + capability->length, capability->buffer));
   auto owner = capability->session.lock();
   auto replica = owner ? owner->replica(get.buffer) : nullptr;
-  if (!replica) return refuse("the granting client freed the buffer or went away");
+  if (!replica) return answer(Status::unknown_buffer, "the granting client freed the buffer or went away");
   if (get.offset > replica->bytes || get.length > replica->bytes - get.offset)
     return refuse(fmt::format("bytes [{}, {}) lie outside buffer {} of {} bytes", get.offset, get.offset + get.length,
                               get.buffer, replica->bytes));
   send_data(get, replica);
+}
+
+// A capability peer holding one more capability on this connection. Its
+// proof is an HMAC keyed with the capability's secret over this
+// connection's handshake digest: the secret never crosses the wire, and a
+// proof seen on one connection is worth nothing on another.
+void Session::on_claim(const protocol::Claim& claim) {
+  CapabilityPeer& peer = *capability_peer_;
+  const auto answer = [&](Status status, const std::string& why) {
+    audit("claim",
+          {{"capability", claim.capability}, {"result", status == Status::ok ? "ok" : "refused"}, {"why", why}});
+    send(protocol::PutAck{claim.request, claim.capability, status, why});
+  };
+  // Refusals answer the claim and keep the connection (the grants it holds
+  // stay readable), up to a bound: a peer that keeps guessing is dropped.
+  const auto refused = [&](const std::string& why) {
+    if (++peer.refused_claims > max_refused_claims) {
+      audit("capability_refused", {{"capability", claim.capability}, {"request", "claim"}, {"why", why}});
+      return fail(Status::auth_failed,
+                  fmt::format("{} claims refused on this connection: {}", peer.refused_claims, why));
+    }
+    answer(Status::auth_failed, why);
+  };
+  // One answer whether the id is unknown, used or its secret wrong: a peer
+  // learns nothing of which ids are live (the same words as the sign-in's).
+  const std::string unknown =
+      fmt::format("capability {} is unknown, expired or used, or its secret is wrong", claim.capability);
+  const auto found = server_.capabilities->find(claim.capability);
+  if (!found || found->claimed || !transport::verify_claim(found->secret, peer.binding, claim.capability, claim.mac))
+    return refused(unknown);
+  if (found->reader != peer.reader)
+    return refused(fmt::format("capability {} was granted to host key {}, and this connection signed in with {}",
+                               claim.capability, transport::fingerprint(found->reader),
+                               transport::fingerprint(peer.reader)));
+  std::erase_if(peer.held, [&](const auto& entry) { return !server_.capabilities->find(entry.first, entry.second); });
+  if (peer.held.size() >= Capabilities::max_per_owner)
+    return refused(fmt::format("this connection holds {} capabilities already (at most {})", peer.held.size(),
+                               Capabilities::max_per_owner));
+  // Still unclaimed, and still the grant whose secret was checked.
+  const auto serial = server_.capabilities->claim(claim.capability, found->serial);
+  if (!serial) return refused(unknown);
+  peer.held.emplace(claim.capability, *serial);
+  answer(Status::ok, {});
 }
 
 }  // namespace ferry::ferryd

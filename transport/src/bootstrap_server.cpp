@@ -710,6 +710,7 @@ class BootstrapServer::Impl {
                       fmt::format("the signature by host key {} does not verify", fingerprint(key)));
       who.key_name = "capability";  // not an authorized key: `key` stays empty
       who.capability = capability;
+      who.reader = key;
       peer.secret = std::move(keys->secret);
     } else if (!all_zero(peer.hello.identity)) {
       const PublicKey key = peer.hello.identity;
@@ -740,6 +741,7 @@ class BootstrapServer::Impl {
     if (!who.encrypted && !loopback)
       log().warn("bootstrap: {} ({}) gets a plaintext link, as both ends chose (--plaintext)", who.address,
                  who.client);
+    who.binding = digest;
     admit(peer, who, auth->worker_address, digest);
   }
 
@@ -910,6 +912,18 @@ const char* to_string(Refusal reason) noexcept {
 }
 
 std::string capability_client(std::uint64_t id) { return std::string(capability_prefix) + std::to_string(id); }
+
+namespace {
+std::string claim_context(std::uint64_t capability) { return "claim:" + std::to_string(capability); }
+}  // namespace
+
+Mac claim_mac(std::string_view secret, const Nonce& binding, std::uint64_t capability) {
+  return auth_mac(secret, binding, claim_context(capability));
+}
+
+bool verify_claim(std::string_view secret, const Nonce& binding, std::uint64_t capability, const Mac& mac) {
+  return verify_mac(secret, binding, claim_context(capability), mac);
+}
 
 std::optional<std::uint64_t> capability_of(std::string_view client) {
   if (!client.starts_with(capability_prefix)) return std::nullopt;

@@ -123,6 +123,7 @@ Dialed ClientHandshake::on_welcome(std::span<const std::byte> sealed, const std:
   Dialed dialed;
   dialed.host_key = challenge_.host_key;
   dialed.cipher = cipher_;
+  dialed.binding = digest_;
   if (welcome->lane != protocol::Lane::none && welcome->lane != hello_.lane)
     throw DialRefused(protocol::Status::malformed,
                       fmt::format("ferryd at {} chose a lane this client did not offer", where_));

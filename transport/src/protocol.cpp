@@ -16,7 +16,7 @@ namespace ferry::protocol {
 namespace {
 
 constexpr std::size_t frame_bytes = 4 + 2 + 2 + 4;  // magic, version, type, body_length
-constexpr std::uint16_t last_type = static_cast<std::uint16_t>(Type::fetch);
+constexpr std::uint16_t last_type = static_cast<std::uint16_t>(Type::claim);
 
 template <class E>
 constexpr E last_value() noexcept;
@@ -237,6 +237,7 @@ void fields(IO& io, M& m) {
   io("buffer", m.buffer);
   io("offset", m.offset);
   io("length", m.length);
+  io("capability", m.under);
 }
 template <class IO, Is<Data> M>
 void fields(IO& io, M& m) {
@@ -348,6 +349,12 @@ void fields(IO& io, M& m) {
   io("source_buffer", m.source_buffer);
   io("source_offset", m.source_offset);
 }
+template <class IO, Is<Claim> M>
+void fields(IO& io, M& m) {
+  io("request", m.request);
+  io("capability", m.capability);
+  io("mac", m.mac);
+}
 
 // ---- encoding ----
 
@@ -446,6 +453,12 @@ class Writer : public Location {
     if (pid.value == 0) return;
     if (lane_left_out_) fail(field, "a process id needs a lane before it");
     append_le(out_, pid.value);
+  }
+
+  // A trailing u64 (a get's last field): left out when none, so an older
+  // peer still reads the message. Any id, 0 included, is written.
+  void operator()(const char*, const Under& under) {
+    if (under.capability) append_le(out_, *under.capability);
   }
 
   // A trailing list added after version 1 shipped: left out when empty, so
@@ -568,6 +581,14 @@ class Reader : public Location {
     if (left() == 0) return;
     pid.value = uint<std::uint32_t>(field);
     if (pid.value == 0) fail(field, "0 is written by leaving the field out");
+  }
+
+  // A trailing u64 (a get's last field): a header that ends before it
+  // (an older peer, or a client's get) names none.
+  void operator()(const char* field, Under& under) {
+    under = {};
+    if (left() == 0) return;
+    under.capability = uint<std::uint64_t>(field);
   }
 
   // A trailing list added after version 1 shipped: a header that ends
@@ -699,6 +720,8 @@ Message decode(std::span<const std::byte> header) {
     case Type::define_kernel: return read<DefineKernel>(type, body);
     case Type::grant: return read<GrantRead>(type, body);
     case Type::fetch: return read<Fetch>(type, body);
+    case Type::claim:
+      return read<Claim>(type, body);
   }
   frame_error("type: unknown message type " + std::to_string(raw_type));  // unreachable: checked above
 }

@@ -31,6 +31,8 @@ const char* to_string(Type type) noexcept {
     case Type::define_kernel: return "define_kernel";
     case Type::grant: return "grant";
     case Type::fetch: return "fetch";
+    case Type::claim:
+      return "claim";
   }
   return "unknown";
 }
@@ -78,9 +80,11 @@ constexpr Type type_for() noexcept {
   else if constexpr (std::is_same_v<T, Bye>) return Type::bye;
   else if constexpr (std::is_same_v<T, DefineKernel>) return Type::define_kernel;
   else if constexpr (std::is_same_v<T, GrantRead>) return Type::grant;
-  else {
-    static_assert(std::is_same_v<T, Fetch>, "a Message alternative without a Type");
+  else if constexpr (std::is_same_v<T, Fetch>)
     return Type::fetch;
+  else {
+    static_assert(std::is_same_v<T, Claim>, "a Message alternative without a Type");
+    return Type::claim;
   }
 }
 

@@ -30,6 +30,7 @@
 #include <string_view>
 
 #include "ferry/error.hpp"
+#include "ferry/transport/auth.hpp"
 #include "ferry/transport/connection.hpp"
 #include "ferry/transport/identity.hpp"
 #include "ferry/transport/known_hosts.hpp"
@@ -53,6 +54,12 @@ struct Peer {
   // A capability peer (another ferryd fetching what a client granted): it
   // signed in with the capability's secret as the token; the id it named.
   std::optional<std::uint64_t> capability;
+  // And the host key it signed with (its grant's reader): a claim of
+  // another capability on this connection must name the same reader.
+  std::optional<PublicKey> reader;
+  // The handshake's transcript digest, the same at both ends and no other
+  // connection's: a later proof on this connection (a claim) is made over it.
+  Nonce binding{};
 };
 
 // The client name a capability peer gives in hello: "capability:" and the
@@ -60,6 +67,13 @@ struct Peer {
 inline constexpr std::string_view capability_prefix = "capability:";
 std::string capability_client(std::uint64_t id);
 std::optional<std::uint64_t> capability_of(std::string_view client);
+
+// What a capability peer sends to hold one more capability on a connection
+// it signed in on (protocol::Claim): HMAC-SHA-256 keyed with the
+// capability's secret over the connection's binding and the id. The secret
+// never crosses the wire, and the proof is good on that connection only.
+Mac claim_mac(std::string_view secret, const Nonce& binding, std::uint64_t capability);
+bool verify_claim(std::string_view secret, const Nonce& binding, std::uint64_t capability, const Mac& mac);
 
 struct DialOptions;
 struct Dialed;
@@ -202,6 +216,7 @@ struct Dialed {
   protocol::Welcome welcome;
   PublicKey host_key{};
   Cipher cipher = Cipher::xchacha20poly1305;
+  Nonce binding{};  // as Peer::binding: what claims on this connection are made over
 };
 
 // Connects, authenticates both ways and creates the UCX endpoint. Throws

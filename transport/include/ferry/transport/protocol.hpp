@@ -60,6 +60,7 @@ enum class Type : std::uint16_t {
   define_kernel,  // client -> server: a kernel from CUDA source (payload) for this connection; answered by done
   grant,       // client -> server: let a capability peer read part of a replica; answered by put_ack
   fetch,       // client -> server: pull part of a replica from another ferryd (with a grant); answered by put_ack
+  claim,       // capability peer -> server: hold one more capability on this connection; answered by put_ack
 };
 const char* to_string(Type type) noexcept;
 
@@ -197,11 +198,21 @@ struct PutAck {
   std::string message;
 };
 
+// Which capability a capability peer's get reads under: a connection may
+// hold several (claim), and two tenants' buffer ids can coincide. Added
+// after version 1 shipped: a trailing u64 that only capability peers
+// write; a get that ends before it names none.
+struct Under {
+  std::optional<std::uint64_t> capability;
+  friend bool operator==(const Under&, const Under&) = default;
+};
+
 struct Get {
   std::uint64_t request = 0;
   std::uint64_t buffer = 0;
   std::uint64_t offset = 0;
   std::uint64_t length = 0;
+  Under under{};  // {}: designated initializers may leave it out
 };
 
 // Answers a get: payload = the bytes asked for (none when status != ok).
@@ -329,8 +340,20 @@ struct Fetch {
   std::uint64_t source_offset = 0;
 };
 
+// A capability peer, signed in with one capability, holds one more on the
+// same connection (host-to-host transfers reuse one connection per pair of
+// hosts): it proves it knows that capability's secret without sending it,
+// bound to this connection (transport::claim_mac over the handshake's
+// transcript digest). Answered by a put_ack (request, buffer = the
+// capability): ok, or auth_failed saying why.
+struct Claim {
+  std::uint64_t request = 0;
+  std::uint64_t capability = 0;
+  std::array<std::uint8_t, mac_bytes> mac{};
+};
+
 using Message = std::variant<Hello, Challenge, Auth, Welcome, Put, PutAck, Get, Data, Run, Done, Free, StatsRequest,
-                             StatsReply, Ping, Pong, ErrorMessage, Bye, DefineKernel, GrantRead, Fetch>;
+                             StatsReply, Ping, Pong, ErrorMessage, Bye, DefineKernel, GrantRead, Fetch, Claim>;
 
 Type type_of(const Message& message) noexcept;
 
