@@ -5,8 +5,10 @@
 //   remote    gemm n=8192 through a ferryd on this machine (loopback) vs local (≤ 3 % slower)
 //   sweep     placement of a gemm size sweep after calibration vs the best fixed placement (within 5 %)
 //   cholesky  tiled Cholesky (fp64) through Ferry vs cusolverDnDpotrf on one GPU
-// Without a GPU it says why and exits 0: nothing to measure.
+// Without a GPU it says why and exits 0 (nothing to measure), or 3 with
+// --require-gpu, which a GPU check passes so that "no GPU" cannot read as a pass.
 //   ferry_bench_gpu [--only=gemm,h2d,remote,sweep,cholesky] [--remote=HOST:PORT --token-file=F] [--reps=5]
+//                   [--require-gpu]
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <cusolverDn.h>
@@ -51,6 +53,7 @@ struct Config {
   std::string remote;
   std::string token_file;
   int reps = 5;
+  bool require_gpu = false;
   bool wants(const std::string& what) const { return only.empty() || only.contains(what); }
 };
 
@@ -312,6 +315,8 @@ int main(int argc, char** argv) {
       cfg.token_file = *t;
     } else if (auto n = ferry::bench::option(arg, "--reps=")) {
       cfg.reps = std::max(1, std::atoi(n->c_str()));
+    } else if (arg == "--require-gpu") {
+      cfg.require_gpu = true;
     } else {
       fmt::print(stderr, "unknown argument {}\n", arg);
       return 2;
@@ -320,7 +325,7 @@ int main(int argc, char** argv) {
   fmt::print("ferry GPU benchmarks on {}\n", ferry::bench::machine());
   if (ferry::cuda::device_count() == 0) {
     fmt::print("no GPU to measure: {}\n", ferry::cuda::unavailable_reason());
-    return 0;
+    return cfg.require_gpu ? 3 : 0;
   }
   const auto info = ferry::cuda::device_info(0);
   fmt::print("GPU 0: {} ({:.1f} GiB, sm_{}{})\n", info.name, info.total_bytes / double(1 << 30), info.compute_major,

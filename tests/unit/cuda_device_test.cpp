@@ -224,6 +224,7 @@ TEST(CudaDevice, EveryBuiltinKernelMatchesTheCpu) {
     const auto there = body(gpu);
     expect_near(here.first, there.first, kernel);
     EXPECT_NEAR(here.second, there.second, 1e-9 * (1 + std::abs(here.second))) << kernel;
+    ++compared;
   };
   using Out = std::pair<std::vector<double>, double>;
   both("axpy", [&](ferry::OnOption where) -> Out {
@@ -357,9 +358,12 @@ TEST(CudaDevice, UnifiedBufferIsUsedInPlaceWithoutCopies) {
   auto x = rt.unified<double>(n);
   std::ranges::fill(x.host(), 2.0);
   for (int i = 0; i < 3; ++i) EXPECT_EQ(rt.submit(k, ferry::readwrite(x), gpu).device(), "cuda:0");
-  auto h = x.host();  // prefetched back from the GPU
-  EXPECT_EQ(h[0], 5.0);
-  EXPECT_EQ(h[n - 1], 5.0);
+  {
+    // Scoped: a host view held open would make the `scal` below wait for it.
+    auto h = x.host();  // prefetched back from the GPU
+    EXPECT_EQ(h[0], 5.0);
+    EXPECT_EQ(h[n - 1], 5.0);
+  }
   // Host and GPU take turns on tiles of one unified matrix.
   auto m = rt.unified<double>(256, 256);
   std::ranges::fill(m.host(), 1.0);
@@ -367,10 +371,12 @@ TEST(CudaDevice, UnifiedBufferIsUsedInPlaceWithoutCopies) {
   rt.submit(k, ferry::readwrite(t(0, 0)), gpu);
   rt.submit(k, ferry::readwrite(t(1, 1)), ferry::on(ferry::cpu()));
   rt.submit(k, ferry::readwrite(t(1, 1)), gpu);
-  auto hm = m.host();
-  EXPECT_EQ(hm(0, 0), 2.0);
-  EXPECT_EQ(hm(200, 200), 3.0);
-  EXPECT_EQ(hm(0, 200), 1.0);
+  {
+    auto hm = m.host();
+    EXPECT_EQ(hm(0, 0), 2.0);
+    EXPECT_EQ(hm(200, 200), 3.0);
+    EXPECT_EQ(hm(0, 200), 1.0);
+  }
   rt.submit("scal", ferry::readwrite(x), 2.0, gpu);
   EXPECT_EQ(x.host()[n - 1], 10.0);
   const auto& info = gpu_info(rt.devices());
