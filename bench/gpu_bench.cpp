@@ -1,13 +1,14 @@
 // The GPU numbers of the CUDA issue, each against its peer in the
 // same run (ratios printed), on GPU 0:
 //   gemm      Ferry's gemm task on resident data vs bare cublasSgemm (≥ 97 % for n ≥ 4096)
+//   chain     1,000 dependent small tasks on one GPU vs the same cuBLAS calls on one stream (≤ 10 µs per task)
 //   h2d       Ferry's chunked host-to-device copy vs one cudaMemcpy from pinned memory (≥ 95 %)
 //   remote    gemm n=8192 through a ferryd on this machine (loopback) vs local (≤ 3 % slower)
 //   sweep     placement of a gemm size sweep after calibration vs the best fixed placement (within 5 %)
 //   cholesky  tiled Cholesky (fp64) through Ferry vs cusolverDnDpotrf on one GPU
 // Without a GPU it says why and exits 0 (nothing to measure), or 3 with
 // --require-gpu, which a GPU check passes so that "no GPU" cannot read as a pass.
-//   ferry_bench_gpu [--only=gemm,h2d,remote,sweep,cholesky] [--remote=HOST:PORT --token-file=F] [--reps=5]
+//   ferry_bench_gpu [--only=gemm,chain,h2d,remote,sweep,cholesky] [--remote=HOST:PORT --token-file=F] [--reps=5]
 //                   [--require-gpu]
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -124,6 +125,55 @@ void bench_gemm(const Config& cfg) {
     fmt::print("{:>6} {:>14.0f} {:>14.0f} {:>7.1f}%{}\n", n, peer, ours, 100 * ours / peer,
                n >= 4096 ? fmt::format("  target ≥ 97 %: {}", verdict(ours >= 0.97 * peer)) : "");
   }
+}
+
+// ---- chain: dependent small tasks on one GPU ----
+
+// One stream, no host round trip between calls: what a chain can cost at best.
+double cublas_chain_seconds(std::size_t n, int length) {
+  double* x = nullptr;
+  check(cudaMalloc(&x, n * sizeof(double)), "cudaMalloc");
+  check(cudaMemset(x, 0, n * sizeof(double)), "cudaMemset");
+  cublasHandle_t h;
+  check(cublasCreate(&h), "cublasCreate");
+  const double alpha = 1.0;
+  const int ni = static_cast<int>(n);
+  check(cublasDscal(h, ni, &alpha, x, 1), "cublasDscal");
+  check(cudaDeviceSynchronize(), "sync");
+  const auto start = Clock::now();
+  for (int i = 0; i < length; ++i) check(cublasDscal(h, ni, &alpha, x, 1), "cublasDscal");
+  check(cudaDeviceSynchronize(), "sync");
+  const double s = since(start);
+  cublasDestroy(h);
+  cudaFree(x);
+  return s;
+}
+
+void bench_chain(const Config& cfg) {
+  const int length = 1000;
+  const std::size_t n = 1024;
+  fmt::print("\n== a chain of {} dependent scal tasks (f64, n={}) on GPU 0, best of {}\n", length, n, cfg.reps);
+  ferry::Runtime rt(options());
+  auto x = rt.buffer<double>(n);
+  std::ranges::fill(x.host(), 1.0);
+  rt.submit("scal", ferry::readwrite(x), 1.0, ferry::on(ferry::gpu(0)));
+  rt.wait();  // x lives on the GPU now
+  double ours = 1e30, peer = 1e30;
+  std::size_t ordered_before = 0;
+  for (const auto& d : rt.devices()) ordered_before += d.stream_ordered;
+  for (int r = 0; r < cfg.reps; ++r) {
+    const auto start = Clock::now();
+    for (int i = 0; i < length; ++i) rt.submit("scal", ferry::readwrite(x), 1.0, ferry::on(ferry::gpu(0)));
+    rt.wait();
+    ours = std::min(ours, since(start) / length);
+    peer = std::min(peer, cublas_chain_seconds(n, length) / length);
+  }
+  std::size_t ordered = 0;
+  for (const auto& d : rt.devices()) ordered += d.stream_ordered;
+  fmt::print("cuBLAS on one stream {:8.2f} µs per call\n", peer * 1e6);
+  fmt::print("Ferry                {:8.2f} µs per task ({} of {} tasks ordered on the stream)  Ferry/cuBLAS = {:.1f}  "
+             "target ≤ 10 µs: {}\n",
+             ours * 1e6, ordered - ordered_before, length * cfg.reps, ours / peer, verdict(ours <= 10e-6));
 }
 
 // ---- h2d: chunked copy vs one cudaMemcpy ----
@@ -332,6 +382,7 @@ int main(int argc, char** argv) {
              info.compute_minor);
   try {
     if (cfg.wants("gemm")) bench_gemm(cfg);
+    if (cfg.wants("chain")) bench_chain(cfg);
     if (cfg.wants("h2d")) bench_h2d(cfg);
     if (cfg.wants("remote")) bench_remote(cfg);
     if (cfg.wants("sweep")) bench_sweep(cfg);

@@ -163,7 +163,8 @@ TEST(CudaDevice, OwnVariantSeesItsDataAndWritesItBack) {
       const bool in_tile = i >= 16 && i < 32 && j >= 32;
       ASSERT_EQ(h(i, j), before[i * 48 + j] + (in_tile ? 2.0 : 1.0)) << i << "," << j;
     }
-  const auto& gpu = gpu_info(rt.devices());
+  const auto devices_now = rt.devices();  // gpu_info returns a reference into it
+  const auto& gpu = gpu_info(devices_now);
   EXPECT_GT(gpu.bytes_in, 0u);
   EXPECT_GT(gpu.bytes_out, 0u);
 }
@@ -306,6 +307,52 @@ TEST(CudaDevice, EveryBuiltinKernelMatchesTheCpu) {
   EXPECT_EQ(compared, 13) << "a comparison stopped early";
 }
 
+// Each task of a chain on one GPU is enqueued behind its predecessor on its
+// stream, before that one finished, not after a completion round each.
+TEST(CudaDevice, ADependentChainIsOrderedOnTheGpuStream) {
+  REQUIRE_GPU();
+  Runtime rt(gpu_options());
+  const auto gpu = ferry::on(ferry::gpu(0));
+  // 64 MiB each: an axpy takes tens of microseconds, more than a submit, so
+  // the tasks are submitted while their predecessors still run.
+  const std::size_t n = std::size_t{1} << 23;
+  const int chain = 200;
+  auto x = rt.buffer<double>(n), y = rt.buffer<double>(n);
+  std::ranges::fill(x.host(), 1.0);
+  std::ranges::fill(y.host(), 0.0);
+  for (int i = 0; i < chain; ++i) rt.submit("axpy", ferry::read(x), ferry::readwrite(y), 1.0, gpu);
+  rt.wait();
+  const auto devices_now = rt.devices();  // gpu_info returns a reference into it
+  const auto& info = gpu_info(devices_now);
+  EXPECT_GT(info.stream_ordered, static_cast<std::size_t>(chain / 2))
+      << "tasks of the chain waited for their predecessor's completion instead of following it on its stream";
+  // Ordered or not, every step happened, in order, on the data the last left.
+  const auto h = y.host();
+  for (std::size_t i = 0; i < n; i += 4093) ASSERT_EQ(h[i], static_cast<double>(chain)) << "at " << i;
+  ASSERT_EQ(h[n - 1], static_cast<double>(chain));
+}
+
+// A successor touching part of what its predecessor writes (a tile of it)
+// is not ordered on the stream: it waits for the completion, which settles
+// the data first; the results match the CPU's.
+TEST(CudaDevice, ATileOfAnInFlightOutputWaitsForItsCompletion) {
+  REQUIRE_GPU();
+  Runtime rt(gpu_options());
+  const auto gpu = ferry::on(ferry::gpu(0));
+  auto m = rt.buffer<double>(512, 512);
+  std::ranges::fill(m.host(), 1.0);
+  auto t = m.tiles(256, 256);
+  for (int round = 0; round < 20; ++round) {
+    rt.submit("scal", ferry::readwrite(m), 2.0, gpu);
+    rt.submit("scal", ferry::readwrite(t(1, 1)), 0.5, gpu);
+  }
+  rt.wait();
+  const auto h = m.host();
+  EXPECT_EQ(h(0, 0), std::pow(2.0, 20));
+  EXPECT_EQ(h(300, 300), 1.0);
+  EXPECT_EQ(h(100, 400), std::pow(2.0, 20));
+}
+
 TEST(CudaDevice, EvictionUnderASmallCapWritesModifiedReplicasBack) {
   REQUIRE_GPU();
   // Room for 8 replicas of 1 MiB; 24 buffers, each modified on the GPU, twice.
@@ -379,7 +426,8 @@ TEST(CudaDevice, UnifiedBufferIsUsedInPlaceWithoutCopies) {
   }
   rt.submit("scal", ferry::readwrite(x), 2.0, gpu);
   EXPECT_EQ(x.host()[n - 1], 10.0);
-  const auto& info = gpu_info(rt.devices());
+  const auto devices_now = rt.devices();  // gpu_info returns a reference into it
+  const auto& info = gpu_info(devices_now);
   EXPECT_EQ(info.bytes_in, 0u) << "a unified buffer was copied";
   EXPECT_EQ(info.bytes_out, 0u) << "a unified buffer was copied";
 }

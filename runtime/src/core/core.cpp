@@ -622,7 +622,9 @@ TaskRecord* RuntimeCore::finish(TaskRecord* task, Device* current) {
     }
     for (const auto& edge : successors) {
       if (edge.data && task->error) mark_failed_input(edge.task, task);
-      if (edge.task->predecessor_finished()) ready(edge.task, current, bypass, skipped);
+      // An ordered successor was released at this task's launch; a failure
+      // here still spoils it (its device checks before keeping its outputs).
+      if (!edge.ordered && edge.task->predecessor_finished()) ready(edge.task, current, bypass, skipped);
       release(edge.task);
     }
     if (in_flight_.fetch_sub(1, std::memory_order_seq_cst) == 1 && waiters_.load(std::memory_order_seq_cst) > 0) {

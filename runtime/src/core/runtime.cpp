@@ -210,6 +210,7 @@ std::vector<DeviceInfo> Runtime::devices() const {
     if (detail::GpuFacts gpu; d->kind() == DeviceKind::cuda && detail::cuda_module()->facts(*d, gpu)) {
       info.bytes_in = gpu.bytes_to_device;
       info.bytes_out = gpu.bytes_from_device;
+      info.stream_ordered = gpu.stream_ordered;
       info.description = gpu.description;
     }
     out.push_back(std::move(info));

@@ -11,6 +11,7 @@
 #include "devices/device.hpp"
 #include "ferry/error.hpp"
 #include "core/task_record.hpp"
+#include "data/buffer_state.hpp"
 
 namespace ferry {
 
@@ -19,6 +20,7 @@ namespace detail {
 void release(TaskRecord* task) noexcept {
   if (task->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
   if (TaskRecord* failed = task->failed_input.load(std::memory_order_relaxed)) release(failed);
+  if (TaskRecord* before = task->ordered_after.load(std::memory_order_relaxed)) release(before);  // never ran
   for (auto& edge : task->successors) release(edge.task);
   delete task;
 }
@@ -27,6 +29,25 @@ void mark_failed_input(TaskRecord* succ, TaskRecord* pred) noexcept {
   TaskRecord* expected = nullptr;
   retain(pred);
   if (!succ->failed_input.compare_exchange_strong(expected, pred, std::memory_order_acq_rel)) release(pred);
+}
+
+bool follow_on_stream(TaskRecord* pred, TaskRecord* succ) noexcept {
+  if (succ->device != pred->device || !succ->kernel->cuda || succ->join ||
+      succ->failed_input.load(std::memory_order_acquire) != nullptr)
+    return false;
+  for (const auto& b : succ->buffers) {
+    if (b->root->unified) return false;
+    for (const auto& a : pred->buffers)
+      if (a->root == b->root && a->region.overlaps(b->region) && !(a->region == b->region)) return false;
+  }
+  // One stream per task: the first predecessor to claim it orders it.
+  TaskRecord* expected = nullptr;
+  if (succ->ordered_after.compare_exchange_strong(expected, pred, std::memory_order_acq_rel)) {
+    retain(pred);
+    succ->ordered_lane = pred->launched_lane;
+    return true;
+  }
+  return expected == pred;
 }
 
 bool add_edge(TaskRecord* pred, TaskRecord* succ, bool data) {
@@ -38,9 +59,14 @@ bool add_edge(TaskRecord* pred, TaskRecord* succ, bool data) {
     if (data && pred->failed()) mark_failed_input(succ, pred);
     return false;
   }
+  retain(succ);
+  if (pred->launched_lane >= 0 && follow_on_stream(pred, succ)) {
+    // Already on its GPU's stream: succ goes behind it there, uncounted.
+    pred->successors.push_back({succ, data, true});
+    return true;
+  }
   // Count first: pred cannot finish (and decrement) while we hold its lock.
   succ->pending.fetch_add(1, std::memory_order_relaxed);
-  retain(succ);
   pred->successors.push_back({succ, data});
   succ->waits_on.push_back(pred->id);
   return true;

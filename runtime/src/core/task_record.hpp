@@ -90,10 +90,21 @@ struct TaskRecord {
   struct Edge {
     TaskRecord* task;
     bool data;  // the successor reads what this task writes: a failure here spoils it
+    // Released when this task was launched, ordered behind it on its GPU
+    // stream (CudaDevice::release_ordered): finishing does not release it again.
+    bool ordered = false;
   };
   using Edges = RecordVector<Edge>;
   Edges successors;
   std::atomic<TaskRecord*> failed_input{nullptr};  // a predecessor that failed (referenced)
+  // Ordering on a GPU's stream instead of by completion (CudaDevice): a
+  // task enqueued on stream `launched_lane` of its GPU (under mutex, until
+  // it finishes) lets a successor on that GPU follow it there at once. The
+  // successor records it (referenced) and that stream: it must run there,
+  // and a fallback off the stream waits for it to finish first.
+  int launched_lane = -1;
+  std::atomic<TaskRecord*> ordered_after{nullptr};
+  int ordered_lane = -1;
   // Ids of the predecessors this task had to wait for when it was submitted
   // (written only while it is submitted): a remote forwards it behind them.
   RecordVector<std::uint64_t> waits_on;
@@ -127,6 +138,13 @@ void release(TaskRecord* task) noexcept;
 // whether an edge was added. For a data edge (succ reads what pred writes) a
 // failed pred marks succ as unable to run.
 bool add_edge(TaskRecord* pred, TaskRecord* succ, bool data);
+// Whether `succ` may be ordered behind `pred` on pred's GPU stream before
+// pred finishes (see launched_lane). The coherence layer learns what pred
+// wrote only when it completes, so succ must find its data where pred left
+// it, without a copy being made: every region both touch is the same region
+// (the same copy on that GPU), and nothing is unified (its pages move on
+// the host's say). Claims succ for pred (ordered_after) when it may.
+bool follow_on_stream(TaskRecord* pred, TaskRecord* succ) noexcept;
 // Records that `pred` failed before `succ` could use its output.
 void mark_failed_input(TaskRecord* succ, TaskRecord* pred) noexcept;
 

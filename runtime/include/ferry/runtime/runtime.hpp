@@ -55,6 +55,9 @@ struct DeviceInfo {
   DevicePeak peak;
   // Bytes copied into and out of its memory node (GPUs and remotes; 0 for the CPU).
   std::size_t bytes_in = 0, bytes_out = 0;
+  // GPUs: tasks enqueued behind their predecessor on its stream, before it
+  // finished, instead of waiting for its completion (a chain on one GPU).
+  std::size_t stream_ordered = 0;
   // For people: a GPU's model and memory, a remote's state ("down: why").
   std::string description;
 };

@@ -106,7 +106,10 @@ CudaDevice::CudaDevice(RuntimeCore& core, DeviceId id, MemoryNodeId node, CudaDe
   // itself is out of memory: least recently used copies make room.
   pool_->set_reclaim_handler([this](std::size_t needed) { return evict(needed); });
   copier_ = std::make_unique<CudaCopier>(options_.ordinal, options_.chunk_bytes, options_.slots);
-  for (unsigned i = 0; i < std::max(1u, options_.streams); ++i) lanes_.push_back(std::make_unique<Lane>());
+  for (unsigned i = 0; i < std::max(1u, options_.streams); ++i) {
+    lanes_.push_back(std::make_unique<Lane>());
+    lanes_.back()->index = i;
+  }
   if (Trace* trace = core_.trace()) {
     for (std::size_t i = 0; i < lanes_.size(); ++i)
       lanes_[i]->trace_lane = trace->lane(fmt::format("{} stream {}", name(), i), name());
@@ -510,6 +513,7 @@ void CudaDevice::unpin(TaskRecord* task, const std::vector<std::uint64_t>& ids) 
 
 void CudaDevice::finish_unlaunched(TaskRecord* task, const std::vector<std::uint64_t>& ids) {
   unpin(task, ids);
+  wait_for_order(task);
   const std::int64_t now = now_ns();
   task->start_ns = task->end_ns = now;
   core_.finish(task, nullptr);
@@ -542,6 +546,7 @@ bool CudaDevice::stage_buffers(TaskRecord* task, InFlight& flight, Lane& lane) {
     restore_host_args(task);
     if (task->kernel->cpu) {
       log().warn("{}: its data does not fit on {} ({}); running it on the CPU", task->label(), name(), e.what());
+      wait_for_order(task);
       core_.reschedule(task, *this);
       one_done();
       return false;
@@ -559,9 +564,42 @@ bool CudaDevice::stage_buffers(TaskRecord* task, InFlight& flight, Lane& lane) {
   return false;
 }
 
+void CudaDevice::wait_for_order(TaskRecord* task) noexcept {
+  if (TaskRecord* before = task->ordered_after.exchange(nullptr, std::memory_order_acq_rel)) {
+    before->done.wait(false, std::memory_order_acquire);
+    release(before);
+  }
+}
+
+CudaDevice::Lane& CudaDevice::lane_for(TaskRecord* task) {
+  if (task->ordered_lane >= 0 && static_cast<std::size_t>(task->ordered_lane) < lanes_.size())
+    return *lanes_[static_cast<std::size_t>(task->ordered_lane)];
+  return *lanes_[next_lane_++ % lanes_.size()];
+}
+
+void CudaDevice::release_ordered(TaskRecord* task, const Lane& lane) {
+  std::vector<TaskRecord*> released;
+  {
+    std::lock_guard lock(task->mutex);
+    // From now on a successor submitted behind it follows it here (add_edge).
+    task->launched_lane = static_cast<int>(lane.index);
+    for (auto& edge : task->successors) {
+      if (edge.ordered || !follow_on_stream(task, edge.task)) continue;
+      edge.ordered = true;
+      if (edge.task->predecessor_finished()) released.push_back(edge.task);
+    }
+  }
+  for (TaskRecord* next : released) {
+    now_ready(next->estimate_ns);
+    next->counted_ready = true;
+    enqueue(next);
+  }
+}
+
 void CudaDevice::launch(TaskRecord* task) {
   if (!alive()) {
     if (task->kernel->cpu) {
+      wait_for_order(task);
       core_.reschedule(task, *this);
       one_done();
     } else {
@@ -571,7 +609,10 @@ void CudaDevice::launch(TaskRecord* task) {
     }
     return;
   }
-  Lane& lane = *lanes_[next_lane_++ % lanes_.size()];
+  Lane& lane = lane_for(task);
+  if (const TaskRecord* before = task->ordered_after.load(std::memory_order_acquire);
+      before != nullptr && !before->done.load(std::memory_order_acquire))
+    stream_ordered_.fetch_add(1, std::memory_order_relaxed);
   InFlight flight;
   flight.task = task;
   flight.ids.assign(task->buffers.size(), 0);
@@ -625,11 +666,13 @@ void CudaDevice::launch(TaskRecord* task) {
     if (sticky(synced)) lost(cuda_text(synced));
     flight.end.reset();
   }
+  const bool enqueued = flight.end != nullptr && !task->error;
   {
     std::lock_guard lock(lane.mutex);
     lane.waiting.push_back(std::move(flight));
   }
   lane.cv.notify_one();
+  if (enqueued) release_ordered(task, lane);
 }
 
 void CudaDevice::completer_loop(Lane& lane) {
@@ -683,7 +726,11 @@ void CudaDevice::complete(InFlight& flight, Lane& lane, cudaError_t status) {
     if (cudaEventElapsedTime(&ms, flight.start->get(), flight.end->get()) == cudaSuccess) seconds = ms * 1e-3;
     else cudaGetLastError();
   }
-  if (!task->error) {
+  // Its predecessor on this stream completed first (the completer takes
+  // them in order) and may have failed after this task was enqueued behind it.
+  if (TaskRecord* before = task->ordered_after.exchange(nullptr, std::memory_order_acq_rel)) release(before);
+  const bool spoiled = task->error || task->failed_input.load(std::memory_order_acquire) != nullptr;
+  if (!spoiled) {
     try {
       settle_outputs(task, flight.ids);
     } catch (const std::exception& e) {
@@ -692,7 +739,7 @@ void CudaDevice::complete(InFlight& flight, Lane& lane, cudaError_t status) {
     }
   }
   unpin(task, flight.ids);
-  if (task->error) {
+  if (spoiled || task->error) {
     // A half-written copy must not pass for the host's data later.
     for (std::size_t i = 0; i < flight.ids.size(); ++i)
       if (flight.ids[i] != 0 && writes(task->buffer_arg(i).mode))

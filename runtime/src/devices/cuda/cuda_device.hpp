@@ -14,6 +14,11 @@
 //   - one completer per compute stream: waits for that stream's events in
 //     order (blocking-sync events: it sleeps, it does not spin), then does
 //     the bookkeeping and releases the task's successors;
+//   - a successor placed on this GPU whose only unfinished predecessor is
+//     the task just launched is released at that launch, not at its
+//     completion, and runs on the same stream: the stream orders the two on
+//     the GPU, so a chain of dependent tasks is enqueued back to back
+//     instead of waiting a completer -> core -> executor round each;
 //   - one prefetcher: ships the inputs of tasks assigned here while their
 //     predecessors still run.
 // Unified buffers are not copied: the executor prefetches their pages to
@@ -94,6 +99,7 @@ class CudaDevice final : public Device, public NodeLink {
   void adopt(const BufferState& view, const void* source);
   std::size_t bytes_to_device() const noexcept { return bytes_in_.load(std::memory_order_relaxed); }
   std::size_t bytes_from_device() const noexcept { return bytes_out_.load(std::memory_order_relaxed); }
+  std::size_t stream_ordered() const noexcept { return stream_ordered_.load(std::memory_order_relaxed); }
   // One line: model, memory bound and use, streams.
   std::string describe() const;
 
@@ -117,6 +123,7 @@ class CudaDevice final : public Device, public NodeLink {
     std::vector<std::shared_ptr<BufferState>> inputs;
   };
   struct Lane {
+    std::size_t index = 0;
     Stream stream;
     int trace_lane = 0;
     std::mutex mutex;
@@ -129,6 +136,13 @@ class CudaDevice final : public Device, public NodeLink {
   void completer_loop(Lane& lane);
   void prefetch_loop();
   void launch(TaskRecord* task);
+  Lane& lane_for(TaskRecord* task);
+  // After `task` was enqueued on `lane`: releases its successors that can
+  // run behind it on that stream (see the comment at the top).
+  void release_ordered(TaskRecord* task, const Lane& lane);
+  // Before an ordered task leaves its stream (to the CPU, or failed): its
+  // predecessor's outputs are settled first, or none of them is seen.
+  static void wait_for_order(TaskRecord* task) noexcept;
   // Moves the task's buffers here; false when it cannot (the task has then
   // been handed to the CPU, or finished as failed).
   bool stage_buffers(TaskRecord* task, InFlight& flight, Lane& lane);
@@ -156,6 +170,7 @@ class CudaDevice final : public Device, public NodeLink {
   std::atomic<bool> alive_{true};
   std::atomic<bool> stopping_{false};
   std::atomic<std::size_t> bytes_in_{0}, bytes_out_{0};
+  std::atomic<std::size_t> stream_ordered_{0};
 
   std::unique_ptr<DevicePool> pool_;
   std::unique_ptr<CudaCopier> copier_;

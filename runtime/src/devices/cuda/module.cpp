@@ -124,6 +124,7 @@ class Module final : public CudaModule {
     out.ordinal = gpu->ordinal();
     out.bytes_to_device = gpu->bytes_to_device();
     out.bytes_from_device = gpu->bytes_from_device();
+    out.stream_ordered = gpu->stream_ordered();
     out.description = gpu->describe();
     return true;
   }

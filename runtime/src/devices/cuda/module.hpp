@@ -44,6 +44,7 @@ struct GpuFacts {
   int ordinal = -1;
   std::size_t bytes_to_device = 0;
   std::size_t bytes_from_device = 0;
+  std::size_t stream_ordered = 0;
   std::string description;  // model, memory bound and use, streams
 };
 
