@@ -311,7 +311,11 @@ TEST(CudaDevice, EveryBuiltinKernelMatchesTheCpu) {
 // stream, before that one finished, not after a completion round each.
 TEST(CudaDevice, ADependentChainIsOrderedOnTheGpuStream) {
   REQUIRE_GPU();
-  Runtime rt(gpu_options());
+  auto o = gpu_options();
+  // Whole tasks: a task split into pieces is a join, which waits for its
+  // pieces' completion (its pieces are ordered among themselves only).
+  o.auto_chunk = false;
+  Runtime rt(o);
   const auto gpu = ferry::on(ferry::gpu(0));
   // 64 MiB each: an axpy takes tens of microseconds, more than a submit, so
   // the tasks are submitted while their predecessors still run.

@@ -166,6 +166,7 @@ CudaDevice::~CudaDevice() {
       cudaStreamSynchronize(lane->stream.get());
       kernels::cuda::release_handles(options_.ordinal, lane->stream.get());
     }
+    spare_events_.clear();
     lanes_.clear();
     copier_.reset();
     pool_.reset();
@@ -571,6 +572,26 @@ void CudaDevice::wait_for_order(TaskRecord* task) noexcept {
   }
 }
 
+std::unique_ptr<Event> CudaDevice::take_event() {
+  {
+    std::lock_guard lock(events_mutex_);
+    if (!spare_events_.empty()) {
+      auto event = std::move(spare_events_.back());
+      spare_events_.pop_back();
+      return event;
+    }
+  }
+  return std::make_unique<Event>(/*timing=*/true);
+}
+
+void CudaDevice::return_events(InFlight& flight) noexcept {
+  // Only events known to be complete: one whose record failed may still be pending.
+  constexpr std::size_t keep = 64;
+  std::lock_guard lock(events_mutex_);
+  for (auto* event : {&flight.start, &flight.end})
+    if (*event && spare_events_.size() < keep) spare_events_.push_back(std::move(*event));
+}
+
 CudaDevice::Lane& CudaDevice::lane_for(TaskRecord* task) {
   if (task->ordered_lane >= 0 && static_cast<std::size_t>(task->ordered_lane) < lanes_.size())
     return *lanes_[static_cast<std::size_t>(task->ordered_lane)];
@@ -617,8 +638,8 @@ void CudaDevice::launch(TaskRecord* task) {
   flight.task = task;
   flight.ids.assign(task->buffers.size(), 0);
   try {
-    flight.start = std::make_unique<Event>(/*timing=*/true);
-    flight.end = std::make_unique<Event>(/*timing=*/true);
+    flight.start = take_event();
+    flight.end = take_event();
   } catch (const std::exception& e) {
     task->error = std::make_exception_ptr(
         KernelError(fmt::format("{} could not start on {}: {}", task->label(), name(), e.what())));
@@ -725,6 +746,7 @@ void CudaDevice::complete(InFlight& flight, Lane& lane, cudaError_t status) {
     float ms = 0;
     if (cudaEventElapsedTime(&ms, flight.start->get(), flight.end->get()) == cudaSuccess) seconds = ms * 1e-3;
     else cudaGetLastError();
+    return_events(flight);
   }
   // Its predecessor on this stream completed first (the completer takes
   // them in order) and may have failed after this task was enqueued behind it.

@@ -136,6 +136,10 @@ class CudaDevice final : public Device, public NodeLink {
   void completer_loop(Lane& lane);
   void prefetch_loop();
   void launch(TaskRecord* task);
+  // Timing events for a task's start and end, reused: a chain of short
+  // tasks would otherwise create and destroy two per task.
+  std::unique_ptr<Event> take_event();
+  void return_events(InFlight& flight) noexcept;
   Lane& lane_for(TaskRecord* task);
   // After `task` was enqueued on `lane`: releases its successors that can
   // run behind it on that stream (see the comment at the top).
@@ -188,6 +192,9 @@ class CudaDevice final : public Device, public NodeLink {
   std::deque<Prefetch> prefetches_;
   std::atomic<std::size_t> active_{0};  // tasks and prefetches handed to this device, not yet done with
   std::condition_variable idle_cv_;
+
+  std::mutex events_mutex_;
+  std::vector<std::unique_ptr<Event>> spare_events_;
 
   std::vector<std::unique_ptr<Lane>> lanes_;
   unsigned next_lane_ = 0;  // executor only
