@@ -18,6 +18,7 @@
 #include <cuda_runtime_api.h>
 
 #include "ferry/detail/cuda_check.hpp"
+#include "ferry/detail/cuda_current_device.hpp"
 #endif
 
 namespace ferry {
@@ -26,12 +27,16 @@ namespace {
 
 // The few CUDA calls the pool makes. Without CUDA they are unreachable (the
 // constructor has already thrown), but the bookkeeping around them is
-// compiled on every build.
+// compiled on every build. Those that name no stream run with the pool's own
+// device current: on a thread with no context, cudart would otherwise make
+// GPU 0's primary context for them, a GPU the runtime may not use at all.
+// Allocations and frees go where their stream is.
 #if FERRY_WITH_CUDA
 
 cudaStream_t to_cuda(StreamRef stream) { return static_cast<cudaStream_t>(stream.handle); }
 
 void* create_pool(int device, std::size_t release_threshold) {
+  const detail::CurrentDevice current(device);
   int supported = 0;
   detail::check_cuda(cudaDeviceGetAttribute(&supported, cudaDevAttrMemoryPoolsSupported, device),
                      "cudaDeviceGetAttribute");
@@ -55,9 +60,16 @@ void* create_pool(int device, std::size_t release_threshold) {
   return pool;
 }
 
-void destroy_pool(void* pool) noexcept {
+void destroy_pool(int device, void* pool) noexcept {
   // Blocks still out keep the pool's memory alive until they are freed.
-  const cudaError_t status = cudaMemPoolDestroy(static_cast<cudaMemPool_t>(pool));
+  cudaError_t status = cudaSuccess;
+  try {
+    const detail::CurrentDevice current(device);
+    status = cudaMemPoolDestroy(static_cast<cudaMemPool_t>(pool));
+  } catch (const std::exception& e) {
+    log().error("DevicePool: cudaMemPoolDestroy not called: {}", e.what());
+    return;
+  }
   if (status != cudaSuccess && status != cudaErrorCudartUnloading)
     log().error("DevicePool: cudaMemPoolDestroy failed: {}", cudaGetErrorString(status));
 }
@@ -76,7 +88,8 @@ void* pool_allocate(void* pool, std::size_t bytes, StreamRef stream) {
 
 void pool_free(void* ptr, StreamRef stream) { detail::check_cuda(cudaFreeAsync(ptr, to_cuda(stream)), "cudaFreeAsync"); }
 
-void trim_pool(void* pool) {
+void trim_pool(int device, void* pool) {
+  const detail::CurrentDevice current(device);
   detail::check_cuda(cudaMemPoolTrimTo(static_cast<cudaMemPool_t>(pool), 0), "cudaMemPoolTrimTo");
 }
 
@@ -88,22 +101,18 @@ std::size_t pool_reserved(void* pool) {
 }
 
 void synchronize_device(int device) {
-  int previous = 0;
-  detail::check_cuda(cudaGetDevice(&previous), "cudaGetDevice");
-  if (previous != device) detail::check_cuda(cudaSetDevice(device), "cudaSetDevice");
-  const cudaError_t status = cudaDeviceSynchronize();
-  if (previous != device) cudaSetDevice(previous);
-  detail::check_cuda(status, "cudaDeviceSynchronize");
+  const detail::CurrentDevice current(device);
+  detail::check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
 }
 
 #else
 
 [[noreturn]] void no_cuda() { throw UsageError(fmt::format("DevicePool: {}", cuda::unavailable_reason())); }
 void* create_pool(int, std::size_t) { no_cuda(); }
-void destroy_pool(void*) noexcept {}
+void destroy_pool(int, void*) noexcept {}
 void* pool_allocate(void*, std::size_t, StreamRef) { no_cuda(); }
 void pool_free(void*, StreamRef) { no_cuda(); }
-void trim_pool(void*) { no_cuda(); }
+void trim_pool(int, void*) { no_cuda(); }
 std::size_t pool_reserved(void*) { no_cuda(); }
 void synchronize_device(int) { no_cuda(); }
 
@@ -212,7 +221,7 @@ DevicePool::~DevicePool() {
   if (s.blocks_in_use != 0)
     log().warn("DevicePool(device {}): destroyed with {} block(s) ({}) not freed", impl_->options.device,
                s.blocks_in_use, format_bytes(s.bytes_in_use));
-  destroy_pool(impl_->pool);
+  destroy_pool(impl_->options.device, impl_->pool);
 }
 
 void DevicePool::set_reclaim_handler(ReclaimHandler handler) {
@@ -223,7 +232,7 @@ void DevicePool::set_reclaim_handler(ReclaimHandler handler) {
 void DevicePool::synchronize() { synchronize_device(impl_->options.device); }
 
 void DevicePool::trim() {
-  trim_pool(impl_->pool);
+  trim_pool(impl_->options.device, impl_->pool);
   impl_->trims.fetch_add(1, std::memory_order_relaxed);
 }
 

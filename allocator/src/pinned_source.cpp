@@ -88,7 +88,7 @@ class PinnedSource final : public SlabSource {
     const detail::CudaDriver* driver = driver_.load(std::memory_order_acquire);
     std::string error;
     if (driver != nullptr) {
-      if (void* base = driver->host_alloc(bytes, error)) {
+      if (void* base = driver->host_alloc(bytes, device_, error)) {
         remember(base, bytes, How::cuda_host_alloc);
         return base;
       }
@@ -113,8 +113,8 @@ class PinnedSource final : public SlabSource {
       }
     }
     const detail::CudaDriver* driver = driver_.load(std::memory_order_acquire);
-    if (how == How::cuda_host_alloc) return driver->host_free(base);
-    if (how == How::registered) driver->host_unregister(base);
+    if (how == How::cuda_host_alloc) return driver->host_free(base, device_);
+    if (how == How::registered) driver->host_unregister(base, device_);
     mmap_.unmap(base, bytes);
   }
 
@@ -124,12 +124,13 @@ class PinnedSource final : public SlabSource {
   }
   std::size_t capacity() const noexcept override { return capacity_; }
 
-  void use_cuda() {
+  void use_cuda(int device) {
     // Only asked once a GPU device exists: the module is loaded already.
     const detail::CudaDriver* driver = detail::cuda_driver();
-    if (driver == nullptr || cuda::device_count() == 0) return;
+    if (driver == nullptr || device < 0 || device >= cuda::device_count()) return;
     std::lock_guard lock(mutex_);
     if (driver_.load(std::memory_order_relaxed) != nullptr) return;
+    device_ = device;  // published with driver_ below
     for (auto& [base, slab] : slabs_)
       if (slab.how == How::mmap && register_slab(*driver, base, slab.bytes)) slab.how = How::registered;
     driver_.store(driver, std::memory_order_release);
@@ -144,7 +145,7 @@ class PinnedSource final : public SlabSource {
 
   bool register_slab(const detail::CudaDriver& driver, void* base, std::size_t bytes) {
     std::string error;
-    if (driver.host_register(base, bytes, error)) return true;
+    if (driver.host_register(base, bytes, device_, error)) return true;
     if (!register_warned_.exchange(true))
       log().info("{} of a {} slab failed: it stays mlock'ed and is copied through staging buffers", error,
                  format_bytes(bytes));
@@ -159,6 +160,7 @@ class PinnedSource final : public SlabSource {
   std::size_t capacity_;
   MmapSource mmap_{true};
   std::atomic<const detail::CudaDriver*> driver_{nullptr};
+  int device_ = -1;  // the GPU whose context the CUDA calls run in; set before driver_
   std::atomic<bool> alloc_warned_{false};
   std::atomic<bool> register_warned_{false};
   std::mutex mutex_;
@@ -178,8 +180,8 @@ PinnedPool::PinnedPool(Options options) : PinnedPool(new PinnedSource, options) 
 PinnedPool::PinnedPool(PinnedSource* source, Options options)
     : SlabPool(std::unique_ptr<SlabSource>(source), options), pinned_(source) {}
 
-void PinnedPool::gpu_in_use() {
-  if (pinned_ != nullptr) pinned_->use_cuda();
+void PinnedPool::gpu_in_use(int device) {
+  if (pinned_ != nullptr) pinned_->use_cuda(device);
 }
 
 }  // namespace ferry

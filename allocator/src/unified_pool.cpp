@@ -14,6 +14,7 @@
 #include <cuda_runtime_api.h>
 
 #include "ferry/detail/cuda_check.hpp"
+#include "ferry/detail/cuda_current_device.hpp"
 #endif
 
 namespace ferry {
@@ -47,7 +48,16 @@ class ManagedSource final : public SlabSource {
     } while (!mapped_.compare_exchange_weak(now, now + bytes, std::memory_order_relaxed));
 
     void* base = nullptr;
-    const cudaError_t status = cudaMallocManaged(&base, bytes, cudaMemAttachGlobal);
+    cudaError_t status = cudaSuccess;
+    try {
+      // Under this pool's device: on a thread with no context, cudart would
+      // make GPU 0's primary context for the call, a GPU perhaps not in use.
+      const detail::CurrentDevice current(device_);
+      status = cudaMallocManaged(&base, bytes, cudaMemAttachGlobal);
+    } catch (...) {
+      mapped_.fetch_sub(bytes, std::memory_order_relaxed);
+      throw;
+    }
     if (status == cudaSuccess) return base;
     mapped_.fetch_sub(bytes, std::memory_order_relaxed);
     if (status == cudaErrorMemoryAllocation) {
@@ -61,7 +71,13 @@ class ManagedSource final : public SlabSource {
   }
 
   void unmap(void* base, std::size_t bytes) noexcept override {
-    const cudaError_t status = cudaFree(base);
+    cudaError_t status = cudaSuccess;
+    try {
+      const detail::CurrentDevice current(device_);
+      status = cudaFree(base);
+    } catch (const std::exception& e) {
+      log().error("cudaMallocManaged (device {}): cudaFree({}) not called: {}", device_, base, e.what());
+    }
     if (status != cudaSuccess && status != cudaErrorCudartUnloading)
       log().error("cudaMallocManaged (device {}): cudaFree({}) failed: {}", device_, base, cudaGetErrorString(status));
     mapped_.fetch_sub(bytes, std::memory_order_relaxed);
@@ -78,14 +94,12 @@ class ManagedSource final : public SlabSource {
   std::atomic<std::size_t> mapped_{0};
 };
 
-#if CUDART_VERSION >= 13000
 cudaMemLocation location_of(int device) {
   cudaMemLocation location{};
   location.type = device == UnifiedPool::host ? cudaMemLocationTypeHost : cudaMemLocationTypeDevice;
   location.id = device == UnifiedPool::host ? 0 : device;
   return location;
 }
-#endif
 
 #endif
 
@@ -141,12 +155,8 @@ void UnifiedPool::prefetch(const void* ptr, std::size_t bytes, int device, Strea
   if (bytes == 0) return;
 #if FERRY_WITH_CUDA
   const auto cuda_stream = static_cast<cudaStream_t>(stream.handle);
-#if CUDART_VERSION >= 13000
+  // CUDA 13's form (the top-level CMakeLists.txt requires 13).
   detail::check_cuda(cudaMemPrefetchAsync(ptr, bytes, location_of(device), 0, cuda_stream), "cudaMemPrefetchAsync");
-#else
-  detail::check_cuda(cudaMemPrefetchAsync(ptr, bytes, device == host ? cudaCpuDeviceId : device, cuda_stream),
-                     "cudaMemPrefetchAsync");
-#endif
 #else
   (void)stream;
 #endif
@@ -156,14 +166,8 @@ void UnifiedPool::advise_preferred(const void* ptr, std::size_t bytes, int devic
   require_range(*this, ptr, bytes, device, "advise_preferred");
   if (bytes == 0) return;
 #if FERRY_WITH_CUDA
-#if CUDART_VERSION >= 13000
   detail::check_cuda(cudaMemAdvise(ptr, bytes, cudaMemAdviseSetPreferredLocation, location_of(device)),
                      "cudaMemAdvise");
-#else
-  detail::check_cuda(
-      cudaMemAdvise(ptr, bytes, cudaMemAdviseSetPreferredLocation, device == host ? cudaCpuDeviceId : device),
-      "cudaMemAdvise");
-#endif
 #endif
 }
 

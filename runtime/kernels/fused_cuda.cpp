@@ -159,6 +159,28 @@ template <> __device__ inline void fnp_fold<2, int>(int* y, int v) { atomicMin(y
 template <> __device__ inline void fnp_fold<3, int>(int* y, int v) { atomicMax(y, v); }
 template <> __device__ inline void fnp_fold<2, long long>(long long* y, long long v) { atomicMin(y, v); }
 template <> __device__ inline void fnp_fold<3, long long>(long long* y, long long v) { atomicMax(y, v); }
+// Every thread's value into y[0], one atomic per block: each warp folds with
+// shuffles, the warps' results meet in shared memory, and thread 0 folds the
+// block's into y. All the block's threads must call it (a 1-D block of any size).
+template <class T> __device__ inline T fnp_shfl_down(T v, unsigned mask, unsigned delta) {
+  if constexpr (sizeof(T) < 4) return (T)__shfl_down_sync(mask, (int)v, delta);
+  else return __shfl_down_sync(mask, v, delta);
+}
+template <int Op, class T> __device__ inline void fnp_fold_block(T* y, T acc) {
+  __shared__ T fnp_warps[32];
+  const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+  const unsigned width = min(32u, blockDim.x - (warp << 5));  // the last warp may be partial
+  const unsigned mask = width == 32u ? 0xffffffffu : (1u << width) - 1u;
+  for (unsigned d = 16; d > 0; d >>= 1) {
+    const T other = fnp_shfl_down(acc, mask, d);
+    if (lane + d < width) acc = fnp_combine<Op>(acc, other);
+  }
+  if (lane == 0) fnp_warps[warp] = acc;
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  for (unsigned w = 1; w < (blockDim.x + 31u) / 32u; ++w) acc = fnp_combine<Op>(acc, fnp_warps[w]);
+  fnp_fold<Op>(y, acc);
+}
 )";
 
 int fold_code(fused::Fold f) {
@@ -348,9 +370,9 @@ std::string fused_cuda_source(const std::string& program, const std::vector<DTyp
   const char* yt = ctype(y);
   const std::string start = identity(p.fold, y);
   std::string kernel;
-  if (ypos == "0") {  // one y element: fold locally, then one atomic per thread
+  if (ypos == "0") {  // one y element: fold locally, then across the block, then one atomic per block
     body += fmt::format("    acc = fnp_combine<{}>(acc, ({}){});\n", op, yt, value);
-    kernel = fmt::format("  {0} acc = {1};\n{2}{3}  }}\n  fnp_fold<{4}>(y, acc);\n", yt, start, loop, body, op);
+    kernel = fmt::format("  {0} acc = {1};\n{2}{3}  }}\n  fnp_fold_block<{4}>(y, acc);\n", yt, start, loop, body, op);
   } else {
     body += fmt::format("    fnp_fold<{}>(&y[{}], ({}){});\n", op, ypos, yt, value);
     kernel = loop + body + "  }\n";

@@ -29,7 +29,7 @@ ferry::Runtime::Options client_options(FerrydProcess& server) {
 TEST(FerrydGpu, GemmPlacedRemoteRunsOnItsGpu) {
   if (ferry::cuda::device_count() == 0) GTEST_SKIP() << ferry::cuda::unavailable_reason();
   FerrydProcess server({"--gpus", "all"});
-  ASSERT_TRUE(server.wait_for_log("GPUs: cuda:0")) << server.log();
+  ASSERT_TRUE(server.wait_for_log("GPUs: cuda:0", FerrydProcess::gpu_start_timeout)) << server.log();
   ferry::Runtime rt(client_options(server));
   ASSERT_TRUE(rt.remote_stats(server.address()).connected) << server.log();
 
@@ -67,7 +67,7 @@ TEST(FerrydGpu, GemmPlacedRemoteRunsOnItsGpu) {
 TEST(FerrydGpu, EveryBuiltinKernelMatchesTheCpuWithinRounding) {
   if (ferry::cuda::device_count() == 0) GTEST_SKIP() << ferry::cuda::unavailable_reason();
   FerrydProcess server({"--gpus", "all"});
-  ASSERT_TRUE(server.wait_for_log("GPUs: cuda:0")) << server.log();
+  ASSERT_TRUE(server.wait_for_log("GPUs: cuda:0", FerrydProcess::gpu_start_timeout)) << server.log();
   ferry::Runtime rt(client_options(server));
   ferry::test::expect_every_builtin_matches_the_cpu(rt, server.address(), 1e-10);
 }

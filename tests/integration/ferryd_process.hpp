@@ -91,6 +91,12 @@ class FerrydProcess {
     start(port);
   }
 
+  // How long a ferryd given GPUs may take to start, and to log them: it
+  // probes each GPU at start (a timed GEMM and copy, after making its
+  // context), one after another, so a host with eight GPUs needs tens of
+  // seconds where one GPU needs two or three.
+  static constexpr std::chrono::seconds gpu_start_timeout{60};
+
   // What start() runs ferryd with: the test's `extra` after the fixed
   // arguments, and `--gpus none` unless `extra` says --gpus itself.
   static std::vector<std::string> server_args(std::uint16_t port, const std::filesystem::path& token_file,
@@ -237,8 +243,19 @@ class FerrydProcess {
     if (rc != 0) throw std::runtime_error(std::string("posix_spawn ") + ferryd_path() + " failed");
   }
 
+  // With GPUs (any --gpus but none) ferryd probes each before it listens.
+  bool given_gpus() const {
+    for (std::size_t i = 0; i < extra_args_.size(); ++i) {
+      const std::string& a = extra_args_[i];
+      if (a == "--gpus" && i + 1 < extra_args_.size()) return extra_args_[i + 1] != "none";
+      if (a.starts_with("--gpus=")) return a != "--gpus=none";
+    }
+    return false;
+  }
+
   void wait_for_port() {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    const auto deadline = std::chrono::steady_clock::now() +
+                          (given_gpus() ? gpu_start_timeout : std::chrono::seconds(20));
     while (std::chrono::steady_clock::now() < deadline) {
       std::ifstream in(port_file_);
       unsigned port = 0;

@@ -581,6 +581,7 @@ ferry::Runtime::Options two_remotes(FerrydProcess& a, FerrydProcess& b) {
   o.workers = 2;
   o.persist_perf_models = false;
   o.read_environment = false;
+  o.gpus = "none";  // a test that wants a GPU asks for one
   o.remotes = {a.address(), b.address()};
   o.token_file = a.token_file();  // the same token
   o.trace = true;

@@ -316,6 +316,7 @@ TEST(HostilePeer, ALyingHostIsDroppedAndItsBytesNeverLand) {
   options.workers = 2;
   options.persist_perf_models = false;
   options.read_environment = false;
+  options.gpus = "none";  // a test that wants a GPU asks for one
   options.remotes = {host.address()};
   options.token_file = dir / "token";
   {

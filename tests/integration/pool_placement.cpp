@@ -51,6 +51,7 @@ int main(int argc, char** argv) {
   // What other runs learnt must not decide this one; one task, one edge (3.).
   setenv("FERRY_PERFMODELS", "0", 1);
   setenv("FERRY_AUTO_CHUNK", "0", 1);
+  setenv("FERRY_GPUS", "none", 1);  // the hosts place the work; a local GPU would take it
   ferry::Runtime rt;
   rt.load_plugin(argv[1]);
 

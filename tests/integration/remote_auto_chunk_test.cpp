@@ -20,6 +20,7 @@ ferry::Runtime::Options options_for(const FerrydProcess& server, bool auto_chunk
   o.workers = 2;
   o.persist_perf_models = false;
   o.read_environment = false;
+  o.gpus = "none";  // a test that wants a GPU asks for one
   o.trace = true;
   o.auto_chunk = auto_chunk;
   o.remotes = {server.address()};

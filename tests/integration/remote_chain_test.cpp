@@ -20,6 +20,7 @@ ferry::Runtime::Options options_for(FerrydProcess* server) {
   ferry::Runtime::Options o;
   o.workers = 2;
   o.persist_perf_models = false;
+  o.gpus = "none";  // a test that wants a GPU asks for one
   o.read_environment = false;
   if (server != nullptr) {
     o.remotes = {server->address()};

@@ -41,7 +41,7 @@ class RemoteCudaSource : public ::testing::Test {
 
 TEST_F(RemoteCudaSource, SaxpyRunsOnTheRemoteGpu) {
   FerrydProcess server({"--gpus", "all"});
-  ASSERT_TRUE(server.wait_for_log("GPUs: cuda:0")) << server.log();
+  ASSERT_TRUE(server.wait_for_log("GPUs: cuda:0", FerrydProcess::gpu_start_timeout)) << server.log();
   ferry::Runtime rt(client_options(server));
   ASSERT_TRUE(rt.remote_stats(server.address()).connected) << server.log();
   const auto k = rt.cuda_kernel(saxpy, "saxpy");
@@ -72,7 +72,7 @@ TEST_F(RemoteCudaSource, SaxpyRunsOnTheRemoteGpu) {
 
 TEST_F(RemoteCudaSource, CompileErrorOnTheRemoteFailsTheTaskWithTheLog) {
   FerrydProcess server({"--gpus", "all"});
-  ASSERT_TRUE(server.wait_for_log("GPUs: cuda:0")) << server.log();
+  ASSERT_TRUE(server.wait_for_log("GPUs: cuda:0", FerrydProcess::gpu_start_timeout)) << server.log();
   ferry::Runtime rt(client_options(server));
   const auto k = rt.cuda_kernel("extern \"C\" __global__ void broken(float* y) { y[0] = not_declared_anywhere; }",
                                 "broken");

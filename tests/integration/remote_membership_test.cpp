@@ -24,6 +24,7 @@ ferry::Runtime::Options base_options(const std::filesystem::path& token_file) {
   o.workers = 2;
   o.persist_perf_models = false;
   o.read_environment = false;
+  o.gpus = "none";  // a test that wants a GPU asks for one
   o.token_file = token_file;
   o.remote_timeout = 5s;
   return o;

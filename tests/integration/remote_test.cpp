@@ -26,6 +26,7 @@ ferry::Runtime::Options remote_options(FerrydProcess& server, std::size_t chunk 
   o.workers = 2;
   o.persist_perf_models = false;
   o.read_environment = false;
+  o.gpus = "none";  // a test that wants a GPU asks for one
   o.remotes = {server.address()};
   o.token_file = server.token_file();
   o.chunk_bytes = chunk;

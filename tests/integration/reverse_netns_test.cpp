@@ -131,6 +131,7 @@ TEST_F(NatNamespace, FerrydDialsOutToTheClientAndRunsItsTasks) {
   o.workers = 2;
   o.persist_perf_models = false;
   o.read_environment = false;
+  o.gpus = "none";  // a test that wants a GPU asks for one
   o.token_file = token_holder.token_file();
   o.listen = std::string(outside) + ":0";
   o.remote_timeout = 5s;

@@ -53,6 +53,7 @@ ferry::Runtime::Options options_for(const FerrydProcess& server) {
   o.workers = 2;
   o.persist_perf_models = false;
   o.read_environment = false;
+  o.gpus = "none";  // a test that wants a GPU asks for one
   o.auto_chunk = false;
   o.remotes = {server.address()};
   o.token_file = server.token_file();

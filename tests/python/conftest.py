@@ -20,9 +20,19 @@ def _no_user_perf_models(tmp_path, monkeypatch):
     monkeypatch.delenv("FERRY_REMOTES", raising=False)
 
 
+@pytest.fixture(autouse=True)
+def _no_gpu_unless_marked(request, monkeypatch):
+    # A runtime uses every GPU by default; a test uses none unless it is
+    # marked gpu (it asks for one), so that the CPU suite creates no CUDA
+    # context and runs the same on a GPU machine. gpu_reason() below reads
+    # FERRY_GPUS at import, before this runs.
+    if request.node.get_closest_marker("gpu") is None:
+        monkeypatch.setenv("FERRY_GPUS", "none")
+
+
 @pytest.fixture
 def rt():
-    with ferry.Runtime(workers=2) as runtime:
+    with ferry.Runtime(workers=2, gpus="none") as runtime:
         yield runtime
 
 

@@ -5,6 +5,7 @@ waits for — for CUDA), seen by producers that record how they were called."""
 import numpy as np
 import pytest
 
+import ferry
 from ferry import _dlpack
 
 
@@ -107,3 +108,15 @@ def test_a_tensor_written_on_a_side_stream_is_complete_when_copied():
                 t.add_(1.0)
             a = rt.from_dlpack(t)
         assert float(a.numpy().min()) == 20.0
+
+
+def test_an_array_on_a_gpu_the_runtime_does_not_use_is_named(rt):
+    """CUDA GPU 3, no .get() or .cpu(): the refusal names where the array is
+    and which GPUs this runtime has (none: the rt fixture uses none)."""
+    producer = RecordingProducer(np.zeros(4), device=(_dlpack.KDL_CUDA, 3))
+    with pytest.raises(ferry.UsageError) as refused:
+        rt.from_dlpack(producer)
+    assert "CUDA GPU 3" in str(refused.value)
+    assert "GPUs are none" in str(refused.value)
+    assert producer.calls == []  # nothing was asked of it
+    np.testing.assert_array_equal(rt.from_dlpack(np.arange(3.0)).numpy(), np.arange(3.0))  # still works

@@ -64,3 +64,16 @@ def test_cuda_source_compile_error_carries_the_log():
         k = rt.cuda_kernel('extern "C" __global__ void broken(float* x) { x[0] = undefined_name; }', "broken")
         with pytest.raises(ferry.FerryError, match="undefined_name"):
             k(rt.zeros(1), on="gpu", grid=1, block=1).result()
+
+
+def test_a_strided_cuda_tensor_is_refused_naming_its_strides():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("PyTorch sees no CUDA device")
+    with ferry.Runtime(workers=2, gpus="0") as rt:
+        t = torch.arange(12, dtype=torch.float32, device="cuda:0").reshape(3, 4).t()  # strides (1, 4)
+        with pytest.raises(ferry.UsageError, match=r"not C-contiguous .*strides \(1, 4\)") as refused:
+            rt.from_dlpack(t)
+        assert "CUDA GPU 0" in str(refused.value)
+        a = rt.from_dlpack(t.contiguous())
+        np.testing.assert_array_equal(a.numpy(), np.arange(12, dtype=np.float32).reshape(3, 4).T)

@@ -112,7 +112,7 @@ TEST(CudaModule, PinnedPoolIsMmapUntilAGpuIsInUse) {
   EXPECT_EQ(pool.source().kind(), MemoryKind::host_pinned);
   EXPECT_TRUE(loaded_cuda_objects().empty()) << loaded_cuda_objects().front();
   // Told a GPU is in use, it turns to cudaHostAlloc only where a device exists.
-  pool.gpu_in_use();
+  pool.gpu_in_use(0);
   EXPECT_EQ(pool.source().name(), cuda::device_count() > 0 ? "cudaHostAlloc" : "mmap+mlock");
   void* q = pool.allocate(std::size_t{80} << 20);  // a slab of its own, from the source as it is now
   pool.deallocate(q, std::size_t{80} << 20);

@@ -301,8 +301,13 @@ TEST(FusedCudaSource, FollowsTheProgram) {
                                                              DType::u8, "q");
   EXPECT_CONTAINS(ints, "fnp_floordiv(v0, v1)");
   EXPECT_CONTAINS(ints, "(unsigned char)(v2 != 0)");
-  // A reduction folds into y with atomics (fused_cuda_test.cpp compiles every kind with NVRTC).
-  EXPECT_CONTAINS(ferry::kernels::fused_cuda_source("d=4 y=0 f=add x0", {DType::f32}, DType::f32, "r"), "fnp_fold<0>");
+  // A reduction folds into y with atomics (fused_cuda_test.cpp compiles every kind with NVRTC):
+  // into one element, a block folds first and makes one atomic; into many, each thread makes its own.
+  const std::string one = ferry::kernels::fused_cuda_source("d=4 y=0 f=add x0", {DType::f32}, DType::f32, "r");
+  EXPECT_CONTAINS(one, "fnp_fold_block<0>(y, acc);");
+  EXPECT_EQ(one.find("  fnp_fold<0>(y, acc);"), std::string::npos) << one;
+  EXPECT_CONTAINS(ferry::kernels::fused_cuda_source("d=4,2 y=0,1 f=add x0", {DType::f32}, DType::f32, "r"),
+                  "fnp_fold<0>(&y[");
   EXPECT_THROW(ferry::kernels::fused_cuda_source("d=4 x0 nope", {DType::f32}, DType::f32, "r"), ferry::UsageError);
 }
 

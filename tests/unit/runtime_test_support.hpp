@@ -24,6 +24,7 @@ inline Runtime::Options quiet_options(unsigned workers = 2) {
   o.workers = workers;
   o.persist_perf_models = false;
   o.read_environment = false;
+  o.gpus = "none";  // a test that wants a GPU asks for one (the library's default is every GPU)
   return o;
 }
 

@@ -164,18 +164,24 @@ class Runtime(_ferry._Runtime):
         device, ordinal = _dlpack.device_of(data)
         if device in _dlpack.HOST_READABLE:
             return self.array(_dlpack.host_view(data), name=name)
-        if device == _dlpack.KDL_CUDA and any(d["name"] == f"cuda:{ordinal}" for d in self.devices()):
+        gpus = [d["name"] for d in self.devices() if d["name"].startswith("cuda:")]
+        if device == _dlpack.KDL_CUDA and f"cuda:{ordinal}" in gpus:
             a = self.empty(tuple(data.shape), np.dtype(str(data.dtype).replace("torch.", "")), name=name)
             # Asked with Ferry's stream (_dlpack.consumer_stream), so the
-            # producer's pending writes are done before the copy reads.
-            self._import_cuda(a, _dlpack.export(data, device))
+            # producer's pending writes are done before the copy reads; copied
+            # on the GPU the data is on, which the capsule must confirm.
+            self._import_cuda(a, ordinal, _dlpack.export(data, device))
             return a
+        # On a GPU this runtime does not use (or managed memory): through the host.
         cuda_like = (_dlpack.KDL_CUDA, _dlpack.KDL_CUDA_MANAGED)
         if device in cuda_like and hasattr(data, "get"):  # CuPy-style .get()
             return self.array(data.get(), name=name)
         if device in cuda_like and hasattr(data, "cpu"):  # PyTorch
             return self.array(data.cpu().numpy(), name=name)
-        raise UsageError(f"rt.from_dlpack(): DLPack device type {device} is not one Ferry can read")
+        where = f"CUDA GPU {ordinal}" if device == _dlpack.KDL_CUDA else f"DLPack device type {device}, id {ordinal}"
+        raise UsageError(f"rt.from_dlpack(): the array is on {where}, which Ferry cannot read: this runtime's GPUs "
+                         f"are {', '.join(gpus) or 'none'}, and the array offers no .get() or .cpu() to copy it "
+                         "to the host")
 
     # ---- tasks ----
 

@@ -137,6 +137,32 @@ Future submit(RuntimeHandle& h, nb::handle kernel, nb::sequence args, const std:
   }
 }
 
+using CudaTensor = nb::ndarray<nb::ro, nb::device::cuda>;
+
+// The import copies a CUDA tensor's bytes as they lie, so they must be its
+// elements in C order. DLPack strides count elements; a dimension of one
+// element may carry any stride. (Declared c_contig, nanobind would refuse a
+// strided tensor with "incompatible function arguments" instead: it cannot
+// copy device memory to make one.)
+void require_c_contiguous(const CudaTensor& source) {
+  std::int64_t expected = 1;
+  bool contiguous = true;
+  std::string shape, strides;
+  for (std::size_t i = source.ndim(); i-- > 0;) {
+    if (source.shape(i) != 1 && source.stride(i) != expected) contiguous = false;
+    expected *= static_cast<std::int64_t>(source.shape(i));
+  }
+  if (contiguous) return;
+  for (std::size_t i = 0; i < source.ndim(); ++i) {
+    shape += fmt::format("{}{}", i == 0 ? "" : ", ", source.shape(i));
+    strides += fmt::format("{}{}", i == 0 ? "" : ", ", source.stride(i));
+  }
+  throw UsageError(fmt::format("from_dlpack: the tensor on CUDA GPU {} is not C-contiguous (shape ({}), strides ({}) "
+                               "in elements): Ferry copies device memory as it lies; pass a contiguous copy "
+                               "(tensor.contiguous() in PyTorch, cupy.ascontiguousarray in CuPy)",
+                               source.device_id(), shape, strides));
+}
+
 nb::dict kernel_info(const KernelDef& k) {
   nb::dict d;
   d["name"] = k.name;
@@ -221,12 +247,17 @@ void bind_runtime(nb::module_& m) {
       .def("_unified", [](RuntimeHandle& h, std::vector<std::size_t> shape, const std::string& dtype, bool zero) {
         return array_unified(h.rt(), std::move(shape), dtype_named(dtype), zero);
       })
-      .def("_import_cuda", [](RuntimeHandle& h, const Array& a,
-                              nb::ndarray<nb::ro, nb::c_contig, nb::device::cuda> source) {
+      .def("_import_cuda", [](RuntimeHandle& h, const Array& a, int gpu, CudaTensor source) {
         if (from_dlpack(source.dtype()) != a.buffer.dtype() || source.size() != a.buffer.size())
           throw UsageError("from_dlpack: the device array does not match the array made for it");
+        // The capsule's device is where the data is; __dlpack_device__ named
+        // the GPU Ferry chose to copy on. They must agree.
+        if (source.device_id() != gpu)
+          throw UsageError(fmt::format("from_dlpack: the tensor said it was on CUDA GPU {} (__dlpack_device__), "
+                                       "but its DLPack capsule is on GPU {}",
+                                       gpu, source.device_id()));
+        require_c_contiguous(source);
         Runtime& rt = h.rt();
-        const int gpu = source.device_id();
         const void* data = source.data();
         nb::gil_scoped_release unlocked;
         rt.import_device_data(a.buffer, gpu, data);

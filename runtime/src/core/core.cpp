@@ -173,8 +173,14 @@ void RuntimeCore::start_gpus() {
       log().warn("GPU {} is not used: {}", ordinal, e.what());
     }
   }
-  const bool gpu_used = std::ranges::any_of(devices(), [](const auto& d) { return d->kind() == DeviceKind::cuda; });
-  if (auto* pinned = dynamic_cast<PinnedPool*>(memory_.get()); pinned != nullptr && gpu_used) pinned->gpu_in_use();
+  // Pinned slabs are made with the first GPU started current: any GPU would
+  // do (they are portable), but one not selected would get a CUDA context.
+  GpuFacts first;
+  for (const auto& device : devices()) {
+    if (device->kind() != DeviceKind::cuda || !gpu_module->facts(*device, first)) continue;
+    if (auto* pinned = dynamic_cast<PinnedPool*>(memory_.get())) pinned->gpu_in_use(first.ordinal);
+    break;
+  }
 }
 
 std::shared_ptr<MemoryResource> RuntimeCore::unified_memory() {

@@ -24,11 +24,13 @@ class PinnedPool : public SlabPool {
   explicit PinnedPool(Options options);
   PinnedPool(std::unique_ptr<SlabSource> source, Options options) : SlabPool(std::move(source), options) {}
 
-  // A GPU is in use in this process (a runtime started a CUDA device): new
-  // slabs come from cudaHostAlloc, falling back to mmap+mlock with
-  // cudaHostRegister, and the slabs mapped so far are registered. Does
-  // nothing without a CUDA device, or for a pool given its own source.
-  void gpu_in_use();
+  // A GPU is in use in this process (a runtime started CUDA device `device`):
+  // new slabs come from cudaHostAlloc, falling back to mmap+mlock with
+  // cudaHostRegister, and the slabs mapped so far are registered, all with
+  // `device` current, so that no other GPU gets a CUDA context for them (the
+  // memory is portable: every GPU reads it). The first call picks the device.
+  // Does nothing without that CUDA device, or for a pool given its own source.
+  void gpu_in_use(int device);
 
  private:
   PinnedPool(detail::PinnedSource* source, Options options);

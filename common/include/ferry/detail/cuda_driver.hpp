@@ -20,12 +20,14 @@ class CudaDriver {
 
   // Page-locked, portable host memory (cudaHostAlloc). nullptr with `error`
   // set when the driver refuses (no context possible, exclusive-process mode).
-  virtual void* host_alloc(std::size_t bytes, std::string& error) const = 0;
-  virtual void host_free(void* base) const noexcept = 0;
+  // Each call runs with `device` current, a GPU the runtime uses: on a thread
+  // with no context, cudart would make one on GPU 0 for it.
+  virtual void* host_alloc(std::size_t bytes, int device, std::string& error) const = 0;
+  virtual void host_free(void* base, int device) const noexcept = 0;
   // Page-locks memory the caller mapped (cudaHostRegister, portable); false
   // with `error` set when refused.
-  virtual bool host_register(void* base, std::size_t bytes, std::string& error) const = 0;
-  virtual void host_unregister(void* base) const noexcept = 0;
+  virtual bool host_register(void* base, std::size_t bytes, int device, std::string& error) const = 0;
+  virtual void host_unregister(void* base, int device) const noexcept = 0;
 
  protected:
   ~CudaDriver() = default;

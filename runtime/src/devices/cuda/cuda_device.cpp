@@ -446,6 +446,13 @@ std::size_t CudaDevice::give_back_reserve(const char* why) noexcept {
   if (!alive()) return 0;
   try {
     const CurrentDevice current(options_.ordinal);
+    // A free is stream-ordered: until its stream reaches it, the block counts
+    // as in use and cudaMemPoolTrimTo keeps it reserved. Replicas are freed
+    // on the host-to-device stream, behind work on the compute streams it
+    // waits for, so all of them are waited for first.
+    check_cuda(cudaStreamSynchronize(copier_->h2d()), "cudaStreamSynchronize (before a trim)");
+    for (const auto& lane : lanes_)
+      check_cuda(cudaStreamSynchronize(lane->stream.get()), "cudaStreamSynchronize (before a trim)");
     const std::size_t before = pool_->reserved_bytes();
     pool_->trim();
     const std::size_t after = pool_->reserved_bytes();

@@ -1,6 +1,6 @@
 // Owning wrappers for the CUDA objects the local GPU device uses, and the
-// current-device guard every entry point takes (CUDA's current device is per
-// thread, and the coherence layer calls a GPU's NodeLink from any thread).
+// current-device guard every entry point takes (ferry/detail/cuda_current_device.hpp:
+// the pools in allocator/src take it too).
 // Only for translation units built with FERRY_WITH_CUDA.
 #pragma once
 
@@ -9,25 +9,9 @@
 #include <utility>
 
 #include "ferry/detail/cuda_check.hpp"
+#include "ferry/detail/cuda_current_device.hpp"
 
 namespace ferry::detail {
-
-class CurrentDevice {
- public:
-  explicit CurrentDevice(int device) {
-    check_cuda(cudaGetDevice(&previous_), "cudaGetDevice");
-    if (previous_ != device) check_cuda(cudaSetDevice(device), "cudaSetDevice");
-  }
-  ~CurrentDevice() {
-    int now = 0;
-    if (cudaGetDevice(&now) == cudaSuccess && now != previous_) cudaSetDevice(previous_);
-  }
-  CurrentDevice(const CurrentDevice&) = delete;
-  CurrentDevice& operator=(const CurrentDevice&) = delete;
-
- private:
-  int previous_ = 0;
-};
 
 // Non-blocking: it never waits for the legacy default stream that other
 // libraries in the process may use.

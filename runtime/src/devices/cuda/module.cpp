@@ -79,29 +79,55 @@ class Driver final : public CudaDriver {
     return info;
   }
 
-  void* host_alloc(std::size_t bytes, std::string& error) const override {
+  void* host_alloc(std::size_t bytes, int device, std::string& error) const override {
     void* base = nullptr;
-    // Portable: pinned for every device, not only the current one.
-    if (const cudaError_t status = cudaHostAlloc(&base, bytes, cudaHostAllocPortable); status != cudaSuccess) {
-      cudaGetLastError();
-      error = fmt::format("cudaHostAlloc: {}", cudaGetErrorString(status));
+    try {
+      const CurrentDevice current(device);
+      // Portable: pinned for every device, not only the current one.
+      if (const cudaError_t status = cudaHostAlloc(&base, bytes, cudaHostAllocPortable); status != cudaSuccess) {
+        cudaGetLastError();
+        error = fmt::format("cudaHostAlloc: {}", cudaGetErrorString(status));
+        return nullptr;
+      }
+    } catch (const std::exception& e) {
+      error = e.what();
       return nullptr;
     }
     return base;
   }
 
-  void host_free(void* base) const noexcept override { cudaFreeHost(base); }
+  void host_free(void* base, int device) const noexcept override {
+    try {
+      const CurrentDevice current(device);
+      cudaFreeHost(base);
+    } catch (const std::exception&) {
+      // No context to free it in: the process is shutting CUDA down, which frees it.
+    }
+  }
 
-  bool host_register(void* base, std::size_t bytes, std::string& error) const override {
-    if (const cudaError_t status = cudaHostRegister(base, bytes, cudaHostRegisterPortable); status != cudaSuccess) {
-      cudaGetLastError();
-      error = fmt::format("cudaHostRegister: {}", cudaGetErrorString(status));
+  bool host_register(void* base, std::size_t bytes, int device, std::string& error) const override {
+    try {
+      const CurrentDevice current(device);
+      if (const cudaError_t status = cudaHostRegister(base, bytes, cudaHostRegisterPortable); status != cudaSuccess) {
+        cudaGetLastError();
+        error = fmt::format("cudaHostRegister: {}", cudaGetErrorString(status));
+        return false;
+      }
+    } catch (const std::exception& e) {
+      error = e.what();
       return false;
     }
     return true;
   }
 
-  void host_unregister(void* base) const noexcept override { cudaHostUnregister(base); }
+  void host_unregister(void* base, int device) const noexcept override {
+    try {
+      const CurrentDevice current(device);
+      cudaHostUnregister(base);
+    } catch (const std::exception&) {
+      // As in host_free: CUDA is going away, and the registration with it.
+    }
+  }
 };
 
 class Module final : public CudaModule {
