@@ -1,6 +1,7 @@
 // A CUDA source kernel defined on a client without GPUs runs on ferryd's
 // GPU: the client ships the source once per connection (define_kernel),
-// ferryd compiles it with NVRTC at the first run. Needs a GPU on this host
+// ferryd compiles it with NVRTC when the definition arrives, within
+// --compile-limit, off its progress thread. Needs a GPU on this host
 // (ctest label gpu); skips visibly without.
 #include <gtest/gtest.h>
 
@@ -70,6 +71,8 @@ TEST_F(RemoteCudaSource, SaxpyRunsOnTheRemoteGpu) {
       << server.log();
 }
 
+// ferryd refuses the definition (compiled when it arrives), which fails the
+// task that shipped it, with NVRTC's log.
 TEST_F(RemoteCudaSource, CompileErrorOnTheRemoteFailsTheTaskWithTheLog) {
   FerrydProcess server({"--gpus", "all"});
   ASSERT_TRUE(server.wait_for_log("GPUs: cuda:0", FerrydProcess::gpu_start_timeout)) << server.log();
@@ -84,6 +87,47 @@ TEST_F(RemoteCudaSource, CompileErrorOnTheRemoteFailsTheTaskWithTheLog) {
   } catch (const ferry::KernelError& e) {
     EXPECT_NE(std::string(e.what()).find("not_declared_anywhere"), std::string::npos) << e.what();
   }
+}
+
+TEST_F(RemoteCudaSource, CompileOverTheLimitIsRefusedWhileOthersRun) {
+  FerrydProcess server({"--gpus", "all", "--compile-limit", "0.05"});
+  ASSERT_TRUE(server.wait_for_log("GPUs: cuda:0")) << server.log();
+  ferry::Runtime rt(client_options(server));
+  // Inlining a call tree that grows by a third per level: seconds of NVRTC.
+  const auto heavy = rt.cuda_kernel(R"(
+template <int N> struct Deep {
+  __device__ static float f(float x) { return Deep<N - 1>::f(x * 1.0001f + N) + Deep<N - 2>::f(x); }
+};
+template <> struct Deep<0> { __device__ static float f(float x) { return x; } };
+template <> struct Deep<1> { __device__ static float f(float x) { return x + 1; } };
+extern "C" __global__ void heavy(float* y) { y[0] = Deep<20>::f(y[0]); }
+)", "heavy", {"y"});
+  auto y = rt.buffer<float>(4);
+  try {
+    rt.submit(heavy, ferry::write(y), 1, 1, 1, 1, 1, 1, 0, ferry::on(ferry::remote(server.address()))).wait();
+    ADD_FAILURE() << "the heavy source compiled within 50 ms";
+  } catch (const ferry::KernelError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("ferryd refused kernel 'heavy'"), std::string::npos) << what;
+    EXPECT_NE(what.find("within the 0.05 s limit"), std::string::npos) << what;
+  }
+  // NVRTC still works on it in ferryd; another client's kernels compile and run meanwhile.
+  ferry::Runtime other(client_options(server));
+  const auto k = other.cuda_kernel(saxpy, "saxpy");
+  const int n = 1000;
+  auto x = other.buffer<float>(n);
+  auto z = other.buffer<float>(n);
+  {
+    auto hx = x.host();
+    auto hz = z.host();
+    for (int i = 0; i < n; ++i) {
+      hx[i] = 1.0f;
+      hz[i] = 2.0f;
+    }
+  }
+  other.submit(k, n, 3.0f, ferry::read(x), ferry::readwrite(z), ferry::on(ferry::remote(server.address())));
+  EXPECT_EQ(z.host()[n - 1], 5.0f);
+  EXPECT_TRUE(server.wait_for_log("defined kernel 'saxpy'")) << server.log();
 }
 
 TEST_F(RemoteCudaSource, RemoteWithoutGpusCannotRunIt) {

@@ -1,11 +1,14 @@
 // CUDA source kernels running through a runtime on GPU 0: compiled by NVRTC
-// for that GPU, loaded, launched with the arguments packed as their C types.
+// for that GPU when defined, loaded, launched with the arguments packed as
+// their C types.
 // Skips where there is no GPU (or the runtime has no CUDA device).
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <thread>
 
 #include "ferry/cuda_probe.hpp"
 #include "ferry/error.hpp"
@@ -109,19 +112,56 @@ extern "C" __global__ void block_sums(const float* in, float* sums, int n) {
   for (int b = 0; b < 4; ++b) EXPECT_EQ(h[b], 16384.0f) << "block " << b;
 }
 
-TEST_F(NvrtcGpu, CompileErrorFailsTheTaskWithTheLog) {
+TEST_F(NvrtcGpu, CompileErrorIsReportedAtDefinition) {
   Runtime& rt = *rt_;
-  const KernelRef k = rt.cuda_kernel(R"(
+  // NVRTC compiles it for this runtime's GPUs when it is defined, not at the first run.
+  try {
+    rt.cuda_kernel(R"(
 extern "C" __global__ void broken(float* y) { y[0] = not_declared_anywhere; }
 )", "broken");
-  auto y = rt.buffer<float>(1);
-  rt.submit(k, readwrite(y), on(gpu(0)));
-  try {
-    rt.wait();
-    ADD_FAILURE() << "a kernel that does not compile ran";
-  } catch (const KernelError& e) {
+    ADD_FAILURE() << "a kernel that does not compile was defined";
+  } catch (const CompileError& e) {
     EXPECT_NE(std::string(e.what()).find("not_declared_anywhere"), std::string::npos) << e.what();
   }
+  EXPECT_FALSE(rt.has_kernel("broken"));
+  // The runtime still works, and the name is free for a source that compiles.
+  const KernelRef fixed = rt.cuda_kernel(R"(
+extern "C" __global__ void broken(float* y) { y[0] = 7.0f; }
+)", "broken", {"y"});
+  auto y = rt.buffer<float>(1);
+  rt.submit(fixed, write(y), 1, 1, 1, 1, 1, 1, 0, on(gpu(0)));
+  rt.wait();
+  EXPECT_EQ(y.host()[0], 7.0f);
+}
+
+TEST_F(NvrtcGpu, CompileOverTheLimitFailsTheDefinitionNotTheGpu) {
+  Runtime::Options options = testing::quiet_options(2);
+  options.compile_limit = std::chrono::milliseconds(50);
+  Runtime rt(options);
+  // Inlining a call tree that grows by a third per level: seconds of NVRTC.
+  const char* const heavy = R"(
+template <int N> struct Deep {
+  __device__ static float f(float x) { return Deep<N - 1>::f(x * 1.0001f + N) + Deep<N - 2>::f(x); }
+};
+template <> struct Deep<0> { __device__ static float f(float x) { return x; } };
+template <> struct Deep<1> { __device__ static float f(float x) { return x + 1; } };
+extern "C" __global__ void heavy(float* y) { y[0] = Deep<18>::f(y[0]); }
+)";
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    rt.cuda_kernel(heavy, "heavy", {"y"});
+    ADD_FAILURE() << "the heavy source compiled within 50 ms";
+  } catch (const CompileError& e) {
+    EXPECT_NE(std::string(e.what()).find("within the 0.05 s limit"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  // While NVRTC still works on it, the GPU runs tasks.
+  auto y = rt.buffer<float>(4);
+  rt.submit("fill", write(y), 3.0, on(gpu(0)));
+  rt.wait();
+  EXPECT_EQ(y.host()[3], 3.0f);
+  // Let the overrun compile end before the process does.
+  std::this_thread::sleep_for(std::chrono::seconds(10));
 }
 
 }  // namespace

@@ -2,14 +2,19 @@
 // is a compiler library: all of this runs without a GPU or a driver.
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <random>
 #include <string>
+#include <thread>
 
 #include "cuda_source/nvrtc_compiler.hpp"
 #include "ferry/error.hpp"
+#include "ferry/runtime/cuda_source.hpp"
 
 namespace ferry::detail {
 namespace {
@@ -197,6 +202,204 @@ TEST(NvrtcCacheDir, FollowsTheEnvironment) {
   }
   if (!restore.empty()) setenv("FERRY_CACHE_DIR", restore.c_str(), 1);
   if (!restore_xdg.empty()) setenv("XDG_CACHE_HOME", restore_xdg.c_str(), 1);
+}
+
+// ---- the time limit at definition (CompileBudget) ----
+
+// Inlining a call tree that grows by a third with each level: NVRTC works
+// for seconds on a few lines (2 to 5 s at depth 18, 10 to 30 s at 20).
+const char* const heavy = R"(
+template <int N> struct Deep {
+  __device__ static float f(float x) { return Deep<N - 1>::f(x * 1.0001f + N) + Deep<N - 2>::f(x); }
+};
+template <> struct Deep<0> { __device__ static float f(float x) { return x; } };
+template <> struct Deep<1> { __device__ static float f(float x) { return x + 1; } };
+extern "C" __global__ void heavy(float* y) { y[0] = Deep<18>::f(y[0]); }
+)";
+
+using namespace std::chrono_literals;
+
+// A compile that overran still runs; the test waits for it, so no NVRTC
+// thread outlives the test (nor the process's teardown).
+void wait_until_idle(const CompileBudget& budget) {
+  for (int i = 0; i < 12000 && budget.running() > 0; ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_EQ(budget.running(), 0u) << "a compile still runs after two minutes";
+}
+
+TEST_F(Nvrtc, CompileOverItsLimitFailsNamingTheKernelAndTheLimit) {
+  NvrtcCompiler compiler(options());
+  CompileBudget budget(50ms, 2);
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    budget.run("heavy", [&] { compiler.compile(CudaSource{heavy, "heavy", {}}, 9, 0); });
+    ADD_FAILURE() << "the heavy source compiled within 50 ms";
+  } catch (const CompileError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("cuda_kernel 'heavy'"), std::string::npos) << what;
+    EXPECT_NE(what.find("within the 0.05 s limit"), std::string::npos) << what;
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s) << "the caller waited for NVRTC past the limit";
+  EXPECT_EQ(budget.running(), 1u) << "the overrun compile counts until NVRTC returns";
+  wait_until_idle(budget);
+  // It finished on its own thread, into the cache: the next definition finds it.
+  EXPECT_EQ(compiler.stats().compiles, 1u);
+  budget.run("heavy", [&] { compiler.compile(CudaSource{heavy, "heavy", {}}, 9, 0); });
+  EXPECT_EQ(compiler.stats().memory_hits, 1u);
+}
+
+TEST_F(Nvrtc, AnOverrunCompileDoesNotBlockAnother) {
+  NvrtcCompiler compiler(options());
+  CompileBudget slow(50ms, 2);
+  EXPECT_THROW(slow.run("heavy", [&] { compiler.compile(CudaSource{heavy, "heavy", {}}, 9, 0); }), CompileError);
+  // Another client's definitions (another budget) compile meanwhile, with the same compiler.
+  CompileBudget other(60s, 2);
+  other.run("saxpy", [&] { compiler.compile(CudaSource{saxpy, "saxpy", {}}, 9, 0); });
+  other.run("saxpy", [&] { compiler.compile(CudaSource{saxpy, "saxpy", {"-use_fast_math"}}, 8, 0); });
+  EXPECT_EQ(slow.running(), 1u) << "the heavy compile finished before the others: the test proves nothing";
+  EXPECT_EQ(compiler.stats().compiles, 2u);  // the heavy one still runs
+  wait_until_idle(slow);
+}
+
+TEST_F(Nvrtc, OverrunCompilesAreBoundedPerClient) {
+  NvrtcCompiler compiler(options());
+  CompileBudget budget(50ms, 1);
+  EXPECT_THROW(budget.run("heavy", [&] { compiler.compile(CudaSource{heavy, "heavy", {}}, 9, 0); }), CompileError);
+  bool ran = false;
+  try {
+    budget.run("saxpy", [&] { ran = true; });
+    ADD_FAILURE() << "a second compile started while the first still runs";
+  } catch (const CompileError&) {
+    ADD_FAILURE() << "refused as a timeout, not as a full budget";
+  } catch (const UsageError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("cuda_kernel 'saxpy'"), std::string::npos) << what;
+    EXPECT_NE(what.find("still running"), std::string::npos) << what;
+  }
+  EXPECT_FALSE(ran) << "nothing starts when the budget is full";
+  wait_until_idle(budget);
+  budget.run("saxpy", [&] { compiler.compile(CudaSource{saxpy, "saxpy", {}}, 9, 0); });  // free again
+}
+
+TEST_F(Nvrtc, CompileErrorsComeThroughTheBudget) {
+  NvrtcCompiler compiler(options());
+  CompileBudget budget(60s, 2);
+  try {
+    budget.run("broken", [&] {
+      compiler.compile(CudaSource{"extern \"C\" __global__ void broken(float* y) { y[0] = nowhere; }", "broken", {}}, 9,
+                       0);
+    });
+    ADD_FAILURE() << "compiled broken source";
+  } catch (const CompileError& e) {
+    EXPECT_NE(e.log().find("nowhere"), std::string::npos) << e.log();
+  }
+  EXPECT_EQ(budget.running(), 0u);
+}
+
+TEST(CompileBudget, RefusesANonsenseLimit) {
+  EXPECT_THROW(CompileBudget(0ms, 1), UsageError);
+  EXPECT_THROW(CompileBudget(1s, 0), UsageError);
+}
+
+TEST(CompileBudget, WithoutGpusNothingCompiles) {
+  CompileBudget budget(1ms, 1);
+  // Even a source that would not compile: no GPU, nothing to compile for.
+  EXPECT_NO_THROW(compile_cuda_source(CudaSource{"not CUDA at all", "x", {}}, {}, budget));
+  EXPECT_EQ(budget.running(), 0u);
+}
+
+// ---- the cache folder's checks ----
+
+class NvrtcCacheFolder : public Nvrtc {
+ protected:
+  // Compiles saxpy with a fresh compiler; true when it used the disk cache.
+  bool cached() {
+    NvrtcCompiler compiler(options());
+    compiler.compile(CudaSource{saxpy, "saxpy", {}}, 9, 0);
+    return compiler.disk_cache();
+  }
+  static mode_t mode(const fs::path& path) {
+    struct stat st {};
+    EXPECT_EQ(::lstat(path.c_str(), &st), 0) << path;
+    return st.st_mode & 07777;
+  }
+};
+
+TEST_F(NvrtcCacheFolder, MadeOnlyForItsOwner) {
+  EXPECT_TRUE(cached());
+  EXPECT_EQ(mode(dir_), 0700u);
+  EXPECT_EQ(files(), 1u);
+}
+
+TEST_F(NvrtcCacheFolder, ATooOpenFolderOfOursIsTightened) {
+  fs::create_directories(dir_);
+  ::chmod(dir_.c_str(), 0755);
+  EXPECT_TRUE(cached());
+  EXPECT_EQ(mode(dir_), 0700u);
+}
+
+TEST_F(NvrtcCacheFolder, ASymlinkIsRefused) {
+  const fs::path real = dir_.string() + "-real";
+  fs::create_directories(real);
+  ::chmod(real.c_str(), 0700);
+  fs::create_directory_symlink(real, dir_);
+  EXPECT_FALSE(cached());
+  EXPECT_TRUE(fs::is_empty(real)) << "nothing was written through the link";
+  fs::remove(dir_);
+  fs::remove_all(real);
+}
+
+TEST_F(NvrtcCacheFolder, AGroupOrWorldWritableFolderIsRefused) {
+  fs::create_directories(dir_);
+  for (mode_t m : {0770, 0707, 01777}) {
+    ::chmod(dir_.c_str(), m);
+    EXPECT_FALSE(cached()) << std::oct << m;
+    EXPECT_EQ(files(), 0u);
+    EXPECT_EQ(mode(dir_), m) << "a folder refused is left as it was";
+  }
+}
+
+TEST_F(NvrtcCacheFolder, AFolderOfAnotherUserIsRefused) {
+  if (::geteuid() != 0) GTEST_SKIP() << "making a folder another user's needs root";
+  fs::create_directories(dir_);
+  ::chmod(dir_.c_str(), 0700);
+  ASSERT_EQ(::chown(dir_.c_str(), 65534, 65534), 0);  // nobody
+  EXPECT_FALSE(cached());
+  EXPECT_EQ(files(), 0u);
+}
+
+TEST_F(NvrtcCacheFolder, ASymlinkedCacheFileIsNotFollowed) {
+  std::string key;
+  {
+    NvrtcCompiler compiler(options());
+    key = compiler.compile(CudaSource{saxpy, "saxpy", {}}, 9, 0)->key;
+  }
+  // Planted in place of the entry, pointing at a file of the attacker's choosing.
+  const fs::path entry = dir_ / (key + ".bin");
+  const fs::path elsewhere = dir_.string() + "-elsewhere.bin";
+  fs::copy_file(entry, elsewhere);
+  fs::remove(entry);
+  fs::create_symlink(elsewhere, entry);
+  NvrtcCompiler fresh(options());
+  fresh.compile(CudaSource{saxpy, "saxpy", {}}, 9, 0);
+  EXPECT_EQ(fresh.stats().disk_hits, 0u) << "read through a symlink";
+  EXPECT_EQ(fresh.stats().compiles, 1u);
+  fs::remove(elsewhere);
+}
+
+TEST(NvrtcCacheDir, TheTemporaryFallbackIsPerUser) {
+  const char* vars[] = {"FERRY_CACHE_DIR", "XDG_CACHE_HOME", "HOME"};
+  std::string saved[3];
+  bool had[3];
+  for (int i = 0; i < 3; ++i) {
+    const char* v = std::getenv(vars[i]);
+    had[i] = v != nullptr;
+    if (had[i]) saved[i] = v;
+    unsetenv(vars[i]);
+  }
+  EXPECT_EQ(NvrtcCompiler::default_cache_dir(),
+            fs::temp_directory_path() / ("ferry-nvrtc-" + std::to_string(::geteuid())));
+  for (int i = 0; i < 3; ++i)
+    if (had[i]) setenv(vars[i], saved[i].c_str(), 1);
 }
 
 }  // namespace

@@ -246,10 +246,12 @@ int serve(const Options& options, int signal_fd) {
 
   unsigned cpu_workers = 0, gpu_lanes = 0;
   std::vector<std::string> gpu_names;
+  std::vector<int> gpu_ordinals;
   for (const auto& device : runtime.devices()) {
     if (device.kind == DeviceKind::cpu) cpu_workers += device.lanes;
     if (device.kind == DeviceKind::cuda) {
       gpu_names.push_back(device.name);
+      gpu_ordinals.push_back(device.gpu);
       gpu_lanes += device.lanes;
     }
   }
@@ -266,6 +268,8 @@ int serve(const Options& options, int signal_fd) {
   state.limits.handshake_timeout =
       std::chrono::milliseconds(static_cast<std::int64_t>(options.handshake_timeout * 1000.0));
   state.gpus = static_cast<std::uint32_t>(gpu_names.size());
+  state.gpu_ordinals = std::move(gpu_ordinals);
+  state.limits.compile_limit = std::chrono::milliseconds(static_cast<std::int64_t>(options.compile_limit * 1000.0));
   // As many of the clients' runs in the runtime as it has lanes: the rest
   // wait in ferryd, where the fair share picks whose runs go next.
   state.fair = std::make_shared<FairShare>(cpu_workers, gpu_lanes,

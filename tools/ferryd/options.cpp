@@ -107,6 +107,12 @@ Parsed parse_options(int argc, char** argv) {
   app.add_option("--handshake-timeout", o.handshake_timeout, "seconds a client has to authenticate before it is dropped")
       ->check(CLI::Range(0.05, 3600.0))
       ->capture_default_str();
+  app.add_option("--compile-limit", o.compile_limit,
+                 "seconds NVRTC may take to compile a kernel a client defines from CUDA source; past it the "
+                 "definition is refused (the compile finishes on its own thread, and a client may have at most 2 "
+                 "running)")
+      ->check(CLI::Range(0.001, 100.0))
+      ->capture_default_str();
   app.add_option("--poll-us", o.poll_us,
                  "microseconds to keep polling for the next message after activity before sleeping (0: sleep at "
                  "once; FERRY_UCX_POLL_US overrides)")

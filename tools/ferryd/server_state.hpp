@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <unordered_set>
@@ -27,6 +28,8 @@ struct Limits {
   // A connection that has not authenticated by then is closed, so idle or
   // stalled peers cannot pile up on the bootstrap socket.
   std::chrono::milliseconds handshake_timeout{10000};
+  // How long NVRTC may take for one client's kernel definition (--compile-limit).
+  std::chrono::milliseconds compile_limit = default_compile_limit;
 };
 
 struct ServerState {
@@ -37,6 +40,7 @@ struct ServerState {
   std::uint32_t cpu_workers = 0;
   Limits limits;
   std::uint32_t gpus = 0;  // the runtime's CUDA devices, reported in welcome
+  std::vector<int> gpu_ordinals{};  // theirs: what a client's CUDA source is compiled for
   std::unordered_set<std::string> plugin_kernels{};  // kernels --plugin libraries added
   // Reported in welcome: the kernels runs may name, and what they run on.
   std::vector<std::string> kernels{};
@@ -57,6 +61,10 @@ struct ServerState {
   // Progress thread only.
   std::uint64_t memory_in_use = 0;
   bool shutting_down = false;
+  // Each client's compiles of CUDA source (by share key): kept after its
+  // connections close, so a client that reconnects still counts the
+  // compiles that overran and still run. One per key or token client name.
+  std::map<std::string, std::shared_ptr<CompileBudget>> compile_budgets{};
 
   // Off unless --audit-log; shared with task continuations, which may outlive a session.
   std::shared_ptr<AuditLog> audit = std::make_shared<AuditLog>();

@@ -119,7 +119,10 @@ class Session : public std::enable_shared_from_this<Session> {
                  Place place, const FairShare::Ticket& ticket);
   void on_define_kernel(const protocol::DefineKernel& define, transport::Incoming& incoming);
   void kernel_received(const protocol::DefineKernel& define, std::string source, const std::string& error);
-  // Back on the progress thread from the background thread that read the source.
+  // This client's compile budget (ServerState::compile_budgets), made at first use.
+  std::shared_ptr<CompileBudget> compile_budget();
+  // Back on the progress thread from the background thread that read the source
+  // (and the one that compiled it).
   void kernel_parsed(const protocol::DefineKernel& define, std::shared_ptr<KernelDef> def, protocol::Status status,
                      const std::string& error, std::uint64_t charged);
   void on_free(const protocol::Free& free);

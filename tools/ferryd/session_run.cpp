@@ -3,6 +3,8 @@
 // client defines from CUDA source for its connection.
 #include <fmt/format.h>
 
+#include <thread>
+
 #include "ferry/error.hpp"
 #include "ferry/log.hpp"
 #include "ferry/printable.hpp"
@@ -78,31 +80,57 @@ void Session::kernel_received(const protocol::DefineKernel& define, std::string 
 
   // Reading a megabyte of source is not for the progress thread, which
   // every client's messages wait on: a worker reads it and posts back,
-  // taking each client's definitions in turn with the others'.
+  // taking each client's definitions in turn with the others'. Compiling it
+  // is not even for that worker (one heavy source would hold up every
+  // client's definitions): it gets a thread of its own, under this client's
+  // budget, and its answer is posted back the same way.
   std::weak_ptr<Session> weak = weak_from_this();
   std::weak_ptr<transport::Worker> worker = server_.worker;
-  server_.background.post(share_key_, [weak, worker, define, charged, source = std::move(source)]() mutable {
-    std::shared_ptr<KernelDef> def;
-    Status status = Status::ok;
-    std::string error;
-    try {
-      CudaSource cuda{std::move(source), define.entry, define.options};
-      // Before anything compiles it: NVRTC is to read no file of this host's.
-      confine_cuda_source(cuda);
-      // Parsed now, so a bad signature is reported here; NVRTC compiles at the first run on a GPU.
-      def = std::make_shared<KernelDef>(make_cuda_source_kernel(std::move(cuda), define.writes));
-    } catch (const UsageError& e) {
-      status = Status::bad_arguments;
-      error = e.what();
-    } catch (const std::exception& e) {
-      status = Status::internal;
-      error = e.what();
-    }
+  auto answer = [weak, worker, define, charged](std::shared_ptr<KernelDef> def, Status status, std::string error) {
     if (auto w = worker.lock())
       w->post([weak, define, def = std::move(def), status, error = std::move(error), charged]() mutable {
         if (auto self = weak.lock()) self->kernel_parsed(define, std::move(def), status, error, charged);
       });
+  };
+  server_.background.post(share_key_, [answer, define, source = std::move(source), gpus = server_.gpu_ordinals,
+                                       budget = compile_budget()]() mutable {
+    std::shared_ptr<KernelDef> def;
+    try {
+      CudaSource cuda{std::move(source), define.entry, define.options};
+      // Before anything compiles it: NVRTC is to read no file of this host's.
+      confine_cuda_source(cuda);
+      // Parsed now, so a bad signature is reported here.
+      def = std::make_shared<KernelDef>(make_cuda_source_kernel(std::move(cuda), define.writes));
+    } catch (const std::exception& e) {
+      return answer(nullptr, dynamic_cast<const UsageError*>(&e) ? Status::bad_arguments : Status::internal, e.what());
+    }
+    // No GPU: nothing to compile for, and no run of it reaches one (the
+    // client's runtime sees 0 GPUs in welcome and keeps it).
+    if (gpus.empty()) return answer(std::move(def), Status::ok, {});
+    // This thread only waits (the budget's own runs NVRTC) and ends by the
+    // limit; the budget refuses at once past its running compiles, so one
+    // client keeps few of these.
+    std::thread([answer, def = std::move(def), gpus = std::move(gpus), budget = std::move(budget)]() mutable {
+      try {
+        compile_cuda_source(*def->cuda_source, gpus, *budget);
+      } catch (const std::exception& e) {
+        // A compile log names the headers NVRTC read or tried: not for the client.
+        return answer(nullptr, dynamic_cast<const UsageError*>(&e) ? Status::bad_arguments : Status::internal,
+                      without_paths(e.what()));
+      }
+      answer(std::move(def), Status::ok, {});
+    }).detach();
   });
+}
+
+std::shared_ptr<CompileBudget> Session::compile_budget() {
+  auto& budgets = server_.compile_budgets;
+  // Forgotten once no definition of the client's is in flight and none of
+  // its compiles runs, so the table stays as small as the clients compiling.
+  std::erase_if(budgets, [](const auto& entry) { return entry.second.use_count() == 1 && entry.second->running() == 0; });
+  auto& budget = budgets[share_key_];
+  if (!budget) budget = std::make_shared<CompileBudget>(server_.limits.compile_limit);
+  return budget;
 }
 
 void Session::kernel_parsed(const protocol::DefineKernel& define, std::shared_ptr<KernelDef> def, Status status,

@@ -183,6 +183,15 @@ void RuntimeCore::start_gpus() {
   }
 }
 
+std::vector<int> RuntimeCore::gpu_ordinals() const {
+  std::vector<int> ordinals;
+  GpuFacts gpu;
+  for (const auto& device : devices())
+    // Only a loaded module makes GPU devices, so cuda_module() loads nothing new here.
+    if (device->kind() == DeviceKind::cuda && cuda_module()->facts(*device, gpu)) ordinals.push_back(gpu.ordinal);
+  return ordinals;
+}
+
 std::shared_ptr<MemoryResource> RuntimeCore::unified_memory() {
   std::lock_guard lock(unified_mutex_);
   if (unified_checked_) return unified_memory_;
@@ -333,6 +342,16 @@ std::vector<std::string> RuntimeCore::kernel_names() const {
 KernelRef RuntimeCore::add_kernel(KernelDef def) {
   if (def.name.empty()) throw UsageError("add_kernel: a kernel needs a name");
   if (!def.cpu && !def.cuda) throw UsageError(fmt::format("add_kernel '{}': no implementation (cpu or cuda)", def.name));
+  if (def.cuda_source) {
+    {
+      std::lock_guard lock(kernels_mutex_);
+      if (kernels_.contains(def.name))
+        throw UsageError(fmt::format("add_kernel: this runtime already has a kernel named '{}'", def.name));
+    }
+    // Now, on a thread of the budget's and within its limit, rather than at
+    // the first run on a GPU's executor, which every task there waits on.
+    compile_cuda_source(*def.cuda_source, gpu_ordinals(), compiles_);
+  }
   auto shared = std::make_shared<const KernelDef>(std::move(def));
   std::lock_guard lock(kernels_mutex_);
   if (!kernels_.emplace(shared->name, shared).second)

@@ -120,11 +120,15 @@ class RuntimeCore : public std::enable_shared_from_this<RuntimeCore> {
   void place(TaskRecord* task, std::uint64_t eligible);
   void fail_skipped(TaskRecord* task);
   void start_gpus();
+  // The CUDA ordinals of this runtime's GPUs.
+  std::vector<int> gpu_ordinals() const;
   // Managed memory for unified buffers (made on first use); null without a GPU.
   std::shared_ptr<MemoryResource> unified_memory();
 
   std::uint64_t id_;
   Runtime::Options options_;
+  // This runtime's own compiles of CUDA source at definition (add_kernel).
+  CompileBudget compiles_{options_.compile_limit};
   std::shared_ptr<MemoryResource> memory_;
   std::mutex unified_mutex_;
   std::shared_ptr<MemoryResource> unified_memory_;

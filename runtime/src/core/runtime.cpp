@@ -79,6 +79,13 @@ void apply_environment(Runtime::Options& o) {
       throw UsageError(fmt::format("FERRY_REMOTE_TIMEOUT={} is not a number of seconds (above 0, at most 3600)", v));
     o.remote_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000));
   }
+  if (const char* v = env("FERRY_COMPILE_LIMIT")) {
+    char* end = nullptr;
+    const double seconds = std::strtod(v, &end);
+    if (end == v || *end != '\0' || !(seconds >= 0.001 && seconds <= 3600))
+      throw UsageError(fmt::format("FERRY_COMPILE_LIMIT={} is not a number of seconds (0.001 to 3600)", v));
+    o.compile_limit = std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000));
+  }
   if (const char* v = env("FERRY_TOKEN")) o.token = v;
   if (const char* v = env("FERRY_TOKEN_FILE")) o.token_file = v;
   if (const char* v = env("FERRY_IDENTITY")) o.identity = v;
@@ -212,6 +219,7 @@ std::vector<DeviceInfo> Runtime::devices() const {
       info.bytes_out = gpu.bytes_from_device;
       info.stream_ordered = gpu.stream_ordered;
       info.description = gpu.description;
+      info.gpu = gpu.ordinal;
     }
     out.push_back(std::move(info));
   }

@@ -1,7 +1,9 @@
 #include "cuda_source/nvrtc_compiler.hpp"
 
+#include <fcntl.h>
 #include <nvrtc.h>
 #include <sodium.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -9,9 +11,11 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cerrno>
 #include <cstdlib>
-#include <fstream>
-#include <iterator>
+#include <optional>
+#include <string_view>
+#include <system_error>
 #include <vector>
 
 #include "ferry/error.hpp"
@@ -154,6 +158,72 @@ const char* env(const char* name) {
   return value != nullptr && *value != '\0' ? value : nullptr;
 }
 
+std::string errno_text(int error) { return std::error_code(error, std::generic_category()).message(); }
+
+// Makes `dir` (0700) when it is missing and opens it into `fd`; returns why
+// it may not hold the cache, or nothing. A cubin from the cache runs on the
+// GPU with this process's rights, so the folder must be one nobody else
+// can write into: not a symlink (lstat: it could lead anywhere), this
+// user's, and not group- or world-writable. The folder is opened with
+// O_NOFOLLOW and compared with what lstat saw, and files are opened
+// relative to that descriptor, so swapping the path afterwards changes nothing.
+std::optional<std::string> open_cache_folder(const std::filesystem::path& dir, int& fd) {
+  struct stat seen {};
+  if (::lstat(dir.c_str(), &seen) != 0) {
+    if (errno != ENOENT) return fmt::format("cannot be examined ({})", errno_text(errno));
+    std::error_code error;
+    if (dir.has_parent_path()) std::filesystem::create_directories(dir.parent_path(), error);
+    if (error) return fmt::format("cannot be made: its parent cannot ({})", error.message());
+    if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return fmt::format("cannot be made ({})", errno_text(errno));
+    if (::lstat(dir.c_str(), &seen) != 0) return fmt::format("cannot be examined ({})", errno_text(errno));
+  }
+  if (S_ISLNK(seen.st_mode)) return std::string("is a symbolic link");
+  if (!S_ISDIR(seen.st_mode)) return std::string("is not a folder");
+  if (seen.st_uid != ::geteuid())
+    return fmt::format("belongs to user id {}, not to this process's user id {}", seen.st_uid, ::geteuid());
+  if ((seen.st_mode & (S_IWGRP | S_IWOTH)) != 0)
+    return fmt::format("is writable by {} (mode {:04o})", (seen.st_mode & S_IWOTH) != 0 ? "every user" : "its group",
+                       seen.st_mode & 07777);
+  fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return fmt::format("cannot be opened ({})", errno_text(errno));
+  struct stat opened {};
+  if (::fstat(fd, &opened) != 0 || opened.st_dev != seen.st_dev || opened.st_ino != seen.st_ino) {
+    ::close(fd);
+    fd = -1;
+    return std::string("was replaced while it was checked");
+  }
+  // Ours and safe: others need not read it either (a folder an older Ferry made 0755).
+  if ((opened.st_mode & 077) != 0) ::fchmod(fd, 0700);
+  return std::nullopt;
+}
+
+// The whole of an open file, or nothing when reading fails.
+std::optional<std::string> read_all(int fd) {
+  std::string bytes;
+  char chunk[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, chunk, sizeof chunk);
+    if (n == 0) return bytes;
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return std::nullopt;
+    }
+    bytes.append(chunk, static_cast<std::size_t>(n));
+  }
+}
+
+bool write_all(int fd, std::string_view bytes) {
+  while (!bytes.empty()) {
+    const ssize_t n = ::write(fd, bytes.data(), bytes.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    bytes.remove_prefix(static_cast<std::size_t>(n));
+  }
+  return true;
+}
+
 }  // namespace
 
 NvrtcCompiler::NvrtcCompiler() : NvrtcCompiler(Options{}) {}
@@ -162,6 +232,23 @@ NvrtcCompiler::NvrtcCompiler(Options options) : options_(std::move(options)) {
   if (options_.cache_dir.empty()) options_.cache_dir = default_cache_dir();
   if (sodium_init() < 0) throw Error("sodium_init failed: libsodium cannot hash the NVRTC cache keys");
 }
+
+NvrtcCompiler::~NvrtcCompiler() {
+  if (cache_fd_ >= 0) ::close(cache_fd_);
+}
+
+int NvrtcCompiler::cache_folder() const {
+  std::call_once(cache_checked_, [this] {
+    if (!options_.disk_cache) return;
+    if (auto wrong = open_cache_folder(options_.cache_dir, cache_fd_))
+      log().warn("NVRTC cache: not using {}: it {}; compiled kernels are kept in memory only (set FERRY_CACHE_DIR "
+                 "to a folder of your own)",
+                 options_.cache_dir.string(), *wrong);
+  });
+  return cache_fd_;
+}
+
+bool NvrtcCompiler::disk_cache() const { return cache_folder() >= 0; }
 
 NvrtcCompiler& NvrtcCompiler::shared() {
   // Never destroyed: a kernel may still compile while the process exits.
@@ -173,7 +260,8 @@ std::filesystem::path NvrtcCompiler::default_cache_dir() {
   if (const char* dir = env("FERRY_CACHE_DIR")) return std::filesystem::path(dir) / "nvrtc";
   if (const char* dir = env("XDG_CACHE_HOME")) return std::filesystem::path(dir) / "ferry" / "nvrtc";
   if (const char* home = env("HOME")) return std::filesystem::path(home) / ".cache" / "ferry" / "nvrtc";
-  return std::filesystem::temp_directory_path() / "ferry-nvrtc";
+  // One per user: a shared name in /tmp would be another user's to create first.
+  return std::filesystem::temp_directory_path() / fmt::format("ferry-nvrtc-{}", ::geteuid());
 }
 
 NvrtcCompiler::Stats NvrtcCompiler::stats() const {
@@ -196,7 +284,7 @@ std::shared_ptr<const CompiledKernel> NvrtcCompiler::compile(const CudaSource& s
     entries_.emplace(key, promise.get_future().share());
   }
   try {
-    std::shared_ptr<const CompiledKernel> compiled = options_.disk_cache ? load(key) : nullptr;
+    std::shared_ptr<const CompiledKernel> compiled = load(key);
     if (compiled) {
       std::lock_guard lock(mutex_);
       ++stats_.disk_hits;
@@ -206,7 +294,7 @@ std::shared_ptr<const CompiledKernel> NvrtcCompiler::compile(const CudaSource& s
         std::lock_guard lock(mutex_);
         ++stats_.compiles;
       }
-      if (options_.disk_cache) store(*compiled);
+      store(*compiled);
     }
     promise.set_value(compiled);
     return compiled;
@@ -222,20 +310,46 @@ std::shared_ptr<const CompiledKernel> NvrtcCompiler::compile(const CudaSource& s
 }
 
 std::shared_ptr<const CompiledKernel> NvrtcCompiler::load(const std::string& key) const {
-  const auto path = options_.cache_dir / (key + ".bin");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return nullptr;
-  std::string magic, kind, symbol;
-  if (!std::getline(in, magic) || magic != file_magic || !std::getline(in, kind) || !std::getline(in, symbol) ||
-      (kind != "cubin" && kind != "ptx") || symbol.empty()) {
+  const int dir = cache_folder();
+  if (dir < 0) return nullptr;
+  const std::string name = key + ".bin";
+  const auto path = options_.cache_dir / name;
+  // O_NOFOLLOW: a symlink planted in the folder is refused, not followed.
+  const int fd = ::openat(dir, name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno != ENOENT)
+      log().warn("NVRTC cache file {} cannot be opened ({}); compiling again", path.string(), errno_text(errno));
+    return nullptr;
+  }
+  struct stat st {};
+  const bool regular = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+  const std::optional<std::string> bytes = regular ? read_all(fd) : std::nullopt;
+  ::close(fd);
+  if (!bytes) {
+    log().warn("NVRTC cache file {} is not a readable file; compiling again", path.string());
+    return nullptr;
+  }
+  // magic, kind and symbol lines, then the image
+  std::string_view rest = *bytes;
+  const auto line = [&rest]() -> std::optional<std::string_view> {
+    const std::size_t end = rest.find('\n');
+    if (end == std::string_view::npos) return std::nullopt;
+    const std::string_view text = rest.substr(0, end);
+    rest.remove_prefix(end + 1);
+    return text;
+  };
+  const auto magic = line();
+  const auto kind = line();
+  const auto symbol = line();
+  if (!magic || *magic != file_magic || !kind || (*kind != "cubin" && *kind != "ptx") || !symbol || symbol->empty()) {
     log().warn("NVRTC cache file {} is not one of Ferry's; compiling again", path.string());
     return nullptr;
   }
   auto out = std::make_shared<CompiledKernel>();
-  out->ptx = kind == "ptx";
-  out->symbol = std::move(symbol);
+  out->ptx = *kind == "ptx";
+  out->symbol = std::string(*symbol);
   out->key = key;
-  out->image.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  out->image.assign(rest);
   if (out->image.empty() || (out->ptx && out->image.back() != '\0')) {
     log().warn("NVRTC cache file {} is truncated; compiling again", path.string());
     return nullptr;
@@ -244,27 +358,27 @@ std::shared_ptr<const CompiledKernel> NvrtcCompiler::load(const std::string& key
 }
 
 void NvrtcCompiler::store(const CompiledKernel& compiled) const {
+  const int dir = cache_folder();
+  if (dir < 0) return;
   // Written under a unique name and renamed into place: another process
   // reading the cache sees the whole file or none.
   static std::atomic<unsigned> counter{0};
-  const auto& dir = options_.cache_dir;
-  const auto path = dir / (compiled.key + ".bin");
-  const auto temp = dir / fmt::format(".{}.{}.{}.tmp", compiled.key, ::getpid(), counter.fetch_add(1));
-  try {
-    std::filesystem::create_directories(dir);
-    {
-      std::ofstream out(temp, std::ios::binary | std::ios::trunc);
-      out << file_magic << '\n' << (compiled.ptx ? "ptx" : "cubin") << '\n' << compiled.symbol << '\n';
-      out.write(compiled.image.data(), static_cast<std::streamsize>(compiled.image.size()));
-      out.close();
-      if (!out) throw Error("writing failed");
-    }
-    std::filesystem::rename(temp, path);
-  } catch (const std::exception& e) {
-    std::error_code ignored;
-    std::filesystem::remove(temp, ignored);
-    log().debug("NVRTC cache: could not store {} in {}: {}", compiled.key, dir.string(), e.what());
+  const std::string name = compiled.key + ".bin";
+  const std::string temp = fmt::format(".{}.{}.{}.tmp", compiled.key, ::getpid(), counter.fetch_add(1));
+  const int fd = ::openat(dir, temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    log().debug("NVRTC cache: could not store {} in {}: {}", compiled.key, options_.cache_dir.string(),
+                errno_text(errno));
+    return;
   }
+  const std::string header = fmt::format("{}\n{}\n{}\n", file_magic, compiled.ptx ? "ptx" : "cubin", compiled.symbol);
+  bool ok = write_all(fd, header) && write_all(fd, compiled.image);
+  const int error = ok ? 0 : errno;
+  ok = ::close(fd) == 0 && ok;
+  if (ok && ::renameat(dir, temp.c_str(), dir, name.c_str()) == 0) return;
+  log().debug("NVRTC cache: could not store {} in {}: {}", compiled.key, options_.cache_dir.string(),
+              errno_text(error != 0 ? error : errno));
+  ::unlinkat(dir, temp.c_str(), 0);
 }
 
 }  // namespace ferry::detail

@@ -28,8 +28,11 @@ struct CompiledKernel {
 class NvrtcCompiler {
  public:
   struct Options {
-    // Empty: default_cache_dir(). The disk cache is skipped (with a debug
-    // log) when the folder cannot be made.
+    // Empty: default_cache_dir(). Made 0700 when missing. Used only when it
+    // is a real folder (not a symlink) of this user's that no group or other
+    // user may write: anyone who can write there could hand this process a
+    // cubin to run. Otherwise the disk cache is off, with one warning naming
+    // the folder and what is wrong with it.
     std::filesystem::path cache_dir;
     bool disk_cache = true;
   };
@@ -41,10 +44,17 @@ class NvrtcCompiler {
 
   NvrtcCompiler();
   explicit NvrtcCompiler(Options options);
+  ~NvrtcCompiler();
+  NvrtcCompiler(const NvrtcCompiler&) = delete;
+  NvrtcCompiler& operator=(const NvrtcCompiler&) = delete;
   // The compiler kernels launch through; its cache lives as long as the process.
   static NvrtcCompiler& shared();
-  // $FERRY_CACHE_DIR/nvrtc, else $XDG_CACHE_HOME/ferry/nvrtc, else ~/.cache/ferry/nvrtc.
+  // $FERRY_CACHE_DIR/nvrtc, else $XDG_CACHE_HOME/ferry/nvrtc, else
+  // ~/.cache/ferry/nvrtc, else $TMPDIR/ferry-nvrtc-<uid>.
   static std::filesystem::path default_cache_dir();
+  // Whether the disk cache is in use: on, and its folder passed the checks
+  // (made and checked at the first call).
+  bool disk_cache() const;
 
   // Throws CompileError (what(): the entry and NVRTC's log) when the source
   // does not compile, UsageError for an architecture NVRTC cannot target,
@@ -58,8 +68,12 @@ class NvrtcCompiler {
  private:
   std::shared_ptr<const CompiledKernel> load(const std::string& key) const;
   void store(const CompiledKernel& compiled) const;
+  // The cache folder, opened once, or -1 when there is none to use.
+  int cache_folder() const;
 
   Options options_;
+  mutable std::once_flag cache_checked_;
+  mutable int cache_fd_ = -1;  // closed with the compiler; files are opened relative to it
   mutable std::mutex mutex_;
   std::map<std::string, std::shared_future<std::shared_ptr<const CompiledKernel>>> entries_;
   Stats stats_;

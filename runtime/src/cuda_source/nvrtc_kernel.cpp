@@ -102,6 +102,11 @@ Loaded& resolve(const CudaSource& source, Resolved& resolved, int device) {
 
 }  // namespace
 
+void compile_for_device(const CudaSource& source, int device) {
+  const auto [major, minor] = compute_capability(device);
+  NvrtcCompiler::shared().compile(source, major, minor);
+}
+
 KernelFn make_nvrtc_launcher(std::shared_ptr<const CudaSource> source, std::shared_ptr<const CudaSignature> signature) {
   return [source = std::move(source), signature = std::move(signature),
           resolved = std::make_shared<Resolved>()](ExecContext& ctx) {

@@ -1,5 +1,7 @@
-// The `cuda` implementation of a CUDA source kernel: compiles the source for
-// the executing GPU (NvrtcCompiler's caches), loads it once per device with
+// The `cuda` implementation of a CUDA source kernel: finds the source
+// compiled for the executing GPU in NvrtcCompiler's caches (put there when
+// the kernel was defined; compiled here only for a kernel that was not,
+// such as one added to a runtime with no GPU then), loads it once per device with
 // the CUDA runtime's library API (no libcuda link, so machines without a
 // driver still load Ferry) and launches it on the task's stream.
 #pragma once
@@ -13,5 +15,9 @@
 namespace ferry::detail {
 
 KernelFn make_nvrtc_launcher(std::shared_ptr<const CudaSource> source, std::shared_ptr<const CudaSignature> signature);
+
+// Compiles `source` for GPU `device`'s architecture into the shared
+// compiler's caches, where the launcher finds it.
+void compile_for_device(const CudaSource& source, int device);
 
 }  // namespace ferry::detail

@@ -22,6 +22,7 @@
 #include "ferry/allocator/memory_resource.hpp"
 #include "ferry/runtime/auto_chunk.hpp"
 #include "ferry/runtime/buffer.hpp"
+#include "ferry/runtime/cuda_source.hpp"
 #include "ferry/runtime/perf_model.hpp"
 #include "ferry/runtime/scheduler.hpp"
 #include "ferry/runtime/submission.hpp"
@@ -60,6 +61,7 @@ struct DeviceInfo {
   std::size_t stream_ordered = 0;
   // For people: a GPU's model and memory, a remote's state ("down: why").
   std::string description;
+  int gpu = -1;  // a local GPU's CUDA ordinal; -1 for other devices
 };
 
 // What a runtime does when a remote GPU host cannot be used.
@@ -123,6 +125,10 @@ class Runtime {
     bool plaintext = false;
     RemotePolicy remote_policy = RemotePolicy::require;           // FERRY_REMOTE_POLICY=require|prefer
     std::chrono::milliseconds remote_timeout{10000};              // FERRY_REMOTE_TIMEOUT=seconds
+    // How long NVRTC may take to compile a CUDA source kernel when it is
+    // defined (cuda_kernel, add_kernel), for all of this runtime's GPUs;
+    // the definition fails with a CompileError past it.   FERRY_COMPILE_LIMIT=seconds
+    std::chrono::milliseconds compile_limit = default_compile_limit;
     // Transfers above this are split and pipelined, this many chunks in flight.  FERRY_CHUNK_BYTES, FERRY_CHUNK_WINDOW
     std::size_t chunk_bytes = std::size_t{4} << 20;
     unsigned chunk_window = 4;
@@ -241,15 +247,18 @@ class Runtime {
   bool wait_for(std::chrono::nanoseconds timeout);
 
   // Registers a kernel with this runtime (found before the global registry).
+  // One from CUDA source (make_cuda_source_kernel) is compiled now, as cuda_kernel says.
   KernelRef add_kernel(KernelDef def);
   template <typename F>
   KernelRef kernel(std::string name, F callable, std::function<Cost(const KernelArgs&)> cost = {}) {
     return add_kernel(make_kernel(std::move(name), std::move(callable), std::move(cost)));
   }
   // Registers a kernel written as CUDA C++ source (ferry/runtime/cuda_source.hpp),
-  // named after `entry`. Throws UsageError naming what cannot be parsed. NVRTC
-  // compiles it on the GPU that first runs it; a build without CUDA can still
-  // run it on a remote GPU host.
+  // named after `entry`. Throws UsageError naming what cannot be parsed, and
+  // CompileError when NVRTC, compiling it here for this runtime's GPUs, finds
+  // an error or passes Options::compile_limit. A runtime without GPUs (or a
+  // build without CUDA) compiles nothing: it can still run the kernel on a
+  // remote GPU host, which compiles it there.
   KernelRef cuda_kernel(std::string source, std::string entry, std::vector<std::string> writes = {},
                         std::vector<std::string> options = {});
   // Looks a kernel up by name: this runtime's first, then the global registry.

@@ -169,6 +169,8 @@ class Module final : public CudaModule {
     return make_nvrtc_launcher(std::move(source), std::move(signature));
   }
 
+  void compile_nvrtc(const CudaSource& source, int device) const override { compile_for_device(source, device); }
+
   std::shared_ptr<MemoryResource> unified_memory(int device) const override {
     UnifiedPool::Options options;
     options.device = device;

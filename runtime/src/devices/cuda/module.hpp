@@ -64,6 +64,10 @@ class CudaModule {
   // The `cuda` implementation of a kernel from CUDA source (NVRTC).
   virtual KernelFn nvrtc_launcher(std::shared_ptr<const CudaSource> source,
                                   std::shared_ptr<const CudaSignature> signature) const = 0;
+  // Compiles `source` for GPU `device`'s architecture into the cache the
+  // launcher reads; throws as NvrtcCompiler::compile does. Blocks for as
+  // long as NVRTC takes: callers bound it (CompileBudget).
+  virtual void compile_nvrtc(const CudaSource& source, int device) const = 0;
 
   // Managed memory for unified buffers on GPU `device` (UnifiedPool).
   virtual std::shared_ptr<MemoryResource> unified_memory(int device) const = 0;
