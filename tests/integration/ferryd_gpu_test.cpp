@@ -1,14 +1,18 @@
 // ferryd serving a remote client with its GPUs (--gpus all): the client's
 // task runs on ferryd's CUDA device, its data staged through ferryd's host
-// replica. Needs a GPU on this host (ctest label gpu); skips visibly without.
+// replica, its results kept on the GPU until the client reads them. Needs a
+// GPU on this host (ctest label gpu); skips visibly without.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <random>
 
 #include "ferry/cuda_probe.hpp"
 #include "ferry/ferry.hpp"
 #include "builtin_comparison.hpp"
 #include "ferryd_process.hpp"
+#include "metrics_scrape.hpp"
+#include "test_client.hpp"
 
 namespace {
 
@@ -70,6 +74,77 @@ TEST(FerrydGpu, EveryBuiltinKernelMatchesTheCpuWithinRounding) {
   ASSERT_TRUE(server.wait_for_log("GPUs: cuda:0", FerrydProcess::gpu_start_timeout)) << server.log();
   ferry::Runtime rt(client_options(server));
   ferry::test::expect_every_builtin_matches_the_cpu(rt, server.address(), 1e-10);
+}
+
+// A chain of GPU runs on one replica: what each run writes stays on the
+// GPU (ferryd's GPU copies nothing home per run), the first get brings it
+// home once, and a put into it afterwards neither leaves the GPU a stale
+// copy nor loses what only the GPU held. Raw protocol, so the test decides
+// exactly which request ferryd sees when.
+TEST(FerrydGpu, ResultsStayOnTheGpuUntilAGetReadsThem) {
+  if (ferry::cuda::device_count() == 0) GTEST_SKIP() << ferry::cuda::unavailable_reason();
+  namespace proto = ferry::protocol;
+  using ferry::test::TestClient;
+  FerrydProcess server({"--gpus", "all", "--metrics", "127.0.0.1:0"});
+  ASSERT_TRUE(server.wait_for_log("GPUs: cuda:0")) << server.log();
+  const std::uint16_t metrics = ferry::test::logged_metrics_port(server);
+  TestClient client{server.port()};
+  const proto::Welcome welcome = client.authenticate(FerrydProcess::default_token);
+  const auto copied = [&](const char* direction) {
+    const auto value = ferry::test::metric_value(
+        ferry::test::scrape_metrics(metrics),
+        std::string("ferry_device_copy_bytes{device=\"cuda:0\",direction=\"") + direction + "\"}");
+    if (!value) ADD_FAILURE() << "no ferry_device_copy_bytes series for cuda:0 " << direction;
+    return static_cast<std::uint64_t>(value.value_or(-1));
+  };
+
+  // Integers and halves: every sum below is exact in double, on any GPU.
+  constexpr std::size_t n = std::size_t{1} << 16;
+  constexpr std::uint64_t bytes = n * sizeof(double);
+  std::vector<double> x(n), y(n, 1.0);
+  for (std::size_t i = 0; i < n; ++i) x[i] = static_cast<double>(i);
+  client.put_all(1, proto::DType::f64, 1, n, x.data(), bytes, welcome.max_payload);
+  client.put_all(2, proto::DType::f64, 1, n, y.data(), bytes, welcome.max_payload);
+  const auto axpy = [&] {
+    const proto::Done done = client.run(
+        "axpy", {TestClient::buffer(1, proto::Mode::read), TestClient::buffer(2, proto::Mode::readwrite),
+                 TestClient::real(2.0)});
+    ASSERT_EQ(done.status, proto::Status::ok) << done.message << "\n" << server.log();
+  };
+  const auto get_y = [&] {
+    const std::vector<std::byte> got = client.get(2, 0, bytes);
+    std::vector<double> out(n);
+    std::memcpy(out.data(), got.data(), bytes);
+    return out;
+  };
+
+  const std::uint64_t home_before = copied("from_device");
+  constexpr int chain = 8;
+  for (int k = 0; k < chain; ++k) {
+    axpy();
+    // Every run done (its Done came), and still nothing came home.
+    EXPECT_EQ(copied("from_device"), home_before) << "run " << k + 1 << " copied its result home";
+  }
+  EXPECT_GE(copied("to_device"), 2 * bytes) << "the runs did not run on the GPU";
+
+  // (a) The get brings the chain's result home, once.
+  std::vector<double> out = get_y();
+  for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(out[i], 1.0 + 2.0 * chain * x[i]) << i;
+  EXPECT_EQ(copied("from_device"), home_before + bytes);
+  out = get_y();  // the host has it now: no second copy
+  EXPECT_EQ(out[n - 1], 1.0 + 2.0 * chain * x[n - 1]);
+  EXPECT_EQ(copied("from_device"), home_before + bytes);
+
+  // One more run leaves the newest y only on the GPU; a put into the first
+  // half of it must keep the second half the GPU wrote, and the run after
+  // must read the put's bytes, not the GPU's old copy.
+  axpy();
+  const std::vector<double> minus_one(n / 2, -1.0);
+  ASSERT_EQ(client.put(2, proto::DType::f64, 1, n, minus_one.data(), bytes / 2, 0).status, proto::Status::ok);
+  axpy();
+  out = get_y();
+  for (std::size_t i = 0; i < n / 2; ++i) ASSERT_EQ(out[i], -1.0 + 2.0 * x[i]) << i;
+  for (std::size_t i = n / 2; i < n; ++i) ASSERT_EQ(out[i], 1.0 + 2.0 * (chain + 2) * x[i]) << i;
 }
 
 TEST(FerrydGpu, GpusNoneServesOnTheCpu) {

@@ -1,7 +1,9 @@
 // One thread for ferryd's work that may take long and must not run on the
 // progress thread, which every client's messages, handshakes and shutdown
-// share: reading a kernel definition's source. A job posts its answer back
-// to the progress thread itself.
+// share: reading a kernel definition's source, and bringing a replica's
+// data home from a GPU before a get or a put (Session::with_host), which
+// waits for the tasks using it. A job posts its answer back to the
+// progress thread itself.
 //
 // Fair between clients: each client's jobs wait in a queue of its own, and
 // the thread takes one job from each client in turn (round robin), so one

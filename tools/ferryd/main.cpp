@@ -221,9 +221,6 @@ int serve(const Options& options, int signal_fd) {
   runtime_options.read_environment = false;
   runtime_options.gpus = gpu_spec(options.gpus);
   runtime_options.gpu_memory_limit = options.gpu_memory;
-  // Sessions send replicas from their host memory without asking the
-  // runtime: what a GPU task wrote must be there as soon as it is done.
-  runtime_options.gpu_write_through = true;
   // A kernel shorter than a thread hand-off runs on the progress thread,
   // which then answers its run at once (docs/architecture.md, hand-offs).
   runtime_options.inline_below_seconds = 20e-6;
@@ -286,7 +283,10 @@ int serve(const Options& options, int signal_fd) {
   metrics.nvml_available(nvml.available());
   if (!nvml.available()) log().info("ferryd metrics: NVML unavailable ({}); no GPU gauges", nvml.unavailable_reason());
   metrics.on_scrape([&runtime, &nvml](Metrics& m) {
-    for (const auto& device : runtime.devices()) m.queue_depth(device.name, device.queued);
+    for (const auto& device : runtime.devices()) {
+      m.queue_depth(device.name, device.queued);
+      if (device.kind == DeviceKind::cuda) m.gpu_copies(device.name, device.bytes_in, device.bytes_out);
+    }
     for (const auto& gpu : nvml.read())
       m.gpu(gpu.index, gpu.model, gpu.utilization, gpu.memory_used_bytes, gpu.memory_total_bytes,
             gpu.temperature_celsius);

@@ -86,6 +86,12 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                       .Name("ferry_queue_depth")
                       .Help("Tasks assigned to a device of this host and not finished, by device")
                       .Register(r);
+  // A gauge set from the runtime's own count at each scrape (it only grows).
+  gpu_copy_bytes_ = &prometheus::BuildGauge()
+                         .Name("ferry_device_copy_bytes")
+                         .Help("Bytes a local GPU copied between host and device memory since start, by device and "
+                               "direction (to_device, from_device)")
+                         .Register(r);
   limits_ = &prometheus::BuildGauge().Name("ferry_limit").Help("Configured limits, by name").Register(r);
   build_info_ = &prometheus::BuildGauge()
                      .Name("ferry_build_info")
@@ -232,6 +238,11 @@ void Metrics::gpu(unsigned index, const std::string& model, std::optional<double
 
 void Metrics::queue_depth(const std::string& device, std::size_t tasks) {
   queue_depth_->Add({{"device", device}}).Set(static_cast<double>(tasks));
+}
+
+void Metrics::gpu_copies(const std::string& device, std::uint64_t to_device, std::uint64_t from_device) {
+  gpu_copy_bytes_->Add({{"device", device}, {"direction", "to_device"}}).Set(static_cast<double>(to_device));
+  gpu_copy_bytes_->Add({{"device", device}, {"direction", "from_device"}}).Set(static_cast<double>(from_device));
 }
 
 }  // namespace ferry::ferryd

@@ -78,6 +78,10 @@ class Metrics {
   void client_gone();
   void memory_in_use(std::uint64_t bytes);
   void queue_depth(const std::string& device, std::size_t tasks);
+  // Bytes a GPU of the runtime copied in and out since ferryd started (its
+  // DeviceInfo): results stay on the GPU, so bytes out grow with what
+  // clients read back, not with the tasks run.
+  void gpu_copies(const std::string& device, std::uint64_t to_device, std::uint64_t from_device);
   // NVML (nvml_gauges.hpp): whether it answered, and one GPU's reading.
   // Without NVML there are no ferry_gpu_* series at all, rather than zeros
   // that would read as idle, cool GPUs.
@@ -127,6 +131,7 @@ class Metrics {
   prometheus::Family<prometheus::Counter>* auth_failures_;
   prometheus::Counter* quota_refusals_;
   prometheus::Family<prometheus::Gauge>* queue_depth_;
+  prometheus::Family<prometheus::Gauge>* gpu_copy_bytes_;
   prometheus::Family<prometheus::Gauge>* limits_;
   prometheus::Family<prometheus::Gauge>* build_info_;
   prometheus::Gauge* nvml_available_;

@@ -32,6 +32,13 @@ namespace ferry::ferryd {
 
 // A client's buffer on this host. Its host pointer is taken once, when it
 // is made, so that storing a payload never waits for the runtime.
+//
+// What a GPU run writes stays on the GPU (docs/architecture.md, "ferryd's
+// replicas"): `host` is read or written directly only while the session
+// knows the runtime holds nothing newer elsewhere; otherwise the runtime
+// brings the data home first (Session::with_host). The counts below say
+// which: GPU runs submitted that used the replica or wrote it, and how many
+// of each the host had caught up with when it was last brought home.
 struct Replica {
   AnyBuffer buffer;
   std::byte* host = nullptr;
@@ -42,7 +49,18 @@ struct Replica {
   std::string spoiled;
   // Which bytes hold the client's data; the rest is zeroed before anything reads it.
   WrittenRanges written{0};
+  std::uint64_t gpu_uses = 0, gpu_writes = 0;
+  std::uint64_t uses_home = 0, writes_home = 0;
+
+  // `host` holds the buffer's data: a get may send it as it is.
+  bool host_current() const noexcept { return writes_home == gpu_writes; }
+  // No GPU holds a copy either: a put may write `host` without leaving one stale.
+  bool host_only() const noexcept { return host_current() && uses_home == gpu_uses; }
 };
+
+// A reply's message is a protocol string: a long error (an NVRTC log) would
+// make the reply unencodable, and the client would wait for it in vain.
+std::string clip(std::string text);
 
 class Session : public std::enable_shared_from_this<Session> {
  public:
@@ -78,6 +96,12 @@ class Session : public std::enable_shared_from_this<Session> {
     std::vector<std::uint64_t> written;  // replicas to mark spoiled if the task fails
     std::string kernel;                  // for the metrics' kernel label
     std::uint64_t bytes_in = 0, bytes_out = 0;  // for the audit log
+    // Replicas it uses on a GPU, counted there when it reaches the runtime.
+    struct GpuUse {
+      std::weak_ptr<Replica> replica;
+      bool writes = false;
+    };
+    std::vector<GpuUse> on_gpu;
   };
   // Runs refused before they reached the runtime, by request: a run
   // forwarded behind one of them is refused too (its inputs were never
@@ -95,8 +119,22 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void on_put(const protocol::Put& put, transport::Incoming& incoming);
   void on_get(const protocol::Get& get);
-  // Answers a get from `replica` (which holds the range).
+  // Answers a get from `replica` (which holds the range), once its host
+  // bytes are current.
   void send_data(const protocol::Get& get, const std::shared_ptr<Replica>& replica);
+  void send_current(const protocol::Get& get, const std::shared_ptr<Replica>& replica);
+  // A put into a replica a GPU may hold: the payload lands aside, and goes
+  // into `host` once the runtime has brought the data home and dropped the
+  // GPU's copy (a partial put keeps the rest of what the GPU wrote).
+  void put_staged(const protocol::Put& put, transport::Incoming& incoming, const std::shared_ptr<Replica>& replica);
+  // Has the runtime make `replica`'s host bytes current (`for_writing`: and
+  // the only copy), on the background thread, which waits for the tasks
+  // using the buffer and for the copy home, never the progress thread.
+  // `there` runs on that thread right after (null: nothing); `then` runs
+  // on the progress thread, with ok or why the data could not come.
+  using HostReady = std::function<void(protocol::Status status, const std::string& error)>;
+  void with_host(const std::shared_ptr<Replica>& replica, bool for_writing, std::function<void()> there,
+                 HostReady then);
   void on_claim(const protocol::Claim& claim);
   // Whether replica `id` may have this shape (an existing one keeps its
   // own; a new one must be possible); else `refusal` says why.
@@ -109,6 +147,7 @@ class Session : public std::enable_shared_from_this<Session> {
   // ---- host-to-host transfers (session_peer.cpp) ----
   void on_grant(const protocol::GrantRead& grant);
   void on_fetch(const protocol::Fetch& fetch);
+  void start_fetch(const protocol::Fetch& fetch, const std::shared_ptr<Replica>& replica);
   void fetched(const protocol::Fetch& fetch, const std::shared_ptr<Replica>& replica, const std::string& error);
   // A capability peer's messages: gets inside its grant, pings, bye.
   void dispatch_capability(protocol::Message& message);

@@ -1,7 +1,9 @@
 // Replicas: put (create, quota, store a chunk), get, free, and the client's counters.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <limits>
 
 #include "ferry/error.hpp"
@@ -46,6 +48,7 @@ void Session::on_put(const protocol::Put& put, transport::Incoming& incoming) {
   if (!replica) return refuse(refusal.first, std::move(refusal.second));
 
   if (payload == 0) return put_stored(put, replica, 0, {});
+  if (!replica->host_only()) return put_staged(put, incoming, replica);
   std::weak_ptr<Session> weak = weak_from_this();
   // The replica is captured so that a free while the payload is arriving leaves the memory in place.
   incoming.into(replica->host + put.offset, [weak, put, payload, replica, start = std::chrono::steady_clock::now()](
@@ -117,6 +120,78 @@ std::shared_ptr<Replica> Session::replica_for(std::uint64_t id, protocol::DType 
   return replica;
 }
 
+void Session::put_staged(const protocol::Put& put, transport::Incoming& incoming,
+                         const std::shared_ptr<Replica>& replica) {
+  const std::uint64_t payload = incoming.payload_bytes();
+  // Counted against the quota while it waits, so a client cannot pile up
+  // payloads outside it.
+  if (auto refused = admit(payload, fmt::format("a put into buffer {}", put.buffer), "put"))
+    return send(protocol::PutAck{put.request, put.buffer, refused->first, std::move(refused->second)});
+  charge(payload);
+  std::shared_ptr<std::byte[]> staged = std::make_shared_for_overwrite<std::byte[]>(payload);
+  std::weak_ptr<Session> weak = weak_from_this();
+  incoming.into(staged.get(), [weak, put, payload, replica, staged, start = std::chrono::steady_clock::now()](
+                                  const std::string& error) {
+    auto self = weak.lock();
+    if (!self || self->state_ == State::closed) return;  // closing gave its memory back
+    if (!error.empty()) {
+      self->uncharge(payload);
+      return self->put_stored(put, replica, payload, error);
+    }
+    self->server_.metrics.transfer(Metrics::Direction::in, payload,
+                                   std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    auto land = [replica, staged, offset = put.offset, payload] {
+      std::memcpy(replica->host + offset, staged.get(), payload);
+    };
+    self->with_host(replica, /*for_writing=*/true, std::move(land),
+                    [self = self.get(), put, replica, payload](Status status, const std::string& why) {
+                      self->uncharge(payload);
+                      if (status != Status::ok)
+                        return self->send(protocol::PutAck{put.request, put.buffer, status, clip(why)});
+                      self->put_stored(put, replica, payload, {});
+                    });
+  });
+}
+
+void Session::with_host(const std::shared_ptr<Replica>& replica, bool for_writing, std::function<void()> there,
+                        HostReady then) {
+  // What the host catches up with: runs submitted after this do not count.
+  const std::uint64_t uses = replica->gpu_uses, writes = replica->gpu_writes;
+  std::weak_ptr<Session> weak = weak_from_this();
+  std::weak_ptr<transport::Worker> worker = server_.worker;
+  server_.background.post(share_key_, [weak, worker, replica, for_writing, uses, writes, there = std::move(there),
+                                       then = std::move(then)]() mutable {
+    Status status = Status::ok;
+    std::string error;
+    try {
+      // The runtime's own host read or write (Buffer::host()): waits for
+      // the tasks using the buffer, then copies what only the GPU holds
+      // home; a write drops the GPU's copy. No view is held afterwards, so
+      // no task ever waits for this thread.
+      if (for_writing) (void)replica->buffer.host_data();
+      else (void)replica->buffer.host_data_read();
+      if (there) there();
+    } catch (const KernelError& e) {
+      status = Status::kernel_failed;  // a task that wrote it failed
+      error = e.what();
+    } catch (const std::exception& e) {
+      status = Status::internal;
+      error = fmt::format("bringing buffer data home from the GPU failed: {}", e.what());
+    }
+    if (auto w = worker.lock())
+      w->post([weak, replica, for_writing, uses, writes, status, error = std::move(error),
+               then = std::move(then)] {
+        auto self = weak.lock();
+        if (!self || self->state_ == State::closed) return;
+        if (status == Status::ok) {
+          replica->writes_home = std::max(replica->writes_home, writes);
+          if (for_writing) replica->uses_home = std::max(replica->uses_home, uses);
+        }
+        then(status, error);
+      });
+  });
+}
+
 std::shared_ptr<Replica> Session::replica(std::uint64_t id) const {
   auto it = replicas_.find(id);
   return it == replicas_.end() ? nullptr : it->second;
@@ -155,6 +230,17 @@ void Session::on_get(const protocol::Get& get) {
 }
 
 void Session::send_data(const protocol::Get& get, const std::shared_ptr<Replica>& replica) {
+  if (!replica->spoiled.empty() || replica->host_current()) return send_current(get, replica);
+  // A GPU run wrote it since the host last had it: the bytes come home
+  // first, once for every get of the buffer (the later ones find it there).
+  with_host(replica, /*for_writing=*/false, nullptr, [this, get, replica](Status status, const std::string& why) {
+    if (status != Status::ok)
+      return send(protocol::Data{get.request, get.buffer, get.offset, status, clip(why)});
+    send_current(get, replica);
+  });
+}
+
+void Session::send_current(const protocol::Get& get, const std::shared_ptr<Replica>& replica) {
   if (!replica->spoiled.empty())
     return send(protocol::Data{get.request, get.buffer, get.offset, Status::kernel_failed, replica->spoiled});
 

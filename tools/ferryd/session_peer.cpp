@@ -18,21 +18,6 @@ namespace ferry::ferryd {
 using protocol::Status;
 using protocol::Type;
 
-namespace {
-
-// What the protocol can carry of an error (a longer one would not encode,
-// and the fetch would go unanswered).
-std::string clipped(std::string text) {
-  constexpr std::string_view more = "...";
-  if (text.size() > protocol::max_string_bytes) {
-    text.resize(protocol::max_string_bytes - more.size());
-    text += more;
-  }
-  return text;
-}
-
-}  // namespace
-
 void Session::on_grant(const protocol::GrantRead& grant) {
   auto refuse = [&](Status status, std::string why) {
     send(protocol::PutAck{grant.request, grant.buffer, status, std::move(why)});
@@ -69,12 +54,25 @@ void Session::on_grant(const protocol::GrantRead& grant) {
 
 void Session::on_fetch(const protocol::Fetch& fetch) {
   const auto answer = [&](Status status, const std::string& why) {
-    send(protocol::PutAck{fetch.request, fetch.buffer, status, clipped(why)});
+    send(protocol::PutAck{fetch.request, fetch.buffer, status, clip(why)});
   };
   std::pair<Status, std::string> refusal;
   auto replica = replica_for(fetch.buffer, fetch.dtype, fetch.rows, fetch.cols, "fetch", refusal);
   if (!replica) return answer(refusal.first, refusal.second);
   if (!server_.fetches) return answer(Status::internal, "this ferryd does not fetch from other hosts");
+  if (replica->host_only()) return start_fetch(fetch, replica);
+  // The bytes land in host memory: the GPU's copy goes first (and what
+  // only it holds comes home, for the bytes the fetch leaves as they are).
+  with_host(replica, /*for_writing=*/true, nullptr, [this, fetch, replica](Status status, const std::string& why) {
+    if (status != Status::ok) return send(protocol::PutAck{fetch.request, fetch.buffer, status, clip(why)});
+    start_fetch(fetch, replica);
+  });
+}
+
+void Session::start_fetch(const protocol::Fetch& fetch, const std::shared_ptr<Replica>& replica) {
+  const auto answer = [&](Status status, const std::string& why) {
+    send(protocol::PutAck{fetch.request, fetch.buffer, status, clip(why)});
+  };
   log().debug("client {}: fetching {} bytes of buffer {} from {} (capability {})", describe(), fetch.length,
               fetch.buffer, printable(fetch.source), fetch.capability);
   // The fetch holds the replica only while bytes land in it: a client that
@@ -106,7 +104,7 @@ void Session::fetched(const protocol::Fetch& fetch, const std::shared_ptr<Replic
     log().info("client {}: fetching buffer {} from {} failed: {}", describe(), fetch.buffer, printable(fetch.source),
                printable(error, 1024));
     return send(protocol::PutAck{fetch.request, fetch.buffer, Status::internal,
-                                 clipped(fmt::format("fetching from {} failed: {}", printable(fetch.source), error))});
+                                 clip(fmt::format("fetching from {} failed: {}", printable(fetch.source), error))});
   }
   if (replica) {
     // The bytes came from the client's own replica elsewhere: the client's data.
@@ -148,7 +146,7 @@ void Session::dispatch_capability(protocol::Message& message) {
   // connection's: other grants it holds may still be read.
   const auto answer = [&](Status status, const std::string& why) {
     send(protocol::Data{get.request, get.buffer, get.offset, status,
-                        clipped(fmt::format("capability {}: {}", named, why))});
+                        clip(fmt::format("capability {}: {}", named, why))});
   };
   const auto capability = server_.capabilities->find(named, held->second);
   if (!capability) return answer(Status::auth_failed, "the capability expired or was withdrawn");

@@ -22,17 +22,6 @@ namespace {
 // Each definition holds up to max_source_bytes: bound what one client can pin.
 constexpr std::size_t max_session_kernels = 256;
 
-// A reply's message is a protocol string: a long error (an NVRTC log) would
-// make the reply unencodable, and the client would wait for it in vain.
-std::string clip(std::string text) {
-  constexpr std::string_view cut = "\n... (cut)";
-  if (text.size() > protocol::max_string_bytes) {
-    text.resize(protocol::max_string_bytes - cut.size());
-    text += cut;
-  }
-  return text;
-}
-
 bool same_definition(const KernelDef& a, const KernelDef& b) {
   if (!a.cuda_source || !b.cuda_source || !(*a.cuda_source == *b.cuda_source) || a.params.size() != b.params.size())
     return false;
@@ -42,6 +31,15 @@ bool same_definition(const KernelDef& a, const KernelDef& b) {
 }
 
 }  // namespace
+
+std::string clip(std::string text) {
+  constexpr std::string_view cut = "\n... (cut)";
+  if (text.size() > protocol::max_string_bytes) {
+    text.resize(protocol::max_string_bytes - cut.size());
+    text += cut;
+  }
+  return text;
+}
 
 void Session::on_define_kernel(const protocol::DefineKernel& define, transport::Incoming& incoming) {
   const std::uint64_t payload = incoming.payload_bytes();
@@ -208,14 +206,18 @@ void Session::on_run(protocol::Run&& run) {
                     fmt::format("kernel '{}' comes from a plugin, which key '{}' may not use", run.kernel, grant_.name));
   }
 
+  // By definition: a kernel this client defined is not in the runtime's registry.
+  const Place place = grant_.gpus ? server_.place_for(*kernel.def) : cpu();
   // On a GPU, a write-only buffer gets fresh device memory that is not
   // uploaded first, and what the kernel leaves unwritten there (another
   // client's data, from the pool) would come back: so it is uploaded, as
   // readwrite, from host memory that holds only this client's bytes or zeros.
-  const bool on_gpu = server_.gpus > 0 && kernel.def->cuda;
+  const bool on_gpu = place.kind == Place::Kind::gpu;
   std::vector<TaskArg> args;
   args.reserve(run.args.size());
-  Run record{run.request, {}, run.kernel};
+  Run record;
+  record.request = run.request;
+  record.kernel = run.kernel;
   std::uint64_t& bytes_in = record.bytes_in;
   std::uint64_t& bytes_out = record.bytes_out;
   for (std::size_t i = 0; i < run.args.size(); ++i) {
@@ -233,6 +235,7 @@ void Session::on_run(protocol::Run&& run) {
         if (writes(mode)) record.written.push_back(arg.buffer);
         if (reads(mode)) bytes_in += replica.bytes;
         if (writes(mode)) bytes_out += replica.bytes;
+        if (on_gpu) record.on_gpu.push_back({it->second, writes(mode)});
         if (on_gpu && mode == AccessMode::write) mode = AccessMode::readwrite;
         args.emplace_back(BufferAccess{replica.buffer.state(), mode});
         break;
@@ -245,8 +248,6 @@ void Session::on_run(protocol::Run&& run) {
     }
   }
 
-  // By definition: a kernel this client defined is not in the runtime's registry.
-  const Place place = grant_.gpus ? server_.place_for(*kernel.def) : cpu();
   const LaneKind lane = place.kind == Place::Kind::gpu ? LaneKind::gpu : LaneKind::cpu;
   const std::uint64_t seq = next_run_++;
   runs_.emplace(seq, std::move(record));
@@ -292,6 +293,14 @@ bool Session::start_run(std::uint64_t seq, const protocol::Run& run, const Kerne
     return refuse(Status::out_of_memory, e.what());
   } catch (const Error& e) {
     return refuse(Status::internal, e.what());
+  }
+  // In the runtime now: what it writes stays on the GPU, and the GPU may
+  // hold a copy of what it reads (Replica).
+  for (const Run::GpuUse& use : record->second.on_gpu) {
+    if (auto replica = use.replica.lock()) {
+      ++replica->gpu_uses;
+      if (use.writes) ++replica->gpu_writes;
+    }
   }
   // In the order lanes were given: what a test of the fair share reads.
   // Checked first: building the record costs more than a short run (its JSON

@@ -164,7 +164,6 @@ void RuntimeCore::start_gpus() {
     gpu.streams = options_.gpu_streams;
     gpu.chunk_bytes = options_.chunk_bytes;
     gpu.slots = options_.chunk_window;
-    gpu.write_through = options_.gpu_write_through;
     try {
       add_device([&](DeviceId id) { return gpu_module->make_device(*this, id, static_cast<MemoryNodeId>(id), gpu); });
     } catch (const Error& e) {

@@ -702,24 +702,6 @@ void forget_node(BufferRoot& root, NodeLink& link) {
   }
 }
 
-void preserve_host_versions(const BufferState& view) {
-  BufferRoot& root = *view.root;
-  RootLock lock(root.transfer_mutex);
-  preserve_host_bytes(root, view.region);
-}
-
-void written_through_node(const BufferState& view, NodeLink& link, std::uint64_t id) {
-  BufferRoot& root = *view.root;
-  RootLock lock(root.transfer_mutex);
-  for (auto& copy : std::vector(root.copies)) {
-    if (copy->link == &link && copy->id == id) {
-      same_as_host(*copy);
-    } else if (copy->region.overlaps(view.region)) {
-      remove_copy(root, copy, /*drop=*/true);
-    }
-  }
-}
-
 void discard_on_node(const BufferState& view, NodeLink& link, std::uint64_t id) {
   BufferRoot& root = *view.root;
   RootLock lock(root.transfer_mutex);

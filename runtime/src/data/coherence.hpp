@@ -158,14 +158,6 @@ void prefetch_on_node(const BufferState& view, NodeLink& link, const std::functi
 // Forgets every copy on the node (after bringing home what only it held).
 void forget_node(BufferRoot& root, NodeLink& link);
 
-// Just before the host's bytes of the view's region change outside this
-// layer (a node that writes through fetches into them): lineage that read
-// those bytes as they are gets them copied aside first.
-void preserve_host_versions(const BufferState& view);
-// After a task wrote the copy and its data was also brought home (a node
-// that writes through): the host and this copy are valid, copies elsewhere
-// of overlapping regions are stale and dropped.
-void written_through_node(const BufferState& view, NodeLink& link, std::uint64_t id);
 // After a task that was to write the copy failed: its contents are not to
 // be trusted, so the node drops it (the host keeps what it had).
 void discard_on_node(const BufferState& view, NodeLink& link, std::uint64_t id);

@@ -144,10 +144,6 @@ class Runtime {
     std::size_t gpu_memory_limit = 0;
     // Compute streams per GPU: tasks that may run on it side by side.  FERRY_GPU_STREAMS
     unsigned gpu_streams = 2;
-    // Copy what a GPU task wrote back to the host replica at once (the GPU
-    // copy stays valid): for programs that read host replicas without
-    // host() (ferryd); others bring data home only when it is needed.
-    bool gpu_write_through = false;
     // A task placed on the CPU alone, ready when submitted, whose calibrated
     // estimate there is below this, runs on the submitting thread instead of
     // being handed to a worker and back (ferryd: on its progress thread,

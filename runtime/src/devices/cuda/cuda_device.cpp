@@ -728,16 +728,11 @@ void CudaDevice::completer_loop(Lane& lane) {
 void CudaDevice::settle_outputs(TaskRecord* task, const std::vector<std::uint64_t>& ids) {
   for (std::size_t i = 0; i < ids.size(); ++i) {
     if (ids[i] == 0 || !writes(task->buffer_arg(i).mode)) continue;
-    const BufferState& view = *task->buffers[i];
-    if (options_.write_through) {
-      preserve_host_versions(view);  // lineage that read the host's bytes keeps them
-      fetch(ids[i], host_region(view));
-      written_through_node(view, *this, ids[i]);
-    } else {
-      // No lineage: a local GPU is not lost the way a remote host is; after
-      // a fatal CUDA error its data is gone, and the error says so.
-      written_on_node(view, *this, ids[i], nullptr);
-    }
+    // Resident: the host gets the data when someone there asks for it
+    // (acquire_on_host). No lineage: a local GPU is not lost the way a
+    // remote host is; after a fatal CUDA error its data is gone, and the
+    // error says so.
+    written_on_node(*task->buffers[i], *this, ids[i], nullptr);
   }
 }
 

@@ -57,9 +57,6 @@ struct CudaDeviceOptions {
   unsigned streams = 2;  // compute streams: tasks that may run side by side
   std::size_t chunk_bytes = std::size_t{4} << 20;
   unsigned slots = 4;  // staging buffers for pageable host memory
-  // Outputs are copied home as soon as a task wrote them, the GPU copy
-  // staying valid: for a process that reads host replicas directly (ferryd).
-  bool write_through = false;
   // After this long without a new task the memory pool's reserve (freed
   // blocks kept for reuse) goes back to the GPU, for other processes and
   // for other allocators in this one (PyTorch, CuPy in the same notebook).

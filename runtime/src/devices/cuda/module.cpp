@@ -140,7 +140,6 @@ class Module final : public CudaModule {
     gpu.streams = options.streams;
     gpu.chunk_bytes = options.chunk_bytes;
     gpu.slots = options.slots;
-    gpu.write_through = options.write_through;
     return std::make_unique<CudaDevice>(core, id, node, gpu);
   }
 

@@ -36,7 +36,6 @@ struct GpuOptions {
   unsigned streams = 2;
   std::size_t chunk_bytes = std::size_t{4} << 20;
   unsigned slots = 4;
-  bool write_through = false;
 };
 
 // What the core reports about one of the module's devices.
