@@ -15,6 +15,7 @@ packages=(
   clang libclang-rt-14-dev          # the protocol fuzzer (libFuzzer)
   iproute2 ucx-utils                # two-namespace test (ip netns); ucx_perftest, the transfer peer
   nftables                          # reverse-connection test: a namespace that drops inbound connections
+  xz-utils                          # scripts/gpu-kit packs the GPU kit with xz
   python3-dev python3-venv          # the ferry Python package (built by pip into a virtual environment)
 )
 
