@@ -57,6 +57,12 @@ struct DeviceInfo {
   std::size_t bytes_in = 0, bytes_out = 0;
   // For people: a GPU's model and memory, a remote's state ("down: why").
   std::string description;
+  // False while it takes no tasks: a remote that is down, or a GPU after a
+  // CUDA error that leaves it unusable until the process restarts (a sticky
+  // error: an illegal address, a launch failure). Its tasks run elsewhere,
+  // or fail naming it when nothing else can run them.
+  bool available = true;
+  std::string down_reason;  // why not, when known; empty while available
 };
 
 // What a runtime does when a remote GPU host cannot be used.
