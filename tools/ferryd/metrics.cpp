@@ -86,6 +86,11 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                       .Name("ferry_queue_depth")
                       .Help("Tasks assigned to a device of this host and not finished, by device")
                       .Register(r);
+  device_up_ = &prometheus::BuildGauge()
+                    .Name("ferry_device_up")
+                    .Help("1 while a device of this host takes tasks, 0 once it is down (a GPU after a sticky CUDA "
+                          "error, until ferryd restarts), by device")
+                    .Register(r);
   limits_ = &prometheus::BuildGauge().Name("ferry_limit").Help("Configured limits, by name").Register(r);
   build_info_ = &prometheus::BuildGauge()
                      .Name("ferry_build_info")
@@ -110,8 +115,11 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
 Metrics::~Metrics() = default;
 
 std::uint16_t Metrics::serve(const std::string& host, std::uint16_t port) {
-  http_ = std::make_unique<MetricsHttp>(
-      host, port, MetricsHttp::Routes{[this] { return scrape(); }, [this] { return ready_.load(); }});
+  const auto unusable = [this] { return unusable_ ? unusable_() : std::string(); };
+  const auto not_ready = [this, unusable] {
+    return ready_.load(std::memory_order_relaxed) ? unusable() : std::string("not accepting clients");
+  };
+  http_ = std::make_unique<MetricsHttp>(host, port, MetricsHttp::Routes{[this] { return scrape(); }, not_ready, unusable});
   return http_->port();
 }
 
@@ -233,5 +241,7 @@ void Metrics::gpu(unsigned index, const std::string& model, std::optional<double
 void Metrics::queue_depth(const std::string& device, std::size_t tasks) {
   queue_depth_->Add({{"device", device}}).Set(static_cast<double>(tasks));
 }
+
+void Metrics::device_up(const std::string& device, bool up) { device_up_->Add({{"device", device}}).Set(up ? 1 : 0); }
 
 }  // namespace ferry::ferryd
