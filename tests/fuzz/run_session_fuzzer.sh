@@ -36,7 +36,7 @@ ferryd=$src/tools/ferryd
   -I"$src/transport/include" -I"$ferryd" -I"$src/tests/integration" -isystem /usr/local/cuda/include \
   "$src/tests/fuzz/session_fuzzer.cpp" "$ferryd/server.cpp" "$ferryd/session.cpp" "$ferryd/session_data.cpp" "$ferryd/session_peer.cpp" \
   "$ferryd/session_run.cpp" "$ferryd/metrics.cpp" "$ferryd/audit.cpp" "$ferryd/background.cpp" \
-  "$ferryd/written_ranges.cpp" "$ferryd/capabilities.cpp" "$ferryd/peer_fetch.cpp" "$ferryd/fetch_sources.cpp" "$ferryd/metrics_http.cpp" "$ferryd/authorized_keys.cpp" "$ferryd/fair_share.cpp" \
+  "$ferryd/written_ranges.cpp" "$ferryd/capabilities.cpp" "$ferryd/peer_fetch.cpp" "$ferryd/fetch_sources.cpp" "$ferryd/metrics_http.cpp" "$ferryd/authorized_keys.cpp" "$ferryd/fair_share.cpp" "$ferryd/gpu_health.cpp" \
   -L"$bin/runtime" -L"$bin/transport" -L"$bin/common" -L"$bin/allocator" \
   -Wl,-rpath,"$bin/runtime:$bin/transport:$bin/common:$bin/allocator" \
   -lferry_runtime -lferry_transport -lferry_allocator -lferry_common -lprometheus-cpp-core -lsodium -lspdlog -lfmt \

@@ -14,6 +14,7 @@
 
 #include "ferry/transport/identity.hpp"
 #include "ferryd_process.hpp"
+#include "metrics_port.hpp"
 #include "test_client.hpp"
 
 namespace ferry::test {
@@ -22,52 +23,12 @@ namespace {
 using proto::Mode;
 using proto::Status;
 
-// A connected socket to 127.0.0.1:port whose reads give up after `patience`.
-int connect_to(std::uint16_t port, std::chrono::seconds patience = std::chrono::seconds(20)) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) throw std::runtime_error("socket failed");
-  timeval tv{static_cast<time_t>(patience.count()), 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(port);
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0) {
-    close(fd);
-    throw std::runtime_error("cannot connect to port " + std::to_string(port));
-  }
-  return fd;
-}
-
-// The whole response, or what came before the read gave up.
-std::string http_get(std::uint16_t port, const std::string& path,
-                     std::chrono::seconds patience = std::chrono::seconds(20)) {
-  const int fd = connect_to(port, patience);
-  const std::string request = "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
-  std::string response;
-  if (write(fd, request.data(), request.size()) == static_cast<ssize_t>(request.size())) {
-    char buffer[4096];
-    for (ssize_t n; (n = read(fd, buffer, sizeof buffer)) > 0;) response.append(buffer, static_cast<std::size_t>(n));
-  }
-  close(fd);
-  return response;
-}
-
 // A request that never finishes: the request line and half a header.
 int half_sent_request(std::uint16_t port) {
   const int fd = connect_to(port);
   const std::string part = "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ";
   if (write(fd, part.data(), part.size()) != static_cast<ssize_t>(part.size())) throw std::runtime_error("write failed");
   return fd;
-}
-
-std::uint16_t metrics_port(const FerrydProcess& server) {
-  if (!server.wait_for_log("metrics on http://")) throw std::runtime_error("no metrics line:\n" + server.log());
-  std::smatch match;
-  const std::string log = server.log();
-  if (!std::regex_search(log, match, std::regex(R"(metrics on http://127\.0\.0\.1:(\d+)/metrics)")))
-    throw std::runtime_error("no metrics port in:\n" + log);
-  return static_cast<std::uint16_t>(std::stoi(match[1]));
 }
 
 TEST(FerrydMetrics, HealthzAndReadyzAnswer) {
@@ -78,6 +39,28 @@ TEST(FerrydMetrics, HealthzAndReadyzAnswer) {
   const std::string ready = http_get(port, "/readyz");
   EXPECT_NE(ready.find("200 OK"), std::string::npos) << ready;
   EXPECT_NE(http_get(port, "/elsewhere").find("404"), std::string::npos);
+}
+
+// A CPU-only ferryd has no GPU to lose: a task that fails (which makes
+// ferryd look at its devices again) leaves it ready and live, its device up.
+// Losing a GPU: ferryd_gpu_test's AStickyErrorTakesTheGpuOutOfService.
+TEST(FerrydMetrics, ACpuOnlyHostStaysReadyAndLiveWhenATaskFails) {
+  FerrydProcess server({"--metrics", "127.0.0.1:0"});
+  const auto port = metrics_port(server);
+  TestClient client(server.port());
+  client.authenticate(FerrydProcess::default_token);
+  const double not_positive_definite[4] = {1, 2, 2, 1};
+  ASSERT_EQ(client.put(1, proto::DType::f64, 2, 2, not_positive_definite, sizeof not_positive_definite).status,
+            Status::ok);
+  ASSERT_EQ(client.run("potrf", {TestClient::buffer(1, Mode::readwrite)}).status, Status::kernel_failed);
+  const std::string ready = http_get(port, "/readyz");
+  EXPECT_NE(ready.find("200 OK"), std::string::npos) << ready;
+  const std::string live = http_get(port, "/healthz");
+  EXPECT_NE(live.find("200 OK"), std::string::npos) << live;
+  const std::string body = http_get(port, "/metrics");
+  EXPECT_NE(body.find("\nferry_device_up{device=\"cpu\"} 1"), std::string::npos) << body;
+  EXPECT_EQ(body.find("ferry_device_up{device=\"cuda"), std::string::npos) << body;
+  EXPECT_EQ(server.log().find("is down after a CUDA error"), std::string::npos) << server.log();
 }
 
 TEST(FerrydMetrics, PortOnlyMeansLoopback) {

@@ -179,24 +179,15 @@ std::string cpu_model() {
 void describe_offer(const Runtime& runtime, ServerState& state) {
   state.kernels = runtime.kernel_names();
   std::sort(state.kernels.begin(), state.kernels.end());
-  std::vector<std::string> keys;
   for (const auto& device : runtime.devices()) {
     const bool cpu = device.kind == DeviceKind::cpu;
-    state.devices.push_back(cpu ? fmt::format("cpu ({} workers)", device.lanes) : device.description);
-    keys.push_back(cpu ? fmt::format("{} x{}", cpu_model(), device.lanes) : device.perf_key);
-    // Clients see the host as one device: its fastest one's rates (its
-    // device probe's) seed their estimates.
-    if (device.peak.flops_per_second > state.peak_flops) {
-      state.peak_flops = device.peak.flops_per_second;
-      state.peak_bytes = device.peak.bytes_per_second;
-    }
+    state.devices.push_back({device.name, cpu ? fmt::format("cpu ({} workers)", device.lanes) : device.description,
+                             cpu ? fmt::format("{} x{}", cpu_model(), device.lanes) : device.perf_key, device.peak});
   }
-  state.device_key = fmt::format("{}", fmt::join(keys, " + "));
   try {
     protocol::Welcome welcome{.server = state.name};
     welcome.kernels = state.kernels;
-    welcome.devices = state.devices;
-    welcome.device_key = state.device_key;
+    offer_devices(state, welcome);
     (void)protocol::encode(welcome);
   } catch (const ProtocolError& e) {
     // Too many to list: clients then assume the kernels they know, as before the list existed.
@@ -267,6 +258,7 @@ int serve(const Options& options, int signal_fd) {
   state.gpus = static_cast<std::uint32_t>(gpu_names.size());
   state.gpu_ordinals = std::move(gpu_ordinals);
   state.limits.compile_limit = std::chrono::milliseconds(static_cast<std::int64_t>(options.compile_limit * 1000.0));
+  state.gpu_health = std::make_shared<GpuHealth>([&runtime] { return runtime.devices(); });
   // As many of the clients' runs in the runtime as it has lanes: the rest
   // wait in ferryd, where the fair share picks whose runs go next.
   state.fair = std::make_shared<FairShare>(cpu_workers, gpu_lanes,
@@ -282,14 +274,20 @@ int serve(const Options& options, int signal_fd) {
                  cpu_workers, state.gpus);
   metrics.nvml_available(nvml.available());
   if (!nvml.available()) log().info("ferryd metrics: NVML unavailable ({}); no GPU gauges", nvml.unavailable_reason());
-  metrics.on_scrape([&runtime, &nvml](Metrics& m) {
+  metrics.on_scrape([&runtime, &nvml, health = state.gpu_health](Metrics& m) {
+    health->check();
     for (const auto& device : runtime.devices()) {
       m.queue_depth(device.name, device.queued);
+      m.device_up(device.name, device.available);
       if (device.kind == DeviceKind::cuda) m.gpu_copies(device.name, device.bytes_in, device.bytes_out);
     }
     for (const auto& gpu : nvml.read())
       m.gpu(gpu.index, gpu.model, gpu.utilization, gpu.memory_used_bytes, gpu.memory_total_bytes,
             gpu.temperature_celsius);
+  });
+  metrics.on_health([health = state.gpu_health] {
+    health->check();
+    return health->unusable();
   });
   if (options.metrics_host) {
     const auto port = metrics.serve(*options.metrics_host, options.metrics_port);

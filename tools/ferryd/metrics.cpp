@@ -92,6 +92,11 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                          .Help("Bytes a local GPU copied between host and device memory since start, by device and "
                                "direction (to_device, from_device)")
                          .Register(r);
+  device_up_ = &prometheus::BuildGauge()
+                    .Name("ferry_device_up")
+                    .Help("1 while a device of this host takes tasks, 0 once it is down (a GPU after a sticky CUDA "
+                          "error, until ferryd restarts), by device")
+                    .Register(r);
   limits_ = &prometheus::BuildGauge().Name("ferry_limit").Help("Configured limits, by name").Register(r);
   build_info_ = &prometheus::BuildGauge()
                      .Name("ferry_build_info")
@@ -116,8 +121,11 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
 Metrics::~Metrics() = default;
 
 std::uint16_t Metrics::serve(const std::string& host, std::uint16_t port) {
-  http_ = std::make_unique<MetricsHttp>(
-      host, port, MetricsHttp::Routes{[this] { return scrape(); }, [this] { return ready_.load(); }});
+  const auto unusable = [this] { return unusable_ ? unusable_() : std::string(); };
+  const auto not_ready = [this, unusable] {
+    return ready_.load(std::memory_order_relaxed) ? unusable() : std::string("not accepting clients");
+  };
+  http_ = std::make_unique<MetricsHttp>(host, port, MetricsHttp::Routes{[this] { return scrape(); }, not_ready, unusable});
   return http_->port();
 }
 
@@ -244,5 +252,6 @@ void Metrics::gpu_copies(const std::string& device, std::uint64_t to_device, std
   gpu_copy_bytes_->Add({{"device", device}, {"direction", "to_device"}}).Set(static_cast<double>(to_device));
   gpu_copy_bytes_->Add({{"device", device}, {"direction", "from_device"}}).Set(static_cast<double>(from_device));
 }
+void Metrics::device_up(const std::string& device, bool up) { device_up_->Add({{"device", device}}).Set(up ? 1 : 0); }
 
 }  // namespace ferry::ferryd

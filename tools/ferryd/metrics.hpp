@@ -54,6 +54,10 @@ class Metrics {
   void stop_serving();
   // /readyz answers 200 only while ready (listening, not shutting down).
   void set_ready(bool ready) noexcept { ready_.store(ready, std::memory_order_relaxed); }
+  // Asked at each probe: why this host cannot serve what it was started
+  // for (every GPU down), empty while it can. Not empty: /readyz and
+  // /healthz answer 503 with it. Set before serve().
+  void on_health(std::function<std::string()> unusable) { unusable_ = std::move(unusable); }
   // Run before each scrape, for gauges read from elsewhere (queue depths).
   void on_scrape(std::function<void(Metrics&)> refresh) { refresh_ = std::move(refresh); }
 
@@ -82,6 +86,8 @@ class Metrics {
   // DeviceInfo): results stay on the GPU, so bytes out grow with what
   // clients read back, not with the tasks run.
   void gpu_copies(const std::string& device, std::uint64_t to_device, std::uint64_t from_device);
+  // 0 once the device takes no more tasks (a GPU after a sticky CUDA error).
+  void device_up(const std::string& device, bool up);
   // NVML (nvml_gauges.hpp): whether it answered, and one GPU's reading.
   // Without NVML there are no ferry_gpu_* series at all, rather than zeros
   // that would read as idle, cool GPUs.
@@ -132,6 +138,7 @@ class Metrics {
   prometheus::Counter* quota_refusals_;
   prometheus::Family<prometheus::Gauge>* queue_depth_;
   prometheus::Family<prometheus::Gauge>* gpu_copy_bytes_;
+  prometheus::Family<prometheus::Gauge>* device_up_;
   prometheus::Family<prometheus::Gauge>* limits_;
   prometheus::Family<prometheus::Gauge>* build_info_;
   prometheus::Gauge* nvml_available_;
@@ -149,6 +156,7 @@ class Metrics {
   std::size_t token_labels_ = 0;
   std::atomic<bool> ready_{false};
   std::function<void(Metrics&)> refresh_;
+  std::function<std::string()> unusable_;
   std::mutex scrape_mutex_;  // refresh and collect as one, whichever HTTP thread asks
   std::unique_ptr<MetricsHttp> http_;
 };

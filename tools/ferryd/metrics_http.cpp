@@ -123,10 +123,16 @@ std::string MetricsHttp::respond(const std::string& request) const {
     return response(405, "Method Not Allowed", "text/plain", "ferryd's metrics port answers GET only\n");
   try {
     if (path == "/metrics") return response(200, "OK", "text/plain; version=0.0.4; charset=utf-8", routes_.metrics());
-    if (path == "/healthz") return response(200, "OK", "text/plain", "ok\n");
-    if (path == "/readyz")
-      return routes_.ready() ? response(200, "OK", "text/plain", "ready\n")
-                             : response(503, "Service Unavailable", "text/plain", "not accepting clients\n");
+    if (path == "/healthz") {
+      const std::string why = routes_.not_live();
+      return why.empty() ? response(200, "OK", "text/plain", "ok\n")
+                         : response(503, "Service Unavailable", "text/plain", "not live: " + why + "\n");
+    }
+    if (path == "/readyz") {
+      const std::string why = routes_.not_ready();
+      return why.empty() ? response(200, "OK", "text/plain", "ready\n")
+                         : response(503, "Service Unavailable", "text/plain", "not ready: " + why + "\n");
+    }
     return response(404, "Not Found", "text/plain", "ferryd serves /metrics, /healthz and /readyz\n");
   } catch (const std::exception& e) {
     return response(500, "Internal Server Error", "text/plain", std::string(e.what()) + "\n");

@@ -1,6 +1,6 @@
 // ferryd's HTTP port for operators: /metrics (Prometheus text), /healthz
-// (the process is alive) and /readyz (it accepts clients), bound to the
-// address the operator named.
+// (the process is alive and of use) and /readyz (it accepts clients), bound
+// to the address the operator named.
 //
 // One thread waits on every connection at once (poll), reading a request
 // only as its bytes come and writing the answer as the peer takes it, so a
@@ -22,7 +22,9 @@ class MetricsHttp {
  public:
   struct Routes {
     std::function<std::string()> metrics;  // the body of /metrics
-    std::function<bool()> ready;           // /readyz: 200 when true, else 503
+    // Why not, for people; empty: 200. Otherwise 503 with the reason.
+    std::function<std::string()> not_ready;  // /readyz
+    std::function<std::string()> not_live;   // /healthz
   };
   static constexpr std::size_t max_connections = 256;
   static constexpr std::size_t max_request_bytes = 8192;

@@ -11,6 +11,22 @@
 
 namespace ferry::ferryd {
 
+void offer_devices(const ServerState& state, protocol::Welcome& welcome) {
+  std::vector<std::string> keys;
+  for (const auto& device : state.devices) {
+    if (state.gpu_health->is_down(device.name)) continue;
+    welcome.devices.push_back(device.description);
+    keys.push_back(device.key);
+    // Clients see the host as one device: its fastest one's rates (its
+    // device probe's) seed their estimates.
+    if (device.peak.flops_per_second > welcome.peak_flops) {
+      welcome.peak_flops = device.peak.flops_per_second;
+      welcome.peak_bytes = device.peak.bytes_per_second;
+    }
+  }
+  welcome.device_key = fmt::format("{}", fmt::join(keys, " + "));
+}
+
 Server::Server(ServerState& state, KeyRing* keys) : state_(state), keys_(keys) {}
 
 Server::~Server() {
@@ -96,15 +112,12 @@ protocol::Message Server::accept(const transport::Peer& peer, std::shared_ptr<tr
                                 : "");
   // A capability peer may only read what it was granted: it is offered nothing else.
   const bool reader = peer.capability.has_value();
+  state_.gpu_health->check();
   protocol::Welcome welcome{state_.name, reader ? 0 : session->quota(), reader ? 0 : state_.cpu_workers,
-                            grant.gpus && !reader ? state_.gpus : 0, state_.limits.max_payload};
-  if (!reader) {
-    welcome.kernels = state_.kernels;
-    welcome.devices = state_.devices;
-  }
-  welcome.device_key = state_.device_key;
-  welcome.peak_flops = state_.peak_flops;
-  welcome.peak_bytes = state_.peak_bytes;
+                            grant.gpus && !reader ? state_.gpus_up() : 0, state_.limits.max_payload};
+  offer_devices(state_, welcome);
+  if (!reader) welcome.kernels = state_.kernels;
+  else welcome.devices.clear();
   sessions_.emplace(session.get(), std::move(session));
   return welcome;
 }

@@ -20,6 +20,11 @@ namespace ferry::ferryd {
 
 class Session;
 
+// What welcome tells a client of this host's devices: those up now (a GPU a
+// sticky CUDA error took down is left out), their performance-model keys,
+// and the fastest one's peak rates.
+void offer_devices(const ServerState& state, protocol::Welcome& welcome);
+
 class Server {
  public:
   // `keys` (may be null: token only) must outlive the server.

@@ -2,6 +2,7 @@
 // the limits, the metrics and the memory all clients hold together.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -16,6 +17,7 @@
 #include "capabilities.hpp"
 #include "fair_share.hpp"
 #include "ferry/transport/worker.hpp"
+#include "gpu_health.hpp"
 #include "metrics.hpp"
 #include "peer_fetch.hpp"
 
@@ -39,20 +41,32 @@ struct ServerState {
   std::string name;  // "ferryd <version>", sent in welcome
   std::uint32_t cpu_workers = 0;
   Limits limits;
-  std::uint32_t gpus = 0;  // the runtime's CUDA devices, reported in welcome
+  std::uint32_t gpus = 0;  // the runtime's CUDA devices at start
   std::vector<int> gpu_ordinals{};  // theirs: what a client's CUDA source is compiled for
   std::unordered_set<std::string> plugin_kernels{};  // kernels --plugin libraries added
-  // Reported in welcome: the kernels runs may name, and what they run on.
+  // Reported in welcome: the kernels runs may name, and the devices they
+  // run on (offer(): those still up).
   std::vector<std::string> kernels{};
-  std::vector<std::string> devices{};
-  std::string device_key{};
-  // The measured peak (device probe) of its fastest device, for welcome.
-  double peak_flops = 0, peak_bytes = 0;
+  struct OfferedDevice {
+    std::string name;         // the runtime's: "cpu", "cuda:0"
+    std::string description;  // for people
+    std::string key;          // for clients' performance models
+    DevicePeak peak;          // its device probe's
+  };
+  std::vector<OfferedDevice> devices{};
+  // The GPUs a sticky CUDA error took down are offered no more; shared with
+  // the metrics port's probes and with task continuations.
+  std::shared_ptr<GpuHealth> gpu_health = std::make_shared<GpuHealth>();
 
+  std::uint32_t gpus_up() const { return gpus - std::min(gpus, gpu_health->down()); }
   // Where a client's task runs: a client sends a task here to have it on a
   // GPU, so one with a CUDA variant goes to this host's GPUs when there are
-  // any; everything else runs on the CPU workers.
-  Place place_for(const KernelDef& kernel) const { return gpus > 0 && kernel.cuda ? gpu() : cpu(); }
+  // any up; everything else runs on the CPU workers. With every GPU down, a
+  // kernel that runs only on a GPU still asks for one: the runtime's
+  // refusal then names the GPU and why it is down.
+  Place place_for(const KernelDef& kernel) const {
+    return gpus > 0 && kernel.cuda && (gpus_up() > 0 || !kernel.cpu) ? gpu() : cpu();
+  }
 
   // Which client's run gets the next free lane. Shared with task
   // continuations, which give their lane back even after their session ended.

@@ -359,6 +359,7 @@ void Session::run_finished(std::uint64_t seq, protocol::Done done) {
       if (auto r = replicas_.find(id); r != replicas_.end())
         r->second->spoiled = fmt::format("buffer {} was written by a task that failed: {}", id, done.message);
     log().info("client {}: run {} failed: {}", describe(), done.request, printable(done.message, 1024));
+    server_.gpu_health->check();  // it may have taken its GPU down with it
   } else {
     // A task that ran read nothing spoiled (the runtime skips those), so what
     // it wrote is good again: a writer after a failed task repairs the data.

@@ -434,10 +434,15 @@ void RuntimeCore::find_eligible_devices(PreparedTask& p) const {
     // Only now: formatting it for every excluded device cost each submission
     // a few allocations.
     std::string why_not;
-    for (const auto& device : devices())
-      if (!device->can_run(kernel) || !device->matches(p.place))
+    for (const auto& device : devices()) {
+      if (!device->can_run(kernel) || !device->matches(p.place)) {
         why_not += fmt::format("; {}: {}", device->name(),
                                !device->can_run(kernel) ? device->why_not(kernel) : "excluded by placement");
+      } else if (!device->available()) {
+        const std::string reason = device->down_reason();
+        why_not += fmt::format("; {}: down{}{}", device->name(), reason.empty() ? "" : ": ", reason);
+      }
+    }
     throw UsageError(
         fmt::format("{} placed {}: no device of this runtime can run it{}", p.label(), p.place.describe(), why_not));
   }

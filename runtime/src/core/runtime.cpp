@@ -206,7 +206,9 @@ std::vector<DeviceInfo> Runtime::devices() const {
                     .queued = d->snapshot().queued,
                     .perf_key = d->perf_key(),
                     .peak = d->peak(),
-                    .description = d->name()};
+                    .description = d->name(),
+                    .available = d->available(),
+                    .down_reason = d->available() ? std::string() : d->down_reason()};
     if (const auto* remote = dynamic_cast<const detail::RemoteDevice*>(d.get())) {
       info.bytes_in = remote->bytes_shipped();
       info.bytes_out = remote->bytes_fetched();

@@ -45,8 +45,11 @@ class Device {
   virtual bool can_run(const KernelDef& kernel) const = 0;
   // Why can_run() said no, for the error a task pinned here gets.
   virtual std::string why_not(const KernelDef& /*kernel*/) const { return "no implementation for it"; }
-  // False while the device cannot take tasks (a remote that is down).
+  // False while the device cannot take tasks (a remote that is down, a GPU
+  // after a sticky CUDA error).
   virtual bool available() const noexcept { return true; }
+  // Why available() is false, for people (Runtime::devices); empty when not known.
+  virtual std::string down_reason() const { return {}; }
   virtual unsigned lanes() const = 0;
   // The task is ready (its predecessors are done): run it.
   virtual void enqueue(TaskRecord* task) = 0;

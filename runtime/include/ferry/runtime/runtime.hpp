@@ -62,6 +62,12 @@ struct DeviceInfo {
   // For people: a GPU's model and memory, a remote's state ("down: why").
   std::string description;
   int gpu = -1;  // a local GPU's CUDA ordinal; -1 for other devices
+  // False while it takes no tasks: a remote that is down, or a GPU after a
+  // CUDA error that leaves it unusable until the process restarts (a sticky
+  // error: an illegal address, a launch failure). Its tasks run elsewhere,
+  // or fail naming it when nothing else can run them.
+  bool available = true;
+  std::string down_reason;  // why not, when known; empty while available
 };
 
 // What a runtime does when a remote GPU host cannot be used.

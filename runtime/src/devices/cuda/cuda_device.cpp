@@ -403,10 +403,20 @@ void CudaDevice::one_done() {
 }
 
 void CudaDevice::lost(const std::string& reason) {
+  {
+    std::lock_guard lock(lost_mutex_);
+    if (lost_reason_.empty()) lost_reason_ = reason;
+  }
   if (alive_.exchange(false, std::memory_order_acq_rel))
     log().error("{} is unusable after a CUDA error ({}); its tasks run on the CPU from now on, and data only it held "
                 "is lost",
                 name(), reason);
+}
+
+std::string CudaDevice::down_reason() const {
+  if (alive()) return {};
+  std::lock_guard lock(lost_mutex_);
+  return lost_reason_;
 }
 
 void CudaDevice::executor_loop() {

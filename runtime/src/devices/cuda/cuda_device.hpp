@@ -70,6 +70,8 @@ class CudaDevice final : public Device, public NodeLink {
 
   bool can_run(const KernelDef& kernel) const override { return static_cast<bool>(kernel.cuda); }
   bool available() const noexcept override { return alive(); }
+  // The CUDA error that made it unusable; empty while alive.
+  std::string down_reason() const override;
   unsigned lanes() const override { return static_cast<unsigned>(lanes_.size()); }
   void enqueue(TaskRecord* task) override;
   void prefetch(TaskRecord* task) override;
@@ -169,6 +171,8 @@ class CudaDevice final : public Device, public NodeLink {
   CudaDeviceOptions options_;
   std::string model_;
   std::atomic<bool> alive_{true};
+  mutable std::mutex lost_mutex_;
+  std::string lost_reason_;  // the first, set before alive_ turns false
   std::atomic<bool> stopping_{false};
   std::atomic<std::size_t> bytes_in_{0}, bytes_out_{0};
   std::atomic<std::size_t> stream_ordered_{0};

@@ -122,7 +122,7 @@ class RemoteDevice final : public Device, public NodeLink {
   Offer offer() const;
   // Warns when the host lacks any of these kernels (a plugin loaded here only).
   void warn_missing(const std::vector<std::string>& kernels) const;
-  std::string down_reason() const;
+  std::string down_reason() const override;
   // ---- membership (remote_membership.cpp) ----
   // Progress thread: a connection from the host, which dialled in; replaces
   // the one it had, if any.
