@@ -1,7 +1,7 @@
 // CUDA source kernels running through a runtime on GPU 0: compiled by NVRTC
 // for that GPU when defined, loaded, launched with the arguments packed as
 // their C types.
-// Skips where there is no GPU (or the runtime has no CUDA device).
+// Skips where there is no GPU; a runtime that does not use the GPU CUDA sees fails.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -18,14 +18,22 @@
 namespace ferry {
 namespace {
 
+// GPU 0: the test helpers' default is no GPU.
+Runtime::Options gpu_options() {
+  Runtime::Options o = testing::quiet_options(2);
+  o.gpus = "0";
+  return o;
+}
+
 class NvrtcGpu : public ::testing::Test {
  protected:
   void SetUp() override {
     if (cuda::device_count() == 0) GTEST_SKIP() << cuda::unavailable_reason();
-    rt_ = std::make_unique<Runtime>(testing::quiet_options(2));
+    rt_ = std::make_unique<Runtime>(gpu_options());
     bool has_gpu = false;
     for (const auto& d : rt_->devices()) has_gpu = has_gpu || d.kind == DeviceKind::cuda;
-    if (!has_gpu) GTEST_SKIP() << "this runtime has no CUDA device: " << rt_->describe();
+    // A GPU is here: a runtime without it is a failure, not a reason to skip.
+    if (!has_gpu) FAIL() << "CUDA sees a GPU, but this runtime has no CUDA device: " << rt_->describe();
   }
   std::unique_ptr<Runtime> rt_;
 };
@@ -135,7 +143,7 @@ extern "C" __global__ void broken(float* y) { y[0] = 7.0f; }
 }
 
 TEST_F(NvrtcGpu, CompileOverTheLimitFailsTheDefinitionNotTheGpu) {
-  Runtime::Options options = testing::quiet_options(2);
+  Runtime::Options options = gpu_options();
   options.compile_limit = std::chrono::milliseconds(50);
   Runtime rt(options);
   // Inlining a call tree that grows by a third per level: seconds of NVRTC.
