@@ -12,8 +12,6 @@ namespace ferry::detail {
 
 namespace {
 
-constexpr std::size_t direct_piece_bytes = std::size_t{64} << 20;
-
 // A region as rows of `row` bytes, `stride` bytes apart on the host; a
 // contiguous one as one long row, so it moves in as few pieces as possible.
 struct Layout {
@@ -112,19 +110,16 @@ void CudaCopier::direct(const HostRegion& host, void* device, bool to_device, cu
     }
   } settle{stream};
   if (l.rows == 1) {
-    // Chunks let another transfer queued meanwhile (a prefetch, an
-    // eviction) interleave. Not the staging size: measured on an H200, 4 MiB
-    // pieces from pinned memory moved at 40-44 GB/s where one cudaMemcpy
-    // moves 55, each call costing the copy engine some microseconds.
-    const std::size_t piece = std::max(chunk_bytes_, direct_piece_bytes);
-    for (std::size_t offset = 0; offset < l.row; offset += piece) {
-      const std::size_t len = std::min(piece, l.row - offset);
+    // Chunks on one stream cost nothing in bandwidth, and let another
+    // transfer queued meanwhile (a prefetch, an eviction) interleave.
+    for (std::size_t offset = 0; offset < l.row; offset += chunk_bytes_) {
+      const std::size_t len = std::min(chunk_bytes_, l.row - offset);
       check_cuda(to_device ? cudaMemcpyAsync(dev + offset, base + offset, len, kind, stream)
                            : cudaMemcpyAsync(base + offset, dev + offset, len, kind, stream),
                  "cudaMemcpyAsync");
     }
   } else {
-    const std::size_t rows_per_chunk = std::max<std::size_t>(1, std::max(chunk_bytes_, direct_piece_bytes) / l.row);
+    const std::size_t rows_per_chunk = std::max<std::size_t>(1, chunk_bytes_ / l.row);
     for (std::size_t r0 = 0; r0 < l.rows; r0 += rows_per_chunk) {
       const std::size_t n = std::min(rows_per_chunk, l.rows - r0);
       check_cuda(to_device ? cudaMemcpy2DAsync(dev + r0 * l.row, l.row, base + r0 * l.stride, l.stride, l.row, n, kind,

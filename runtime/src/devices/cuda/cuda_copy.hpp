@@ -5,8 +5,7 @@
 //
 // Host memory that is page-locked (a PinnedPool's replicas where a driver is
 // present) or managed goes by DMA straight from where it lies, a tile as a
-// 2-D copy, in pieces of at least 64 MiB (smaller ones cost the copy engine
-// bandwidth). Pageable memory goes through a ring
+// 2-D copy, in chunks of `chunk_bytes`. Pageable memory goes through a ring
 // of `slots` pinned staging buffers of chunk_bytes each: the host packs
 // chunk i+1 while the copy engine moves chunk i.
 //
