@@ -13,7 +13,6 @@
 #include "ferry/ferry.hpp"
 #include "builtin_comparison.hpp"
 #include "ferryd_process.hpp"
-#include "metrics_scrape.hpp"
 #include "test_client.hpp"
 #include "metrics_port.hpp"
 
@@ -91,7 +90,7 @@ TEST(FerrydGpu, ResultsStayOnTheGpuUntilAGetReadsThem) {
   using ferry::test::TestClient;
   FerrydProcess server({"--gpus", "all", "--metrics", "127.0.0.1:0"});
   ASSERT_TRUE(server.wait_for_log("GPUs: cuda:0")) << server.log();
-  const std::uint16_t metrics = ferry::test::logged_metrics_port(server);
+  const std::uint16_t metrics = ferry::test::metrics_port(server);
   TestClient client{server.port()};
   const proto::Welcome welcome = client.authenticate(FerrydProcess::default_token);
   const auto copied = [&](const char* direction) {

@@ -1,52 +1,18 @@
 // A test's view of ferryd's operator port (--metrics 127.0.0.1:0): which
-// port it took, from its log, and plain HTTP/1.0 GETs on it.
+// port it took, from its log, a scrape, and one series' value.
 #pragma once
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
-#include <chrono>
 #include <cstdint>
+#include <optional>
 #include <regex>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 
 #include "ferryd_process.hpp"
+#include "http_get.hpp"
 
 namespace ferry::test {
-
-// A connected socket to 127.0.0.1:port whose reads give up after `patience`.
-inline int connect_to(std::uint16_t port, std::chrono::seconds patience = std::chrono::seconds(20)) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) throw std::runtime_error("socket failed");
-  timeval tv{static_cast<time_t>(patience.count()), 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(port);
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0) {
-    ::close(fd);
-    throw std::runtime_error("cannot connect to port " + std::to_string(port));
-  }
-  return fd;
-}
-
-// The whole response, or what came before the read gave up.
-inline std::string http_get(std::uint16_t port, const std::string& path,
-                            std::chrono::seconds patience = std::chrono::seconds(20)) {
-  const int fd = connect_to(port, patience);
-  const std::string request = "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
-  std::string response;
-  if (::write(fd, request.data(), request.size()) == static_cast<ssize_t>(request.size())) {
-    char buffer[4096];
-    for (ssize_t n; (n = ::read(fd, buffer, sizeof buffer)) > 0;) response.append(buffer, static_cast<std::size_t>(n));
-  }
-  ::close(fd);
-  return response;
-}
 
 // The port the server's "metrics on http://127.0.0.1:PORT/metrics" line names.
 inline std::uint16_t metrics_port(const FerrydProcess& server) {
@@ -56,6 +22,22 @@ inline std::uint16_t metrics_port(const FerrydProcess& server) {
   if (!std::regex_search(log, match, std::regex(R"(metrics on http://127\.0\.0\.1:(\d+)/metrics)")))
     throw std::runtime_error("no metrics port in:\n" + log);
   return static_cast<std::uint16_t>(std::stoi(match[1]));
+}
+
+// The body of GET /metrics (with its status line), or a throw naming what came.
+inline std::string scrape_metrics(std::uint16_t port) {
+  const std::string response = http_get(port, "/metrics");
+  if (response.find("200 OK") == std::string::npos) throw std::runtime_error("scrape failed: '" + response + "'");
+  return response;
+}
+
+// The value of the series written exactly as `series` (name and labels as
+// the text has them), or nothing.
+inline std::optional<double> metric_value(const std::string& text, const std::string& series) {
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);)
+    if (line.starts_with(series + " ")) return std::stod(line.substr(series.size() + 1));
+  return std::nullopt;
 }
 
 }  // namespace ferry::test

@@ -10,6 +10,7 @@
 #include "ferry/cuda_probe.hpp"
 #include "ferry/ferry.hpp"
 #include "ferryd_process.hpp"
+#include "../unit/heavy_cuda_source.hpp"
 
 namespace {
 
@@ -94,14 +95,7 @@ TEST_F(RemoteCudaSource, CompileOverTheLimitIsRefusedWhileOthersRun) {
   ASSERT_TRUE(server.wait_for_log("GPUs: cuda:0")) << server.log();
   ferry::Runtime rt(client_options(server));
   // Inlining a call tree that grows by a third per level: seconds of NVRTC.
-  const auto heavy = rt.cuda_kernel(R"(
-template <int N> struct Deep {
-  __device__ static float f(float x) { return Deep<N - 1>::f(x * 1.0001f + N) + Deep<N - 2>::f(x); }
-};
-template <> struct Deep<0> { __device__ static float f(float x) { return x; } };
-template <> struct Deep<1> { __device__ static float f(float x) { return x + 1; } };
-extern "C" __global__ void heavy(float* y) { y[0] = Deep<20>::f(y[0]); }
-)", "heavy", {"y"});
+  const auto heavy = rt.cuda_kernel(ferry::testing::heavy_cuda_source(20), "heavy", {"y"});
   auto y = rt.buffer<float>(4);
   try {
     rt.submit(heavy, ferry::write(y), 1, 1, 1, 1, 1, 1, 0, ferry::on(ferry::remote(server.address()))).wait();

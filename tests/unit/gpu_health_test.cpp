@@ -4,17 +4,14 @@
 // AStickyErrorTakesTheGpuOutOfService checks the same on a real GPU.
 #include "gpu_health.hpp"
 
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <mutex>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "../integration/http_get.hpp"
 #include "metrics.hpp"
 
 namespace ferry::ferryd {
@@ -93,26 +90,7 @@ TEST(GpuHealth, AHostWithoutGpusHasNoneToLose) {
   EXPECT_EQ(watching_nothing.unusable(), "");
 }
 
-// The status line and body of GET `path` on 127.0.0.1:port.
-std::string http_get(std::uint16_t port, const std::string& path) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(port);
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0) {
-    ::close(fd);
-    throw std::runtime_error("cannot connect to the metrics port");
-  }
-  const std::string request = "GET " + path + " HTTP/1.0\r\n\r\n";
-  std::string response;
-  if (::write(fd, request.data(), request.size()) == static_cast<ssize_t>(request.size())) {
-    char buffer[4096];
-    for (ssize_t n; (n = ::read(fd, buffer, sizeof buffer)) > 0;) response.append(buffer, static_cast<std::size_t>(n));
-  }
-  ::close(fd);
-  return response;
-}
+using ferry::test::http_get;
 
 TEST(GpuHealth, ProbesFailNamingTheGpusOnceEveryOneIsDown) {
   Devices devices(2);

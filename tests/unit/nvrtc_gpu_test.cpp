@@ -14,6 +14,7 @@
 #include "ferry/error.hpp"
 #include "ferry/ferry.hpp"
 #include "runtime_test_support.hpp"
+#include "heavy_cuda_source.hpp"
 
 namespace ferry {
 namespace {
@@ -146,15 +147,7 @@ TEST_F(NvrtcGpu, CompileOverTheLimitFailsTheDefinitionNotTheGpu) {
   Runtime::Options options = gpu_options();
   options.compile_limit = std::chrono::milliseconds(50);
   Runtime rt(options);
-  // Inlining a call tree that grows by a third per level: seconds of NVRTC.
-  const char* const heavy = R"(
-template <int N> struct Deep {
-  __device__ static float f(float x) { return Deep<N - 1>::f(x * 1.0001f + N) + Deep<N - 2>::f(x); }
-};
-template <> struct Deep<0> { __device__ static float f(float x) { return x; } };
-template <> struct Deep<1> { __device__ static float f(float x) { return x + 1; } };
-extern "C" __global__ void heavy(float* y) { y[0] = Deep<18>::f(y[0]); }
-)";
+  const std::string heavy = testing::heavy_cuda_source(18);  // seconds of NVRTC
   const auto start = std::chrono::steady_clock::now();
   try {
     rt.cuda_kernel(heavy, "heavy", {"y"});

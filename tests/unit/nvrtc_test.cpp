@@ -15,6 +15,7 @@
 #include "cuda_source/nvrtc_compiler.hpp"
 #include "ferry/error.hpp"
 #include "ferry/runtime/cuda_source.hpp"
+#include "heavy_cuda_source.hpp"
 
 namespace ferry::detail {
 namespace {
@@ -206,16 +207,7 @@ TEST(NvrtcCacheDir, FollowsTheEnvironment) {
 
 // ---- the time limit at definition (CompileBudget) ----
 
-// Inlining a call tree that grows by a third with each level: NVRTC works
-// for seconds on a few lines (2 to 5 s at depth 18, 10 to 30 s at 20).
-const char* const heavy = R"(
-template <int N> struct Deep {
-  __device__ static float f(float x) { return Deep<N - 1>::f(x * 1.0001f + N) + Deep<N - 2>::f(x); }
-};
-template <> struct Deep<0> { __device__ static float f(float x) { return x; } };
-template <> struct Deep<1> { __device__ static float f(float x) { return x + 1; } };
-extern "C" __global__ void heavy(float* y) { y[0] = Deep<18>::f(y[0]); }
-)";
+const std::string heavy = testing::heavy_cuda_source(18);
 
 using namespace std::chrono_literals;
 
