@@ -1,6 +1,7 @@
 // The GPU numbers of the CUDA issue, each against its peer in the
 // same run (ratios printed), on GPU 0:
 //   gemm      Ferry's gemm task on resident data vs bare cublasSgemm (≥ 97 % for n ≥ 4096)
+//   peer      a buffer written on GPU 0 read on GPU 1: Ferry's copy vs cudaMemcpyPeer (two GPUs only)
 //   chain     1,000 dependent small tasks on one GPU vs the same cuBLAS calls on one stream (≤ 10 µs per task)
 //   h2d       Ferry's chunked host-to-device copy vs one cudaMemcpy from pinned memory (≥ 95 %)
 //   remote    gemm n=8192 through a ferryd on this machine (loopback) vs local (≤ 3 % slower)
@@ -8,7 +9,7 @@
 //   cholesky  tiled Cholesky (fp64) through Ferry vs cusolverDnDpotrf on one GPU
 // Without a GPU it says why and exits 0 (nothing to measure), or 3 with
 // --require-gpu, which a GPU check passes so that "no GPU" cannot read as a pass.
-//   ferry_bench_gpu [--only=gemm,chain,h2d,remote,sweep,cholesky] [--remote=HOST:PORT --token-file=F] [--reps=5]
+//   ferry_bench_gpu [--only=gemm,chain,peer,h2d,remote,sweep,cholesky] [--remote=HOST:PORT --token-file=F] [--reps=5]
 //                   [--require-gpu]
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -329,6 +330,62 @@ void bench_h2d(const Config& cfg) {
   }
 }
 
+// ---- peer: GPU 0 -> GPU 1 ----
+
+void bench_peer(const Config& cfg) {
+  const std::size_t bytes = std::size_t{256} << 20;
+  fmt::print("\n== a 256 MiB buffer written on GPU 0, read on GPU 1, best of {}\n", cfg.reps);
+  if (const int count = ferry::cuda::device_count(); count < 2) {
+    fmt::print("skipped: needs 2 GPUs (this machine has {})\n", count);
+    return;
+  }
+  int can = 0;
+  check(cudaDeviceCanAccessPeer(&can, 1, 0), "cudaDeviceCanAccessPeer");
+  // The peer: one cudaMemcpyPeer between plain allocations, peer access on where the pair has it.
+  void *src = nullptr, *dst = nullptr;
+  check(cudaSetDevice(0), "cudaSetDevice");
+  check(cudaMalloc(&src, bytes), "cudaMalloc");
+  check(cudaSetDevice(1), "cudaSetDevice");
+  check(cudaMalloc(&dst, bytes), "cudaMalloc");
+  if (can) {
+    const cudaError_t e = cudaDeviceEnablePeerAccess(0, 0);
+    if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled) check(e, "cudaDeviceEnablePeerAccess");
+    cudaGetLastError();
+  }
+  double peer = 1e30;
+  for (int i = -1; i < cfg.reps; ++i) {
+    const auto start = Clock::now();
+    check(cudaMemcpyPeer(dst, 1, src, 0, bytes), "cudaMemcpyPeer");
+    if (i >= 0) peer = std::min(peer, since(start));
+  }
+  cudaFree(dst);
+  check(cudaSetDevice(0), "cudaSetDevice");
+  cudaFree(src);
+  double ours = 1e30;
+  std::size_t from_peers = 0;
+  for (int i = 0; i < cfg.reps; ++i) {
+    auto o = options({}, {}, /*trace=*/true);
+    o.gpus = "0,1";
+    o.auto_chunk = false;
+    ferry::Runtime rt(o);
+    auto x = rt.buffer<float>(bytes / sizeof(float));
+    std::ranges::fill(x.host(), 1.0f);
+    rt.submit("scal", ferry::readwrite(x), 1.0, ferry::on(ferry::gpu(0)));
+    rt.wait();
+    rt.submit("scal", ferry::readwrite(x), 1.0, ferry::on(ferry::gpu(1)));
+    rt.wait();
+    const auto json = nlohmann::json::parse(rt.trace()->chrome_json());
+    for (const auto& e : json["traceEvents"])
+      if (e.value("cat", "") == "transfer" && e["args"].value("link", "").ends_with("cuda:1"))
+        ours = std::min(ours, e["dur"].get<double>() * 1e-6);
+    for (const auto& d : rt.devices())
+      if (d.name == "cuda:1") from_peers = d.bytes_from_peers;
+  }
+  fmt::print("cudaMemcpyPeer ({})    {:8.2f} GB/s\n", can ? "peer access" : "no peer access", bytes / peer * 1e-9);
+  fmt::print("Ferry GPU 0 -> GPU 1     {:8.2f} GB/s  ({} bytes copied between the GPUs)  Ferry/peer = {:.2f}\n",
+             bytes / ours * 1e-9, from_peers, peer / ours);
+}
+
 // ---- remote (loopback ferryd) vs local ----
 
 void bench_remote(const Config& cfg) {
@@ -479,6 +536,7 @@ int main(int argc, char** argv) {
   try {
     if (cfg.wants("gemm")) bench_gemm(cfg);
     if (cfg.wants("chain")) bench_chain(cfg);
+    if (cfg.wants("peer")) bench_peer(cfg);
     if (cfg.wants("h2d")) bench_h2d(cfg);
     if (cfg.wants("remote")) bench_remote(cfg);
     if (cfg.wants("sweep")) bench_sweep(cfg);

@@ -100,6 +100,16 @@ std::size_t pool_reserved(void* pool) {
   return static_cast<std::size_t>(bytes);
 }
 
+// Lets `reader` (another GPU) read and write blocks of the pool: pool memory
+// is the owner's alone until said otherwise, whatever peer access is enabled.
+void pool_grant_access(void* pool, int reader) {
+  cudaMemAccessDesc access{};
+  access.location.type = cudaMemLocationTypeDevice;
+  access.location.id = reader;
+  access.flags = cudaMemAccessFlagsProtReadWrite;
+  detail::check_cuda(cudaMemPoolSetAccess(static_cast<cudaMemPool_t>(pool), &access, 1), "cudaMemPoolSetAccess");
+}
+
 void synchronize_device(int device) {
   const detail::CurrentDevice current(device);
   detail::check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
@@ -115,6 +125,7 @@ void pool_free(void*, StreamRef) { no_cuda(); }
 void trim_pool(int, void*) { no_cuda(); }
 std::size_t pool_reserved(void*) { no_cuda(); }
 void synchronize_device(int) { no_cuda(); }
+void pool_grant_access(void*, int) { no_cuda(); }
 
 #endif
 
@@ -237,6 +248,8 @@ void DevicePool::trim() {
 }
 
 std::size_t DevicePool::reserved_bytes() const { return pool_reserved(impl_->pool); }
+
+void DevicePool::grant_access(int reader) { pool_grant_access(impl_->pool, reader); }
 
 DevicePool::Stats DevicePool::stats() const {
   Stats s;

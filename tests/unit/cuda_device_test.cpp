@@ -357,6 +357,36 @@ TEST(CudaDevice, ATileOfAnInFlightOutputWaitsForItsCompletion) {
   EXPECT_EQ(h(100, 400), std::pow(2.0, 20));
 }
 
+// What one GPU wrote moves to another in one copy between them (peer to
+// peer where the pair allows), never through the host.
+TEST(CudaDevice, AMoveBetweenTwoGpusIsOneCopyBetweenThem) {
+  REQUIRE_GPU();
+  const int count = ferry::cuda::device_count();
+  if (count < 2) GTEST_SKIP() << "needs 2 GPUs (this machine has " << count << ")";
+  auto o = gpu_options();
+  o.gpus = "0,1";
+  o.auto_chunk = false;  // one buffer, one copy
+  Runtime rt(o);
+  const std::size_t n = std::size_t{1} << 20;
+  auto x = rt.buffer<double>(n);
+  std::ranges::fill(x.host(), 1.0);
+  EXPECT_EQ(rt.submit("scal", ferry::readwrite(x), 2.0, ferry::on(ferry::gpu(0))).device(), "cuda:0");
+  EXPECT_EQ(rt.submit("scal", ferry::readwrite(x), 3.0, ferry::on(ferry::gpu(1))).device(), "cuda:1");
+  rt.wait();
+  const auto devices = rt.devices();
+  const auto find = [&](const char* name) -> const ferry::DeviceInfo& {
+    for (const auto& d : devices)
+      if (d.name == name) return d;
+    throw std::logic_error(std::string("no ") + name);
+  };
+  EXPECT_EQ(find("cuda:0").bytes_out, 0u) << "the data went from GPU 0 through the host";
+  EXPECT_EQ(find("cuda:1").bytes_in, 0u) << "GPU 1 got the data from host memory";
+  EXPECT_EQ(find("cuda:1").bytes_from_peers, n * sizeof(double));
+  const auto h = x.host();
+  EXPECT_EQ(h[0], 6.0);
+  EXPECT_EQ(h[n - 1], 6.0);
+}
+
 TEST(CudaDevice, EvictionUnderASmallCapWritesModifiedReplicasBack) {
   REQUIRE_GPU();
   // Room for 8 replicas of 1 MiB; 24 buffers, each modified on the GPU, twice.

@@ -220,6 +220,7 @@ std::vector<DeviceInfo> Runtime::devices() const {
       info.bytes_in = gpu.bytes_to_device;
       info.bytes_out = gpu.bytes_from_device;
       info.stream_ordered = gpu.stream_ordered;
+      info.bytes_from_peers = gpu.bytes_from_peers;
       info.description = gpu.description;
       info.gpu = gpu.ordinal;
     }

@@ -82,6 +82,9 @@ class DevicePool : public MemoryResource {
   void trim();
   // Device memory the pool holds now: blocks in use and the reserve (asks CUDA).
   std::size_t reserved_bytes() const;
+  // Lets GPU `reader` access the pool's blocks (peer copies and kernels);
+  // needs peer access between the two (cudaDeviceCanAccessPeer).
+  void grant_access(int reader);
 
   Stats stats() const;
   const Options& options() const noexcept;

@@ -59,6 +59,9 @@ struct DeviceInfo {
   // GPUs: tasks enqueued behind their predecessor on its stream, before it
   // finished, instead of waiting for its completion (a chain on one GPU).
   std::size_t stream_ordered = 0;
+  // GPUs: bytes copied in from another local GPU directly (not in bytes_in,
+  // which counts what came from host memory).
+  std::size_t bytes_from_peers = 0;
   // For people: a GPU's model and memory, a remote's state ("down: why").
   std::string description;
   int gpu = -1;  // a local GPU's CUDA ordinal; -1 for other devices

@@ -313,6 +313,77 @@ void CudaDevice::fetch(std::uint64_t id, const HostRegion& dest) {
   Device::trace_transfer(core_.trace(), false, trace_out_, dest.bytes(), start_ns);
 }
 
+void CudaDevice::open_peer(CudaDevice& source) {
+  std::lock_guard lock(peers_mutex_);
+  if (peers_.contains(source.ordinal())) return;
+  int can = 0;
+  if (cudaDeviceCanAccessPeer(&can, options_.ordinal, source.ordinal()) != cudaSuccess) {
+    cudaGetLastError();
+    can = 0;
+  }
+  bool direct = can != 0;
+  if (direct) {
+    // This GPU's context maps the source's memory (the caller made this GPU
+    // current); the source's pool lets this GPU at its blocks.
+    const cudaError_t enabled = cudaDeviceEnablePeerAccess(source.ordinal(), 0);
+    if (enabled != cudaSuccess && enabled != cudaErrorPeerAccessAlreadyEnabled) {
+      log().warn("{}: peer access to {} failed ({}); copies between them go through the driver", name(),
+                 source.name(), cuda_text(enabled));
+      direct = false;
+    }
+    cudaGetLastError();  // an "already enabled" is an answer, not an error for the next call
+    if (direct) {
+      try {
+        source.pool_->grant_access(options_.ordinal);
+      } catch (const std::exception& e) {
+        log().warn("{}: {}'s memory pool cannot be opened to it ({}); copies go through the driver", name(),
+                   source.name(), e.what());
+        cudaGetLastError();
+        direct = false;
+      }
+    }
+  }
+  peers_.emplace(source.ordinal(), direct);
+  log().info("{}: copies from {} go {}", name(), source.name(),
+             direct ? "peer to peer" : "through the copy engines by the driver (no peer access between them)");
+}
+
+std::optional<std::uint64_t> CudaDevice::copy_from(NodeLink& source, std::uint64_t source_id, const HostRegion& shape) {
+  auto* peer = dynamic_cast<CudaDevice*>(&source);
+  if (peer == nullptr || peer == this || !alive() || !peer->alive() || shape.bytes() == 0) return std::nullopt;
+  const CurrentDevice current(options_.ordinal);
+  const auto start = Clock::now();
+  const std::int64_t start_ns = core_.trace() ? core_.trace()->now_ns() : 0;
+  try {
+    open_peer(*peer);
+    const void* from = peer->pointer(source_id);
+    const auto [id, ptr] = allocate_block(shape.bytes());
+    try {
+      // On this GPU's copy stream, where its allocation is ordered; the
+      // source copy is complete (coherence hands over only settled copies).
+      const cudaStream_t stream = copier_->h2d();
+      check_cuda(cudaMemcpyPeerAsync(ptr, options_.ordinal, from, peer->ordinal(), shape.bytes(), stream),
+                 "cudaMemcpyPeerAsync");
+      Event done;
+      done.record(stream);
+      done.wait();
+    } catch (...) {
+      drop(id);
+      throw;
+    }
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    // What the link model learns of this pair: placement weighs it like any link.
+    if (shape.bytes() >= (std::size_t{64} << 10)) core_.links().record(peer->node(), node(), shape.bytes(), seconds);
+    bytes_peer_.fetch_add(shape.bytes(), std::memory_order_relaxed);
+    Device::trace_transfer(core_.trace(), true, trace_in_, shape.bytes(), start_ns);
+    return id;
+  } catch (const std::exception& e) {
+    cudaGetLastError();
+    log().warn("{}: a copy from {} failed ({}); it goes through the host instead", name(), peer->name(), e.what());
+    return std::nullopt;
+  }
+}
+
 void CudaDevice::drop(std::uint64_t id) noexcept {
   Block block;
   {

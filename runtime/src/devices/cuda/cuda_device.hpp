@@ -34,6 +34,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -87,6 +88,11 @@ class CudaDevice final : public Device, public NodeLink {
   std::uint64_t allocate(const HostRegion& shape) override;
   void fetch(std::uint64_t id, const HostRegion& dest) override;
   void drop(std::uint64_t id) noexcept override;
+  // From another local GPU: one copy between the two, peer to peer where the
+  // topology allows (peer access enabled, the source's pool opened to this
+  // GPU), else by the copy engines through the driver; never through Ferry's
+  // host replicas. Nothing when the source is not a local GPU.
+  std::optional<std::uint64_t> copy_from(NodeLink& source, std::uint64_t source_id, const HostRegion& shape) override;
 
   int ordinal() const noexcept { return options_.ordinal; }
   // Makes `bytes()` bytes of device memory at `source` (on this GPU, e.g. a
@@ -99,6 +105,7 @@ class CudaDevice final : public Device, public NodeLink {
   std::size_t bytes_to_device() const noexcept { return bytes_in_.load(std::memory_order_relaxed); }
   std::size_t bytes_from_device() const noexcept { return bytes_out_.load(std::memory_order_relaxed); }
   std::size_t stream_ordered() const noexcept { return stream_ordered_.load(std::memory_order_relaxed); }
+  std::size_t bytes_from_peers() const noexcept { return bytes_peer_.load(std::memory_order_relaxed); }
   // One line: model, memory bound and use, streams.
   std::string describe() const;
 
@@ -165,6 +172,8 @@ class CudaDevice final : public Device, public NodeLink {
   void* pointer(std::uint64_t id) const;
   std::size_t evict(std::size_t bytes);
   std::vector<std::shared_ptr<BufferRoot>> held_roots();
+  // Once per source GPU: peer access from this GPU, if the pair has it.
+  void open_peer(CudaDevice& source);
   void measure_link();
 
   RuntimeCore& core_;
@@ -175,6 +184,7 @@ class CudaDevice final : public Device, public NodeLink {
   std::string lost_reason_;  // the first, set before alive_ turns false
   std::atomic<bool> stopping_{false};
   std::atomic<std::size_t> bytes_in_{0}, bytes_out_{0};
+  std::atomic<std::size_t> bytes_peer_{0};  // copied in from another local GPU
   std::atomic<std::size_t> stream_ordered_{0};
 
   std::unique_ptr<DevicePool> pool_;
@@ -193,6 +203,9 @@ class CudaDevice final : public Device, public NodeLink {
   std::deque<Prefetch> prefetches_;
   std::atomic<std::size_t> active_{0};  // tasks and prefetches handed to this device, not yet done with
   std::condition_variable idle_cv_;
+
+  std::mutex peers_mutex_;
+  std::unordered_map<int, bool> peers_;  // source ordinal -> peer to peer
 
   std::mutex events_mutex_;
   std::vector<std::unique_ptr<Event>> spare_events_;

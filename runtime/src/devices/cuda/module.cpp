@@ -150,6 +150,7 @@ class Module final : public CudaModule {
     out.bytes_to_device = gpu->bytes_to_device();
     out.bytes_from_device = gpu->bytes_from_device();
     out.stream_ordered = gpu->stream_ordered();
+    out.bytes_from_peers = gpu->bytes_from_peers();
     out.description = gpu->describe();
     return true;
   }

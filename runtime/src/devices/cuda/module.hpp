@@ -44,6 +44,7 @@ struct GpuFacts {
   std::size_t bytes_to_device = 0;
   std::size_t bytes_from_device = 0;
   std::size_t stream_ordered = 0;
+  std::size_t bytes_from_peers = 0;
   std::string description;  // model, memory bound and use, streams
 };
 
