@@ -11,11 +11,14 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 
 #include "ferry/ferry.hpp"
 #include "ferry/log.hpp"
+#include "ferry/transport/identity.hpp"
 #include "ferryd_process.hpp"
+#include "metrics_port.hpp"
 
 namespace {
 
@@ -65,9 +68,9 @@ std::string message_of(const std::function<void()>& f) {
   return "(nothing thrown)";
 }
 
-// `ferry check` as an operator runs it.
-int run_cli(const std::string& args, std::string& output) {
-  const std::string command = std::string(FERRY_CLI_PATH) + " " + args + " 2>&1";
+// `ferry check` as an operator runs it; `env`: VAR=value words to run it with.
+int run_cli(const std::string& args, std::string& output, const std::string& env = "") {
+  const std::string command = (env.empty() ? "" : "env " + env + " ") + std::string(FERRY_CLI_PATH) + " " + args + " 2>&1";
   FILE* pipe = ::popen(command.c_str(), "r");
   if (pipe == nullptr) return -1;
   char chunk[4096];
@@ -154,11 +157,115 @@ TEST(RemotePolicy, UnreachableHostThrowsUnderRequireAfterTheTimeoutAndIsDownUnde
   const std::string what = message_of([&] { ferry::Runtime rt(o); });
   EXPECT_NE(what.find(address), std::string::npos) << what;
   EXPECT_NE(what.find("cannot be used"), std::string::npos) << what;
+  // A refused port is retried (a ferryd starting up refuses it a moment), and the error says so.
+  EXPECT_NE(what.find("tried "), std::string::npos) << what;
 
   LogCapture logs;
   ferry::Runtime rt(options_for(address, FerrydProcess::default_token, ferry::RemotePolicy::prefer));
   EXPECT_NE(rt.describe().find("remote:" + address + " (down: "), std::string::npos) << rt.describe();
   EXPECT_EQ(logs.count("cannot be reached"), 1u) << logs.text();
+}
+
+// Handshakes ferryd saw fail, whatever the reason (ferry_auth_failures_total),
+// once at least one has: a client that gave up has stopped trying by then.
+double handshake_failures(const FerrydProcess& server) {
+  const auto port = ferry::test::metrics_port(server);
+  for (int attempt = 0;; ++attempt) {
+    double total = 0;
+    const std::string text = ferry::test::scrape_metrics(port);
+    for (const char* reason : {"wrong_token", "unknown_key", "handshake_timeout", "version_mismatch", "hung_up", "malformed"})
+      total += ferry::test::metric_value(text, std::string("ferry_auth_failures_total{reason=\"") + reason + "\"}")
+                   .value_or(0);
+    if (total > 0 || attempt == 200) return total;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+// The public line ferryd wrote beside its --host-key.
+std::string public_line(const std::filesystem::path& host_key) {
+  std::string line;
+  std::getline(std::ifstream(host_key.string() + ".pub"), line);
+  return line;
+}
+
+// A host key that is not the pinned one is the same key on the next try:
+// refused at once (one failed handshake at ferryd, not one per retry until
+// the timeout), naming the mismatch.
+TEST(RemotePolicy, AHostKeyMismatchIsRefusedAtOnceNamingIt) {
+  const auto dir = ferry::test::make_temp_dir();
+  FerrydProcess server({"--host-key", (dir / "host_key").string(), "--metrics", "127.0.0.1:0"});
+  std::ofstream(dir / "known_hosts") << server.address() << ' '
+                                     << ferry::transport::public_key_line(
+                                            ferry::transport::KeyPair::generate().public_key(), "")
+                                     << '\n';
+  auto o = options_for(server.address(), FerrydProcess::default_token);
+  o.known_hosts = dir / "known_hosts";
+  o.remote_timeout = std::chrono::milliseconds(10000);
+  const std::string what = message_of([&] { ferry::Runtime rt(o); });
+  EXPECT_NE(what.find(server.address()), std::string::npos) << what;
+  EXPECT_NE(what.find("pins"), std::string::npos) << what;
+  EXPECT_EQ(what.find("tried "), std::string::npos) << "a mismatch was retried: " << what;
+  EXPECT_EQ(handshake_failures(server), 1) << server.log();
+  std::filesystem::remove_all(dir);
+}
+
+// A name that resolves to nothing is final too: no retries, the name in the error.
+TEST(RemotePolicy, AnUnresolvableNameFailsWithoutRetrying) {
+  auto o = options_for("no-such-host.invalid:7300", FerrydProcess::default_token);
+  o.remote_timeout = std::chrono::milliseconds(10000);
+  const std::string what = message_of([&] { ferry::Runtime rt(o); });
+  EXPECT_NE(what.find("no-such-host.invalid"), std::string::npos) << what;
+  EXPECT_NE(what.find("cannot resolve"), std::string::npos) << what;
+  EXPECT_EQ(what.find("tried "), std::string::npos) << "an unresolvable name was retried: " << what;
+}
+
+// ferryd --host-key FILE writes FILE.pub (mode 644), the line an operator
+// pins the server with before any client meets it.
+TEST(FerrydHostKey, PublicLineIsWrittenAndPinsTheServerForStrictClients) {
+  const auto dir = ferry::test::make_temp_dir();
+  const auto host_key = dir / "host_key";
+  FerrydProcess server({"--host-key", host_key.string()});
+  const std::string line = public_line(host_key);
+  EXPECT_EQ(ferry::transport::parse_public_key(line), ferry::transport::KeyPair::read(host_key).public_key()) << line;
+  EXPECT_EQ(std::filesystem::status(host_key.string() + ".pub").permissions() & std::filesystem::perms::all,
+            std::filesystem::perms::owner_read | std::filesystem::perms::owner_write |
+                std::filesystem::perms::group_read | std::filesystem::perms::others_read);
+
+  std::ofstream(dir / "known_hosts") << server.address() << ' ' << line << '\n';
+  auto o = options_for(server.address(), FerrydProcess::default_token);
+  o.known_hosts = dir / "known_hosts";
+  o.strict_host_keys = true;
+  ferry::Runtime rt(o);
+  EXPECT_TRUE(rt.remote_stats(server.address()).connected);
+  EXPECT_FALSE(rt.remote_stats(server.address()).cipher.empty());
+
+  // A restart with the same key leaves the file as it is.
+  server.stop(SIGTERM);
+  server.restart();
+  EXPECT_EQ(public_line(host_key), line);
+  std::filesystem::remove_all(dir);
+}
+
+// A .pub that holds another key than --host-key's (replaced by hand) stops
+// ferryd with both named, rather than be overwritten behind the operator's back.
+TEST(FerrydHostKey, APublicFileWithAnotherKeyStopsFerrydNamingIt) {
+  const auto dir = ferry::test::make_temp_dir();
+  const auto host_key = dir / "host_key";
+  ferry::transport::KeyPair::generate().write(host_key);
+  const std::string other =
+      ferry::transport::public_key_line(ferry::transport::KeyPair::generate().public_key(), "old");
+  std::ofstream(host_key.string() + ".pub") << other << '\n';
+  std::ofstream(dir / "token") << FerrydProcess::default_token << '\n';
+  std::filesystem::permissions(dir / "token", std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  std::string output;
+  EXPECT_NE(FerrydProcess::run_to_exit({"--listen", "127.0.0.1:0", "--token-file", (dir / "token").string(), "--gpus", "none",
+                                        "--host-key", host_key.string()},
+                                       &output),
+            0)
+      << output;
+  EXPECT_NE(output.find(host_key.string() + ".pub"), std::string::npos) << output;
+  EXPECT_EQ(public_line(host_key), other);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(RemotePolicy, WelcomeListsTheHostsKernelsAndDevices) {
@@ -284,6 +391,36 @@ TEST(FerryCheck, AWrongTokenFailsNamingTheHostAndTheReason) {
   EXPECT_EQ(run_cli("check " + server.address() + " --token not-it", out), 1) << out;
   EXPECT_NE(out.find(server.address()), std::string::npos) << out;
   EXPECT_NE(out.find("auth_failed"), std::string::npos) << out;
+}
+
+// `ferry check` trusts a host exactly when a program would: under strict
+// host keys (FERRY_STRICT_HOST_KEYS=1 or --strict) an unknown ferryd is
+// refused, with the line to pin it, and nothing is written to known_hosts
+// (which a strict program would then trust).
+TEST(FerryCheck, StrictHostKeysRefuseAnUnknownHostAndPinNothing) {
+  const auto dir = ferry::test::make_temp_dir();
+  const auto host_key = dir / "host_key";
+  const auto known_hosts = dir / "known_hosts";
+  FerrydProcess server({"--host-key", host_key.string()});
+  std::ofstream(known_hosts).flush();
+  const std::string token = " --token-file " + server.token_file().string();
+  const std::string pins = "FERRY_KNOWN_HOSTS=" + known_hosts.string();
+  const std::string expected_line = server.address() + " " + public_line(host_key).substr(0, public_line(host_key).rfind(' '));
+  for (const auto& [env, flag] : {std::pair{pins + " FERRY_STRICT_HOST_KEYS=1", std::string()},
+                                  std::pair{pins, std::string(" --strict")}}) {
+    std::string out;
+    EXPECT_EQ(run_cli("check " + server.address() + token + flag, out, env), 1) << env << flag << "\n" << out;
+    EXPECT_NE(out.find("does not pin"), std::string::npos) << out;
+    EXPECT_NE(out.find(expected_line), std::string::npos) << "the refusal should give the line to add: " << expected_line
+                                                          << "\n" << out;
+    EXPECT_EQ(std::filesystem::file_size(known_hosts), 0u) << "ferry check pinned a host under strict checking";
+  }
+  // Pinned beforehand from ferryd's FILE.pub: usable, and the summary says what seals the link.
+  std::ofstream(known_hosts) << server.address() << ' ' << public_line(host_key) << '\n';
+  std::string out;
+  EXPECT_EQ(run_cli("check " + server.address() + token + " --strict", out, pins), 0) << out;
+  EXPECT_NE(out.find("cipher:"), std::string::npos) << out;
+  std::filesystem::remove_all(dir);
 }
 
 TEST(FerryCli, NoSubcommandPrintsHelp) {

@@ -42,6 +42,10 @@ int main(int argc, char** argv) {
   check->add_option("address", check_options.address, "the GPU host, ucx://host:port or host:port")->required();
   check->add_option("--token", check_options.token, "the pre-shared token (default: FERRY_TOKEN)");
   check->add_option("--token-file", check_options.token_file, "the file holding it (default: FERRY_TOKEN_FILE)");
+  check->add_option("--identity", check_options.identity,
+                    "sign in with this private key (ferry keygen) (default: FERRY_IDENTITY)");
+  check->add_flag("--strict", check_options.strict,
+                  "trust only host keys pinned beforehand in known_hosts (default: FERRY_STRICT_HOST_KEYS)");
   check->add_option("--timeout", check_timeout, "seconds to connect and authenticate")
       ->check(CLI::Range(0.1, 3600.0))
       ->capture_default_str();

@@ -7,6 +7,7 @@
 #include <net/if.h>
 #include <netdb.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -16,6 +17,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <optional>
 
 #include "ferry/config.hpp"
 #include "ferry/cuda_probe.hpp"
@@ -150,6 +152,54 @@ void keep_ucx_on(const std::string& host) {
   log().info("UCX kept on interface {} (the --listen address's; set UCX_NET_DEVICES to choose)", device);
 }
 
+// FILE.pub beside --host-key FILE: the public half, so that an operator can
+// pin this server before any client meets it (strict host keys): a
+// known_hosts line is "HOST:PORT " followed by this file's line, whose last
+// word (ferryd@host) known_hosts ignores. Mode 644: it is no secret. One
+// that holds this key is left as it is; one that holds another key (the
+// private key replaced by hand) would have operators pin a key this server
+// cannot prove, so ferryd stops, naming both, rather than replace it
+// behind their back.
+void write_public_key(const std::filesystem::path& path, const transport::KeyPair& key) {
+  const auto public_path = std::filesystem::path(path.string() + ".pub");
+  if (std::filesystem::exists(public_path)) {
+    std::string line;
+    std::getline(std::ifstream(public_path), line);
+    std::optional<transport::PublicKey> there;
+    try {
+      there = transport::parse_public_key(line);
+    } catch (const UsageError&) {
+      // not a key line: treated as another key, below
+    }
+    if (there == key.public_key()) return;
+    throw UsageError(fmt::format("{} holds {}, not the public half of --host-key {} ({}): remove it (ferryd writes "
+                                 "the right one) once you know why they differ; clients may have pinned either",
+                                 public_path.string(), there ? transport::fingerprint(*there) : "no key",
+                                 path.string(), transport::fingerprint(key.public_key())));
+  }
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  const std::string line = transport::public_key_line(key.public_key(), fmt::format("ferryd@{}", host)) + "\n";
+  // A folder ferryd may read but not write (a key installed by root) is
+  // no reason to stop serving: the line goes to the log instead.
+  const auto unwritable = [&](int error) {
+    log().warn("cannot write {}: {}; host key's public line: {}", public_path.string(), std::strerror(error),
+               line.substr(0, line.size() - 1));
+  };
+  const int fd = ::open(public_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) return unwritable(errno);
+  // Mode 644 whatever the umask: the point of the file is to be read.
+  ::fchmod(fd, 0644);
+  const bool ok = ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
+  const int error = errno;
+  ::close(fd);
+  if (!ok) {
+    std::filesystem::remove(public_path);
+    return unwritable(error);
+  }
+  log().info("host key's public line written to {} (known_hosts: \"HOST:PORT\" then that line)", public_path.string());
+}
+
 // --host-key: read, or made there on first start so that it stays the same
 // across restarts; none given: a fresh one, which clients cannot pin for long.
 std::optional<transport::KeyPair> load_host_key(const std::filesystem::path& path) {
@@ -161,7 +211,9 @@ std::optional<transport::KeyPair> load_host_key(const std::filesystem::path& pat
     transport::KeyPair::generate().write(path);
     log().info("host key {} created", path.string());
   }
-  return transport::KeyPair::read(path);
+  auto key = transport::KeyPair::read(path);
+  write_public_key(path, key);
+  return key;
 }
 
 // The CPU's model name, as /proc/cpuinfo gives it.
@@ -311,7 +363,8 @@ int serve(const Options& options, int signal_fd) {
     if (!options.port_file.empty()) write_port_file(options.port_file, port);
     log().info("ferryd listening on {}:{} (transports: {})", bootstrap_host, port, state.worker->transports());
     for (const auto& [host, client_port] : options.connect) server.dial(host, client_port);
-    log().info("host key {}; clients sign in with {}{}{}", transport::fingerprint(server.host_key()),
+    log().info("host key {}{}; clients sign in with {}{}{}", transport::fingerprint(server.host_key()),
+               options.host_key.empty() ? "" : fmt::format(" (public line in {}.pub)", options.host_key.string()),
                options.token.empty() ? "" : "the token",
                !options.token.empty() && keys ? " or " : "",
                keys ? fmt::format("the {} keys of {}", keys->size(), options.authorized_keys.string()) : "");

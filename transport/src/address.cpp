@@ -65,7 +65,10 @@ socklen_t resolve(const std::string& host, std::uint16_t port, sockaddr_storage&
   auto service = std::to_string(port);
   int rc = getaddrinfo(host.empty() ? nullptr : host.c_str(), service.c_str(), &hints, &list);
   if (rc != 0) {
-    throw UcxError("cannot resolve '" + host + ":" + service + "': " + gai_strerror(rc), UCS_ERR_INVALID_ADDR);
+    // EAI_AGAIN: the resolver did not answer this time, which a later try
+    // may fix; anything else says the name itself is no good.
+    throw UcxError("cannot resolve '" + host + ":" + service + "': " + gai_strerror(rc),
+                   rc == EAI_AGAIN ? UCS_ERR_UNREACHABLE : UCS_ERR_INVALID_ADDR);
   }
   const addrinfo* chosen = list;
   for (auto* entry = list; entry != nullptr; entry = entry->ai_next) {

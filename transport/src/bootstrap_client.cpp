@@ -29,7 +29,13 @@ class Socket {
  public:
   Socket(const std::string& host, std::uint16_t port, Clock::time_point deadline) : deadline_(deadline) {
     sockaddr_storage address{};
-    const auto length = resolve(host, port, address);
+    socklen_t length = 0;
+    try {
+      length = resolve(host, port, address);
+    } catch (const UcxError& e) {
+      if (e.status() == UCS_ERR_INVALID_ADDR) throw Unresolvable(e.what(), e.status());
+      throw;
+    }
     name_ = format_sockaddr(address);
     fd_ = ::socket(address.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd_ < 0) throw_system_error("socket", errno);

@@ -66,7 +66,14 @@ std::vector<std::byte> ClientHandshake::on_challenge(std::vector<std::byte> chal
         throw TurnedAway(protocol::Status::auth_failed, fmt::format("ferryd dialling in from {} ({}) turned away: {}",
                                                                     where_, fingerprint(challenge_.host_key), why));
   } else if (!options_.known_hosts.empty()) {
-    check_host_key(options_.known_hosts, where_, challenge_.host_key, options_.pinning);
+    // A key that is not the pinned one (or no pin, under strict checking)
+    // will be the same key on the next try: a refusal, so that callers do
+    // not retry it (and ferryd does not log a hang-up per try).
+    try {
+      check_host_key(options_.known_hosts, where_, challenge_.host_key, options_.pinning);
+    } catch (const RemoteError& e) {
+      throw DialRefused(protocol::Status::auth_failed, e.what());
+    }
   }
   if (challenge_.cipher == 0 && hello_.aes_gcm == 0)
     throw DialRefused(protocol::Status::auth_failed,

@@ -60,10 +60,15 @@ void check_host_key(const std::filesystem::path& file, const std::string& addres
         "whose key changed; if the change is expected, remove its line from {})",
         address, fingerprint(key), file.string(), fingerprint(*expected), file.string()));
   }
+  // The line to add is printed so that the operator need not build it; it
+  // is only to be added once the fingerprint is checked against the one
+  // ferryd logs (or its FILE.pub), or strict checking proves nothing.
   if (pinning == Pinning::strict)
     throw RemoteError(fmt::format("ferryd at {} presented host key {}, which {} does not pin (strict checking): "
-                                  "refused",
-                                  address, fingerprint(key), file.string()));
+                                  "refused. If that is the fingerprint ferryd logs at start (or its --host-key "
+                                  "FILE.pub holds this key), add this line to {}: {} {}",
+                                  address, fingerprint(key), file.string(), file.string(), address,
+                                  public_key_line(key, "")));
   append(file, address, key);
   log().info("pinned ferryd at {}: host key {} (first use) in {}", address, fingerprint(key), file.string());
 }

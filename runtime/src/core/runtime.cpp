@@ -86,13 +86,7 @@ void apply_environment(Runtime::Options& o) {
       throw UsageError(fmt::format("FERRY_COMPILE_LIMIT={} is not a number of seconds (0.001 to 3600)", v));
     o.compile_limit = std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000));
   }
-  if (const char* v = env("FERRY_TOKEN")) o.token = v;
-  if (const char* v = env("FERRY_TOKEN_FILE")) o.token_file = v;
-  if (const char* v = env("FERRY_IDENTITY")) o.identity = v;
-  if (const char* v = env("FERRY_KNOWN_HOSTS")) o.known_hosts = v;
-  if (const char* v = env("FERRY_STRICT_HOST_KEYS")) o.strict_host_keys = truthy("FERRY_STRICT_HOST_KEYS", v);
-  if (const char* v = env("FERRY_ENCRYPT_LOOPBACK")) o.encrypt_loopback = truthy("FERRY_ENCRYPT_LOOPBACK", v);
-  if (const char* v = env("FERRY_PLAINTEXT")) o.plaintext = truthy("FERRY_PLAINTEXT", v);
+  Runtime::read_link_environment(o);
   if (const char* v = env("FERRY_AUTO_CHUNK")) o.auto_chunk = truthy("FERRY_AUTO_CHUNK", v);
   if (const char* v = env("FERRY_CHUNK_BYTES")) o.chunk_bytes = parse_bytes(v);
   if (const char* v = env("FERRY_HOST_TO_HOST")) o.host_to_host = truthy("FERRY_HOST_TO_HOST", v);
@@ -111,6 +105,22 @@ void apply_environment(Runtime::Options& o) {
     o.chunk_window = static_cast<unsigned>(n);
   }
 }
+
+}  // namespace
+
+// One list for the runtime and `ferry check`: a variable added here is
+// honoured by both, so the check cannot trust a host the program refuses.
+void Runtime::read_link_environment(Options& o) {
+  if (const char* v = env("FERRY_TOKEN")) o.token = v;
+  if (const char* v = env("FERRY_TOKEN_FILE")) o.token_file = v;
+  if (const char* v = env("FERRY_IDENTITY")) o.identity = v;
+  if (const char* v = env("FERRY_KNOWN_HOSTS")) o.known_hosts = v;
+  if (const char* v = env("FERRY_STRICT_HOST_KEYS")) o.strict_host_keys = truthy("FERRY_STRICT_HOST_KEYS", v);
+  if (const char* v = env("FERRY_ENCRYPT_LOOPBACK")) o.encrypt_loopback = truthy("FERRY_ENCRYPT_LOOPBACK", v);
+  if (const char* v = env("FERRY_PLAINTEXT")) o.plaintext = truthy("FERRY_PLAINTEXT", v);
+}
+
+namespace {
 
 std::shared_ptr<detail::RuntimeCore> make_core(Runtime::Options options) {
   if (options.read_environment) apply_environment(options);
@@ -263,6 +273,7 @@ Runtime::RemoteStats Runtime::remote_stats(const std::string& address) const {
   out.latency_seconds = link.latency_seconds;
   out.bytes_per_second = link.bytes_per_second;
   out.down_reason = remote->down_reason();
+  out.cipher = remote->cipher();
   out.tasks_forwarded = remote->tasks_forwarded();
   out.lineage_checkpoints = remote->lineage_checkpoints();
   if (out.connected) {

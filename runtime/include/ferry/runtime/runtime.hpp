@@ -169,6 +169,14 @@ class Runtime {
     bool read_environment = true;
   };
 
+  // Sets the fields of `o` that decide how links to ferryd are made and
+  // trusted from the FERRY_* variables that are set: token, token file,
+  // identity, known hosts, strict host keys, encrypt loopback, plaintext.
+  // The runtime applies them (with the rest) when read_environment is true;
+  // `ferry check` applies these alone, so that it trusts a host exactly
+  // when a program would. Throws UsageError naming a malformed value.
+  static void read_link_environment(Options& o);
+
   Runtime();
   explicit Runtime(Options options);
   // Waits for every submitted task, then saves models and writes the trace.
@@ -311,6 +319,9 @@ class Runtime {
     // The link as measured at connect and refined by transfers.
     double latency_seconds = 0, bytes_per_second = 0;
     std::string down_reason;  // why it is not connected, when it is not
+    // What seals the link ("XChaCha20-Poly1305", "AES-256-GCM"), or
+    // "plaintext" (loopback, FERRY_PLAINTEXT); empty before it connected.
+    std::string cipher;
     std::uint64_t tasks_forwarded = 0;  // sent behind their predecessors, before they were ready
     // Copies whose data was brought home to cut their lineage (once every
     // few thousand writes there), so a long chain's memory stays bounded.

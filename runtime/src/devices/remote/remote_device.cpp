@@ -134,15 +134,33 @@ RemoteDevice::~RemoteDevice() {
 
 // ---- connection ----
 
+// Retried until the deadline: what a later try may find changed. A refused
+// port is among them on purpose: a ferryd that is starting (or restarted by
+// its supervisor) refuses its port until it listens, which takes seconds on
+// a host that probes its GPUs first. Final at once: a refusal (a wrong
+// token or key, a host key that is not the pinned one: remote_policy.hpp)
+// and a host name that names nothing, which the next try would meet again.
 void RemoteDevice::connect_until(Clock::time_point deadline) {
+  const auto started = Clock::now();
   auto backoff = std::chrono::milliseconds(250);
-  for (;;) {
+  for (int tries = 1;; ++tries) {
     try {
       return connect();
     } catch (const RemoteRefused&) {
       throw;
-    } catch (const std::exception&) {
-      if (Clock::now() + backoff >= deadline) throw;
+    } catch (const transport::Unresolvable&) {
+      throw;
+    } catch (const std::exception& e) {
+      const auto now = Clock::now();
+      if (now + backoff >= deadline) {
+        if (tries == 1) throw;
+        throw RemoteError(fmt::format("{} (tried {} times in {:.1f} s)", e.what(), tries,
+                                      std::chrono::duration<double>(now - started).count()));
+      }
+      // Said once, so that a wait of seconds is not mistaken for a hang.
+      if (tries == 1)
+        log().info("remote {}: {}; retrying for up to {:.1f} s more (FERRY_REMOTE_TIMEOUT)", options_.address, e.what(),
+                   std::chrono::duration<double>(deadline - now).count());
     }
     std::this_thread::sleep_for(backoff);
     backoff = std::min(backoff * 2, std::chrono::milliseconds(2000));
@@ -166,7 +184,8 @@ void RemoteDevice::connect() {
         worker_, host_, port_, dial, [this](transport::Connection&, transport::Incoming& in) { on_message(in); },
         [this](transport::Connection&, const std::string& reason) { lost(reason); });
   } catch (const transport::DialRefused& e) {
-    // A refusal retrying cannot fix (remote_policy.hpp) is a RemoteRefused.
+    // A refusal retrying cannot fix (remote_policy.hpp) is a RemoteRefused;
+    // a host key that is not the pinned one is one (auth_failed).
     if (permanent(e.status)) throw RemoteRefused(e.what());
     throw;
   }
@@ -188,14 +207,15 @@ void RemoteDevice::use(transport::Dialed& dialed) {
   epoch_.fetch_add(1, std::memory_order_acq_rel);
   alive_.store(true, std::memory_order_release);
   measure_link();
+  const std::string cipher = dialed.connection->encrypted() ? transport::to_string(dialed.cipher) : "plaintext";
   {
     std::lock_guard lock(offer_mutex_);
     down_reason_.clear();
     warned_ = false;
+    cipher_ = cipher;
   }
   log().info("remote {}: connected to {} ({} CPU workers, {} GPUs, quota {}; {}); link {:.0f} µs, {}/s",
-             options_.address, welcome->server, welcome->cpu_workers, welcome->gpus, format_bytes(quota_),
-             dialed.connection->encrypted() ? transport::to_string(dialed.cipher) : "plaintext",
+             options_.address, welcome->server, welcome->cpu_workers, welcome->gpus, format_bytes(quota_), cipher,
              core_.links().get(host_node, node()).latency_seconds * 1e6,
              format_bytes(static_cast<std::size_t>(core_.links().get(host_node, node()).bytes_per_second)));
 }
@@ -246,6 +266,11 @@ void RemoteDevice::warn_missing(const std::vector<std::string>& kernels) const {
 RemoteDevice::Offer RemoteDevice::offer() const {
   std::lock_guard lock(offer_mutex_);
   return offer_;
+}
+
+std::string RemoteDevice::cipher() const {
+  std::lock_guard lock(offer_mutex_);
+  return cipher_;
 }
 
 std::string RemoteDevice::down_reason() const {

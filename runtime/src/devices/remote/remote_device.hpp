@@ -123,6 +123,8 @@ class RemoteDevice final : public Device, public NodeLink {
   // Warns when the host lacks any of these kernels (a plugin loaded here only).
   void warn_missing(const std::vector<std::string>& kernels) const;
   std::string down_reason() const override;
+  // What seals the link: the AEAD's name, or "plaintext"; empty before the first connection.
+  std::string cipher() const;
   // ---- membership (remote_membership.cpp) ----
   // Progress thread: a connection from the host, which dialled in; replaces
   // the one it had, if any.
@@ -312,6 +314,7 @@ class RemoteDevice final : public Device, public NodeLink {
   Offer offer_;                     // from the last welcome
   std::set<std::string> kernels_;   // offer_.kernels, for lookups
   std::string down_reason_;         // empty while connected
+  std::string cipher_;              // of the last connection (cipher())
   bool warned_ = false;             // the one warning per host is said
   bool told_missing_ = false;       // the warning about kernels it lacks is said
 

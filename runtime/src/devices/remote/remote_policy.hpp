@@ -14,7 +14,8 @@
 namespace ferry::detail {
 
 // The host answered and refused us, or cannot be spoken to at all: a wrong
-// token, a protocol version it does not speak. Never retried.
+// token, a protocol version it does not speak, a host key that is not the
+// pinned one (or, under strict host keys, not pinned). Never retried.
 struct RemoteRefused : RemoteError {
   using RemoteError::RemoteError;
 };

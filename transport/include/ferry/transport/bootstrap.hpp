@@ -211,6 +211,14 @@ struct TurnedAway : DialRefused {
   using DialRefused::DialRefused;
 };
 
+// The host name does not resolve (getaddrinfo says no such name): a typo or
+// a host that was never in DNS, which the next try would find the same. A
+// resolver that is merely unavailable (EAI_AGAIN) is a plain UcxError,
+// which callers may retry.
+struct Unresolvable : UcxError {
+  using UcxError::UcxError;
+};
+
 struct Dialed {
   std::shared_ptr<Connection> connection;
   protocol::Welcome welcome;
@@ -222,7 +230,8 @@ struct Dialed {
 // Connects, authenticates both ways and creates the UCX endpoint. Throws
 // DialRefused saying why the server refused (or was refused: a host key
 // that is not the pinned one, a server without the token, an unencrypted
-// link nobody asked for), UcxError/Error when it cannot be reached.
+// link nobody asked for), Unresolvable when the host name names nothing,
+// UcxError/Error when it cannot be reached.
 Dialed dial(const std::shared_ptr<Worker>& worker, const std::string& host, std::uint16_t port,
             const DialOptions& options, Connection::MessageHandler on_message, Connection::ErrorHandler on_error);
 
