@@ -193,8 +193,8 @@ void RemoteDevice::use(transport::Dialed& dialed) {
     down_reason_.clear();
     warned_ = false;
   }
-  log().info("remote {}: connected to {} ({} CPU workers, {} GPUs, quota {}; {}); link {:.0f} µs, {}/s",
-             options_.address, welcome->server, welcome->cpu_workers, welcome->gpus, format_bytes(quota_),
+  log().info("remote {}: connected to {} ({}, {}, quota {}; {}); link {:.0f} µs, {}/s", options_.address,
+             welcome->server, plural(welcome->cpu_workers, "CPU worker"), plural(welcome->gpus, "GPU"), format_bytes(quota_),
              dialed.connection->encrypted() ? transport::to_string(dialed.cipher) : "plaintext",
              core_.links().get(host_node, node()).latency_seconds * 1e6,
              format_bytes(static_cast<std::size_t>(core_.links().get(host_node, node()).bytes_per_second)));
