@@ -11,6 +11,11 @@
 
 namespace ferry {
 
+std::string plural(std::size_t n, const char* one, const char* many) {
+  if (n == 1) return fmt::format("1 {}", one);
+  return many != nullptr ? fmt::format("{} {}", n, many) : fmt::format("{} {}s", n, one);
+}
+
 std::string format_bytes(std::size_t bytes) {
   static constexpr std::array<const char*, 6> units{"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
   if (bytes < 1024) return fmt::format("{} B", bytes);

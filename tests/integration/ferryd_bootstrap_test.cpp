@@ -408,7 +408,7 @@ TEST(FerrydIdentity, SighupRemovingAKeyEndsItsSessions) {
   const auto bye = a.next_as<proto::Bye>();
   EXPECT_NE(bye.message.find("no longer authorized"), std::string::npos) << bye.message;
   EXPECT_TRUE(a.wait_closed());
-  EXPECT_TRUE(server.wait_for_log("1 sessions ended")) << server.log();
+  EXPECT_TRUE(server.wait_for_log("1 session ended")) << server.log();
   b.send(proto::Ping{9});
   EXPECT_EQ(b.next_as<proto::Pong>().request, 9u);
   TestClient again(server.port());

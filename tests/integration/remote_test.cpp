@@ -227,6 +227,34 @@ TEST(Remote, RecomputationSeesTheInputsTheLostTaskSaw) {
   EXPECT_EQ(h[n - 1], 5.0);
 }
 
+// Whether the runtime has seen the host go (polled up to 10 s).
+bool lost(ferry::Runtime& rt, const FerrydProcess& server) {
+  for (int i = 0; i < 100; ++i) {
+    if (!rt.remote_stats(server.address()).connected) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return false;
+}
+
+// Tasks pinned to a lost host run on the CPU while it is gone, and the log
+// says so once (not silently).
+TEST(Remote, PinnedTasksRunElsewhereWhileTheHostIsLostUnderPrefer) {
+  FerrydProcess server;
+  auto options = remote_options(server);
+  options.remote_policy = ferry::RemotePolicy::prefer;
+  ferry::Runtime rt(options);
+  auto x = rt.buffer<double>(1024);
+  std::ranges::fill(x.host(), 1.0);
+  EXPECT_EQ(rt.submit("sum", ferry::read(x), remote(server)).device(), "remote:" + server.address());
+  server.stop(SIGKILL);
+  ASSERT_TRUE(lost(rt, server)) << "the host was not seen lost within 10 s";
+  for (int i = 0; i < 2; ++i) {
+    auto t = rt.submit("sum", ferry::read(x), remote(server));
+    EXPECT_EQ(t.result(), 1024.0);
+    EXPECT_EQ(t.device(), "cpu");
+  }
+}
+
 TEST(Remote, ReconnectsAndUsesTheHostAgain) {
   FerrydProcess server({}, FerrydProcess::default_token, ferry::test::stable_port());
   ferry::Runtime rt(remote_options(server));
@@ -234,6 +262,7 @@ TEST(Remote, ReconnectsAndUsesTheHostAgain) {
   std::ranges::fill(x.host(), 1.0);
   EXPECT_EQ(rt.submit("sum", ferry::read(x), remote(server)).device(), "remote:" + server.address());
   server.stop(SIGKILL);
+  ASSERT_TRUE(lost(rt, server)) << "the host was not seen lost within 10 s";
   // While it is gone, pinned tasks still finish (on the CPU).
   EXPECT_EQ(rt.submit("sum", ferry::read(x), remote(server)).result(), 1024.0);
   server.restart();

@@ -97,9 +97,20 @@ TEST_F(BadInput, AliasedArgumentsWithAWrite) {
   EXPECT_EQ(rt.submit("dot", ferry::read(x), ferry::read(x)).result(), 0.0);
 }
 
+// A place the runtime does not have is named, with what it has instead
+// (issue 32): not "cpu: excluded by placement".
 TEST_F(BadInput, PlacementWithNoMatchingDevice) {
   refused([&] { rt.submit("scal", ferry::readwrite(x), 2.0, ferry::on(ferry::gpu(0))); },
-          {"kernel scal", "ferry::gpu(0)", "no device"});
+          {"kernel scal", "ferry::gpu(0)", "no GPU 0 in this runtime (it has no GPU: ", "\"none\""});
+  refused([&] { rt.submit("scal", ferry::readwrite(x), 2.0, ferry::on(ferry::gpu())); },
+          {"kernel scal", "no GPU in this runtime (it has no GPU: "});
+  refused([&] { rt.submit("scal", ferry::readwrite(x), 2.0, ferry::on(ferry::remote("x"))); },
+          {"kernel scal", "no remote host 'x' (the runtime has no remotes", "FERRY_REMOTES"});
+  try {
+    rt.submit("scal", ferry::readwrite(x), 2.0, ferry::on(ferry::remote("x")));
+  } catch (const ferry::UsageError& e) {
+    EXPECT_EQ(std::string(e.what()).find("excluded by placement"), std::string::npos) << e.what();
+  }
 }
 
 TEST_F(BadInput, UserKernelArgumentTypes) {

@@ -14,6 +14,14 @@ TEST(Units, FormatsBytes) {
   EXPECT_EQ(ferry::format_bytes(std::size_t{64} << 20), "64.0 MiB");
 }
 
+TEST(Units, CountsInWords) {
+  EXPECT_EQ(ferry::plural(0, "key"), "0 keys");
+  EXPECT_EQ(ferry::plural(1, "key"), "1 key");
+  EXPECT_EQ(ferry::plural(2, "CPU worker"), "2 CPU workers");
+  EXPECT_EQ(ferry::plural(1, "GPU"), "1 GPU");
+  EXPECT_EQ(ferry::plural(3, "process", "processes"), "3 processes");
+}
+
 TEST(Units, ParsesBytes) {
   EXPECT_EQ(ferry::parse_bytes("4096"), 4096u);
   EXPECT_EQ(ferry::parse_bytes("64KiB"), std::size_t{64} << 10);

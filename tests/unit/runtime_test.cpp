@@ -5,6 +5,7 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <thread>
 
 #include <unistd.h>
@@ -261,6 +262,39 @@ TEST(Runtime, EnvironmentOverridesOptions) {
   unsetenv("FERRY_WORKERS");
   unsetenv("FERRY_POLICY");
   unsetenv("FERRY_PERFMODELS");
+}
+
+// Spaces around FERRY_REMOTES entries are not part of the address (issue 32:
+// " ucx://h:p" was refused as "' ucx://' is not a scheme").
+TEST(Runtime, EnvironmentRemotesAreTrimmed) {
+  setenv("FERRY_REMOTES", " ucx://127.0.0.1:1 , ,\t127.0.0.1:2 ", 1);
+  setenv("FERRY_REMOTE_POLICY", "prefer", 1);
+  {
+    auto options = ferry::testing::quiet_options(1);
+    options.read_environment = true;
+    options.persist_perf_models = false;
+    options.token = "a-token-long-enough-for-the-minimum-length-check";
+    options.remote_timeout = std::chrono::milliseconds(500);
+    ferry::Runtime rt(options);
+    EXPECT_EQ(rt.options().remotes, (std::vector<std::string>{"ucx://127.0.0.1:1", "127.0.0.1:2"}));
+  }
+  unsetenv("FERRY_REMOTES");
+  unsetenv("FERRY_REMOTE_POLICY");
+}
+
+// summary() and write_trace() need tracing, and say how to turn it on.
+TEST(Runtime, SummaryWithoutTracingSaysHowToTrace) {
+  ferry::Runtime rt(ferry::testing::quiet_options(1));
+  for (const auto& call : std::vector<std::function<void()>>{[&] { (void)rt.summary(); },
+                                                             [&] { rt.write_trace("/tmp/unused-trace.json"); }}) {
+    try {
+      call();
+      ADD_FAILURE() << "no error without tracing";
+    } catch (const ferry::UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find("FERRY_TRACE"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("Options::trace"), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(Runtime, PluginAddsKernels) {

@@ -219,6 +219,19 @@ TEST(Trace, CountsFailedTasks) {
   EXPECT_NE(trace.chrome_json().find("\"failed\":true"), std::string::npos);
 }
 
+// One of a thing is not "1 tasks" (issue 32).
+TEST(Trace, SummaryTextCountsInWords) {
+  Trace trace;
+  trace.record(span(1, "cpu", 0, 0, 10));
+  const std::string text = trace.summary().to_text();
+  EXPECT_NE(text.find("1 task (0 failed)"), std::string::npos) << text;
+  EXPECT_NE(text.find("over 1 task\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("cpu: 1 task, 1 lane,"), std::string::npos) << text;
+  trace.record(span(2, "cpu", 1, 0, 10));
+  const std::string two = trace.summary().to_text();
+  EXPECT_NE(two.find("cpu: 2 tasks, 2 lanes,"), std::string::npos) << two;
+}
+
 TEST(Trace, LongChainSummarisesWithoutRecursion) {
   constexpr std::uint64_t n = 100'000;
   Trace trace;
@@ -304,7 +317,7 @@ TEST(Trace, TextMentionsEachDevice) {
   const std::string text = trace.summary().to_text();
   EXPECT_NE(text.find("4 tasks (0 failed)"), std::string::npos) << text;
   EXPECT_NE(text.find("cpu: 3 tasks, 2 lanes, busy 50 %"), std::string::npos) << text;
-  EXPECT_NE(text.find("cuda:0: 1 tasks"), std::string::npos) << text;
+  EXPECT_NE(text.find("cuda:0: 1 task, 1 lane,"), std::string::npos) << text;
   EXPECT_NE(text.find("transfers: 1, 3.00 MiB moved"), std::string::npos) << text;
 }
 

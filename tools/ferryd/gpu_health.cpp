@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "ferry/log.hpp"
+#include "ferry/units.hpp"
 
 namespace ferry::ferryd {
 
@@ -28,7 +29,7 @@ void GpuHealth::check() {
     const std::string left =
         down == gpus_.size()
             ? std::string("no GPU is left: /readyz and /healthz answer 503 until ferryd restarts")
-            : fmt::format("{} of {} GPUs left", gpus_.size() - down, gpus_.size());
+            : fmt::format("{} of {} left", gpus_.size() - down, plural(gpus_.size(), "GPU"));
     log().error("ferryd: GPU {} is down after a CUDA error that only a restart clears ({}); clients are no longer "
                 "offered it; {}",
                 gpu->name, gpu->reason, left);

@@ -233,7 +233,7 @@ void describe_offer(const Runtime& runtime, ServerState& state) {
   std::sort(state.kernels.begin(), state.kernels.end());
   for (const auto& device : runtime.devices()) {
     const bool cpu = device.kind == DeviceKind::cpu;
-    state.devices.push_back({device.name, cpu ? fmt::format("cpu ({} workers)", device.lanes) : device.description,
+    state.devices.push_back({device.name, cpu ? fmt::format("cpu ({})", plural(device.lanes, "worker")) : device.description,
                              cpu ? fmt::format("{} x{}", cpu_model(), device.lanes) : device.perf_key, device.peak});
   }
   try {
@@ -367,13 +367,13 @@ int serve(const Options& options, int signal_fd) {
                options.host_key.empty() ? "" : fmt::format(" (public line in {}.pub)", options.host_key.string()),
                options.token.empty() ? "" : "the token",
                !options.token.empty() && keys ? " or " : "",
-               keys ? fmt::format("the {} keys of {}", keys->size(), options.authorized_keys.string()) : "");
+               keys ? fmt::format("the {} of {}", plural(keys->size(), "key"), options.authorized_keys.string()) : "");
     if (options.plaintext)
       log().warn("--plaintext: clients that ask (FERRY_PLAINTEXT) get unencrypted links; trusted networks only");
-    log().info("{} CPU workers; client quota {}, memory limit {}, payloads up to {}", cpu_workers,
+    log().info("{}; client quota {}, memory limit {}, payloads up to {}", plural(cpu_workers, "CPU worker"),
                format_bytes(options.client_quota), format_bytes(options.memory_limit),
                format_bytes(state.limits.max_payload));
-    log().info("{} GPUs{}{}", gpu_names.size(), gpu_names.empty() ? "" : ": ", fmt::join(gpu_names, ", "));
+    log().info("{}{}{}", plural(gpu_names.size(), "GPU"), gpu_names.empty() ? "" : ": ", fmt::join(gpu_names, ", "));
     metrics.set_ready(true);
 
     int signo = wait_for_stop_signal(signal_fd);
@@ -387,8 +387,8 @@ int serve(const Options& options, int signal_fd) {
       }
       try {
         const auto reloaded = server.reload_keys();
-        log().info("SIGHUP: {} reread: {} keys; {} sessions ended, {} sessions updated",
-                   options.authorized_keys.string(), keys->size(), reloaded.ended, reloaded.updated);
+        log().info("SIGHUP: {} reread: {}; {} ended, {} updated", options.authorized_keys.string(),
+                   plural(keys->size(), "key"), plural(reloaded.ended, "session"), plural(reloaded.updated, "session"));
       } catch (const Error& e) {
         log().error("SIGHUP: {}; the keys stay as they were", e.what());
       }

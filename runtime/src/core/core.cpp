@@ -1,6 +1,7 @@
 #include "core/core.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <bit>
@@ -149,6 +150,50 @@ std::shared_ptr<transport::Worker> RuntimeCore::worker() {
   return worker_;
 }
 
+namespace {
+
+// Why a runtime has no GPU device, in words a user can act on.
+std::string why_no_gpu(const Runtime::Options& options) {
+  if (!config::with_cuda) return "Ferry was built without CUDA (FERRY_WITH_CUDA=OFF)";
+  // gpus = "none" never probes: that would load the CUDA module.
+  if (selects_no_gpu(options.gpus)) return "Options::gpus is \"none\" (FERRY_GPUS)";
+  const std::string& reason = cuda::unavailable_reason();
+  return reason.empty() ? fmt::format("none selected by Options::gpus \"{}\" (FERRY_GPUS)", options.gpus) : reason;
+}
+
+// A place no device of this runtime is: a GPU or a remote host it does not
+// have. Empty when some device is that place (it may still be unable to run
+// the kernel, or be down: the caller says so).
+std::string missing_place(const Place& place, std::span<const std::unique_ptr<Device>> devices,
+                          const Runtime::Options& options) {
+  std::vector<std::string> gpus, remotes;
+  for (const auto& device : devices) {
+    if (device->matches(place)) return {};
+    if (device->kind() == DeviceKind::cuda) gpus.push_back(device->name());
+    if (device->kind() == DeviceKind::remote) {
+      const std::string& name = device->name();
+      remotes.push_back(name.starts_with("remote:") ? name.substr(7) : name);
+    }
+  }
+  switch (place.kind) {
+    case Place::Kind::gpu: {
+      const std::string which = place.index < 0 ? "no GPU" : fmt::format("no GPU {}", place.index);
+      if (gpus.empty()) return fmt::format("{} in this runtime (it has no GPU: {})", which, why_no_gpu(options));
+      return fmt::format("{} in this runtime (its GPUs are: {})", which, fmt::join(gpus, ", "));
+    }
+    case Place::Kind::remote: {
+      const std::string which =
+          place.endpoint.empty() ? std::string("no remote host") : fmt::format("no remote host '{}'", place.endpoint);
+      if (remotes.empty())
+        return fmt::format("{} (the runtime has no remotes: see Options::remotes, FERRY_REMOTES)", which);
+      return fmt::format("{} (the runtime's remotes are: {})", which, fmt::join(remotes, ", "));
+    }
+    default: return {};
+  }
+}
+
+}  // namespace
+
 void RuntimeCore::start_gpus() {
   // "none" does not even probe: a CPU-only run never initialises CUDA.
   if (selects_no_gpu(options_.gpus)) return;
@@ -209,10 +254,7 @@ std::shared_ptr<MemoryResource> RuntimeCore::unified_memory() {
     }
   }
   log().debug("unified buffers: this runtime has no GPU ({}); they are ordinary host buffers",
-              // gpus = "none" never probes: that would load the CUDA module.
-              selects_no_gpu(options_.gpus)       ? std::string("gpus = none")
-              : cuda::unavailable_reason().empty() ? std::string("none selected")
-                                                   : cuda::unavailable_reason());
+              why_no_gpu(options_));
   return nullptr;
 }
 
@@ -423,14 +465,10 @@ void RuntimeCore::find_eligible_devices(PreparedTask& p) const {
     if (runs && fits && device.available()) p.eligible |= std::uint64_t{1} << i;
     else if (runs && fits) pinned_to_a_down_device = true;
   }
-  // A host that is down must not stop the program: what was pinned to it
-  // runs wherever else it can until the host is back.
-  if (p.eligible == 0 && pinned_to_a_down_device) {
-    for (std::size_t i = 0; i < devices().size(); ++i)
-      if (devices()[i]->can_run(kernel) && devices()[i]->available()) p.eligible |= std::uint64_t{1} << i;
-    log().debug("{}: {} is down; placing it elsewhere", p.label(), p.place.describe());
-  }
+  if (p.eligible == 0 && pinned_to_a_down_device) place_elsewhere(p);
   if (p.eligible == 0) {
+    if (const std::string missing = missing_place(p.place, devices(), options_); !missing.empty())
+      throw UsageError(fmt::format("{} placed {}: {}", p.label(), p.place.describe(), missing));
     // Only now: formatting it for every excluded device cost each submission
     // a few allocations.
     std::string why_not;
@@ -446,6 +484,29 @@ void RuntimeCore::find_eligible_devices(PreparedTask& p) const {
     throw UsageError(
         fmt::format("{} placed {}: no device of this runtime can run it{}", p.label(), p.place.describe(), why_not));
   }
+}
+
+// Every device a task was pinned to is down. A host lost after it was
+// reached is failed over, never fatal (RemotePolicy): the task runs wherever
+// else it can until the device is back, and the log says so once per place.
+void RuntimeCore::place_elsewhere(PreparedTask& p) const {
+  const KernelDef& kernel = *p.kernel;
+  std::string down;
+  for (const auto& device : devices()) {
+    if (!device->can_run(kernel) || !device->matches(p.place) || device->available()) continue;
+    const std::string reason = device->down_reason();
+    down += fmt::format("{}{}{}{}", down.empty() ? "" : "; ", device->name(), reason.empty() ? " is down" : ": ",
+                        reason);
+  }
+  for (std::size_t i = 0; i < devices().size(); ++i)
+    if (devices()[i]->can_run(kernel) && devices()[i]->available()) p.eligible |= std::uint64_t{1} << i;
+  const std::string where = p.place.describe();
+  {
+    std::lock_guard lock(down_pins_mutex_);
+    if (std::ranges::find(down_pins_warned_, where) != down_pins_warned_.end()) return;
+    down_pins_warned_.push_back(where);
+  }
+  log().warn("tasks placed {} run elsewhere while it is down ({}) (said once per place)", where, down);
 }
 
 Task RuntimeCore::submit(const PreparedTask& prepared) { return launch(prepared); }

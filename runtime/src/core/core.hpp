@@ -114,6 +114,7 @@ class RuntimeCore : public std::enable_shared_from_this<RuntimeCore> {
   void collect_arguments(PreparedTask& p, Submission& submission) const;
   static void check_aliasing(const PreparedTask& p);
   void find_eligible_devices(PreparedTask& p) const;
+  void place_elsewhere(PreparedTask& p) const;
   void ready(TaskRecord* task, Device* current, TaskRecord*& bypass, std::vector<TaskRecord*>& skipped);
   template <typename Prepared>
   Task launch(Prepared&& prepared);
@@ -155,6 +156,9 @@ class RuntimeCore : public std::enable_shared_from_this<RuntimeCore> {
   std::mutex wait_mutex_;
   std::condition_variable wait_cv_;
   std::mutex error_mutex_;
+  // Pinned places already warned about as down (RemotePolicy::prefer): once each.
+  mutable std::mutex down_pins_mutex_;
+  mutable std::vector<std::string> down_pins_warned_;
   std::exception_ptr first_error_;
   bool shut_down_ = false;
 };

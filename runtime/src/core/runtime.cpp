@@ -57,9 +57,13 @@ void apply_environment(Runtime::Options& o) {
   if (const char* v = env("FERRY_REMOTES")) {
     o.remotes.clear();
     std::string list(v);
+    // "a, b" as "a,b": spaces around an entry are not part of its address.
     for (std::size_t begin = 0; begin <= list.size();) {
       const std::size_t end = std::min(list.find(',', begin), list.size());
-      if (end > begin) o.remotes.push_back(list.substr(begin, end - begin));
+      const std::size_t first = list.find_first_not_of(" \t\n", begin);
+      const std::size_t last = list.find_last_not_of(" \t\n", end == 0 ? 0 : end - 1);
+      if (first < end && last != std::string::npos && last >= first)
+        o.remotes.push_back(list.substr(first, last - first + 1));
       begin = end + 1;
     }
   }
@@ -306,12 +310,12 @@ void Runtime::write_trace(const std::filesystem::path& path) const {
 std::string Runtime::describe() const {
   std::string devices;
   for (const auto& d : core_->devices()) {
-    std::string what = fmt::format("{} ({} lanes, {} tasks run)", d->name(), d->lanes(), d->tasks_run());
+    std::string what = fmt::format("{} ({}, {} run)", d->name(), plural(d->lanes(), "lane"), plural(d->tasks_run(), "task"));
     if (detail::GpuFacts gpu; d->kind() == DeviceKind::cuda && detail::cuda_module()->facts(*d, gpu))
-      what = fmt::format("{}, {} tasks run", gpu.description, d->tasks_run());
+      what = fmt::format("{}, {} run", gpu.description, plural(d->tasks_run(), "task"));
     if (const auto* remote = dynamic_cast<const detail::RemoteDevice*>(d.get()))
       if (const std::string down = remote->down_reason(); !down.empty())
-        what = fmt::format("{} (down: {}; {} tasks run)", d->name(), down, d->tasks_run());
+        what = fmt::format("{} (down: {}; {} run)", d->name(), down, plural(d->tasks_run(), "task"));
     devices += (devices.empty() ? "" : ", ") + what;
   }
   return fmt::format("ferry runtime: policy {}; devices: {}", to_string(core_->options().policy), devices);

@@ -201,11 +201,12 @@ TraceSummary Trace::summary() const {
 }
 
 std::string TraceSummary::to_text() const {
-  std::string text = fmt::format("{} tasks ({} failed) in {}; critical path {} over {} tasks\n", tasks, failed,
+  std::string text = fmt::format("{} ({} failed) in {}; critical path {} over {}\n", plural(tasks, "task"), failed,
                                  format_duration(wall_seconds), format_duration(critical_path_seconds),
-                                 critical_path_tasks);
+                                 plural(critical_path_tasks, "task"));
   for (const PerDevice& d : devices)
-    text += fmt::format("{}: {} tasks, {} lanes, busy {:.0f} %\n", d.device, d.tasks, d.lanes, d.busy_share * 100.0);
+    text += fmt::format("{}: {}, {}, busy {:.0f} %\n", d.device, plural(d.tasks, "task"),
+                         plural(static_cast<std::size_t>(d.lanes), "lane"), d.busy_share * 100.0);
   text += fmt::format("transfers: {}, {} moved\n", transfers, format_bytes(bytes_moved));
   return text;
 }

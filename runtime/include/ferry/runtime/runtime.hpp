@@ -334,6 +334,9 @@ class Runtime {
   PerfModels& perf_models();
   // The trace so far; null unless tracing.
   const Trace* trace() const noexcept;
+  // The trace's figures, and the trace as Chrome trace JSON. Both need
+  // tracing (Options::trace or FERRY_TRACE=path): without it they throw
+  // UsageError saying so.
   TraceSummary summary() const;
   void write_trace(const std::filesystem::path& path) const;
   std::string describe() const;

@@ -214,8 +214,9 @@ void RemoteDevice::use(transport::Dialed& dialed) {
     warned_ = false;
     cipher_ = cipher;
   }
-  log().info("remote {}: connected to {} ({} CPU workers, {} GPUs, quota {}; {}); link {:.0f} µs, {}/s",
-             options_.address, welcome->server, welcome->cpu_workers, welcome->gpus, format_bytes(quota_), cipher,
+  log().info("remote {}: connected to {} ({}, {}, quota {}; {}); link {:.0f} µs, {}/s", options_.address,
+             welcome->server, plural(welcome->cpu_workers, "CPU worker"), plural(welcome->gpus, "GPU"),
+             format_bytes(quota_), cipher,
              core_.links().get(host_node, node()).latency_seconds * 1e6,
              format_bytes(static_cast<std::size_t>(core_.links().get(host_node, node()).bytes_per_second)));
 }
