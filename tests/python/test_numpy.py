@@ -355,7 +355,7 @@ def test_folding_programs_become_a_cuda_fold_and_its_identity_fill(runtime):
     assert [p["name"] for p in fill.kernel.info["params"][:3]] == ["n", "y", "grid_x"]
     assert fill.kernel.info["params"][1]["mode"] == "write"
     source = ferry._ferry._fused_cuda_source("d=9 y=0 f=add x0 as:f64", ["float32"], "float64", "e")
-    assert "e_identity(long long n, double* __restrict__ y)" in source and "fnp_fold<0>(y, acc)" in source
+    assert "e_identity(long long n, double* __restrict__ y)" in source and "fnp_fold_block<0>(y, acc)" in source
 
 
 @pytest.mark.gpu
