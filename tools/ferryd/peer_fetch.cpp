@@ -451,17 +451,17 @@ void PeerFetches::run(Shared& s, const std::shared_ptr<Job>& job) {
                 *broken = true;
                 rpc->fail_all(why);
               });
-        } catch (const transport::DialRefused&) {
-          std::filesystem::remove(pin, ignored);
-          throw;  // a ferryd answered, and said why not
         } catch (const std::exception& e) {
           std::filesystem::remove(pin, ignored);
           const std::string why = e.what();
+          // The pin check refuses (a DialRefused: trying again cannot help);
+          // the client hears which key it pinned, not this host's pin file.
           if (why.find(pin.string()) != std::string::npos)
             throw RemoteError(
                 fmt::format("{} presents a host key that is not the {} the client pinned: refused "
                             "before the capability was shown",
                             fetch.source, transport::fingerprint(fetch.host_key)));
+          if (dynamic_cast<const transport::DialRefused*>(&e) != nullptr) throw;  // a ferryd answered, and said why not
           // Whatever answers there is not a ferryd (or nothing does): what it
           // said stays here, so a fetch cannot read other services' banners.
           log().info("fetching from {} ({}): {}", printable(fetch.source), where, printable(why, 1024));
