@@ -221,7 +221,6 @@ void wait_until_idle(const CompileBudget& budget) {
 TEST_F(Nvrtc, CompileOverItsLimitFailsNamingTheKernelAndTheLimit) {
   NvrtcCompiler compiler(options());
   CompileBudget budget(50ms, 2);
-  const auto start = std::chrono::steady_clock::now();
   try {
     budget.run("heavy", [&] { compiler.compile(CudaSource{heavy, "heavy", {}}, 9, 0); });
     ADD_FAILURE() << "the heavy source compiled within 50 ms";
@@ -230,7 +229,7 @@ TEST_F(Nvrtc, CompileOverItsLimitFailsNamingTheKernelAndTheLimit) {
     EXPECT_NE(what.find("cuda_kernel 'heavy'"), std::string::npos) << what;
     EXPECT_NE(what.find("within the 0.05 s limit"), std::string::npos) << what;
   }
-  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s) << "the caller waited for NVRTC past the limit";
+  // Still running: the caller was answered at the limit, not when NVRTC returned.
   EXPECT_EQ(budget.running(), 1u) << "the overrun compile counts until NVRTC returns";
   wait_until_idle(budget);
   // It finished on its own thread, into the cache: the next definition finds it.
