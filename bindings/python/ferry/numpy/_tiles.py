@@ -194,15 +194,20 @@ def per_runtime(cache: dict[Any, Any], key: tuple[Any, ...], rt: ferry.Runtime, 
     return value
 
 
+_caches: list[dict[Any, Any]] = [_kernels, _pending]
+
+
+def forget_at_exit(cache: dict[Any, Any]) -> None:
+    """Empties `cache` at exit: kernel handles held by the floors above (the
+    engine's CUDA programs) must go before the extension does."""
+    _caches.append(cache)
+
+
 @atexit.register
 def _forget() -> None:
-    # Kernel handles and the default runtime must go before the extension does.
-    _kernels.clear()
-    _pending.clear()
+    for cache in _caches:
+        cache.clear()
     _default.clear()
-    from . import _engine
-    _engine._cuda_kernels.clear()
-    _engine._cuda_identities.clear()
 
 
 def host_task(rt: ferry.Runtime, inputs: Sequence[Any], outputs: Sequence[Any], fn: Callable[..., None],
