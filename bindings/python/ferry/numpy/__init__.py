@@ -34,6 +34,7 @@ from ._elementwise import (abs, absolute, add, bitwise_and, bitwise_invert, bitw
 from ._explain import explain
 from ._indexing import argsort, cumulative_sum, flip, searchsorted, sort, take, take_along_axis
 from ._info import __array_namespace_info__
+from ._interop import HostCopyWarning
 from ._manipulation import (broadcast_arrays, broadcast_to, concat, concatenate, expand_dims, matrix_transpose,
     permute_dims, reshape, squeeze, stack, swapaxes, transpose)
 from ._products import dot, matmul, outer, tensordot, vdot, vecdot
@@ -61,9 +62,15 @@ def can_cast(from_: object, to: object, /) -> _builtins.bool:
 finfo, iinfo = _np.finfo, _np.iinfo
 
 
+class NotInFerryNumpy(AttributeError, NotImplementedError):
+    """A NumPy name ferry.numpy lacks. An AttributeError, so that hasattr()
+    and getattr(..., default) answer as they do for any missing name (libraries
+    duck-type namespaces that way: scikit-learn asks for float16)."""
+
+
 def __getattr__(name: str) -> object:
     if hasattr(_np, name):
-        raise NotImplementedError(f"ferry.numpy does not implement numpy.{name}")
+        raise NotInFerryNumpy(f"ferry.numpy does not implement numpy.{name}", name=name, obj=_sys.modules[__name__])
     raise AttributeError(f"module 'ferry.numpy' has no attribute {name!r}")
 
 

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+from typing import Any, Callable
 
 import numpy as np
 
 from . import _dtypes as dt
 from ._engine import materialize
 from ._graph import Data, Node
+from ._tiles import TaskFailure
 
 
 class ndarray:  # noqa: N801 - NumPy's spelling
@@ -113,6 +115,15 @@ class ndarray:  # noqa: N801 - NumPy's spelling
     def __str__(self) -> str:
         return str(self.numpy())
 
+    def __format__(self, spec: str) -> str:
+        # NumPy's rule: a 0-d array formats as its scalar, others only with
+        # an empty spec.
+        if not self.shape:
+            return format(self.item(), spec)
+        if spec:
+            raise TypeError(f"unsupported format string passed to {type(self).__name__}.__format__")
+        return str(self)
+
     __hash__ = None  # type: ignore[assignment]
 
     # ---- NumPy and array API protocols ----
@@ -122,13 +133,45 @@ class ndarray:  # noqa: N801 - NumPy's spelling
         return self
 
     def __iter__(self) -> Any:
-        for i in range(len(self)):
-            yield self[i]
+        # Eager, so that iter() of a 0-d array raises at once as NumPy's does:
+        # matplotlib (and others) ask iter(element) whether an element is a
+        # sequence, and a lazy generator answers yes.
+        if not self.shape:
+            raise TypeError("iteration over a 0-d array")
+        return (self[i] for i in range(self.shape[0]))
+
+    def copy(self) -> "ndarray":
+        # Values never change in place (x[k] = v gives x a new node), so a
+        # copy may share the node.
+        return ndarray(self._node)
+
+    def to_numpy(self) -> np.ndarray:
+        """pandas' spelling of .numpy(): matplotlib and seaborn convert
+        containers that have it in one step instead of element by element."""
+        return self.numpy()
+
 
     def flatten(self) -> "ndarray":
         return self.reshape(-1)
 
     ravel = flatten
+
+
+def _asks_for_the_value(method: Callable[..., Any]) -> Callable[..., Any]:
+    # An exception raised in a task arrives at the line that asked for the
+    # value: the frames between it and the wait are ferry.numpy's, not the user's.
+    @functools.wraps(method)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(*args, **kwargs)
+        except TaskFailure as error:
+            raise error.with_traceback(None)  # noqa: B904 - the same error, fewer frames
+    return call
+
+
+for _name in ("compute", "numpy", "__array__", "__dlpack__", "item", "__float__", "__int__", "__index__", "__bool__",
+              "__complex__", "tolist", "__repr__", "__str__", "__format__", "to_numpy"):
+    setattr(ndarray, _name, _asks_for_the_value(getattr(ndarray, _name)))
 
 
 def wrap(node: Node) -> ndarray:

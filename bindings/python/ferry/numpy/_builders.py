@@ -15,7 +15,7 @@ from . import _dtypes as dt
 from ._array import ndarray, wrap
 from ._engine import materialize
 from ._graph import Const, Data, Host, Map, Node
-from ._tiles import Tiled, runtime
+from ._tiles import TaskFailure, Tiled, runtime
 
 
 class Unsupported(TypeError):
@@ -115,6 +115,9 @@ def host(name: str, fn: Any, args: Sequence[ndarray], shape: tuple[int, ...], t:
 def compute(*arrays: ndarray) -> tuple[ndarray, ...] | ndarray:
     """Submits the work of all `arrays` at once, then waits for it."""
     values = [materialize(asarray(a)._node) for a in arrays]
-    for v in values:
-        v.wait()
+    try:
+        for v in values:
+            v.wait()
+    except TaskFailure as error:
+        raise error.with_traceback(None)  # noqa: B904 - the caller's line, not the wait's
     return arrays[0] if len(arrays) == 1 else arrays

@@ -7,6 +7,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
+
 from . import _dtypes as dt
 from ._array import ndarray, wrap
 from ._builders import apply, asarray, cast, node, truth, weak
@@ -63,7 +65,23 @@ mod = remainder
 
 
 def pow(a: Any, b: Any) -> ndarray:  # noqa: A001 - the array API's name
+    if dt.is_int(dt.result_type(weak(a), weak(b))) and _negative_on_host(b):
+        raise ValueError("Integers to negative integer powers are not allowed.")
     return _arith("pow", a, b)
+
+
+def _negative_on_host(b: Any) -> bool:
+    """Whether an exponent known here (a scalar, a NumPy array or a list) has
+    a negative value. A ferry.numpy exponent is not read: that would wait for
+    it; its negative entries give 0."""
+    if isinstance(b, (bool, ndarray)):
+        return False
+    if isinstance(b, (int, np.integer)):
+        return b < 0
+    if isinstance(b, (np.ndarray, list, tuple)):
+        v = np.asarray(b)
+        return v.dtype.kind == "i" and bool((v < 0).any())
+    return False
 
 
 power = pow

@@ -13,7 +13,7 @@ import numpy as np
 import ferry
 
 from . import _dtypes as dt
-from ._graph import Const, Data, Host, Index, Map, MatMul, Node, Reduce, Reshape
+from ._graph import Const, Data, Host, Index, Map, MatMul, Node, Reduce, Reshape, describe_origin
 from ._tiles import Tiled, buffer_shape, cuda_programs, forget_at_exit, host_task, per_runtime, placement, runtime
 
 MAX_INPUTS = 8
@@ -582,6 +582,7 @@ def _host(node: Host) -> Tiled:
             p += n
 
     inputs = [t for v in values for t in v.tiles]
-    out.futures = [host_task(rt, inputs, out.tiles, run, f"fnp.{node.name}")]
+    out.futures = [host_task(rt, inputs, out.tiles, run, f"fnp.{node.name}",
+                             f"fnp.{node.name}{describe_origin(node.origin)}")]
     out.label = f"fnp.{node.name}"
     return out

@@ -1,10 +1,12 @@
 """NumPy calling back into ferry.numpy: np.exp(x), np.sum(x), np.concatenate
-([x, y]) on ferry.numpy arrays run in Ferry. What ferry.numpy lacks raises
-NotImplementedError naming the function; nothing falls back to NumPy
-silently (that would copy the arrays home)."""
+([x, y]) on ferry.numpy arrays run in Ferry. A NumPy function ferry.numpy
+lacks runs on NumPy copies of the arrays (read back to the host), with a
+HostCopyWarning naming the function and the arrays the first time: the
+answer is NumPy's, and the copy is said aloud, never silent."""
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -16,6 +18,44 @@ from . import _manipulation as m
 from . import _products as p
 from . import _reductions as r
 from . import linalg
+from ._array import ndarray
+
+
+class HostCopyWarning(UserWarning):
+    """A NumPy function ferry.numpy does not implement ran on NumPy copies of
+    ferry.numpy arrays: their values were read back to the host. Given once
+    per function."""
+
+
+_warned: set[str] = set()
+
+
+def _on_host(name: str, func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
+    copied: list[str] = []
+
+    def home(v: Any) -> Any:
+        if isinstance(v, ndarray):
+            copied.append(f"{v.dtype}{list(v.shape)}")
+            return v.numpy()
+        if type(v) in (list, tuple):
+            return type(v)(home(item) for item in v)
+        if type(v) is dict:
+            return {key: home(item) for key, item in v.items()}
+        return v
+
+    args, kwargs = home(args), home(kwargs)
+    if name not in _warned:
+        _warned.add(name)
+        # stacklevel 4: the caller of the NumPy function (past this, the
+        # protocol function and ndarray's method; NumPy's dispatch is C).
+        warnings.warn(f"ferry.numpy does not implement {name}: it ran on NumPy copies of the arrays "
+                      f"{', '.join(copied)}, read back to the host; the result is NumPy's", HostCopyWarning,
+                      stacklevel=4)
+    return func(*args, **kwargs)
+
+
+def _holds_ferry_array(v: Any) -> bool:
+    return isinstance(v, ndarray) or (type(v) in (list, tuple) and any(_holds_ferry_array(x) for x in v))
 
 _UFUNCS = {
     "add": e.add, "subtract": e.subtract, "multiply": e.multiply, "divide": e.divide, "true_divide": e.divide,
@@ -36,9 +76,9 @@ _REDUCE = {"add": r.sum, "multiply": r.prod, "maximum": r.max, "minimum": r.min,
 
 def array_ufunc(ufunc: Any, method: str, inputs: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     name = getattr(ufunc, "__name__", str(ufunc))
-    if kwargs.get("out") is not None:
+    if _holds_ferry_array(kwargs.get("out")):
         raise NotImplementedError(f"numpy.{name}(..., out=...) on ferry.numpy arrays: results are new arrays, never written into one")
-    extra = {k: v for k, v in kwargs.items() if k not in ("out",)}
+    extra = {k: v for k, v in kwargs.items() if k != "out" or v is not None}
     if method == "__call__" and name in _UFUNCS and not extra:
         return _UFUNCS[name](*inputs)
     if method == "reduce" and name in _REDUCE and len(inputs) == 1:
@@ -46,9 +86,8 @@ def array_ufunc(ufunc: Any, method: str, inputs: tuple[Any, ...], kwargs: dict[s
         keepdims = extra.pop("keepdims", False)
         if not extra:
             return _REDUCE[name](inputs[0], axis=axis, keepdims=keepdims)
-    detail = f".{method}" if method != "__call__" else ""
-    raise NotImplementedError(f"ferry.numpy does not implement numpy.{name}{detail}"
-                              f"{' with ' + ', '.join(extra) if extra else ''}")
+    full = f"numpy.{name}" + (f".{method}" if method != "__call__" else "")
+    return _on_host(full, ufunc if method == "__call__" else getattr(ufunc, method), inputs, kwargs)
 
 
 def _svd(a: Any, full_matrices: bool = True, compute_uv: bool = True, hermitian: bool = False) -> Any:
@@ -137,5 +176,5 @@ def array_function(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> 
     if impl is None:
         module = getattr(func, "__module__", None) or "numpy"
         module = ".".join(part for part in module.split(".") if not part.startswith("_"))
-        raise NotImplementedError(f"ferry.numpy does not implement {module}.{func.__name__}")
+        return _on_host(f"{module}.{func.__name__}", func, args, kwargs)
     return impl(*args, **kwargs)

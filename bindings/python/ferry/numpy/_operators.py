@@ -27,9 +27,18 @@ _BINARY = {
 }
 _COMPARISONS = {"lt": e.less, "le": e.less_equal, "gt": e.greater, "ge": e.greater_equal, "eq": e.equal,
                 "ne": e.not_equal}
-_METHODS: dict[str, Callable[..., Any]] = {
-    "sum": r.sum, "mean": r.mean, "prod": r.prod, "min": r.min, "max": r.max, "argmin": r.argmin,
-    "argmax": r.argmax, "std": r.std, "var": r.var, "any": r.any, "all": r.all, "clip": e.clip, "dot": p.dot,
+# The methods that are functions, with NumPy's positional parameters
+# (x.sum(0) is x.sum(axis=0)); the functions themselves take them by keyword,
+# as the array API says.
+_REDUCE = ("axis", "dtype", "out", "keepdims")
+_FOLD = ("axis", "out", "keepdims")
+_METHODS: dict[str, tuple[Callable[..., Any], tuple[str, ...]]] = {
+    "sum": (r.sum, _REDUCE), "prod": (r.prod, _REDUCE), "mean": (r.mean, _REDUCE),
+    "min": (r.min, _FOLD), "max": (r.max, _FOLD), "any": (r.any, _FOLD), "all": (r.all, _FOLD),
+    "argmin": (r.argmin, ("axis", "out")), "argmax": (r.argmax, ("axis", "out")),
+    "std": (r.std, ("axis", "dtype", "out", "ddof", "keepdims")),
+    "var": (r.var, ("axis", "dtype", "out", "ddof", "keepdims")),
+    "clip": (e.clip, ("min", "max", "out")), "dot": (p.dot, ("b", "out")),
 }
 
 
@@ -42,9 +51,20 @@ def _binary(fn: Callable[[Any, Any], ndarray], reflected: bool = False) -> Calla
     return op
 
 
-def _method(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+def _method(name: str, fn: Callable[..., Any], positional: tuple[str, ...]) -> Callable[..., Any]:
     def method(self: ndarray, *args: Any, **kwargs: Any) -> Any:
-        return fn(self, *args, **kwargs)
+        if len(args) > len(positional):
+            raise TypeError(f"ndarray.{name}() takes at most {len(positional)} positional arguments")
+        for parameter, value in zip(positional, args):
+            if parameter in kwargs:
+                raise TypeError(f"ndarray.{name}() got multiple values for argument {parameter!r}")
+            kwargs[parameter] = value
+        if kwargs.pop("out", None) is not None:
+            raise NotImplementedError(f"ndarray.{name}(..., out=...): ferry.numpy never writes into an array; "
+                                      "use the result")
+        if "dtype" in kwargs and kwargs["dtype"] is None:
+            del kwargs["dtype"]
+        return fn(self, **kwargs)
     method.__name__ = name
     return method
 
@@ -76,8 +96,8 @@ def install(namespace: ModuleType) -> None:
         setattr(ndarray, f"__r{dunder}__", _binary(fn, reflected=True))
     for dunder, fn in _COMPARISONS.items():
         setattr(ndarray, f"__{dunder}__", _binary(fn))
-    for name, fn in _METHODS.items():
-        setattr(ndarray, name, _method(name, fn))
+    for name, (fn, positional) in _METHODS.items():
+        setattr(ndarray, name, _method(name, fn, positional))
     ndarray.__neg__ = lambda self: e.negative(self)
     ndarray.__pos__ = lambda self: self
     ndarray.__abs__ = lambda self: e.abs(self)
