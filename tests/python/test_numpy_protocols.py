@@ -42,7 +42,7 @@ def test_a_missing_name_is_an_attribute_error_that_says_what_is_missing():
         fnp.no_such_name  # noqa: B018
 
 
-def test_scalers_that_duck_type_the_namespace_fit():
+def test_estimators_that_duck_type_the_namespace_fit():
     os.environ.setdefault("SCIPY_ARRAY_API", "1")
     sklearn = pytest.importorskip("sklearn", reason="scikit-learn is installed by scripts/python-env.sh")
     from sklearn.preprocessing import MinMaxScaler, StandardScaler
@@ -53,6 +53,14 @@ def test_scalers_that_duck_type_the_namespace_fit():
             got = scaler().fit(fnp.asarray(x_np)).transform(fnp.asarray(x_np))
         assert isinstance(got, fnp.ndarray)
         np.testing.assert_allclose(got.numpy(), scaler().fit_transform(x_np), rtol=1e-10, atol=1e-12)
+    from sklearn.linear_model import Ridge
+
+    y_np = x_np @ np.arange(1.0, 5.0) + 0.5
+    with sklearn.config_context(array_api_dispatch=True):
+        ridge = Ridge(alpha=1.0, solver="svd").fit(fnp.asarray(x_np), fnp.asarray(y_np))
+    assert isinstance(ridge.coef_, fnp.ndarray)
+    np.testing.assert_allclose(ridge.coef_.numpy(), Ridge(alpha=1.0, solver="svd").fit(x_np, y_np).coef_,
+                               rtol=1e-10)
 
 
 # ---- methods and formatting ----
