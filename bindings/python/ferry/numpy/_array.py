@@ -126,7 +126,7 @@ class ndarray:  # noqa: N801 - NumPy's spelling
 
     __hash__ = None  # type: ignore[assignment]
 
-    # ---- NumPy and array API protocols ----
+    # ---- devices, iteration, copies ----
     def to_device(self, device: Any, /, *, stream: Any = None) -> "ndarray":
         if device not in ("ferry", None):
             raise ValueError(f"ferry.numpy arrays live on device 'ferry', not {device!r}")
@@ -149,7 +149,6 @@ class ndarray:  # noqa: N801 - NumPy's spelling
         """pandas' spelling of .numpy(): matplotlib and seaborn convert
         containers that have it in one step instead of element by element."""
         return self.numpy()
-
 
     def flatten(self) -> "ndarray":
         return self.reshape(-1)

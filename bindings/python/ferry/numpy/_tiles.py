@@ -211,7 +211,6 @@ _CALL = re.compile(r"\[fnp task ([^\]]+)\]")
 _LAPACK = re.compile(r"task '([^']*)' \(kernel (?:potrf|gesdd|syevd|geqrf)\) failed on [^:]*: ([^\n]*)")
 _typed: dict[type, type] = {}
 
-
 _caches: list[dict[Any, Any]] = [_kernels, _pending, _failures]
 
 
