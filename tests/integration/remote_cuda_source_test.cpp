@@ -11,17 +11,13 @@
 #include "ferry/ferry.hpp"
 #include "ferryd_process.hpp"
 #include "../unit/heavy_cuda_source.hpp"
+#include "../unit/saxpy_cuda_source.hpp"
 
 namespace {
 
 using ferry::test::FerrydProcess;
 
-const char* const saxpy = R"(
-extern "C" __global__ void saxpy(int n, float a, const float* __restrict__ x, float* __restrict__ y) {
-  int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) y[i] = a * x[i] + y[i];
-}
-)";
+const char* const saxpy = ferry::testing::saxpy_cuda_source;
 
 ferry::Runtime::Options client_options(FerrydProcess& server) {
   ferry::Runtime::Options o;

@@ -15,6 +15,7 @@
 #include "ferry/ferry.hpp"
 #include "runtime_test_support.hpp"
 #include "heavy_cuda_source.hpp"
+#include "saxpy_cuda_source.hpp"
 
 namespace ferry {
 namespace {
@@ -41,12 +42,7 @@ class NvrtcGpu : public ::testing::Test {
 
 TEST_F(NvrtcGpu, SaxpyRunsOnGpuZero) {
   Runtime& rt = *rt_;
-  const KernelRef saxpy = rt.cuda_kernel(R"(
-extern "C" __global__ void saxpy(int n, float a, const float* __restrict__ x, float* __restrict__ y) {
-  int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) y[i] = a * x[i] + y[i];
-}
-)", "saxpy");
+  const KernelRef saxpy = rt.cuda_kernel(testing::saxpy_cuda_source, "saxpy");
   const int n = 100003;  // not a multiple of the block
   auto x = rt.buffer<float>(n);
   auto y = rt.buffer<float>(n);
