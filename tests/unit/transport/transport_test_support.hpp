@@ -122,40 +122,20 @@ using testing::connect;
 using testing::listen;
 using testing::test_token;
 
+// The server end: each connection it accepts handled by `on_message`, its
+// errors collected.
 struct Server {
-  explicit Server(Connection::MessageHandler on_message = echo) {
-    worker = Worker::create({"server"});
-    listener = listen(worker, [this, on_message](std::shared_ptr<Connection> c) {
-      c->set_handlers(on_message, [this](Connection& connection, const std::string& reason) {
-        errors.push(connection.peer() + " " + reason);
-      });
-      std::lock_guard lock(mutex);
-      accepted.push_back(std::move(c));
-    });
-  }
-  // close() first: once it returns no handler runs, so `this` may go.
-  ~Server() {
-    listener.reset();
-    std::lock_guard lock(mutex);
-    for (auto& c : accepted) c->close();
-    accepted.clear();
-  }
-  std::shared_ptr<Connection> connection(std::size_t i) {
-    for (int tries = 0; tries < 500; ++tries) {
-      {
-        std::lock_guard lock(mutex);
-        if (accepted.size() > i) return accepted[i];
-      }
-      std::this_thread::sleep_for(10ms);
-    }
-    return nullptr;
-  }
+  explicit Server(Connection::MessageHandler on_message = echo)
+      : worker(Worker::create({"server"})),
+        accepting(worker, std::move(on_message), [this](Connection& connection, const std::string& reason) {
+          errors.push(connection.peer() + " " + reason);
+        }) {}
+  std::shared_ptr<Connection> connection(std::size_t i) { return accepting.connection(i); }
 
   std::shared_ptr<Worker> worker;
-  std::unique_ptr<BootstrapServer> listener;
-  std::mutex mutex;
-  std::vector<std::shared_ptr<Connection>> accepted;
-  Inbox<std::string> errors;
+  Inbox<std::string> errors;  // before accepting: filled until its connections close
+  testing::Accepting accepting;
+  std::unique_ptr<BootstrapServer>& listener = accepting.listener;
 };
 
 struct Client {
