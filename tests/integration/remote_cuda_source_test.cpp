@@ -47,14 +47,7 @@ TEST_F(RemoteCudaSource, SaxpyRunsOnTheRemoteGpu) {
   const int n = 50001;
   auto x = rt.buffer<float>(n);
   auto y = rt.buffer<float>(n);
-  {
-    auto hx = x.host();
-    auto hy = y.host();
-    for (int i = 0; i < n; ++i) {
-      hx[i] = static_cast<float>(i);
-      hy[i] = 1.0f;
-    }
-  }
+  ferry::testing::fill_saxpy_inputs(x, y, n);
   auto first = rt.submit(k, n, 2.0f, ferry::read(x), ferry::readwrite(y), ferry::on(ferry::remote(server.address())));
   first.wait();
   EXPECT_EQ(first.device(), "remote:" + server.address());

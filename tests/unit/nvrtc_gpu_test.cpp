@@ -46,14 +46,7 @@ TEST_F(NvrtcGpu, SaxpyRunsOnGpuZero) {
   const int n = 100003;  // not a multiple of the block
   auto x = rt.buffer<float>(n);
   auto y = rt.buffer<float>(n);
-  {
-    auto hx = x.host();
-    auto hy = y.host();
-    for (int i = 0; i < n; ++i) {
-      hx[i] = static_cast<float>(i);
-      hy[i] = 1.0f;
-    }
-  }
+  testing::fill_saxpy_inputs(x, y, n);
   rt.submit(saxpy, n, 2.0f, read(x), readwrite(y), on(gpu(0)));
   rt.submit(saxpy, n, 0.5f, read(x), readwrite(y), on(gpu(0)));  // second launch: cached library
   rt.wait();

@@ -2,6 +2,8 @@
 // y[i] = a * x[i] + y[i] for i < n.
 #pragma once
 
+#include <cstddef>
+
 namespace ferry::testing {
 
 inline constexpr const char* saxpy_cuda_source = R"(
@@ -10,5 +12,17 @@ extern "C" __global__ void saxpy(int n, float a, const float* __restrict__ x, fl
   if (i < n) y[i] = a * x[i] + y[i];
 }
 )";
+
+// x[i] = i and y[i] = 1 (host replicas of float buffers): after saxpy with
+// a, then with b, y[i] is (a + b) * i + 1.
+template <typename FloatBuffer>
+void fill_saxpy_inputs(FloatBuffer& x, FloatBuffer& y, std::size_t n) {
+  auto hx = x.host();
+  auto hy = y.host();
+  for (std::size_t i = 0; i < n; ++i) {
+    hx[i] = static_cast<float>(i);
+    hy[i] = 1.0f;
+  }
+}
 
 }  // namespace ferry::testing
