@@ -5,6 +5,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build pkg-config git
+  ccache                            # the README's commands reuse compiled objects between runs
   libspdlog-dev libfmt-dev          # logging (all layers)
   libgtest-dev libbenchmark-dev libstarpu-dev  # tests; bench/ (StarPU is a peer there)
   libucx-dev libibverbs-dev         # ferry info: UCX transports, RDMA devices

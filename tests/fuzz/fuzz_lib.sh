@@ -47,3 +47,51 @@ fuzz_run() {
   fi
   echo "$what fuzzer: no findings"
 }
+
+# fuzz_build OUT SOURCES... -- CFLAGS... [-- LDFLAGS...]: compiles each
+# source alone with CFLAGS (through ccache where it is installed, so a second
+# run recompiles only what changed; one clang++ call over many sources is
+# never cached) and links them into OUT with the sanitizer flags of CFLAGS
+# and LDFLAGS.
+fuzz_build() {
+  local out=$1
+  shift
+  local sources=() cflags=() ldflags=() objects=()
+  while [[ $# -gt 0 && $1 != -- ]]; do sources+=("$1"); shift; done
+  [[ ${1:-} == -- ]] && shift
+  while [[ $# -gt 0 && $1 != -- ]]; do cflags+=("$1"); shift; done
+  [[ ${1:-} == -- ]] && shift
+  ldflags=("$@")
+  local compile=("$cxx")
+  command -v ccache >/dev/null 2>&1 && compile=(ccache "$cxx")
+  mkdir -p "$work/objects"
+  local i
+  for i in "${!sources[@]}"; do
+    objects+=("$work/objects/$i-$(basename "${sources[$i]%.*}").o")
+  done
+  # Two at a time: the machine the README names has two cores.
+  local pids=() status=0
+  for i in "${!sources[@]}"; do
+    "${compile[@]}" "${cflags[@]}" -c "${sources[$i]}" -o "${objects[$i]}" &
+    pids+=($!)
+    if [[ ${#pids[@]} -ge 2 ]]; then
+      wait "${pids[0]}" || status=1
+      pids=("${pids[@]:1}")
+    fi
+  done
+  for i in "${pids[@]}"; do wait "$i" || status=1; done
+  [[ $status == 0 ]] || { echo "compiling $(basename "$out") failed" >&2; return 1; }
+  local f link=()
+  for f in "${cflags[@]}"; do
+    [[ $f == -fsanitize* || $f == -fno-sanitize* ]] && link+=("$f")
+  done
+  "$cxx" "${link[@]}" "${objects[@]}" "${ldflags[@]}" -o "$out"
+}
+
+# fuzz_seed NAME: copies the corpus kept in the repository
+# (tests/fuzz/corpus/NAME: the seeds and the findings kept as seeds, so each
+# run tries them again first) into $work/corpus.
+fuzz_seed() {
+  local kept=$src/tests/fuzz/corpus/$1
+  if [[ -d $kept ]]; then cp "$kept"/* "$work/corpus/"; fi
+}

@@ -19,13 +19,14 @@ fuzz_workdir protocol "$bin"
 require_libfuzzer "$cxx" "$work"
 
 echo "building the protocol fuzzer with $cxx"
-"$cxx" -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
-  -Wall -Wextra -Wpedantic -include "$src/tests/fuzz/source_location_shim.hpp" \
-  -I"$src/transport/include" -I"$src/common/include" \
+fuzz_build "$work/protocol_fuzzer" \
   "$src/tests/fuzz/protocol_fuzzer.cpp" "$src/transport/src/protocol.cpp" "$src/transport/src/protocol_names.cpp" \
-  -o "$work/protocol_fuzzer"
+  -- -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+  -Wall -Wextra -Wpedantic -include "$src/tests/fuzz/source_location_shim.hpp" \
+  -I"$src/transport/include" -I"$src/common/include"
 
 FERRY_FUZZ_SEED_DIR="$work/corpus" "$work/protocol_fuzzer"
+fuzz_seed protocol
 echo "seeded $(ls "$work/corpus" | wc -l) messages; fuzzing for ${seconds}s"
 
 # max_len: past the decoder's 64 KiB bound, so the size check is exercised too.

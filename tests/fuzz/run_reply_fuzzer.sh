@@ -22,14 +22,16 @@ fuzz_workdir reply "$bin"
 require_libfuzzer "$cxx" "$work"
 
 echo "building the reply fuzzer with $cxx"
-"$cxx" -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+fuzz_build "$work/reply_fuzzer" \
+  "$src/tests/fuzz/reply_fuzzer.cpp" "$src/transport/src/rpc_client.cpp" "$src/transport/src/protocol.cpp" \
+  "$src/transport/src/protocol_names.cpp" \
+  -- -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
   -Wall -Wextra -Wpedantic -include "$src/tests/fuzz/source_location_shim.hpp" \
   -I"$src/transport/include" -I"$src/common/include" -I"$src/allocator/include" \
-  "$src/tests/fuzz/reply_fuzzer.cpp" "$src/transport/src/rpc_client.cpp" "$src/transport/src/protocol.cpp" \
-  "$src/transport/src/protocol_names.cpp" -lfmt -o "$work/reply_fuzzer"
+  -- -lfmt
 
 FERRY_FUZZ_SEED_DIR="$work/corpus" "$work/reply_fuzzer"
-if [[ -d $src/tests/fuzz/corpus/reply ]]; then cp "$src/tests/fuzz/corpus/reply/"* "$work/corpus/"; fi
+fuzz_seed reply
 echo "seeded $(ls "$work/corpus" | wc -l) inputs; fuzzing for ${seconds}s (runs: $runs)"
 
 fuzz_run reply "$work/reply_fuzzer" -max_total_time="$seconds" -runs="$runs" -max_len=4096

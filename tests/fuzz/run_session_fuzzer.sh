@@ -29,34 +29,29 @@ require_libfuzzer "$cxx" "$work"
 echo "building the session fuzzer with $cxx"
 ferryd=$src/tools/ferryd
 # vptr is left out: the libraries' types come from objects UBSan did not see.
-"$cxx" -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize=vptr -fno-sanitize-recover=all \
+fuzz_build "$work/session_fuzzer" \
+  "$src/tests/fuzz/session_fuzzer.cpp" "$ferryd/server.cpp" "$ferryd/session.cpp" "$ferryd/session_data.cpp" "$ferryd/session_peer.cpp" \
+  "$ferryd/session_run.cpp" "$ferryd/metrics.cpp" "$ferryd/audit.cpp" "$ferryd/background.cpp" \
+  "$ferryd/written_ranges.cpp" "$ferryd/capabilities.cpp" "$ferryd/peer_fetch.cpp" "$ferryd/fetch_sources.cpp" "$ferryd/metrics_http.cpp" "$ferryd/authorized_keys.cpp" "$ferryd/fair_share.cpp" "$ferryd/gpu_health.cpp" \
+  -- -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize=vptr -fno-sanitize-recover=all \
   -include "$src/tests/fuzz/source_location_shim.hpp" \
   -DFMT_SHARED -DSPDLOG_COMPILED_LIB -DSPDLOG_FMT_EXTERNAL -DSPDLOG_SHARED_LIB \
   -I"$src/runtime/include" -I"$src/allocator/include" -I"$src/common/include" -I"$bin/common/include" \
   -I"$src/transport/include" -I"$ferryd" -I"$src/tests/integration" -isystem /usr/local/cuda/include \
-  "$src/tests/fuzz/session_fuzzer.cpp" "$ferryd/server.cpp" "$ferryd/session.cpp" "$ferryd/session_data.cpp" "$ferryd/session_peer.cpp" \
-  "$ferryd/session_run.cpp" "$ferryd/metrics.cpp" "$ferryd/audit.cpp" "$ferryd/background.cpp" \
-  "$ferryd/written_ranges.cpp" "$ferryd/capabilities.cpp" "$ferryd/peer_fetch.cpp" "$ferryd/fetch_sources.cpp" "$ferryd/metrics_http.cpp" "$ferryd/authorized_keys.cpp" "$ferryd/fair_share.cpp" "$ferryd/gpu_health.cpp" \
-  -L"$bin/runtime" -L"$bin/transport" -L"$bin/common" -L"$bin/allocator" \
+  -- -L"$bin/runtime" -L"$bin/transport" -L"$bin/common" -L"$bin/allocator" \
   -Wl,-rpath,"$bin/runtime:$bin/transport:$bin/common:$bin/allocator" \
   -lferry_runtime -lferry_transport -lferry_allocator -lferry_common -lprometheus-cpp-core -lsodium -lspdlog -lfmt \
-  -lucp -lucs -lpthread -o "$work/session_fuzzer"
+  -lucp -lucs -lpthread
 
-# Seeds: a put then a get, a run, a kernel definition, a stats request.
-printf '\x01\x00\x00\x00\x00\x10\x00\x00\x00\x08\x00xxxxxxxx\x02\x00\x00\x00\x00\x08\x00' >"$work/corpus/put_get"
-printf '\x01\x01\x00\x00\x00\x10\x00\x00\x00\x10\x00aaaabbbbccccdddd\x03\x00\x01\x00\x01\x00\x03' >"$work/corpus/run"
-printf '\x05\x00\x00\x00\x01\x03\x00\x00\x07\x00\x00\x00' >"$work/corpus/define_run"
-printf '\x06\x07\x04\x00' >"$work/corpus/stats"
-# Fetches from the fake source: one whose second answer is short and not
-# ok, one answered right in three chunks.
-printf '\x04\xf0\x00\x08\x40\x00\x04\x02\x00\x11\xa4\x22' >"$work/corpus/fetch_lied_to"
-printf '\x04\xf0\x01\x00\x20\x00\x00\x00\x00\x33' >"$work/corpus/fetch_right"
-# Findings kept as seeds, so each run tries them again first. A fetch from
-# ferryd itself, then a refused frame: ferryd closes while a reply payload
-# is still arriving by rendezvous over the shared-memory lane, a receive UCX
-# never completes; the worker's shutdown releases it (it leaked before).
-printf '\x74\x74\x74\x74\x74\x74\x74\x74\x74\x74\x00\x78\x68\x78\xff\xff\xfa\xfc\x2d\xf5\x00\x78\x00\x00\x00\x08\x00' \
-  >"$work/corpus/abandoned_receive"
+# Seeds (tests/fuzz/corpus/session): a put then a get, a run, a kernel
+# definition, a stats request; fetches from the fake source, one whose
+# second answer is short and not ok, one answered right in three chunks; and
+# findings kept as seeds, so each run tries them again first
+# (abandoned_receive: a fetch from ferryd itself, then a refused frame:
+# ferryd closes while a reply payload is still arriving by rendezvous over
+# the shared-memory lane, a receive UCX never completes; the worker's
+# shutdown releases it, it leaked before).
+fuzz_seed session
 
 # UCX keeps a few small allocations per closed endpoint past their end
 # (Debian's 1.13); they are UCX's, not ferryd's, and would stop every run.

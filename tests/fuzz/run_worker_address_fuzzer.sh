@@ -20,10 +20,11 @@ require_libfuzzer "$cxx" "$work"
 ucx_libs=$(pkg-config --libs ucx 2>/dev/null || echo "-lucp -luct -lucs")
 
 echo "building the worker address fuzzer with $cxx"
-if ! "$cxx" -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+if ! fuzz_build "$work/worker_address_fuzzer" \
+  "$src/tests/fuzz/worker_address_fuzzer.cpp" "$src/transport/src/worker_address.cpp" \
+  -- -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
   -Wall -Wextra -Wpedantic -I"$src/transport/src" \
-  "$src/tests/fuzz/worker_address_fuzzer.cpp" "$src/transport/src/worker_address.cpp" $ucx_libs \
-  -o "$work/worker_address_fuzzer"; then
+  -- $ucx_libs; then
   if ! echo '#include <ucp/api/ucp.h>' | "$cxx" -x c++ -fsyntax-only - 2>/dev/null; then
     echo "UCX headers not found: fuzzing skipped"
     exit 77
@@ -33,6 +34,7 @@ fi
 
 # UCX's own allocations at exit are not this check's leaks.
 ASAN_OPTIONS=detect_leaks=0 FERRY_FUZZ_SEED_DIR="$work/corpus" "$work/worker_address_fuzzer"
+fuzz_seed address
 echo "seeded $(ls "$work/corpus" | wc -l) addresses; fuzzing for ${seconds}s"
 
 # max_len: past any real address (a few hundred bytes), so long garbage is tried too.

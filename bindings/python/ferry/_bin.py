@@ -16,3 +16,9 @@ def program(name: str) -> Path:
 def ferryd() -> None:
     path = program("ferryd")
     os.execv(path, [str(path), *sys.argv[1:]])
+
+
+def ferry() -> None:
+    """The `ferry` command (info, keygen, check, models, bench-alloc)."""
+    path = program("ferry")
+    os.execv(path, [str(path), *sys.argv[1:]])
