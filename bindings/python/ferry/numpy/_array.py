@@ -9,7 +9,7 @@ import numpy as np
 
 from . import _dtypes as dt
 from ._engine import materialize
-from ._graph import Data, Node
+from ._graph import Data, HostArray, Node
 from ._tiles import TaskFailure
 
 
@@ -65,6 +65,8 @@ class ndarray:  # noqa: N801 - NumPy's spelling
 
     def numpy(self) -> np.ndarray:
         """The value as a NumPy array (computing it first)."""
+        if isinstance(self._node, HostArray):
+            return self._node.array
         return materialize(self._node).numpy()
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:

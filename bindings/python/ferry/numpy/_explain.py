@@ -8,7 +8,7 @@ from typing import Any
 
 from ._builders import asarray
 from ._engine import Program
-from ._graph import Const, Data, Host, Index, Map, MatMul, Node, Reduce, Reshape
+from ._graph import Const, Data, Host, HostArray, Index, Map, MatMul, Node, Reduce, Reshape
 
 
 def explain(x: Any) -> str:
@@ -44,6 +44,10 @@ def _walk(node: Node, lines: list[str], depth: int, seen: set[int], fused: bool 
         return
     seen.add(id(node))
     head = f"{pad}{type(node).__name__.lower()} {node.shape} {node.dtype}"
+    if isinstance(node, HostArray):
+        lines.append(f"{head}: a small array in this process, computed with NumPy "
+                     f"({'uploaded as tiles' if node.value is not None else 'not in Ferry memory'})")
+        return
     if isinstance(node, Data):
         lines.append(f"{head}: {len(node.value.tiles)} tile(s) in Ferry memory ({_where(node)})")
         return
