@@ -16,7 +16,7 @@ from . import _dtypes as dt
 from ._array import ndarray, wrap
 from ._engine import materialize
 from ._graph import Const, Data, Host, HostArray, Map, Node
-from ._tiles import TaskFailure, Tiled, eager_limit, runtime
+from ._tiles import TaskFailure, Tiled, runtime, stays_here
 
 
 class Unsupported(TypeError):
@@ -34,7 +34,7 @@ def asarray(obj: Any, dtype: Any = None, *, copy: bool | None = None, device: An
     if dtype is None and a.dtype.kind == "i" and a.dtype != dt.int32:
         a = a.astype(np.int64)
     dt.dtype(a.dtype)
-    if a.nbytes <= eager_limit():
+    if stays_here(a.nbytes):
         return wrap(HostArray(np.array(a, copy=True), runtime()))
     return wrap(Data(Tiled.from_numpy(a, runtime())))
 
@@ -67,7 +67,7 @@ def cast(n: Node, t: np.dtype) -> Node:
         return n
     if isinstance(n, Const) and n.value is None:
         return Const(n.number, t, n.shape)
-    if isinstance(n, HostArray) and np.can_cast(n.dtype, t, "same_kind") and n.size * t.itemsize <= eager_limit():
+    if isinstance(n, HostArray) and np.can_cast(n.dtype, t, "same_kind") and stays_here(n.size * t.itemsize):
         # Casts where NumPy and the fused programs agree (not float to int:
         # NaN and out-of-range values differ).
         return HostArray(n.array.astype(t), n.rt)
@@ -78,7 +78,7 @@ def cast(n: Node, t: np.dtype) -> Node:
 # bit (IEEE operations, comparisons, selection): small arrays run them here.
 _SAME_IN_NUMPY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide, "maximum": np.maximum,
                   "minimum": np.minimum, "eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal,
-                  "gt": np.greater, "ge": np.greater_equal, "neg": np.negative, "abs": np.absolute,
+                  "gt": np.greater, "ge": np.greater_equal, "neg": np.negative,
                   "square": np.square, "floor": np.floor, "ceil": np.ceil, "sqrt": np.sqrt, "isnan": np.isnan,
                   "isfinite": np.isfinite, "where": np.where}
 
@@ -89,6 +89,8 @@ def _eager(op: str, args: Sequence[Node], t: np.dtype) -> Node | None:
     fn = _SAME_IN_NUMPY.get(op)
     if fn is None or t == dt.bool_ and op in ("add", "sub", "mul", "neg", "abs", "square"):
         return None
+    if op in ("floor", "ceil") and not dt.is_float(t):
+        return None  # NumPy's floor of an integer goes through float64: int64 beyond 2**53 would round
     rt, values = None, []
     for a in args:
         if isinstance(a, HostArray):
@@ -102,7 +104,7 @@ def _eager(op: str, args: Sequence[Node], t: np.dtype) -> Node | None:
         return None
     shapes = {v.shape for v in values if v.shape}
     shape = (shapes.pop() if shapes else ()) if len(shapes) <= 1 else np.broadcast_shapes(*shapes)
-    if math.prod(shape) * t.itemsize > eager_limit():
+    if not stays_here(math.prod(shape) * t.itemsize):
         return None
     with np.errstate(all="ignore"):
         out = np.asarray(fn(*values))

@@ -80,13 +80,15 @@ def placement() -> str | None:
     return _options["on"]
 
 
-def eager_limit() -> int:
-    """The size in bytes up to which arrays stay in this process (0 while
-    tasks are placed or run as CUDA programs: the user asked for a device)."""
+def stays_here(nbytes: int) -> bool:
+    """Whether an array of `nbytes` is small enough to stay in this process
+    (never while tasks are placed or run as CUDA programs: the user asked for
+    a device)."""
     if _options["on"] is not None or _options["cuda"]:
-        return 0
+        return False
     limit = _options["eager_bytes"]
-    return _options["tile_bytes"] // 64 if limit is None else int(limit)
+    limit = _options["tile_bytes"] // 64 if limit is None else int(limit)
+    return 0 < limit and nbytes <= limit
 
 
 def cuda_programs() -> bool:
