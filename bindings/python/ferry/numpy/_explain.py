@@ -62,7 +62,13 @@ def _walk(node: Node, lines: list[str], depth: int, seen: set[int], fused: bool 
         lines.append(f"{head}: fold {node.fold} over axes {list(node.axes)} inside the fused pass, then a tree "
                      f"of fused adds across tiles ({_where(node)})")
     elif isinstance(node, MatMul):
-        lines.append(f"{head}: one gemm task per tile of a ({_where(node)})")
+        if node.trans_a:
+            how = "a.T @ b: one gemm per tile of a and b (a read transposed), summed into one output"
+        elif node.trans_b:
+            how = "a @ b.T: one gemm task per tile of a (b read transposed)"
+        else:
+            how = "one gemm task per tile of a"
+        lines.append(f"{head}: {how} ({_where(node)})")
     elif isinstance(node, Host):
         lines.append(f"{head}: {node.name} as one Python task on the CPU workers ({_where(node)})")
     elif isinstance(node, Reshape):
