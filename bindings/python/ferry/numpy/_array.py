@@ -60,7 +60,8 @@ class ndarray:  # noqa: N801 - NumPy's spelling
     # ---- evaluation ----
     def compute(self) -> "ndarray":
         """Submits the tasks computing this array and waits for them."""
-        materialize(self._node).wait()
+        if not isinstance(self._node, HostArray):
+            materialize(self._node).wait()
         return self
 
     def numpy(self) -> np.ndarray:

@@ -87,7 +87,7 @@ def _eager(op: str, args: Sequence[Node], t: np.dtype) -> Node | None:
     """The instruction computed now with NumPy when its operands are small
     arrays in this process (or constants) and NumPy gives the same values."""
     fn = _SAME_IN_NUMPY.get(op)
-    if fn is None or t == dt.bool_ and op in ("add", "sub", "mul", "neg", "abs", "square"):
+    if fn is None or t == dt.bool_ and op in ("add", "sub", "mul", "neg", "square"):
         return None
     if op in ("floor", "ceil") and not dt.is_float(t):
         return None  # NumPy's floor of an integer goes through float64: int64 beyond 2**53 would round
@@ -160,7 +160,8 @@ def host(name: str, fn: Any, args: Sequence[ndarray], shape: tuple[int, ...], t:
 
 def compute(*arrays: ndarray) -> tuple[ndarray, ...] | ndarray:
     """Submits the work of all `arrays` at once, then waits for it."""
-    values = [materialize(asarray(a)._node) for a in arrays]
+    # A small array in this process is already computed: nothing to upload.
+    values = [materialize(n) for n in (asarray(a)._node for a in arrays) if not isinstance(n, HostArray)]
     try:
         for v in values:
             v.wait()
