@@ -82,7 +82,8 @@ def binary_cases(a, b):
         "a<b": lambda m: m.less(a, b), "a==b": lambda m: m.equal(a, b), "where": lambda m: m.where(a > b, a, b),
         "sqrt": lambda m: m.sqrt(a), "neg": lambda m: m.negative(a),
         "square": lambda m: m.square(a), "floor": lambda m: m.floor(a), "isnan": lambda m: m.isnan(a),
-        "a*2.5": lambda m: m.multiply(a, 2.5), "3-a": lambda m: m.subtract(3, a), "f64": lambda m: m.astype(a, "float64"),
+        "a*2.5": lambda m: m.multiply(a, 2.5), "3-a": lambda m: m.subtract(3, a),
+        "f64": lambda m: m.astype(a, "float64"),
     }
 
 
@@ -121,7 +122,8 @@ def test_small_arrays_still_reach_tasks_when_asked():
     a = fnp.asarray(a_np)
     np.testing.assert_allclose((fnp.exp(a) + a).numpy(), np.exp(a_np) + a_np, rtol=1e-6)  # exp: a fused task
     np.testing.assert_array_equal(fnp.sum(a * 2).numpy(), 90)
-    np.testing.assert_array_equal((a.reshape(2, 5).T @ a.reshape(2, 5)).numpy(), a_np.reshape(2, 5).T @ a_np.reshape(2, 5))
+    m, m_np = a.reshape(2, 5), a_np.reshape(2, 5)
+    np.testing.assert_array_equal((m.T @ m).numpy(), m_np.T @ m_np)
     with fnp.using(fnp.runtime(), on="cpu"):
         placed = fnp.asarray(a_np) * 2
         assert not worked_here(placed)
