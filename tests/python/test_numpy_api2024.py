@@ -28,7 +28,11 @@ def data():
 
 def test_the_namespace_says_2024_12():
     assert fnp.__array_api_version__ == "2024.12"
-    assert fnp.asarray([1.0]).__array_namespace__() is fnp
+    x = fnp.asarray([1.0])
+    assert x.__array_namespace__() is fnp
+    assert x.__array_namespace__(api_version="2024.12") is fnp
+    with pytest.raises(ValueError):
+        x.__array_namespace__(api_version="2099.12")
 
 
 def test_count_nonzero_matches_numpy(data):
