@@ -6,7 +6,10 @@
   2. fnp.maximum(X @ W, 0).sum() against the sgemm alone (NumPy's OpenBLAS)
      and the same expression in Dask array;
   3. the cost of one fused tile task, all of it and ferry.numpy's own
-     Python work (building the program and the argument list).
+     Python work (building the program and the argument list);
+  4. what users notice (issue 33): X.T @ X with X 20,000 x 512 float32,
+     sort of 10^7 float32 and one elementwise operation on 1,000 float32,
+     each against NumPy (medians of --reps runs; the small operation of 2,000).
 
 Run through bench/run_numpy_bench.sh (it installs numexpr and Dask into the
 venv for this benchmark only). Every figure is the best of --reps runs."""
@@ -138,6 +141,41 @@ def overhead(args: argparse.Namespace, fnp, ferry_rt) -> None:
     print(f"  ferry.numpy's own Python work       {per_py:9.2f} us   (target <= 5 us)")
 
 
+def median(fn, reps: int) -> float:
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return sorted(times)[len(times) // 2]
+
+
+def everyday(args: argparse.Namespace, fnp, ferry_rt) -> None:
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((20_000, 512), dtype=np.float32)
+    fx = fnp.asarray(x)
+    fnp.compute(fx)
+    np.testing.assert_allclose((fx.T @ fx).numpy(), x.T @ x, rtol=1e-3, atol=1e-2)
+    reps = max(args.reps, 5)
+    t_np, t_f = median(lambda: x.T @ x, reps), median(lambda: fnp.compute(fx.T @ fx), reps)
+    print("what users notice (medians; NumPy in the same run)")
+    print(f"  X.T @ X, X 20000 x 512 float32     NumPy {t_np * 1e3:8.1f} ms   ferry.numpy {t_f * 1e3:8.1f} ms   "
+          f"{t_np / t_f:5.2f}x NumPy (target >= 0.9)")
+    v = rng.standard_normal(10**7, dtype=np.float32)
+    fv = fnp.asarray(v)
+    fnp.compute(fv)
+    np.testing.assert_array_equal(fnp.sort(fv).numpy(), np.sort(v))
+    t_np, t_f = median(lambda: np.sort(v), reps), median(lambda: fnp.compute(fnp.sort(fv)), reps)
+    print(f"  sort, 1e7 float32                  NumPy {t_np * 1e3:8.1f} ms   ferry.numpy {t_f * 1e3:8.1f} ms   "
+          f"{t_np / t_f:5.2f}x NumPy (target >= 0.8)")
+    a, b = rng.standard_normal(1000, dtype=np.float32), rng.standard_normal(1000, dtype=np.float32)
+    fa, fb = fnp.asarray(a), fnp.asarray(b)
+    np.testing.assert_array_equal((fa * fb).numpy(), a * b)
+    t_np, t_f = median(lambda: a * b, 2000), median(lambda: (fa * fb).numpy(), 2000)
+    print(f"  a * b, 1000 float32, to NumPy      NumPy {t_np * 1e6:8.1f} us   ferry.numpy {t_f * 1e6:8.1f} us   "
+          f"(target <= 20 us)")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--n", type=float, default=2e7, help="elements in the chain (2e8 needs ~6 GiB free)")
@@ -146,6 +184,8 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=os.cpu_count() or 2)
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--tile-bytes", type=int, default=4 << 20)
+    p.add_argument("--only", default="chain,matmul,overhead,everyday",
+                   help="comma-separated parts: chain, matmul, overhead, everyday")
     args = p.parse_args()
     args.n = int(args.n)
 
@@ -154,9 +194,9 @@ def main() -> None:
 
     with ferry.Runtime(workers=args.threads, persist_perf_models=False) as rt, fnp.using(rt):
         fnp.set_options(tile_bytes=args.tile_bytes)
-        chain(args, fnp, rt)
-        relu_matmul(args, fnp, rt)
-        overhead(args, fnp, rt)
+        parts = {"chain": chain, "matmul": relu_matmul, "overhead": overhead, "everyday": everyday}
+        for name in args.only.split(","):
+            parts[name](args, fnp, rt)
 
 
 if __name__ == "__main__":

@@ -101,3 +101,22 @@ def test_linear_discriminant_analysis_on_ferry_arrays_matches_the_numpy_fit():
     assert isinstance(labels, fnp.ndarray)
     np.testing.assert_array_equal(labels.numpy(), want.predict(x_np))
     np.testing.assert_allclose(proba.numpy(), want.predict_proba(x_np), rtol=1e-9, atol=1e-12)
+
+
+def test_kmeans_reads_ferry_arrays_as_numpy_without_dispatch():
+    # KMeans has no array API support in scikit-learn (1.9): its Lloyd
+    # iterations are Cython over buffers, and its k-means++ start mixes the
+    # NumPy centres it makes with X. Without dispatch it reads a Ferry array
+    # through __array__, once, and fits as on NumPy.
+    from sklearn.cluster import KMeans
+
+    x_np = data(np.float64)
+    init = x_np[[0, 100, 200]]
+    want = KMeans(3, init=init, n_init=1).fit(x_np)
+    with sklearn.config_context(array_api_dispatch=False):
+        got = KMeans(3, init=init, n_init=1).fit(fnp.asarray(x_np))
+        plus = KMeans(3, n_init=2, random_state=0).fit(fnp.asarray(x_np))
+    np.testing.assert_array_equal(got.labels_, want.labels_)
+    np.testing.assert_allclose(got.cluster_centers_, want.cluster_centers_, rtol=1e-12)
+    np.testing.assert_allclose(plus.cluster_centers_, KMeans(3, n_init=2, random_state=0).fit(x_np).cluster_centers_,
+                               rtol=1e-12)

@@ -29,20 +29,22 @@ from ._dtypes import result_type as _result_type
 from ._elementwise import (abs, absolute, add, bitwise_and, bitwise_invert, bitwise_or, bitwise_xor, ceil,  # noqa: A004
     clip, cos, divide, equal, exp, expm1, floor, floor_divide, greater, greater_equal, invert, isfinite, isinf,
     isnan, less, less_equal, log, log1p, log2, log10, logical_and, logical_not, logical_or, logical_xor, maximum,
-    minimum, mod, multiply, negative, not_equal, positive, pow, power, remainder, sigmoid, sign, sin, sqrt, square,
-    subtract, tanh, true_divide, where)
+    minimum, mod, multiply, negative, nextafter, not_equal, positive, pow, power, reciprocal, remainder, sigmoid, sign,
+    sin, sqrt, square, subtract, tanh, true_divide, where)
 from ._explain import explain
-from ._indexing import argsort, cumulative_sum, flip, searchsorted, sort, take, take_along_axis
+from ._indexing import (argsort, cumulative_prod, cumulative_sum, diff, flip, searchsorted, sort, take,
+    take_along_axis)
 from ._info import __array_namespace_info__
 from ._interop import HostCopyWarning
 from ._manipulation import (broadcast_arrays, broadcast_to, concat, concatenate, expand_dims, matrix_transpose,
     permute_dims, reshape, squeeze, stack, swapaxes, transpose)
 from ._products import dot, matmul, outer, tensordot, vdot, vecdot
-from ._reductions import all, amax, amin, any, argmax, argmin, max, mean, min, prod, std, sum, var  # noqa: A004
+from ._reductions import (all, amax, amin, any, argmax, argmin, count_nonzero, max, mean, min, prod, std,  # noqa: A004
+    sum, var)
 from ._sets import unique_all, unique_counts, unique_inverse, unique_values
 from ._tiles import runtime, set_options, using
 
-__array_api_version__ = "2023.12"
+__array_api_version__ = "2024.12"
 
 array = asarray
 bool = bool_  # noqa: A001 - the array API's name

@@ -9,7 +9,7 @@ import numpy as np
 
 from . import _dtypes as dt
 from ._engine import materialize
-from ._graph import Data, Node
+from ._graph import Data, HostArray, Node
 from ._tiles import TaskFailure
 
 
@@ -60,11 +60,14 @@ class ndarray:  # noqa: N801 - NumPy's spelling
     # ---- evaluation ----
     def compute(self) -> "ndarray":
         """Submits the tasks computing this array and waits for them."""
-        materialize(self._node).wait()
+        if not isinstance(self._node, HostArray):
+            materialize(self._node).wait()
         return self
 
     def numpy(self) -> np.ndarray:
         """The value as a NumPy array (computing it first)."""
+        if isinstance(self._node, HostArray):
+            return self._node.array
         return materialize(self._node).numpy()
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:

@@ -6,6 +6,7 @@ above this floor and import only from it and the floors below."""
 from __future__ import annotations
 
 import builtins
+import math
 import operator
 from typing import Any, Sequence
 
@@ -14,8 +15,8 @@ import numpy as np
 from . import _dtypes as dt
 from ._array import ndarray, wrap
 from ._engine import materialize
-from ._graph import Const, Data, Host, Map, Node
-from ._tiles import TaskFailure, Tiled, runtime
+from ._graph import Const, Data, Host, HostArray, Map, Node
+from ._tiles import TaskFailure, Tiled, runtime, stays_here
 
 
 class Unsupported(TypeError):
@@ -33,6 +34,8 @@ def asarray(obj: Any, dtype: Any = None, *, copy: bool | None = None, device: An
     if dtype is None and a.dtype.kind == "i" and a.dtype != dt.int32:
         a = a.astype(np.int64)
     dt.dtype(a.dtype)
+    if stays_here(a.nbytes):
+        return wrap(HostArray(np.array(a, copy=True), runtime()))
     return wrap(Data(Tiled.from_numpy(a, runtime())))
 
 
@@ -64,7 +67,48 @@ def cast(n: Node, t: np.dtype) -> Node:
         return n
     if isinstance(n, Const) and n.value is None:
         return Const(n.number, t, n.shape)
+    if isinstance(n, HostArray) and np.can_cast(n.dtype, t, "same_kind") and stays_here(n.size * t.itemsize):
+        # Casts where NumPy and the fused programs agree (not float to int:
+        # NaN and out-of-range values differ).
+        return HostArray(n.array.astype(t), n.rt)
     return Map("cast", [n], t)
+
+
+# The fused instructions whose NumPy function gives the same values, bit for
+# bit (IEEE operations, comparisons, selection): small arrays run them here.
+_SAME_IN_NUMPY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide, "maximum": np.maximum,
+                  "minimum": np.minimum, "eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal,
+                  "gt": np.greater, "ge": np.greater_equal, "neg": np.negative,
+                  "square": np.square, "floor": np.floor, "ceil": np.ceil, "sqrt": np.sqrt, "isnan": np.isnan,
+                  "isfinite": np.isfinite, "where": np.where}
+
+
+def _eager(op: str, args: Sequence[Node], t: np.dtype) -> Node | None:
+    """The instruction computed now with NumPy when its operands are small
+    arrays in this process (or constants) and NumPy gives the same values."""
+    fn = _SAME_IN_NUMPY.get(op)
+    if fn is None or t == dt.bool_ and op in ("add", "sub", "mul", "neg", "square"):
+        return None
+    if op in ("floor", "ceil") and not dt.is_float(t):
+        return None  # NumPy's floor of an integer goes through float64: int64 beyond 2**53 would round
+    rt, values = None, []
+    for a in args:
+        if isinstance(a, HostArray):
+            rt = a.rt
+            values.append(a.array)
+        elif isinstance(a, Const) and a.value is None:
+            values.append(a.dtype.type(a.number) if not a.shape else np.full(a.shape, a.number, a.dtype))
+        else:
+            return None
+    if rt is None:
+        return None
+    shapes = {v.shape for v in values if v.shape}
+    shape = (shapes.pop() if shapes else ()) if len(shapes) <= 1 else np.broadcast_shapes(*shapes)
+    if not stays_here(math.prod(shape) * t.itemsize):
+        return None
+    with np.errstate(all="ignore"):
+        out = np.asarray(fn(*values))
+    return HostArray(out if out.dtype == t else out.astype(t), rt)
 
 
 def truth(x: Any) -> Node:
@@ -72,8 +116,10 @@ def truth(x: Any) -> Node:
 
 
 def apply(op: str, args: Sequence[Node], t: np.dtype, seed: int = 0) -> ndarray:
-    """One elementwise instruction of a fused program over `args`."""
-    return wrap(Map(op, args, t, seed))
+    """One elementwise instruction of a fused program over `args` (or, for
+    small arrays in this process, its value at once: _eager)."""
+    done = _eager(op, args, t) if not seed else None
+    return wrap(done if done is not None else Map(op, args, t, seed))
 
 
 def astype(x: Any, dtype: Any, /, *, copy: bool = True, device: Any = None) -> ndarray:
@@ -114,7 +160,8 @@ def host(name: str, fn: Any, args: Sequence[ndarray], shape: tuple[int, ...], t:
 
 def compute(*arrays: ndarray) -> tuple[ndarray, ...] | ndarray:
     """Submits the work of all `arrays` at once, then waits for it."""
-    values = [materialize(asarray(a)._node) for a in arrays]
+    # A small array in this process is already computed: nothing to upload.
+    values = [materialize(n) for n in (asarray(a)._node for a in arrays) if not isinstance(n, HostArray)]
     try:
         for v in values:
             v.wait()

@@ -11,7 +11,7 @@ import numpy as np
 
 from . import _dtypes as dt
 from ._array import ndarray, wrap
-from ._builders import apply, asarray, cast, node, truth, weak
+from ._builders import apply, asarray, astype, cast, host, node, truth, weak
 from ._graph import Const
 
 
@@ -260,6 +260,26 @@ def log2(x: Any) -> ndarray:
 
 def log10(x: Any) -> ndarray:
     return multiply(log(x), 1 / math.log(10))
+
+
+def reciprocal(x: Any, /) -> ndarray:
+    """1 / x for floating-point x (the array API defines it for floats only;
+    NumPy's integer reciprocal truncates, 1 // x would floor)."""
+    n = node(x)
+    if not dt.is_float(n.dtype):
+        raise TypeError(f"reciprocal takes a floating-point array, not {n.dtype}")
+    return divide(1.0, wrap(n))
+
+
+def nextafter(x1: Any, x2: Any, /) -> ndarray:
+    """The next representable value after x1 towards x2: a bit-level step
+    that the fused programs have no instruction for, so a Python task."""
+    t = dt.result_type(weak(x1), weak(x2))
+    if not dt.is_float(t):
+        raise TypeError(f"nextafter takes floating-point arrays, not {t}")
+    a, b = astype(x1, t), astype(x2, t)
+    shape = np.broadcast_shapes(a.shape, b.shape)
+    return host("nextafter", np.nextafter, [a, b], shape, t)
 
 
 def isnan(x: Any) -> ndarray:

@@ -13,7 +13,7 @@ import numpy as np
 import ferry
 
 from . import _dtypes as dt
-from ._graph import Const, Data, Host, Index, Map, MatMul, Node, Reduce, Reshape, describe_origin
+from ._graph import Const, Data, Host, HostArray, Index, Map, MatMul, Node, Reduce, Reshape, describe_origin
 from ._tiles import Tiled, buffer_shape, cuda_programs, forget_at_exit, host_task, per_runtime, placement, runtime
 
 MAX_INPUTS = 8
@@ -36,6 +36,8 @@ def materialize(node: Node) -> Tiled:
             node.value = _host(node)
         elif isinstance(node, Reshape):
             node.value = _reshape(node)
+        elif isinstance(node, HostArray):
+            node.value = Tiled.from_numpy(node.array, node.rt)
         else:
             raise TypeError(f"cannot evaluate a {type(node).__name__}")
     return node.value
@@ -498,6 +500,16 @@ def _matmul(node: MatMul) -> Tiled:
     if a.size == 0 or b.size == 0 or node.size == 0:
         return materialize(Const(0, t, node.shape)) if node.size else Tiled(node.shape, t, rt, [], [0])
     on = placement() or ""
+    if node.trans_a:
+        return _matmul_trans_a(a, b, node, rt, on)
+    if node.trans_b:
+        a = matrix_tiles(a, rt)
+        b = matrix_tiles(whole(b, rt), rt)
+        out = Tiled.allocate(node.shape, t, rt, a.bounds)
+        out.futures = [rt.gemm(at, b.tiles[0], ct, trans_b=True, on=on, name="fnp:matmul")
+                       for at, ct in zip(a.tiles, out.tiles)]
+        out.label = "fnp:matmul"
+        return out
     if len(a.shape) == 2 and len(b.shape) == 2:
         a = matrix_tiles(a, rt)
         b = matrix_tiles(whole(b, rt), rt)
@@ -517,6 +529,19 @@ def _matmul(node: MatMul) -> Tiled:
         for i in range(len(ag)):
             futures.append(rt.gemm(ag[i][0], bg[i][0], cg[i][0], on=on, name="fnp:matmul"))
     out.futures = futures
+    out.label = "fnp:matmul"
+    return out
+
+
+def _matmul_trans_a(a: Tiled, b: Tiled, node: MatMul, rt: ferry.Runtime, on: str) -> Tiled:
+    """a.T @ b with a and b (k x m, k x n) cut alike along k: the sum over
+    tiles of a_i.T @ b_i, gemm after gemm into one output (beta = 1 after the
+    first), each reading its tile of a with the transpose flag."""
+    a = matrix_tiles(a, rt)
+    b = matrix_tiles(_aligned(b, a.bounds, rt), rt)
+    out = Tiled.allocate(node.shape, node.dtype, rt, [0, node.shape[0]])
+    out.futures = [rt.gemm(at, bt, out.tiles[0], beta=1.0 if i else 0.0, trans_a=True, on=on, name="fnp:matmul")
+                   for i, (at, bt) in enumerate(zip(a.tiles, b.tiles))]
     out.label = "fnp:matmul"
     return out
 

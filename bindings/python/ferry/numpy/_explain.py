@@ -8,7 +8,7 @@ from typing import Any
 
 from ._builders import asarray
 from ._engine import Program
-from ._graph import Const, Data, Host, Index, Map, MatMul, Node, Reduce, Reshape
+from ._graph import Const, Data, Host, HostArray, Index, Map, MatMul, Node, Reduce, Reshape
 
 
 def explain(x: Any) -> str:
@@ -44,6 +44,10 @@ def _walk(node: Node, lines: list[str], depth: int, seen: set[int], fused: bool 
         return
     seen.add(id(node))
     head = f"{pad}{type(node).__name__.lower()} {node.shape} {node.dtype}"
+    if isinstance(node, HostArray):
+        lines.append(f"{head}: a small array in this process, computed with NumPy "
+                     f"({'uploaded as tiles' if node.value is not None else 'not in Ferry memory'})")
+        return
     if isinstance(node, Data):
         lines.append(f"{head}: {len(node.value.tiles)} tile(s) in Ferry memory ({_where(node)})")
         return
@@ -58,7 +62,13 @@ def _walk(node: Node, lines: list[str], depth: int, seen: set[int], fused: bool 
         lines.append(f"{head}: fold {node.fold} over axes {list(node.axes)} inside the fused pass, then a tree "
                      f"of fused adds across tiles ({_where(node)})")
     elif isinstance(node, MatMul):
-        lines.append(f"{head}: one gemm task per tile of a ({_where(node)})")
+        if node.trans_a:
+            how = "a.T @ b: one gemm per tile of a and b (a read transposed), summed into one output"
+        elif node.trans_b:
+            how = "a @ b.T: one gemm task per tile of a (b read transposed)"
+        else:
+            how = "one gemm task per tile of a"
+        lines.append(f"{head}: {how} ({_where(node)})")
     elif isinstance(node, Host):
         lines.append(f"{head}: {node.name} as one Python task on the CPU workers ({_where(node)})")
     elif isinstance(node, Reshape):

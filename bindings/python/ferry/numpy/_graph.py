@@ -47,6 +47,23 @@ class Data(Node):
         return f"data{self.shape}"
 
 
+class HostArray(Node):
+    """A small array's value as a NumPy array in this process: made by
+    asarray or computed at once with NumPy (_builders.eager), because a task
+    costs more than the work. The first task that reads it uploads it as
+    tiles to `rt` (_engine.materialize)."""
+
+    __slots__ = ("array", "rt")
+
+    def __init__(self, array: np.ndarray, rt: Any) -> None:
+        super().__init__(array.shape, dt.dtype(array.dtype))
+        array.flags.writeable = False
+        self.array, self.rt = array, rt
+
+    def describe(self) -> str:
+        return f"host{self.shape}"
+
+
 class Const(Node):
     """A value broadcast to `shape` (full, zeros, ones, Python scalars)."""
 
@@ -111,13 +128,17 @@ class Reduce(Node):
 
 
 class MatMul(Node):
-    """a @ b with the operands already cast to one floating type."""
+    """op(a) @ op(b) with the operands already cast to one floating type; op
+    transposes a 2-D operand where trans_a / trans_b is set (gemm's flags, so
+    that x.T @ x copies nothing)."""
 
-    __slots__ = ("a", "b")
+    __slots__ = ("a", "b", "trans_a", "trans_b")
 
-    def __init__(self, a: Node, b: Node, shape: tuple[int, ...]) -> None:
+    def __init__(self, a: Node, b: Node, shape: tuple[int, ...], trans_a: bool = False,
+                 trans_b: bool = False) -> None:
         super().__init__(shape, a.dtype)
         self.a, self.b = a, b
+        self.trans_a, self.trans_b = trans_a, trans_b
 
     def children(self) -> Sequence[Node]:
         return (self.a, self.b)
@@ -178,3 +199,14 @@ class Reshape(Node):
 
     def describe(self) -> str:
         return f"reshape{self.shape}"
+
+
+class Transposed(Host):
+    """x.T of a matrix x: a Python task copying it when its own value is
+    needed, but matmul reads `x` with gemm's transpose flag instead."""
+
+    __slots__ = ("x",)
+
+    def __init__(self, x: Node) -> None:
+        super().__init__("transpose", np.transpose, [x], x.shape[::-1], x.dtype)
+        self.x = x

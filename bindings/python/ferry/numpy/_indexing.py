@@ -1,5 +1,5 @@
 """Gathers, reorderings, scans and assignment: take, advanced indexing
-(integer and boolean arrays), flip, sort, argsort, cumulative_sum and
+(integer and boolean arrays), flip, sort, argsort, cumulative_sum, cumulative_prod, diff and
 x[key] = value. Like the other layout
 operations they are Python tasks on the CPU workers (_engine._host): their
 inputs never travel to the caller. A boolean mask's result has as many
@@ -17,6 +17,7 @@ from . import _dtypes as dt
 from ._array import ndarray, wrap
 from ._builders import asarray, astype, host
 from ._elementwise import where
+from ._manipulation import broadcast_to, concat
 from ._engine import materialize
 from ._graph import Data
 from ._reductions import sum  # noqa: A004
@@ -84,33 +85,34 @@ def getitem(x: ndarray, key: Any) -> ndarray:
 
 
 def advanced_getitem(x: ndarray, key: Any) -> ndarray:
-    """x[key] where key holds one integer or boolean array (NumPy's advanced
-    indexing) besides integers, slices, None and Ellipsis."""
+    """x[key] where key holds integer arrays (several broadcast together, as
+    the array API's integer array indexing) or one boolean array, besides
+    integers, slices, None and Ellipsis: NumPy's advanced indexing in a
+    Python task."""
     items = list(key) if isinstance(key, tuple) else [key]
-    arrays = [k for k in items if isinstance(k, (ndarray, np.ndarray, list))]
-    if len(arrays) != 1:
-        raise NotImplementedError("ferry.numpy indexes with at most one integer or boolean array per subscript")
-    pos = next(p for p, k in enumerate(items) if isinstance(k, (ndarray, np.ndarray, list)))
-    index = asarray(items[pos])
-    if index.dtype == dt.bool_:
-        # The result's length is the number of True values: one number to wait for.
-        count = int(sum(astype(index, dt.int64)))
-        stand_in = np.zeros(index.shape, np.bool_)
-        stand_in.reshape(-1)[:count] = True
-    elif dt.is_int(index.dtype):
-        stand_in = np.zeros(index.shape, np.intp)
-    else:
-        raise IndexError(f"arrays used as indices must be of integer or boolean type, not {index.dtype}")
-    probe = tuple(stand_in if p == pos else k for p, k in enumerate(items))
+    at = [p for p, k in enumerate(items) if isinstance(k, (ndarray, np.ndarray, list))]
+    index = {p: asarray(items[p]) for p in at}
+    stand_in: dict[int, np.ndarray] = {}
+    for p, i in index.items():
+        if i.dtype == dt.bool_:
+            if len(at) > 1:
+                raise NotImplementedError("ferry.numpy indexes with one boolean array, not mixed with other arrays")
+            # The result's length is the number of True values: one number to wait for.
+            count = int(sum(astype(i, dt.int64)))
+            stand_in[p] = np.zeros(i.shape, np.bool_)
+            stand_in[p].reshape(-1)[:count] = True
+        elif dt.is_int(i.dtype):
+            stand_in[p] = np.zeros(i.shape, np.intp)
+        else:
+            raise IndexError(f"arrays used as indices must be of integer or boolean type, not {i.dtype}")
+    probe = tuple(stand_in.get(p, k) for p, k in enumerate(items))
     shape = np.broadcast_to(np.empty((), dtype=np.uint8), x.shape)[probe].shape
 
-    def gather(v: np.ndarray, k: np.ndarray) -> np.ndarray:
-        return v[tuple(k if p == pos else item for p, item in enumerate(items))]
+    def gather(v: np.ndarray, *ks: np.ndarray) -> np.ndarray:
+        given = dict(zip(at, ks))
+        return v[tuple(given.get(p, item) for p, item in enumerate(items))]
 
-    rest = [k for p, k in enumerate(items) if p != pos]
-    if builtins.any(isinstance(k, ndarray) for k in rest):
-        raise NotImplementedError("ferry.numpy indexes with at most one array per subscript")
-    return host("getitem", gather, [x, index], shape, x.dtype)
+    return host("getitem", gather, [x, *index.values()], shape, x.dtype)
 
 
 def flip(x: Any, /, *, axis: Any = None) -> ndarray:
@@ -124,10 +126,22 @@ def sort(x: Any, /, *, axis: int = -1, descending: bool = False, stable: bool = 
     ax = _axis(axis, a.ndim, "sort")
 
     def run(v: np.ndarray) -> np.ndarray:
-        s = np.sort(v, axis=ax, kind="stable")
+        s = np.sort(v, axis=ax, kind="stable" if _ties_differ(v) else None)
         return np.flip(s, axis=ax) if descending else s
 
     return host("sort", run, [a], a.shape, a.dtype)
+
+
+def _ties_differ(v: np.ndarray) -> bool:
+    """Whether equal elements of v can be told apart, so that only a stable
+    sort gives the stable order: -0.0 beside 0.0, or NaNs. Otherwise NumPy's
+    default sort (SIMD quicksort, several times faster than its stable
+    timsort for floats) gives the same values."""
+    if not dt.is_float(v.dtype):
+        return False
+    zeros = v[v == 0]
+    mixed_zeros = zeros.size and 0 < np.count_nonzero(np.signbit(zeros)) < zeros.size
+    return bool(mixed_zeros) or bool(np.isnan(v).any())
 
 
 def argsort(x: Any, /, *, axis: int = -1, descending: bool = False, stable: bool = True) -> ndarray:
@@ -145,14 +159,14 @@ def argsort(x: Any, /, *, axis: int = -1, descending: bool = False, stable: bool
     return host("argsort", run, [a], a.shape, dt.int64)
 
 
-def cumulative_sum(x: Any, /, *, axis: int | None = None, dtype: Any = None,
-                   include_initial: bool = False) -> ndarray:
+def _cumulative(name: str, scan: Any, initial: int, x: Any, axis: int | None, dtype: Any,
+                include_initial: bool) -> ndarray:
     a = asarray(x)
     if axis is None:
         if a.ndim > 1:
-            raise ValueError("cumulative_sum: axis is needed for arrays of rank > 1")
+            raise ValueError(f"{name}: axis is needed for arrays of rank > 1")
         axis = 0
-    ax = _axis(axis, a.ndim, "cumulative_sum")
+    ax = _axis(axis, a.ndim, name)
     if dtype is not None:
         t = dt.dtype(dtype)
     elif a.dtype in (dt.bool_, dt.int32):
@@ -163,14 +177,46 @@ def cumulative_sum(x: Any, /, *, axis: int | None = None, dtype: Any = None,
     shape[ax] += int(include_initial)
 
     def run(v: np.ndarray) -> np.ndarray:
-        s = np.cumsum(v, axis=ax, dtype=t)
+        s = scan(v, axis=ax, dtype=t)
         if include_initial:
             pad = [(0, 0)] * v.ndim
             pad[ax] = (1, 0)
-            s = np.pad(s, pad)
+            s = np.pad(s, pad, constant_values=initial)
         return s
 
-    return host("cumulative_sum", run, [a], tuple(shape), t)
+    return host(name, run, [a], tuple(shape), t)
+
+
+def cumulative_sum(x: Any, /, *, axis: int | None = None, dtype: Any = None,
+                   include_initial: bool = False) -> ndarray:
+    return _cumulative("cumulative_sum", np.cumsum, 0, x, axis, dtype, include_initial)
+
+
+def cumulative_prod(x: Any, /, *, axis: int | None = None, dtype: Any = None,
+                    include_initial: bool = False) -> ndarray:
+    return _cumulative("cumulative_prod", np.cumprod, 1, x, axis, dtype, include_initial)
+
+
+def diff(x: Any, /, *, axis: int = -1, n: int = 1, prepend: Any = None, append: Any = None) -> ndarray:
+    """The n-th forward difference along `axis`, after putting `prepend` and
+    `append` (arrays, or scalars taken as one slice) before and after x."""
+    a = asarray(x)
+    if a.ndim == 0:
+        raise ValueError("diff: x must be at least 1-D")
+    if n < 0:
+        raise ValueError(f"diff: order n must be non-negative, not {n}")
+    ax = _axis(axis, a.ndim, "diff")
+    edge = a.shape[:ax] + (1,) + a.shape[ax + 1:]
+
+    def part(extra: Any) -> ndarray:
+        e = asarray(extra)
+        return broadcast_to(e, edge) if e.ndim == 0 else e
+
+    parts = ([part(prepend)] if prepend is not None else []) + [a] + ([part(append)] if append is not None else [])
+    whole = concat(parts, axis=ax) if len(parts) > 1 else a
+    shape = list(whole.shape)
+    shape[ax] = builtins.max(shape[ax] - n, 0)
+    return host("diff", lambda v: np.diff(v, n=n, axis=ax), [whole], tuple(shape), whole.dtype)
 
 
 def setitem(x: ndarray, key: Any, value: Any) -> ndarray:

@@ -13,7 +13,7 @@ from . import _dtypes as dt
 from ._array import ndarray, wrap
 from ._builders import asarray, astype, axes_of, host, shape_of
 from ._engine import materialize
-from ._graph import Const, Data, Map, Reshape
+from ._graph import Const, Data, Map, Reshape, Transposed
 from ._tiles import Tiled
 
 
@@ -46,6 +46,8 @@ def transpose(x: Any, axes: Any = None) -> ndarray:
         raise ValueError(f"axes {axes} don't match an array of rank {a.ndim}")
     if perm == tuple(range(a.ndim)):
         return a
+    if perm == (1, 0):
+        return wrap(Transposed(a._node))
     shape = tuple(a.shape[p] for p in perm)
     return host("transpose", lambda v: np.transpose(v, perm), [a], shape, a.dtype)
 

@@ -109,7 +109,12 @@ def install(namespace: ModuleType) -> None:
     ndarray.astype = lambda self, dtype, copy=True: astype(self, dtype)
     ndarray.reshape = _reshape
     ndarray.transpose = _transpose
-    ndarray.__array_namespace__ = lambda self, *, api_version=None: namespace
+    def array_namespace(self: ndarray, *, api_version: str | None = None) -> Any:
+        if api_version not in (None, "2021.12", "2022.12", "2023.12", "2024.12"):
+            raise ValueError(f"ferry.numpy implements the array API up to 2024.12, not {api_version!r}")
+        return namespace
+
+    ndarray.__array_namespace__ = array_namespace
     ndarray.__array_ufunc__ = lambda self, ufunc, method, *inputs, **kwargs: array_ufunc(ufunc, method, inputs,
                                                                                           kwargs)
     ndarray.__array_function__ = lambda self, func, types, args, kwargs: array_function(func, args, kwargs)

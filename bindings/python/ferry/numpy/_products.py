@@ -11,7 +11,7 @@ from . import _dtypes as dt
 from ._array import ndarray, wrap
 from ._builders import asarray, astype, cast, node
 from ._elementwise import multiply
-from ._graph import MatMul, Node, Reshape
+from ._graph import MatMul, Node, Reshape, Transposed
 from ._manipulation import reshape
 from ._reductions import sum  # noqa: A004
 
@@ -24,6 +24,13 @@ def matmul(a: Any, b: Any) -> ndarray:
         raise ValueError("matmul: an operand is 0-d; use multiply or *")
     t = dt.result_type(wrap(x), wrap(y))
     work = t if dt.is_float(t) else dt.float64
+    if len(x.shape) == 2 and len(y.shape) == 2 and x.shape[1] == y.shape[0]:
+        # x.T @ y and x @ y.T: gemm reads the matrix under .T with its
+        # transpose flag, so x.T is never copied. (In x.T @ y.T, y.T is.)
+        if isinstance(x, Transposed):
+            return astype(wrap(MatMul(cast(x.x, work), cast(y, work), (x.shape[0], y.shape[1]), trans_a=True)), t)
+        if isinstance(y, Transposed):
+            return astype(wrap(MatMul(cast(x, work), cast(y.x, work), (x.shape[0], y.shape[1]), trans_b=True)), t)
     x, y = cast(x, work), cast(y, work)
     squeeze_a, squeeze_b = len(x.shape) == 1, len(y.shape) == 1
     if squeeze_a:

@@ -1,5 +1,5 @@
 """Reductions: sum, prod, min, max, any, all, mean, var, std, argmin,
-argmax. Each tile folds inside its fused pass (a Reduce node); partial
+argmax, count_nonzero. Each tile folds inside its fused pass (a Reduce node); partial
 results combine in a tree of fused tasks (_engine)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from . import _dtypes as dt
 from ._array import ndarray, wrap
 from ._builders import astype, axes_of, cast, node, truth
 from ._creation import flat_index
-from ._elementwise import divide, equal, isnan, logical_or, multiply, sqrt, subtract, where
+from ._elementwise import divide, equal, isnan, logical_or, multiply, not_equal, sqrt, subtract, where
 from ._graph import Const, Index, Reduce
 from ._manipulation import reshape
 
@@ -131,3 +131,10 @@ def argmin(x: Any, /, *, axis: Any = None, keepdims: bool = False) -> ndarray:
 
 def argmax(x: Any, /, *, axis: Any = None, keepdims: bool = False) -> ndarray:
     return _arg("max", x, axis, keepdims)
+
+
+def count_nonzero(x: Any, /, *, axis: Any = None, keepdims: bool = False) -> ndarray:
+    """How many elements are not zero (NaN counts), as int64: a fused sum."""
+    n = node(x)
+    nonzero = cast(not_equal(wrap(n), wrap(Const(0, n.dtype)))._node, dt.int64)
+    return wrap(Reduce("add", nonzero, axes_of(axis, len(n.shape)), keepdims, dt.int64))

@@ -22,7 +22,10 @@ _default: list[ferry.Runtime] = []
 # 4 MiB: a task of a few hundred microseconds at memory speed, many times the
 # ~20 us a task costs, and enough tiles to keep every worker busy.
 DEFAULT_TILE_BYTES = 4 << 20
-_options: dict[str, Any] = {"tile_bytes": DEFAULT_TILE_BYTES, "on": None, "cuda": False}
+# Arrays up to tile_bytes / 64 (64 KiB by default) are worked on at once
+# with NumPy in this process: NumPy takes a few microseconds there, a task
+# some tens. None: that default; 0: never.
+_options: dict[str, Any] = {"tile_bytes": DEFAULT_TILE_BYTES, "on": None, "cuda": False, "eager_bytes": None}
 
 
 def runtime() -> ferry.Runtime:
@@ -53,11 +56,16 @@ def using(rt: ferry.Runtime, on: str | None = None) -> Iterator[ferry.Runtime]:
 _UNSET: Any = object()
 
 
-def set_options(*, tile_bytes: int | None = None, on: Any = _UNSET, cuda: bool | None = None) -> None:
+def set_options(*, tile_bytes: int | None = None, on: Any = _UNSET, cuda: bool | None = None,
+                eager_bytes: Any = _UNSET) -> None:
     """tile_bytes: the size arrays are cut into (default 4 MiB); on: where
     tasks go by default ("cpu", "remote", ...; None: the scheduler decides);
     cuda: run elementwise programs as CUDA source (NVRTC) on a local GPU or a
-    GPU ferryd, wherever the scheduler puts them (on="gpu" implies it)."""
+    GPU ferryd, wherever the scheduler puts them (on="gpu" implies it);
+    eager_bytes: arrays up to this size are made and worked on at once with
+    NumPy in this process (None: tile_bytes / 64; 0: never)."""
+    if eager_bytes is not _UNSET:
+        _options["eager_bytes"] = eager_bytes
     if cuda is not None:
         _options["cuda"] = bool(cuda)
     if tile_bytes is not None:
@@ -70,6 +78,17 @@ def set_options(*, tile_bytes: int | None = None, on: Any = _UNSET, cuda: bool |
 
 def placement() -> str | None:
     return _options["on"]
+
+
+def stays_here(nbytes: int) -> bool:
+    """Whether an array of `nbytes` is small enough to stay in this process
+    (never while tasks are placed or run as CUDA programs: the user asked for
+    a device)."""
+    if _options["on"] is not None or _options["cuda"]:
+        return False
+    limit = _options["eager_bytes"]
+    limit = _options["tile_bytes"] // 64 if limit is None else int(limit)
+    return 0 < limit and nbytes <= limit
 
 
 def cuda_programs() -> bool:
