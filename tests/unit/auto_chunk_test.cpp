@@ -89,7 +89,9 @@ TEST(AutoChunk, MaySplitIsNeverFalseWhereAPlanWouldSplit) {
       for (const Link link : {lan(), Link{2e-3, 10e9}, Link{1e-6, 1e8}}) {
         ChunkInput in = balanced(mib * MiB, extent);
         in.to_device = in.from_device = link;
-        if (plan_chunks(in).chunks > 1) EXPECT_TRUE(may_split(mib * MiB, extent)) << mib << " MiB, extent " << extent;
+        if (plan_chunks(in).chunks > 1) {
+          EXPECT_TRUE(may_split(mib * MiB, extent)) << mib << " MiB, extent " << extent;
+        }
       }
   ChunkPolicy fine;
   fine.floor_bytes = 64 << 10;
