@@ -71,6 +71,23 @@ inline const char* ferryd_path() {
   return chosen != nullptr && *chosen != '\0' ? chosen : FERRYD_PATH;
 }
 
+// Starts the program argv[0] with the rest as its arguments, its output and
+// errors written to `log`; its pid. Throws when it cannot start.
+inline pid_t spawn_logged(std::vector<std::string> argv, const std::filesystem::path& log) {
+  std::vector<char*> pointers;
+  for (auto& a : argv) pointers.push_back(a.data());
+  pointers.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
+  pid_t pid = 0;
+  const int rc = posix_spawn(&pid, pointers[0], &actions, nullptr, pointers.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) throw std::runtime_error("posix_spawn " + argv[0] + " failed");
+  return pid;
+}
+
 class FerrydProcess {
  public:
   static constexpr const char* default_token = "correct horse battery staple";
@@ -228,19 +245,9 @@ class FerrydProcess {
   }
 
   void spawn(const std::vector<std::string>& args) {
-    std::vector<std::string> argv_text{ferryd_path()};
-    argv_text.insert(argv_text.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (auto& a : argv_text) argv.push_back(a.data());
-    argv.push_back(nullptr);
-
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log_file_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
-    const int rc = posix_spawn(&pid_, ferryd_path(), &actions, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&actions);
-    if (rc != 0) throw std::runtime_error(std::string("posix_spawn ") + ferryd_path() + " failed");
+    std::vector<std::string> argv{ferryd_path()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    pid_ = spawn_logged(std::move(argv), log_file_);
   }
 
   // With GPUs (any --gpus but none) ferryd probes each before it listens.

@@ -11,17 +11,13 @@
 #include "ferry/ferry.hpp"
 #include "ferryd_process.hpp"
 #include "../unit/heavy_cuda_source.hpp"
+#include "../unit/saxpy_cuda_source.hpp"
 
 namespace {
 
 using ferry::test::FerrydProcess;
 
-const char* const saxpy = R"(
-extern "C" __global__ void saxpy(int n, float a, const float* __restrict__ x, float* __restrict__ y) {
-  int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) y[i] = a * x[i] + y[i];
-}
-)";
+const char* const saxpy = ferry::testing::saxpy_cuda_source;
 
 ferry::Runtime::Options client_options(FerrydProcess& server) {
   ferry::Runtime::Options o;
@@ -51,14 +47,7 @@ TEST_F(RemoteCudaSource, SaxpyRunsOnTheRemoteGpu) {
   const int n = 50001;
   auto x = rt.buffer<float>(n);
   auto y = rt.buffer<float>(n);
-  {
-    auto hx = x.host();
-    auto hy = y.host();
-    for (int i = 0; i < n; ++i) {
-      hx[i] = static_cast<float>(i);
-      hy[i] = 1.0f;
-    }
-  }
+  ferry::testing::fill_saxpy_inputs(x, y, n);
   auto first = rt.submit(k, n, 2.0f, ferry::read(x), ferry::readwrite(y), ferry::on(ferry::remote(server.address())));
   first.wait();
   EXPECT_EQ(first.device(), "remote:" + server.address());

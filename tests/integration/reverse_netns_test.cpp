@@ -92,15 +92,7 @@ class NatNamespace : public ::testing::Test {
                                   "--listen", std::string(inside) + ":0", "--port-file", port_file.string(),
                                   "--token-file", (dir / "token").string(), "--gpus", "none", "--workers", "2",
                                   "--connect", std::string(outside) + ":" + std::to_string(client_port)};
-    std::vector<char*> argv;
-    for (auto& a : text) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
-    ASSERT_EQ(posix_spawn(&ferryd_, argv[0], &actions, nullptr, argv.data(), environ), 0);
-    posix_spawn_file_actions_destroy(&actions);
+    ASSERT_NO_THROW(ferryd_ = ferry::test::spawn_logged(std::move(text), log_));
     for (int i = 0; i < 1000 && inside_port_ == 0; ++i) {
       std::ifstream in(port_file);
       unsigned port = 0;

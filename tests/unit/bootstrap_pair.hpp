@@ -6,6 +6,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
 
 #include "ferry/transport/bootstrap.hpp"
 #include "ferry/transport/connection.hpp"
@@ -43,5 +46,48 @@ inline std::shared_ptr<Connection> connect(const std::shared_ptr<Worker>& worker
   if (lane != nullptr) *lane = dialed.welcome.lane;
   return std::move(dialed.connection);
 }
+
+// A listener (listen above) that keeps every connection it accepts, each
+// handed `on_message` and `on_error`, and closes them all when it goes:
+// once that returns no handler of theirs runs, so what they use may go next.
+class Accepting {
+ public:
+  Accepting(const std::shared_ptr<Worker>& worker, Connection::MessageHandler on_message,
+            Connection::ErrorHandler on_error)
+      : listener(listen(worker, [this, on_message = std::move(on_message),
+                                 on_error = std::move(on_error)](std::shared_ptr<Connection> c) {
+          c->set_handlers(on_message, on_error);
+          std::lock_guard lock(mutex_);
+          accepted_.push_back(std::move(c));
+        })) {}
+  ~Accepting() {
+    listener.reset();
+    std::lock_guard lock(mutex_);
+    for (auto& c : accepted_) c->close();
+    accepted_.clear();
+  }
+  Accepting(const Accepting&) = delete;
+  Accepting& operator=(const Accepting&) = delete;
+
+  // The `i`th connection accepted (from 0), waiting up to 5 s for it; null if it never came.
+  std::shared_ptr<Connection> connection(std::size_t i) {
+    for (int tries = 0; tries < 500; ++tries) {
+      {
+        std::lock_guard lock(mutex_);
+        if (accepted_.size() > i) return accepted_[i];
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return nullptr;
+  }
+
+ private:
+  // Before the listener: its accept handler uses them from the start.
+  std::mutex mutex_;
+  std::vector<std::shared_ptr<Connection>> accepted_;
+
+ public:
+  std::unique_ptr<BootstrapServer> listener;
+};
 
 }  // namespace ferry::transport::testing

@@ -16,6 +16,7 @@
 #include "ferry/ferry.hpp"
 #include "ferry/runtime/cuda_source.hpp"
 #include "runtime_test_support.hpp"
+#include "saxpy_cuda_source.hpp"
 
 namespace ferry {
 namespace {
@@ -23,12 +24,7 @@ namespace {
 using detail::CType;
 using detail::parse_cuda_signature;
 
-const char* const saxpy = R"(
-extern "C" __global__ void saxpy(int n, float a, const float* __restrict__ x, float* __restrict__ y) {
-  int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) y[i] = a * x[i] + y[i];
-}
-)";
+const char* const saxpy = testing::saxpy_cuda_source;
 
 // What check_arguments sees at submission: shapes and modes, no data.
 Arg buffer(DType dtype, std::size_t n, AccessMode mode) { return Arg{BufferArg{nullptr, dtype, 1, n, n, mode}}; }

@@ -15,6 +15,7 @@
 #include "ferry/ferry.hpp"
 #include "runtime_test_support.hpp"
 #include "heavy_cuda_source.hpp"
+#include "saxpy_cuda_source.hpp"
 
 namespace ferry {
 namespace {
@@ -41,23 +42,11 @@ class NvrtcGpu : public ::testing::Test {
 
 TEST_F(NvrtcGpu, SaxpyRunsOnGpuZero) {
   Runtime& rt = *rt_;
-  const KernelRef saxpy = rt.cuda_kernel(R"(
-extern "C" __global__ void saxpy(int n, float a, const float* __restrict__ x, float* __restrict__ y) {
-  int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) y[i] = a * x[i] + y[i];
-}
-)", "saxpy");
+  const KernelRef saxpy = rt.cuda_kernel(testing::saxpy_cuda_source, "saxpy");
   const int n = 100003;  // not a multiple of the block
   auto x = rt.buffer<float>(n);
   auto y = rt.buffer<float>(n);
-  {
-    auto hx = x.host();
-    auto hy = y.host();
-    for (int i = 0; i < n; ++i) {
-      hx[i] = static_cast<float>(i);
-      hy[i] = 1.0f;
-    }
-  }
+  testing::fill_saxpy_inputs(x, y, n);
   rt.submit(saxpy, n, 2.0f, read(x), readwrite(y), on(gpu(0)));
   rt.submit(saxpy, n, 0.5f, read(x), readwrite(y), on(gpu(0)));  // second launch: cached library
   rt.wait();

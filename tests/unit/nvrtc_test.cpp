@@ -16,18 +16,14 @@
 #include "ferry/error.hpp"
 #include "ferry/runtime/cuda_source.hpp"
 #include "heavy_cuda_source.hpp"
+#include "saxpy_cuda_source.hpp"
 
 namespace ferry::detail {
 namespace {
 
 namespace fs = std::filesystem;
 
-const char* const saxpy = R"(
-extern "C" __global__ void saxpy(int n, float a, const float* __restrict__ x, float* __restrict__ y) {
-  int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) y[i] = a * x[i] + y[i];
-}
-)";
+const char* const saxpy = testing::saxpy_cuda_source;
 
 class Nvrtc : public ::testing::Test {
  protected:

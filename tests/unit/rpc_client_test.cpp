@@ -25,24 +25,11 @@ namespace {
 // progress thread). Declared last in the servers below, so that it closes
 // its connections before what `answer` uses is gone.
 struct Serving {
-  Serving(const char* name, std::function<void(Connection&, Incoming&)> answer) {
-    worker = Worker::create({name});
-    listener = testing::listen(worker, [this, answer = std::move(answer)](std::shared_ptr<Connection> c) {
-      c->set_handlers(answer, {});
-      std::lock_guard lock(mutex);
-      accepted.push_back(std::move(c));
-    });
-  }
-  ~Serving() {
-    listener.reset();
-    std::lock_guard lock(mutex);
-    for (auto& c : accepted) c->close();
-  }
-  std::uint16_t port() const { return listener->port(); }
+  Serving(const char* name, std::function<void(Connection&, Incoming&)> answer)
+      : worker(Worker::create({name})), accepting(worker, std::move(answer), {}) {}
+  std::uint16_t port() const { return accepting.listener->port(); }
   std::shared_ptr<Worker> worker;
-  std::unique_ptr<BootstrapServer> listener;
-  std::mutex mutex;
-  std::vector<std::shared_ptr<Connection>> accepted;
+  testing::Accepting accepting;
 };
 
 // Answers pings with pongs, in reverse order of pairs, so replies arrive out

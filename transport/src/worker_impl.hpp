@@ -33,7 +33,7 @@ inline constexpr unsigned ferry_am_id = 0;
 // addresses have no connection manager to tell the peer they closed.
 inline constexpr unsigned ferry_close_am_id = 1;
 // Several header-only messages of one connection in one AM, its payload
-// frames of [u32 length][header] (connection.cpp, batched sends).
+// frames of [u32 length][header] (send_op.hpp, connection_send.cpp).
 inline constexpr unsigned ferry_batch_am_id = 2;
 // A message whose payload the receiver pulls out of the sender's memory: its
 // AM header is a pull::Descriptor, then the message's header (pull.hpp).

@@ -21,19 +21,14 @@ nb::dlpack::dtype to_dlpack(DType type) {
   return nb::dtype<std::uint8_t>();
 }
 
-const char* numpy_name(DType type) {
-  switch (type) {
-    case DType::f32: return "float32";
-    case DType::f64: return "float64";
-    case DType::i32: return "int32";
-    case DType::i64: return "int64";
-    case DType::u8: return "uint8";
-  }
-  return "?";
+std::optional<DType> dtype_named(std::string_view name) {
+  for (DType d : ferry_dtypes)
+    if (name == to_string(d)) return d;
+  return std::nullopt;
 }
 
 DType from_dlpack(nb::dlpack::dtype t) {
-  for (DType d : {DType::f32, DType::f64, DType::i32, DType::i64, DType::u8}) {
+  for (DType d : ferry_dtypes) {
     if (to_dlpack(d) == t) return d;
   }
   const char* kind = t.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::Float)  ? "float"
@@ -197,7 +192,7 @@ void bind_array(nb::module_& m) {
         return nb::tuple(dims);
       }, "The NumPy shape")
       .def_prop_ro("dtype", [](const Array& a) {
-        return nb::module_::import_("numpy").attr("dtype")(numpy_name(a.buffer.dtype()));
+        return nb::module_::import_("numpy").attr("dtype")(to_string(a.buffer.dtype()));
       }, "The NumPy element type")
       .def_prop_ro("ndim", [](const Array& a) { return view_shape(a.buffer, a.shape).size(); })
       .def_prop_ro("size", [](const Array& a) { return a.buffer.size(); }, "Elements")
@@ -256,7 +251,7 @@ void bind_array(nb::module_& m) {
       .def("__len__", [](const Array& a) { return view_shape(a.buffer, a.shape).front(); })
       .def("__repr__", [](const Array& a) {
         return fmt::format("ferry.Array(shape={}, dtype={}, name='{}')", shape_text(view_shape(a.buffer, a.shape)),
-                           numpy_name(a.buffer.dtype()), a.buffer.name());
+                           to_string(a.buffer.dtype()), a.buffer.name());
       });
 
   nb::class_<Access>(m, "Access", "How a task uses an array: ferry.read(a), ferry.write(a), ferry.readwrite(a)")

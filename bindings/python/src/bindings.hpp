@@ -12,6 +12,8 @@
 #include <chrono>
 #include <cstddef>
 #include <memory>
+#include <optional>
+#include <string_view>
 #include <vector>
 
 #include "ferry/ferry.hpp"
@@ -46,7 +48,10 @@ void interruptible_wait(Done&& done, double timeout_seconds);
 
 nb::dlpack::dtype to_dlpack(DType type);
 DType from_dlpack(nb::dlpack::dtype type);
-const char* numpy_name(DType type);
+// Every element type, in the order NumPy's names are tried.
+inline constexpr DType ferry_dtypes[] = {DType::f32, DType::f64, DType::i32, DType::i64, DType::u8};
+// The element type NumPy calls `name` ("float32", ...: to_string(DType)), or nullopt.
+std::optional<DType> dtype_named(std::string_view name);
 // A NumPy array over `view`'s host replica (zero-copy; keeps the buffer alive).
 nb::object numpy_view(const AnyBuffer& view, const std::vector<std::size_t>& shape, bool readonly);
 // Makes the writable NumPy views of the arrays `args` use read-only: a task

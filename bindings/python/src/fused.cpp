@@ -12,9 +12,7 @@ namespace ferry::python {
 namespace {
 
 DType code_type(const std::string& code) {
-  for (DType t : {DType::f32, DType::f64, DType::i32, DType::i64, DType::u8}) {
-    if (code == numpy_name(t)) return t;
-  }
+  if (const auto type = dtype_named(code)) return *type;
   throw UsageError(fmt::format("element type {} is not one Ferry stores", code));
 }
 

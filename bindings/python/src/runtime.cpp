@@ -25,12 +25,8 @@ Array array_unified(Runtime& rt, std::vector<std::size_t> shape, DType dtype, bo
 
 namespace {
 
-DType dtype_named(const std::string& name) {
-  if (name == "float32") return DType::f32;
-  if (name == "float64") return DType::f64;
-  if (name == "int32") return DType::i32;
-  if (name == "int64") return DType::i64;
-  if (name == "uint8") return DType::u8;
+DType stored_dtype(const std::string& name) {
+  if (const auto type = dtype_named(name)) return *type;
   throw UsageError(fmt::format("element type {} is not one Ferry stores; use float32, float64, int32, int64 or uint8",
                                name));
 }
@@ -174,7 +170,7 @@ nb::dict kernel_info(const KernelDef& k) {
     e["kind"] = kind_name(p.kind);
     if (p.kind == ParamKind::buffer) e["mode"] = to_string(p.mode);
     nb::list dtypes;
-    for (DType t : p.dtypes) dtypes.append(numpy_name(t));
+    for (DType t : p.dtypes) dtypes.append(to_string(t));
     e["dtypes"] = dtypes;
     if (p.default_value) {
       std::visit([&](const auto& v) { e["default"] = nb::cast(v); }, *p.default_value);
@@ -242,10 +238,10 @@ void bind_runtime(nb::module_& m) {
       .def("close", &RuntimeHandle::close, "Waits for every task, then releases the runtime's devices and memory")
       .def_prop_ro("closed", &RuntimeHandle::closed)
       .def("_empty", [](RuntimeHandle& h, std::vector<std::size_t> shape, const std::string& dtype, bool zero) {
-        return array_empty(h.rt(), std::move(shape), dtype_named(dtype), zero);
+        return array_empty(h.rt(), std::move(shape), stored_dtype(dtype), zero);
       })
       .def("_unified", [](RuntimeHandle& h, std::vector<std::size_t> shape, const std::string& dtype, bool zero) {
-        return array_unified(h.rt(), std::move(shape), dtype_named(dtype), zero);
+        return array_unified(h.rt(), std::move(shape), stored_dtype(dtype), zero);
       })
       .def("_import_cuda", [](RuntimeHandle& h, const Array& a, int gpu, CudaTensor source) {
         if (from_dlpack(source.dtype()) != a.buffer.dtype() || source.size() != a.buffer.size())

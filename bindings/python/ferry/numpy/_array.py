@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+from typing import Any, Callable
 
 import numpy as np
 
 from . import _dtypes as dt
 from ._engine import materialize
 from ._graph import Data, Node
+from ._tiles import TaskFailure
 
 
 class ndarray:  # noqa: N801 - NumPy's spelling
@@ -49,16 +51,6 @@ class ndarray:  # noqa: N801 - NumPy's spelling
     @property
     def device(self) -> str:
         return "ferry"
-
-    @property
-    def T(self) -> "ndarray":  # noqa: N802
-        from . import _functions as f
-        return f.transpose(self)
-
-    @property
-    def mT(self) -> "ndarray":  # noqa: N802
-        from . import _functions as f
-        return f.matrix_transpose(self)
 
     def __len__(self) -> int:
         if not self.shape:
@@ -123,62 +115,40 @@ class ndarray:  # noqa: N801 - NumPy's spelling
     def __str__(self) -> str:
         return str(self.numpy())
 
-    def _repr_html_(self) -> str:
-        from ._explain import explain
-        return f"<pre>{self!r}</pre><details><summary>tasks</summary><pre>{explain(self)}</pre></details>"
+    def __format__(self, spec: str) -> str:
+        # NumPy's rule: a 0-d array formats as its scalar, others only with
+        # an empty spec.
+        if not self.shape:
+            return format(self.item(), spec)
+        if spec:
+            raise TypeError(f"unsupported format string passed to {type(self).__name__}.__format__")
+        return str(self)
 
     __hash__ = None  # type: ignore[assignment]
 
-    # ---- NumPy and array API protocols ----
-    def __array_namespace__(self, *, api_version: str | None = None) -> Any:
-        import ferry.numpy
-        return ferry.numpy
-
-    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
-        from ._interop import array_ufunc
-        return array_ufunc(ufunc, method, inputs, kwargs)
-
-    def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
-        from ._interop import array_function
-        return array_function(func, args, kwargs)
-
+    # ---- devices, iteration, copies ----
     def to_device(self, device: Any, /, *, stream: Any = None) -> "ndarray":
         if device not in ("ferry", None):
             raise ValueError(f"ferry.numpy arrays live on device 'ferry', not {device!r}")
         return self
 
-    # ---- indexing ----
-    def __getitem__(self, key: Any) -> "ndarray":
-        from ._functions import getitem
-        return getitem(self, key)
-
-    def __setitem__(self, key: Any, value: Any) -> None:
-        # This array takes a new value (x[key] = v is x = x.at[key].set(v) in
-        # JAX's words); arrays made from it before, slices included, keep the
-        # old one: ferry.numpy has no views to write through.
-        from ._indexing import setitem
-        self._node = setitem(self, key, value)._node
-
     def __iter__(self) -> Any:
-        for i in range(len(self)):
-            yield self[i]
+        # Eager, so that iter() of a 0-d array raises at once as NumPy's does:
+        # matplotlib (and others) ask iter(element) whether an element is a
+        # sequence, and a lazy generator answers yes.
+        if not self.shape:
+            raise TypeError("iteration over a 0-d array")
+        return (self[i] for i in range(self.shape[0]))
 
-    # ---- methods that are functions ----
-    def astype(self, dtype: Any, copy: bool = True) -> "ndarray":
-        from ._functions import astype
-        return astype(self, dtype)
+    def copy(self) -> "ndarray":
+        # Values never change in place (x[k] = v gives x a new node), so a
+        # copy may share the node.
+        return ndarray(self._node)
 
-    def reshape(self, *shape: Any, **kwargs: Any) -> "ndarray":
-        from ._functions import reshape
-        if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
-            shape = tuple(shape[0])
-        return reshape(self, shape, **kwargs)
-
-    def transpose(self, *axes: Any) -> "ndarray":
-        from ._functions import transpose
-        if len(axes) == 1 and not isinstance(axes[0], (int, np.integer)):
-            axes = tuple(axes[0])
-        return transpose(self, axes or None)
+    def to_numpy(self) -> np.ndarray:
+        """pandas' spelling of .numpy(): matplotlib and seaborn convert
+        containers that have it in one step instead of element by element."""
+        return self.numpy()
 
     def flatten(self) -> "ndarray":
         return self.reshape(-1)
@@ -186,46 +156,21 @@ class ndarray:  # noqa: N801 - NumPy's spelling
     ravel = flatten
 
 
-def _method(name: str) -> Any:
-    def method(self: ndarray, *args: Any, **kwargs: Any) -> Any:
-        from . import _functions as f
-        return getattr(f, name)(self, *args, **kwargs)
-    method.__name__ = name
-    return method
-
-
-for _name in ("sum", "mean", "prod", "min", "max", "argmin", "argmax", "std", "var", "any", "all", "clip", "dot"):
-    setattr(ndarray, _name, _method(_name))
-
-
-def _binary(name: str, reflected: bool = False) -> Any:
-    def op(self: ndarray, other: Any) -> Any:
-        from . import _functions as f
+def _asks_for_the_value(method: Callable[..., Any]) -> Callable[..., Any]:
+    # An exception raised in a task arrives at the line that asked for the
+    # value: the frames between it and the wait are ferry.numpy's, not the user's.
+    @functools.wraps(method)
+    def call(*args: Any, **kwargs: Any) -> Any:
         try:
-            return getattr(f, name)(other, self) if reflected else getattr(f, name)(self, other)
-        except _Unsupported:
-            return NotImplemented
-    return op
+            return method(*args, **kwargs)
+        except TaskFailure as error:
+            raise error.with_traceback(None)  # noqa: B904 - the same error, fewer frames
+    return call
 
 
-class _Unsupported(TypeError):
-    """An operand an operator cannot take; Python then tries the other side."""
-
-
-_operators = {
-    "add": "add", "sub": "subtract", "mul": "multiply", "truediv": "divide", "floordiv": "floor_divide",
-    "mod": "remainder", "pow": "pow", "matmul": "matmul", "and": "bitwise_and", "or": "bitwise_or",
-    "xor": "bitwise_xor", "lt": "less", "le": "less_equal", "gt": "greater", "ge": "greater_equal",
-    "eq": "equal", "ne": "not_equal",
-}
-for _dunder, _fn in _operators.items():
-    setattr(ndarray, f"__{_dunder}__", _binary(_fn))
-    if _dunder not in ("lt", "le", "gt", "ge", "eq", "ne"):
-        setattr(ndarray, f"__r{_dunder}__", _binary(_fn, reflected=True))
-ndarray.__neg__ = lambda self: __import__("ferry.numpy._functions", fromlist=["negative"]).negative(self)  # type: ignore
-ndarray.__pos__ = lambda self: self  # type: ignore
-ndarray.__abs__ = lambda self: __import__("ferry.numpy._functions", fromlist=["abs"]).abs(self)  # type: ignore
-ndarray.__invert__ = lambda self: __import__("ferry.numpy._functions", fromlist=["bitwise_invert"]).bitwise_invert(self)  # type: ignore
+for _name in ("compute", "numpy", "__array__", "__dlpack__", "item", "__float__", "__int__", "__index__", "__bool__",
+              "__complex__", "tolist", "__repr__", "__str__", "__format__", "to_numpy"):
+    setattr(ndarray, _name, _asks_for_the_value(getattr(ndarray, _name)))
 
 
 def wrap(node: Node) -> ndarray:

@@ -11,13 +11,15 @@ import numpy as np
 
 from . import _dtypes as dt
 from ._array import ndarray, wrap
-from ._functions import _cast, _node, _shape, astype, where
+from ._builders import astype, cast, node, shape_of
+from ._elementwise import add, equal, multiply, where
 from ._engine import MAX_DIMS
 from ._graph import Const, Index, Map, Node, Reshape
 
+
 def full(shape: Any, fill_value: Any, dtype: Any = None, *, device: Any = None) -> ndarray:
     t = dt.dtype(dtype) if dtype is not None else dt.result_type(fill_value)
-    return wrap(Const(fill_value, t, _shape(shape)))
+    return wrap(Const(fill_value, t, shape_of(shape)))
 
 
 def zeros(shape: Any, dtype: Any = dt.float64, *, device: Any = None) -> ndarray:
@@ -34,7 +36,7 @@ def empty(shape: Any, dtype: Any = dt.float64, *, device: Any = None) -> ndarray
 
 
 def _like(x: Any, dtype: Any) -> tuple[tuple[int, ...], np.dtype]:
-    n = _node(x)
+    n = node(x)
     return n.shape, dt.dtype(dtype) if dtype is not None else n.dtype
 
 
@@ -61,8 +63,8 @@ def arange(start: Any, stop: Any = None, step: Any = 1, *, dtype: Any = None, de
     t = dt.dtype(dtype) if dtype is not None else dt.result_type(start, stop, step)
     n = builtins.max(0, int(math.ceil((stop - start) / step)))
     work = t if dt.is_float(t) else dt.int64
-    i = _cast(Index((n,), 0), work)
-    return astype(wrap(i) * step + start, t) if n else zeros((0,), t)
+    i = cast(Index((n,), 0), work)
+    return astype(add(multiply(wrap(i), step), start), t) if n else zeros((0,), t)
 
 
 def linspace(start: Any, stop: Any, num: int, *, dtype: Any = None, device: Any = None,
@@ -70,10 +72,10 @@ def linspace(start: Any, stop: Any, num: int, *, dtype: Any = None, device: Any 
     t = dt.dtype(dtype) if dtype is not None else dt.float64
     div = (num - 1) if endpoint else num
     step = (stop - start) / div if div > 0 else 0.0
-    i = wrap(_cast(Index((num,), 0), dt.float64))
-    values = i * step + start
+    i = wrap(cast(Index((num,), 0), dt.float64))
+    values = add(multiply(i, step), start)
     if endpoint and num > 1:
-        values = where(wrap(Index((num,), 0)) == num - 1, float(stop), values)
+        values = where(equal(wrap(Index((num,), 0)), num - 1), float(stop), values)
     return astype(values, t)
 
 
@@ -81,7 +83,7 @@ def eye(n_rows: int, n_cols: int | None = None, /, *, k: int = 0, dtype: Any = N
     m = n_rows if n_cols is None else n_cols
     t = dt.dtype(dtype) if dtype is not None else dt.float64
     shape = (n_rows, m)
-    diagonal = wrap(Index(shape, 0)) + k == wrap(Index(shape, 1))
+    diagonal = equal(add(wrap(Index(shape, 0)), k), wrap(Index(shape, 1)))
     return astype(diagonal, t)
 
 

@@ -68,3 +68,15 @@ def float_of(t: np.dtype) -> np.dtype:
 def sum_type(t: np.dtype) -> np.dtype:
     """sum/prod's result: integers and bools add up in int64."""
     return t if is_float(t) else int64
+
+
+def isdtype(dtype: Any, kind: Any) -> bool:
+    """The array API's dtype-kind test."""
+    if isinstance(kind, tuple):
+        return any(isdtype(dtype, k) for k in kind)
+    d = np.dtype(dtype)
+    if isinstance(kind, str):
+        return {"bool": d.kind == "b", "signed integer": d.kind == "i", "unsigned integer": d.kind == "u",
+                "integral": d.kind in "iu", "real floating": d.kind == "f", "complex floating": d.kind == "c",
+                "numeric": d.kind in "iuf"}[kind]
+    return d == np.dtype(kind)

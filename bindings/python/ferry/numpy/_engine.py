@@ -13,8 +13,8 @@ import numpy as np
 import ferry
 
 from . import _dtypes as dt
-from ._graph import Const, Data, Host, Index, Map, MatMul, Node, Reduce, Reshape
-from ._tiles import Tiled, cuda_programs, host_task, per_runtime, placement, runtime
+from ._graph import Const, Data, Host, Index, Map, MatMul, Node, Reduce, Reshape, describe_origin
+from ._tiles import Tiled, buffer_shape, cuda_programs, forget_at_exit, host_task, per_runtime, placement, runtime
 
 MAX_INPUTS = 8
 MAX_DIMS = 4
@@ -205,7 +205,7 @@ def _aligned(leaf: Tiled, bounds: list[int], rt: ferry.Runtime) -> Tiled:
     return _retile(leaf, bounds, rt)
 
 
-def _whole(leaf: Tiled, rt: ferry.Runtime) -> Tiled:
+def whole(leaf: Tiled, rt: ferry.Runtime) -> Tiled:
     """The leaf as one tile (broadcast operands are read whole by every task)."""
     if len(leaf.tiles) <= 1:
         return leaf
@@ -263,7 +263,7 @@ def _elementwise(root: Node, fold: tuple[str, tuple[int, ...], np.dtype] | None)
     for v, s in zip(values, prog.leaf_shapes):
         st = _broadcast_strides(s, shape) if shape else [0]
         along = bool(shape) and len(s) == len(shape) and s[0] == shape[0] and shape[0] != 1
-        inputs.append(_aligned(v, bounds, rt) if along else _whole(v, rt))
+        inputs.append(_aligned(v, bounds, rt) if along else whole(v, rt))
         per_tile.append(along)
         strides.append(st)
 
@@ -374,6 +374,8 @@ def _elementwise(root: Node, fold: tuple[str, tuple[int, ...], np.dtype] | None)
 _cuda_kernels: dict[tuple[int, str, tuple[str, ...], str], Any] = {}
 _cuda_identities: dict[tuple[int, str, tuple[str, ...], str], Any] = {}
 _cuda_entries = itertools.count()
+forget_at_exit(_cuda_kernels)
+forget_at_exit(_cuda_identities)
 
 
 def _cuda_fused(rt: ferry.Runtime, text: str, inputs: list[str], y: str, folds: bool = False) -> Any:
@@ -497,16 +499,16 @@ def _matmul(node: MatMul) -> Tiled:
         return materialize(Const(0, t, node.shape)) if node.size else Tiled(node.shape, t, rt, [], [0])
     on = placement() or ""
     if len(a.shape) == 2 and len(b.shape) == 2:
-        a = _matrix_tiles(a, rt)
-        b = _matrix_tiles(_whole(b, rt), rt)
+        a = matrix_tiles(a, rt)
+        b = matrix_tiles(whole(b, rt), rt)
         out = Tiled.allocate(node.shape, t, rt, a.bounds)
         out.futures = [rt.gemm(at, b.tiles[0], ct, on=on, name="fnp:matmul")
                        for at, ct in zip(a.tiles, out.tiles)]
         out.label = "fnp:matmul"
         return out
     # Batched: (batch, m, k) @ (batch, k, n), tiles along the batch.
-    a = _matrix_tiles(a, rt)
-    b = _matrix_tiles(_aligned(b, a.bounds, rt), rt)
+    a = matrix_tiles(a, rt)
+    b = matrix_tiles(_aligned(b, a.bounds, rt), rt)
     m, k, n = a.shape[1], a.shape[2], b.shape[2]
     out = Tiled.allocate(node.shape, t, rt, a.bounds)
     futures = []
@@ -519,10 +521,9 @@ def _matmul(node: MatMul) -> Tiled:
     return out
 
 
-def _matrix_tiles(v: Tiled, rt: ferry.Runtime) -> Tiled:
+def matrix_tiles(v: Tiled, rt: ferry.Runtime) -> Tiled:
     """Tiles whose Ferry shape is rows x last axis, as gemm reads them (a
     reshaped array's tiles may have another: those are copied)."""
-    from ._tiles import buffer_shape
     if all(tuple(t.shape) == buffer_shape(v.shape, hi - lo) for t, lo, hi in zip(v.tiles, v.bounds, v.bounds[1:])):
         return v
     return _retile(v, v.bounds, rt)
@@ -533,7 +534,7 @@ def _matrix_tiles(v: Tiled, rt: ferry.Runtime) -> Tiled:
 def _reshape(node: Reshape) -> Tiled:
     x = materialize(node.x)
     # Fused programs read tiles flat, so the same tiles serve; gemm fixes a
-    # tile's own shape where it needs to (_matrix_tiles).
+    # tile's own shape where it needs to (matrix_tiles).
     same = x.reshaped(node.shape)
     if same is not None:
         return same
@@ -581,6 +582,7 @@ def _host(node: Host) -> Tiled:
             p += n
 
     inputs = [t for v in values for t in v.tiles]
-    out.futures = [host_task(rt, inputs, out.tiles, run, f"fnp.{node.name}")]
+    out.futures = [host_task(rt, inputs, out.tiles, run, f"fnp.{node.name}",
+                             f"fnp.{node.name}{describe_origin(node.origin)}")]
     out.label = f"fnp.{node.name}"
     return out

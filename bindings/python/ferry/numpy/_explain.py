@@ -6,12 +6,12 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from ._builders import asarray
 from ._engine import Program
 from ._graph import Const, Data, Host, Index, Map, MatMul, Node, Reduce, Reshape
 
 
 def explain(x: Any) -> str:
-    from ._functions import asarray
     lines: list[str] = []
     _walk(asarray(x)._node, lines, 0, set())
     return "\n".join(lines)

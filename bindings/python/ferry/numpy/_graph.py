@@ -3,6 +3,8 @@ nodes; nothing runs until a value is needed (see _engine.materialize)."""
 
 from __future__ import annotations
 
+import linecache
+import sys
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -124,17 +126,36 @@ class MatMul(Node):
         return "matmul"
 
 
+def user_frame() -> tuple[str, int] | None:
+    """The file and line, outside ferry.numpy, that is building a node: what
+    an error raised when the node runs, later and in a task, points at."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_globals.get("__name__", "").startswith("ferry.numpy"):
+        frame = frame.f_back
+    return (frame.f_code.co_filename, frame.f_lineno) if frame is not None else None
+
+
+def describe_origin(origin: tuple[str, int] | None) -> str:
+    if origin is None:
+        return ""
+    source = linecache.getline(*origin).strip()
+    return f", made at {origin[0]}:{origin[1]}" + (f": {source}" if source else "")
+
+
 class Host(Node):
     """A layout operation (transpose, reshape across tiles, slicing, concat,
     stack) or a LAPACK call without a Ferry kernel: a Python task on the CPU
-    workers applies `fn` to the inputs as NumPy arrays."""
+    workers applies `fn` to the inputs as NumPy arrays. Such a task can fail
+    on the data (an index out of range, a singular matrix), so the node keeps
+    the user's line that made it."""
 
-    __slots__ = ("fn", "args", "name")
+    __slots__ = ("fn", "args", "name", "origin")
 
     def __init__(self, name: str, fn: Callable[..., np.ndarray], args: Sequence[Node], shape: tuple[int, ...],
                  dtype: np.dtype) -> None:
         super().__init__(shape, dtype)
         self.fn, self.args, self.name = fn, tuple(args), name
+        self.origin = user_frame()
 
     def children(self) -> Sequence[Node]:
         return self.args

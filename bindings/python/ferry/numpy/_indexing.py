@@ -14,8 +14,13 @@ from typing import Any
 import numpy as np
 
 from . import _dtypes as dt
-from ._array import ndarray
-from ._functions import _host, asarray, astype, sum, where  # noqa: A004
+from ._array import ndarray, wrap
+from ._builders import asarray, astype, host
+from ._elementwise import where
+from ._engine import materialize
+from ._graph import Data
+from ._reductions import sum  # noqa: A004
+from ._tiles import Tiled
 
 
 def _axis(axis: int, ndim: int, name: str) -> int:
@@ -42,7 +47,7 @@ def take(x: Any, indices: Any, /, *, axis: int | None = None) -> ndarray:
         axis = 0
     ax = _axis(axis, a.ndim, "take")
     shape = a.shape[:ax] + i.shape + a.shape[ax + 1:]
-    return _host("take", lambda v, k: np.take(v, k, axis=ax), [a, i], shape, a.dtype)
+    return host("take", lambda v, k: np.take(v, k, axis=ax), [a, i], shape, a.dtype)
 
 
 def take_along_axis(x: Any, indices: Any, /, *, axis: int = -1) -> ndarray:
@@ -51,7 +56,31 @@ def take_along_axis(x: Any, indices: Any, /, *, axis: int = -1) -> ndarray:
     ax = _axis(axis, a.ndim, "take_along_axis")
     shape = np.broadcast_shapes(a.shape[:ax] + (1,) + a.shape[ax + 1:], i.shape[:ax] + (1,) + i.shape[ax + 1:])
     shape = shape[:ax] + (i.shape[ax],) + shape[ax + 1:]
-    return _host("take_along_axis", lambda v, k: np.take_along_axis(v, k, axis=ax), [a, i], shape, a.dtype)
+    return host("take_along_axis", lambda v, k: np.take_along_axis(v, k, axis=ax), [a, i], shape, a.dtype)
+
+
+def getitem(x: ndarray, key: Any) -> ndarray:
+    """x[key]: a view sharing whole tiles for a slice on tile bounds, else a
+    Python task (advanced_getitem for index arrays)."""
+    items = key if isinstance(key, tuple) else (key,)
+    for k in items:
+        if isinstance(k, (ndarray, np.ndarray, list)):
+            return advanced_getitem(x, key)
+        if not (k is None or k is Ellipsis or isinstance(k, (slice, int, np.integer))):
+            raise NotImplementedError(f"ferry.numpy supports basic indexing (integers, slices, None, ...), "
+                                      f"not indexing with a {type(k).__name__}")
+    shape = np.broadcast_to(np.empty((), dtype=np.uint8), x.shape)[key].shape
+    if isinstance(key, slice) and key.step in (None, 1) and x.ndim >= 1:
+        start, stop, _ = key.indices(x.shape[0])
+        value = materialize(x._node)
+        if builtins.any(start == b for b in value.bounds) and builtins.any(stop == b for b in value.bounds):
+            # Whole tiles: a view sharing them.
+            i, j = value.bounds.index(start), value.bounds.index(stop)
+            if j > i:
+                tiled = Tiled(shape, value.dtype, value.rt, value.tiles[i:j], [b - start for b in value.bounds[i:j + 1]],
+                              value.futures)
+                return wrap(Data(tiled))
+    return host("getitem", lambda v: v[key], [x], shape, x.dtype)
 
 
 def advanced_getitem(x: ndarray, key: Any) -> ndarray:
@@ -81,13 +110,13 @@ def advanced_getitem(x: ndarray, key: Any) -> ndarray:
     rest = [k for p, k in enumerate(items) if p != pos]
     if builtins.any(isinstance(k, ndarray) for k in rest):
         raise NotImplementedError("ferry.numpy indexes with at most one array per subscript")
-    return _host("getitem", gather, [x, index], shape, x.dtype)
+    return host("getitem", gather, [x, index], shape, x.dtype)
 
 
 def flip(x: Any, /, *, axis: Any = None) -> ndarray:
     a = asarray(x)
     axes = None if axis is None else tuple(_axis(int(v), a.ndim, "flip") for v in np.atleast_1d(axis))
-    return _host("flip", lambda v: np.flip(v, axis=axes), [a], a.shape, a.dtype)
+    return host("flip", lambda v: np.flip(v, axis=axes), [a], a.shape, a.dtype)
 
 
 def sort(x: Any, /, *, axis: int = -1, descending: bool = False, stable: bool = True) -> ndarray:
@@ -98,7 +127,7 @@ def sort(x: Any, /, *, axis: int = -1, descending: bool = False, stable: bool = 
         s = np.sort(v, axis=ax, kind="stable")
         return np.flip(s, axis=ax) if descending else s
 
-    return _host("sort", run, [a], a.shape, a.dtype)
+    return host("sort", run, [a], a.shape, a.dtype)
 
 
 def argsort(x: Any, /, *, axis: int = -1, descending: bool = False, stable: bool = True) -> ndarray:
@@ -113,7 +142,7 @@ def argsort(x: Any, /, *, axis: int = -1, descending: bool = False, stable: bool
         flipped = np.argsort(np.flip(v, axis=ax), axis=ax, kind="stable")
         return np.flip(n - 1 - flipped, axis=ax)
 
-    return _host("argsort", run, [a], a.shape, dt.int64)
+    return host("argsort", run, [a], a.shape, dt.int64)
 
 
 def cumulative_sum(x: Any, /, *, axis: int | None = None, dtype: Any = None,
@@ -141,7 +170,7 @@ def cumulative_sum(x: Any, /, *, axis: int | None = None, dtype: Any = None,
             s = np.pad(s, pad)
         return s
 
-    return _host("cumulative_sum", run, [a], tuple(shape), t)
+    return host("cumulative_sum", run, [a], tuple(shape), t)
 
 
 def setitem(x: ndarray, key: Any, value: Any) -> ndarray:
@@ -176,7 +205,7 @@ def setitem(x: ndarray, key: Any, value: Any) -> ndarray:
         out[k if isinstance(key, tuple) else k[0]] = fixed if value_at < 0 else vs[value_at]
         return out
 
-    return _host("setitem", assign, inputs, x.shape, x.dtype)
+    return host("setitem", assign, inputs, x.shape, x.dtype)
 
 
 def searchsorted(x1: Any, x2: Any, /, *, side: str = "left", sorter: Any = None) -> ndarray:
@@ -192,4 +221,4 @@ def searchsorted(x1: Any, x2: Any, /, *, side: str = "left", sorter: Any = None)
     def run(s: np.ndarray, values: np.ndarray, *order: np.ndarray) -> np.ndarray:
         return np.searchsorted(s, values, side=side, sorter=order[0] if order else None)
 
-    return _host("searchsorted", run, inputs, v.shape, dt.int64)
+    return host("searchsorted", run, inputs, v.shape, dt.int64)

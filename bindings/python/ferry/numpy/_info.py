@@ -29,10 +29,9 @@ class Info:
         return {"real floating": dt.float64, "complex floating": None, "integral": dt.int64, "indexing": dt.int64}
 
     def dtypes(self, *, device: Any = None, kind: Any = None) -> dict[str, np.dtype]:
-        from . import isdtype
         if kind is None:
             return dict(_ALL)
-        return {name: t for name, t in _ALL.items() if isdtype(t, kind)}
+        return {name: t for name, t in _ALL.items() if dt.isdtype(t, kind)}
 
 
 def __array_namespace_info__() -> Info:  # noqa: N807 - the array API's name

@@ -1,41 +1,84 @@
 """NumPy calling back into ferry.numpy: np.exp(x), np.sum(x), np.concatenate
-([x, y]) on ferry.numpy arrays run in Ferry. What ferry.numpy lacks raises
-NotImplementedError naming the function; nothing falls back to NumPy
-silently (that would copy the arrays home)."""
+([x, y]) on ferry.numpy arrays run in Ferry. A NumPy function ferry.numpy
+lacks runs on NumPy copies of the arrays (read back to the host), with a
+HostCopyWarning naming the function and the arrays the first time: the
+answer is NumPy's, and the copy is said aloud, never silent."""
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
 
 from . import _creation as c
-from . import _functions as f
+from . import _elementwise as e
 from . import _indexing as ix
+from . import _manipulation as m
+from . import _products as p
+from . import _reductions as r
 from . import linalg
+from ._array import ndarray
+
+
+class HostCopyWarning(UserWarning):
+    """A NumPy function ferry.numpy does not implement ran on NumPy copies of
+    ferry.numpy arrays: their values were read back to the host. Given once
+    per function."""
+
+
+_warned: set[str] = set()
+
+
+def _on_host(name: str, func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
+    copied: list[str] = []
+
+    def home(v: Any) -> Any:
+        if isinstance(v, ndarray):
+            copied.append(f"{v.dtype}{list(v.shape)}")
+            return v.numpy()
+        if type(v) in (list, tuple):
+            return type(v)(home(item) for item in v)
+        if type(v) is dict:
+            return {key: home(item) for key, item in v.items()}
+        return v
+
+    args, kwargs = home(args), home(kwargs)
+    if name not in _warned:
+        _warned.add(name)
+        # stacklevel 4: the caller of the NumPy function (past this, the
+        # protocol function and ndarray's method; NumPy's dispatch is C).
+        warnings.warn(f"ferry.numpy does not implement {name}: it ran on NumPy copies of the arrays "
+                      f"{', '.join(copied)}, read back to the host; the result is NumPy's", HostCopyWarning,
+                      stacklevel=4)
+    return func(*args, **kwargs)
+
+
+def _holds_ferry_array(v: Any) -> bool:
+    return isinstance(v, ndarray) or (type(v) in (list, tuple) and any(_holds_ferry_array(x) for x in v))
 
 _UFUNCS = {
-    "add": f.add, "subtract": f.subtract, "multiply": f.multiply, "divide": f.divide, "true_divide": f.divide,
-    "floor_divide": f.floor_divide, "remainder": f.remainder, "power": f.pow, "maximum": f.maximum,
-    "minimum": f.minimum, "equal": f.equal, "not_equal": f.not_equal, "less": f.less, "less_equal": f.less_equal,
-    "greater": f.greater, "greater_equal": f.greater_equal, "logical_and": f.logical_and,
-    "logical_or": f.logical_or, "logical_xor": f.logical_xor, "logical_not": f.logical_not,
-    "bitwise_and": f.bitwise_and, "bitwise_or": f.bitwise_or, "bitwise_xor": f.bitwise_xor,
-    "invert": f.bitwise_invert, "negative": f.negative, "positive": f.positive, "absolute": f.abs,
-    "square": f.square, "sign": f.sign, "floor": f.floor, "ceil": f.ceil, "exp": f.exp, "expm1": f.expm1,
-    "log": f.log, "log1p": f.log1p, "log2": f.log2, "log10": f.log10, "sqrt": f.sqrt, "sin": f.sin, "cos": f.cos,
-    "tanh": f.tanh, "isnan": f.isnan, "isfinite": f.isfinite, "isinf": f.isinf, "matmul": f.matmul,
+    "add": e.add, "subtract": e.subtract, "multiply": e.multiply, "divide": e.divide, "true_divide": e.divide,
+    "floor_divide": e.floor_divide, "remainder": e.remainder, "power": e.pow, "maximum": e.maximum,
+    "minimum": e.minimum, "equal": e.equal, "not_equal": e.not_equal, "less": e.less, "less_equal": e.less_equal,
+    "greater": e.greater, "greater_equal": e.greater_equal, "logical_and": e.logical_and,
+    "logical_or": e.logical_or, "logical_xor": e.logical_xor, "logical_not": e.logical_not,
+    "bitwise_and": e.bitwise_and, "bitwise_or": e.bitwise_or, "bitwise_xor": e.bitwise_xor,
+    "invert": e.bitwise_invert, "negative": e.negative, "positive": e.positive, "absolute": e.abs,
+    "square": e.square, "sign": e.sign, "floor": e.floor, "ceil": e.ceil, "exp": e.exp, "expm1": e.expm1,
+    "log": e.log, "log1p": e.log1p, "log2": e.log2, "log10": e.log10, "sqrt": e.sqrt, "sin": e.sin, "cos": e.cos,
+    "tanh": e.tanh, "isnan": e.isnan, "isfinite": e.isfinite, "isinf": e.isinf, "matmul": p.matmul,
 }
 
-_REDUCE = {"add": f.sum, "multiply": f.prod, "maximum": f.max, "minimum": f.min, "logical_or": f.any,
-           "logical_and": f.all}
+_REDUCE = {"add": r.sum, "multiply": r.prod, "maximum": r.max, "minimum": r.min, "logical_or": r.any,
+           "logical_and": r.all}
 
 
 def array_ufunc(ufunc: Any, method: str, inputs: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     name = getattr(ufunc, "__name__", str(ufunc))
-    if kwargs.get("out") is not None:
+    if _holds_ferry_array(kwargs.get("out")):
         raise NotImplementedError(f"numpy.{name}(..., out=...) on ferry.numpy arrays: results are new arrays, never written into one")
-    extra = {k: v for k, v in kwargs.items() if k not in ("out",)}
+    extra = {k: v for k, v in kwargs.items() if k != "out" or v is not None}
     if method == "__call__" and name in _UFUNCS and not extra:
         return _UFUNCS[name](*inputs)
     if method == "reduce" and name in _REDUCE and len(inputs) == 1:
@@ -43,9 +86,8 @@ def array_ufunc(ufunc: Any, method: str, inputs: tuple[Any, ...], kwargs: dict[s
         keepdims = extra.pop("keepdims", False)
         if not extra:
             return _REDUCE[name](inputs[0], axis=axis, keepdims=keepdims)
-    detail = f".{method}" if method != "__call__" else ""
-    raise NotImplementedError(f"ferry.numpy does not implement numpy.{name}{detail}"
-                              f"{' with ' + ', '.join(extra) if extra else ''}")
+    full = f"numpy.{name}" + (f".{method}" if method != "__call__" else "")
+    return _on_host(full, ufunc if method == "__call__" else getattr(ufunc, method), inputs, kwargs)
 
 
 def _svd(a: Any, full_matrices: bool = True, compute_uv: bool = True, hermitian: bool = False) -> Any:
@@ -89,33 +131,33 @@ def _plain(fn: Any, *names: str) -> Any:
 
 
 _FUNCTIONS: dict[Any, Any] = {
-    np.sum: _reduction(f.sum), np.prod: _reduction(f.prod), np.mean: _reduction(f.mean),
-    np.min: lambda x, axis=None, keepdims=False, **k: f.min(x, axis=axis, keepdims=keepdims),
-    np.max: lambda x, axis=None, keepdims=False, **k: f.max(x, axis=axis, keepdims=keepdims),
-    np.amin: lambda x, axis=None, keepdims=False, **k: f.min(x, axis=axis, keepdims=keepdims),
-    np.amax: lambda x, axis=None, keepdims=False, **k: f.max(x, axis=axis, keepdims=keepdims),
-    np.any: lambda x, axis=None, keepdims=False, **k: f.any(x, axis=axis, keepdims=keepdims),
-    np.all: lambda x, axis=None, keepdims=False, **k: f.all(x, axis=axis, keepdims=keepdims),
-    np.std: lambda x, axis=None, dtype=None, out=None, ddof=0, keepdims=False: f.std(x, axis=axis, ddof=ddof,
+    np.sum: _reduction(r.sum), np.prod: _reduction(r.prod), np.mean: _reduction(r.mean),
+    np.min: lambda x, axis=None, keepdims=False, **k: r.min(x, axis=axis, keepdims=keepdims),
+    np.max: lambda x, axis=None, keepdims=False, **k: r.max(x, axis=axis, keepdims=keepdims),
+    np.amin: lambda x, axis=None, keepdims=False, **k: r.min(x, axis=axis, keepdims=keepdims),
+    np.amax: lambda x, axis=None, keepdims=False, **k: r.max(x, axis=axis, keepdims=keepdims),
+    np.any: lambda x, axis=None, keepdims=False, **k: r.any(x, axis=axis, keepdims=keepdims),
+    np.all: lambda x, axis=None, keepdims=False, **k: r.all(x, axis=axis, keepdims=keepdims),
+    np.std: lambda x, axis=None, dtype=None, out=None, ddof=0, keepdims=False: r.std(x, axis=axis, ddof=ddof,
                                                                                      keepdims=keepdims),
-    np.var: lambda x, axis=None, dtype=None, out=None, ddof=0, keepdims=False: f.var(x, axis=axis, ddof=ddof,
+    np.var: lambda x, axis=None, dtype=None, out=None, ddof=0, keepdims=False: r.var(x, axis=axis, ddof=ddof,
                                                                                      keepdims=keepdims),
-    np.argmin: lambda x, axis=None, out=None, keepdims=False: f.argmin(x, axis=axis, keepdims=keepdims),
-    np.argmax: lambda x, axis=None, out=None, keepdims=False: f.argmax(x, axis=axis, keepdims=keepdims),
-    np.where: lambda c, a, b: f.where(c, a, b),
-    np.clip: lambda x, a_min=None, a_max=None, **k: f.clip(x, k.get("min", a_min), k.get("max", a_max)),
-    np.dot: lambda a, b: f.dot(a, b), np.vdot: f.vdot, np.matmul: f.matmul,
-    np.tensordot: lambda a, b, axes=2: f.tensordot(a, b, axes=axes), np.outer: f.outer,
-    np.transpose: lambda x, axes=None: f.transpose(x, axes), np.reshape: lambda x, *a, **k: f.reshape(x, *a, **k),
-    np.concatenate: lambda arrays, axis=0: f.concat(arrays, axis=axis),
-    np.stack: lambda arrays, axis=0: f.stack(arrays, axis=axis),
-    np.expand_dims: lambda x, axis: f.expand_dims(x, axis), np.squeeze: lambda x, axis=None: f.squeeze(x, axis),
-    np.broadcast_to: lambda x, shape: f.broadcast_to(x, shape), np.swapaxes: f.swapaxes,
+    np.argmin: lambda x, axis=None, out=None, keepdims=False: r.argmin(x, axis=axis, keepdims=keepdims),
+    np.argmax: lambda x, axis=None, out=None, keepdims=False: r.argmax(x, axis=axis, keepdims=keepdims),
+    np.where: lambda c, a, b: e.where(c, a, b),
+    np.clip: lambda x, a_min=None, a_max=None, **k: e.clip(x, k.get("min", a_min), k.get("max", a_max)),
+    np.dot: lambda a, b: p.dot(a, b), np.vdot: p.vdot, np.matmul: p.matmul,
+    np.tensordot: lambda a, b, axes=2: p.tensordot(a, b, axes=axes), np.outer: p.outer,
+    np.transpose: lambda x, axes=None: m.transpose(x, axes), np.reshape: lambda x, *a, **k: m.reshape(x, *a, **k),
+    np.concatenate: lambda arrays, axis=0: m.concat(arrays, axis=axis),
+    np.stack: lambda arrays, axis=0: m.stack(arrays, axis=axis),
+    np.expand_dims: lambda x, axis: m.expand_dims(x, axis), np.squeeze: lambda x, axis=None: m.squeeze(x, axis),
+    np.broadcast_to: lambda x, shape: m.broadcast_to(x, shape), np.swapaxes: m.swapaxes,
     np.zeros_like: lambda x, dtype=None: c.zeros_like(x, dtype=dtype),
     np.ones_like: lambda x, dtype=None: c.ones_like(x, dtype=dtype),
     np.full_like: lambda x, fill_value, dtype=None: c.full_like(x, fill_value, dtype=dtype),
     np.empty_like: lambda x, dtype=None: c.empty_like(x, dtype=dtype),
-    np.ravel: lambda x: f.reshape(x, (-1,)), np.shape: lambda x: x.shape, np.ndim: lambda x: x.ndim,
+    np.ravel: lambda x: m.reshape(x, (-1,)), np.shape: lambda x: x.shape, np.ndim: lambda x: x.ndim,
     np.size: lambda x: x.size,
     np.linalg.norm: lambda x, ord=None, axis=None, keepdims=False: linalg.norm(x, ord=ord, axis=axis,
                                                                                keepdims=keepdims),
@@ -134,5 +176,5 @@ def array_function(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> 
     if impl is None:
         module = getattr(func, "__module__", None) or "numpy"
         module = ".".join(part for part in module.split(".") if not part.startswith("_"))
-        raise NotImplementedError(f"ferry.numpy does not implement {module}.{func.__name__}")
+        return _on_host(f"{module}.{func.__name__}", func, args, kwargs)
     return impl(*args, **kwargs)

@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from . import _dtypes as dt
-from ._functions import _host, asarray
+from ._builders import asarray, host
 
 
 class UniqueAllResult(NamedTuple):
@@ -40,12 +40,12 @@ def _unique(v: np.ndarray, part: str) -> np.ndarray:
 
 def _parts(x: Any, parts: list[str]) -> list[Any]:
     a = asarray(x)
-    count = int(_host("unique-count", lambda v: np.int64(_unique(v, "values").size), [a], (), dt.int64))
+    count = int(host("unique-count", lambda v: np.int64(_unique(v, "values").size), [a], (), dt.int64))
     out = []
     for part in parts:
         shape = a.shape if part == "inverse" else (count,)
         t = a.dtype if part == "values" else dt.int64
-        out.append(_host(f"unique_{part}", lambda v, p=part: _unique(v, p), [a], shape, t))
+        out.append(host(f"unique_{part}", lambda v, p=part: _unique(v, p), [a], shape, t))
     return out
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import itertools
+import re
 import threading
 import weakref
 from typing import Any, Callable, Iterator, Sequence
@@ -148,7 +149,13 @@ class Tiled:
 
     def wait(self) -> None:
         for f in self.futures:
-            f.result()
+            try:
+                f.result()
+            except ferry.KernelError as error:
+                typed = translated(error)
+                if typed is None:
+                    raise
+                raise typed from None
 
     def numpy(self) -> np.ndarray:
         """A NumPy copy (a view when there is one tile)."""
@@ -176,7 +183,7 @@ class Tiled:
 
 # ---- Python tasks for layout operations ----
 
-_pending: dict[str, Callable[..., None]] = {}
+_pending: dict[str, tuple[Callable[..., None], str]] = {}
 _kernels: dict[tuple[int, int, int], Any] = {}
 _ids = itertools.count()
 
@@ -194,21 +201,37 @@ def per_runtime(cache: dict[Any, Any], key: tuple[Any, ...], rt: ferry.Runtime, 
     return value
 
 
+# ---- failures: an exception raised in a task reaches the caller with its type ----
+
+_failures: dict[str, tuple[Exception, str]] = {}
+_KEPT_FAILURES = 64
+_CALL = re.compile(r"\[fnp task ([^\]]+)\]")
+# LAPACK's kernels fail on the data (not positive definite, no convergence):
+# NumPy's LinAlgError, as np.linalg would raise.
+_LAPACK = re.compile(r"task '([^']*)' \(kernel (?:potrf|gesdd|syevd|geqrf)\) failed on [^:]*: ([^\n]*)")
+_typed: dict[type, type] = {}
+
+_caches: list[dict[Any, Any]] = [_kernels, _pending, _failures]
+
+
+def forget_at_exit(cache: dict[Any, Any]) -> None:
+    """Empties `cache` at exit: kernel handles held by the floors above (the
+    engine's CUDA programs) must go before the extension does."""
+    _caches.append(cache)
+
+
 @atexit.register
 def _forget() -> None:
-    # Kernel handles and the default runtime must go before the extension does.
-    _kernels.clear()
-    _pending.clear()
+    for cache in _caches:
+        cache.clear()
     _default.clear()
-    from . import _engine
-    _engine._cuda_kernels.clear()
-    _engine._cuda_identities.clear()
 
 
 def host_task(rt: ferry.Runtime, inputs: Sequence[Any], outputs: Sequence[Any], fn: Callable[..., None],
-              name: str) -> Any:
+              name: str, what: str = "") -> Any:
     """Submits one Python task reading the Ferry arrays `inputs` and writing
-    `outputs`: fn(inputs, outputs) gets NumPy views of both."""
+    `outputs`: fn(inputs, outputs) gets NumPy views of both. `what` names
+    the task in the error its failure raises (translated)."""
     def make() -> Any:
         params = [(f"x{i}", "read") for i in range(len(inputs))] + [(f"y{i}", "write") for i in range(len(outputs))]
         params.append(("call", "text"))
@@ -216,7 +239,16 @@ def host_task(rt: ferry.Runtime, inputs: Sequence[Any], outputs: Sequence[Any], 
 
         def run(*args: Any) -> None:
             *arrays, call = args
-            _pending.pop(call)(arrays[:n_in], arrays[n_in:])
+            task, description = _pending.pop(call)
+            try:
+                task(arrays[:n_in], arrays[n_in:])
+            except Exception as exc:
+                # Keep the exception itself for the caller; the task's own
+                # error (a KernelError's text) only needs to say which one.
+                _failures[call] = (exc.with_traceback(None), description)  # its frames hold the tiles
+                while len(_failures) > _KEPT_FAILURES:
+                    del _failures[next(iter(_failures))]
+                raise RuntimeError(f"[fnp task {call}] {type(exc).__name__}: {exc}") from None
 
         base = f"fnp.host{len(inputs)}x{len(outputs)}"
         unique, n = base, 1
@@ -227,5 +259,39 @@ def host_task(rt: ferry.Runtime, inputs: Sequence[Any], outputs: Sequence[Any], 
 
     kernel = per_runtime(_kernels, (id(rt), len(inputs), len(outputs)), rt, make)
     call = f"{name}#{next(_ids)}"
-    _pending[call] = fn
+    _pending[call] = (fn, what or name)
     return rt._submit(kernel, (*inputs, *outputs, call), "cpu", name)
+
+
+class TaskFailure(ferry.KernelError):
+    """The base of the classes an exception raised inside a ferry.numpy task
+    is re-raised with: each derives from the exception's own type (IndexError,
+    LinAlgError, ...) and from this one, so `except IndexError` and `except
+    ferry.KernelError` both catch it."""
+
+
+def typed_failure(kind: type, message: str) -> Exception | None:
+    """An exception of `kind` that is also a TaskFailure; None where the two
+    cannot be combined (a built-in with its own layout or arguments)."""
+    cls = _typed.get(kind)
+    try:
+        if cls is None:
+            cls = type(kind.__name__, (kind, TaskFailure),
+                       {"__module__": kind.__module__, "__qualname__": kind.__qualname__})
+            _typed[kind] = cls
+        return cls(message)
+    except Exception:  # noqa: BLE001 - any type that refuses is left as the KernelError
+        return None
+
+
+def translated(error: ferry.KernelError) -> Exception | None:
+    """The error a task failure means to the caller, or None to keep `error`."""
+    text = str(error)
+    call = _CALL.search(text)
+    if call and call.group(1) in _failures:
+        exc, what = _failures[call.group(1)]
+        return typed_failure(type(exc), f"{exc} (in {what})")
+    lapack = _LAPACK.search(text)
+    if lapack:
+        return typed_failure(np.linalg.LinAlgError, f"{lapack.group(2)} (in {lapack.group(1)})")
+    return None

@@ -14,11 +14,14 @@ import numpy as np
 
 from . import _dtypes as dt
 from ._array import wrap
+from ._builders import asarray, astype, host
 from ._creation import eye, zeros
-from ._engine import _matrix_tiles, _whole, materialize
-from ._functions import (abs, asarray, astype, matmul, matrix_transpose, max, min, sqrt, sum, tensordot,  # noqa: A004
-                         vecdot, where)
+from ._elementwise import abs, divide, greater, greater_equal, multiply, not_equal, pow, sqrt, where  # noqa: A004
+from ._engine import materialize, matrix_tiles, whole
 from ._graph import Data, Index
+from ._manipulation import matrix_transpose, reshape
+from ._products import matmul, tensordot, vecdot
+from ._reductions import max, min, sum  # noqa: A004
 from ._tiles import Tiled, placement
 
 __all__ = ["EighResult", "QRResult", "SVDResult", "cholesky", "eigh", "eigvalsh", "inv", "pinv", "qr", "matmul", "matrix_norm", "matrix_transpose",
@@ -61,7 +64,7 @@ def _one_tile(x: Any) -> Any:
     """x's value as one tile of Ferry shape rows x columns (what the LAPACK
     kernels read)."""
     value = materialize(x._node)
-    return _matrix_tiles(_whole(value, value.rt), value.rt)
+    return matrix_tiles(whole(value, value.rt), value.rt)
 
 
 def _decompose(kernel: str, a: Any, outputs: list[tuple[int, ...]], extra: tuple[Any, ...], label: str) -> list[Any]:
@@ -133,9 +136,10 @@ def pinv(x: Any, /, *, rtol: float | None = None) -> Any:
     if builtins.min(m, n) == 0:
         return zeros((n, m), dtype=a.dtype)
     u, s, vt = svd(a, full_matrices=False)
-    cut = (builtins.max(m, n) * float(np.finfo(a.dtype).eps) if rtol is None else float(rtol)) * max(s)
-    inverse = where(s > cut, 1 / where(s > cut, s, 1), 0)
-    return matmul(matrix_transpose(vt) * inverse, matrix_transpose(u))
+    cut = multiply(max(s), builtins.max(m, n) * float(np.finfo(a.dtype).eps) if rtol is None else float(rtol))
+    kept = greater(s, cut)
+    inverse = where(kept, divide(1, where(kept, s, 1)), 0)
+    return matmul(multiply(matrix_transpose(vt), inverse), matrix_transpose(u))
 
 
 def inv(x: Any, /) -> Any:
@@ -157,14 +161,14 @@ def cholesky(x: Any, /, *, upper: bool = False) -> Any:
     n = a.shape[0]
     if n == 0:
         return a
-    v = _matrix_tiles(_whole(materialize(a._node), materialize(a._node).rt), materialize(a._node).rt)
+    v = matrix_tiles(whole(materialize(a._node), materialize(a._node).rt), materialize(a._node).rt)
     rt = v.rt
     on = placement() or ""
     factor = rt.empty((n, n), a.dtype)
     futures = [rt.copy(v.tiles[0], factor, on=on, name="fnp:cholesky-copy"),
                rt.potrf(factor, on=on, name="fnp:cholesky")]
     full = wrap(Data(Tiled((n, n), a.dtype, rt, [factor], [0, n], futures, "fnp:cholesky")))
-    lower = wrap(Index((n, n), 0)) >= wrap(Index((n, n), 1))
+    lower = greater_equal(wrap(Index((n, n), 0)), wrap(Index((n, n), 1)))
     low = where(lower, full, 0)
     return matrix_transpose(low) if upper else low
 
@@ -177,8 +181,7 @@ def solve(a: Any, b: Any, /) -> Any:
     t = t if dt.is_float(t) else dt.float64
     if y.shape[0] != x.shape[0] or y.ndim > 2:
         raise ValueError(f"solve: a is {x.shape} but b is {y.shape}")
-    from ._functions import _host
-    return _host("solve", lambda p, q: np.linalg.solve(p, q), [astype(x, t), astype(y, t)], y.shape, t)
+    return host("solve", lambda p, q: np.linalg.solve(p, q), [astype(x, t), astype(y, t)], y.shape, t)
 
 
 def vector_norm(x: Any, /, *, axis: Any = None, keepdims: bool = False, ord: Any = 2) -> Any:  # noqa: A002
@@ -186,7 +189,7 @@ def vector_norm(x: Any, /, *, axis: Any = None, keepdims: bool = False, ord: Any
     t = dt.float_of(a.dtype) if a.dtype != dt.bool_ else dt.float64
     a = astype(a, t)
     if ord == 2:
-        return sqrt(sum(a * a, axis=axis, keepdims=keepdims))
+        return sqrt(sum(multiply(a, a), axis=axis, keepdims=keepdims))
     if ord == math.inf:
         return max(abs(a), axis=axis, keepdims=keepdims)
     if ord == -math.inf:
@@ -194,9 +197,9 @@ def vector_norm(x: Any, /, *, axis: Any = None, keepdims: bool = False, ord: Any
     if ord == 1:
         return sum(abs(a), axis=axis, keepdims=keepdims)
     if ord == 0:
-        return astype(sum(a != 0, axis=axis, keepdims=keepdims), t)
+        return astype(sum(not_equal(a, 0), axis=axis, keepdims=keepdims), t)
     if isinstance(ord, (int, float)):
-        return sum(abs(a) ** float(ord), axis=axis, keepdims=keepdims) ** (1.0 / ord)
+        return pow(sum(pow(abs(a), float(ord)), axis=axis, keepdims=keepdims), 1.0 / ord)
     raise ValueError(f"vector norm order {ord!r} is not a number")
 
 
@@ -211,7 +214,6 @@ def matrix_norm(x: Any, /, *, keepdims: bool = False, ord: Any = "fro") -> Any: 
             raise NotImplementedError(f"matrix norm ord={ord!r} of a stack of matrices (shape {a.shape})")
         s = svdvals(astype(a, t))
         value = max(s) if ord == 2 else min(s) if ord == -2 else sum(s)
-        from ._functions import reshape
         return reshape(value, (1, 1)) if keepdims else value
     a = abs(astype(a, t))
     if ord in (1, -1):
@@ -222,7 +224,6 @@ def matrix_norm(x: Any, /, *, keepdims: bool = False, ord: Any = "fro") -> Any: 
         out = max(row, axis=axes[0], keepdims=True) if ord == math.inf else min(row, axis=axes[0], keepdims=True)
     else:
         raise ValueError(f"matrix norm order {ord!r} is not one of 'fro', 'nuc', 1, -1, 2, -2, inf, -inf")
-    from ._functions import reshape
     return out if keepdims else reshape(out, a.shape[:-2])
 
 

@@ -13,7 +13,8 @@ import numpy as np
 from . import _dtypes as dt
 from ._array import ndarray, wrap
 from ._creation import flat_index
-from ._functions import _shape, astype, floor
+from ._builders import astype, shape_of
+from ._elementwise import add, floor, multiply
 from ._graph import Map
 
 __all__ = ["Generator", "default_rng", "normal", "random", "seed", "standard_normal", "uniform"]
@@ -34,7 +35,7 @@ class Generator:
         return (self._seed * 0x9E3779B97F4A7C15 + next(self._calls) * 0xD1B54A32D192ED03 + 1) & _MASK
 
     def _draw(self, kind: str, size: Any) -> ndarray:
-        shape = _shape(size if size is not None else ())
+        shape = shape_of(size if size is not None else ())
         return wrap(Map(kind, [flat_index(shape)] if shape else [flat_index(())], dt.float64, self._stream()))
 
     def random(self, size: Any = None, dtype: Any = dt.float64) -> ndarray:
@@ -42,20 +43,20 @@ class Generator:
         return astype(self._draw("uniform", size), dt.dtype(dtype))
 
     def uniform(self, low: float = 0.0, high: float = 1.0, size: Any = None) -> ndarray:
-        return self._draw("uniform", size) * (high - low) + low
+        return add(multiply(self._draw("uniform", size), high - low), low)
 
     def standard_normal(self, size: Any = None, dtype: Any = dt.float64) -> ndarray:
         return astype(self._draw("normal", size), dt.dtype(dtype))
 
     def normal(self, loc: float = 0.0, scale: float = 1.0, size: Any = None) -> ndarray:
-        return self._draw("normal", size) * scale + loc
+        return add(multiply(self._draw("normal", size), scale), loc)
 
     def integers(self, low: int, high: int | None = None, size: Any = None, dtype: Any = dt.int64) -> ndarray:
         if high is None:
             low, high = 0, low
         if high <= low:
             raise ValueError(f"high ({high}) must be greater than low ({low})")
-        return astype(floor(self._draw("uniform", size) * float(high - low)) + low, dt.dtype(dtype))
+        return astype(add(floor(multiply(self._draw("uniform", size), float(high - low))), low), dt.dtype(dtype))
 
 
 def default_rng(seed: int | None = None) -> Generator:

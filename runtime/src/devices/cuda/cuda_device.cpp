@@ -127,7 +127,7 @@ CudaDevice::CudaDevice(DeviceHost& runtime, DeviceId id, MemoryNodeId node, Cuda
 CudaDevice::~CudaDevice() {
   drain();
   // Bring home what only this GPU holds: buffers may outlive the runtime.
-  for (auto& root : held_roots()) {
+  for (auto& root : held_.snapshot()) {
     try {
       forget_node(*root, *this);
     } catch (const std::exception& e) {
@@ -241,31 +241,14 @@ void* CudaDevice::pointer(std::uint64_t id) const {
   return it->second.ptr;
 }
 
-std::vector<std::shared_ptr<BufferRoot>> CudaDevice::held_roots() {
-  std::vector<std::shared_ptr<BufferRoot>> roots;
-  std::lock_guard lock(held_mutex_);
-  for (auto it = held_.begin(); it != held_.end();) {
-    if (auto root = it->second.lock()) {
-      roots.push_back(std::move(root));
-      ++it;
-    } else {
-      it = held_.erase(it);
-    }
-  }
-  return roots;
-}
-
 std::size_t CudaDevice::evict(std::size_t bytes) {
-  const std::size_t freed = evict_from_node(*this, held_roots(), bytes);
+  const std::size_t freed = evict_from_node(*this, held_.snapshot(), bytes);
   log().debug("{}: evicted {} to make room for {}", name(), format_bytes(freed), format_bytes(bytes));
   return freed;
 }
 
 void CudaDevice::hold(const std::shared_ptr<BufferRoot>& root) {
-  std::lock_guard lock(held_mutex_);
-  // A root that died left its address behind: a new one there replaces it.
-  const auto [it, added] = held_.try_emplace(root.get(), root);
-  if (!added && it->second.expired()) it->second = root;
+  held_.hold(root);
 }
 
 std::uint64_t CudaDevice::ship(const HostRegion& source) {

@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "data/coherence.hpp"
+#include "data/held_roots.hpp"
 #include "devices/cuda/cuda_copy.hpp"
 #include "devices/cuda/cuda_handles.hpp"
 #include "devices/device.hpp"
@@ -171,7 +172,6 @@ class CudaDevice final : public Device, public NodeLink {
   std::pair<std::uint64_t, void*> allocate_block(std::size_t bytes);
   void* pointer(std::uint64_t id) const;
   std::size_t evict(std::size_t bytes);
-  std::vector<std::shared_ptr<BufferRoot>> held_roots();
   // Once per source GPU: peer access from this GPU, if the pair has it.
   void open_peer(CudaDevice& source);
   void measure_link();
@@ -193,8 +193,7 @@ class CudaDevice final : public Device, public NodeLink {
   std::unordered_map<std::uint64_t, Block> blocks_;
   std::atomic<std::uint64_t> next_block_{1};
 
-  std::mutex held_mutex_;
-  std::unordered_map<const BufferRoot*, std::weak_ptr<BufferRoot>> held_;
+  HeldRoots held_;
 
   std::mutex queue_mutex_;
   std::condition_variable queue_cv_;     // the executor's

@@ -515,13 +515,7 @@ std::uint64_t RemoteDevice::with_room(std::size_t bytes, const std::function<std
     return put();
   } catch (const NoRoom&) {
     // Make room the LRU way, then try once more; still no room is a failure.
-    std::vector<std::shared_ptr<BufferRoot>> roots;
-    {
-      std::lock_guard lock(held_mutex_);
-      for (auto& weak : held_)
-        if (auto root = weak.lock()) roots.push_back(std::move(root));
-    }
-    const std::size_t freed = evict_from_node(*this, roots, bytes);
+    const std::size_t freed = evict_from_node(*this, held_.snapshot(), bytes);
     log().debug("remote {}: evicted {} to make room for {}", options_.address, format_bytes(freed), format_bytes(bytes));
     return put();
   }
@@ -582,11 +576,7 @@ void RemoteDevice::drop(std::uint64_t id) noexcept {
 }
 
 void RemoteDevice::hold(const std::shared_ptr<BufferRoot>& root) {
-  std::lock_guard lock(held_mutex_);
-  std::erase_if(held_, [](const auto& weak) { return weak.expired(); });
-  for (const auto& weak : held_)
-    if (weak.lock() == root) return;
-  held_.push_back(root);
+  held_.hold(root);
 }
 
 protocol::StatsReply RemoteDevice::stats() {

@@ -40,6 +40,7 @@
 
 #include "data/task_record.hpp"
 #include "data/coherence.hpp"
+#include "data/held_roots.hpp"
 #include "devices/device.hpp"
 #include "ferry/transport/bootstrap.hpp"
 #include "ferry/transport/connection.hpp"
@@ -354,8 +355,7 @@ class RemoteDevice final : public Device, public NodeLink {
   std::atomic<std::uint64_t> forwarded_count_{0};
   std::atomic<std::uint64_t> checkpoints_{0};
 
-  std::mutex held_mutex_;
-  std::vector<std::weak_ptr<BufferRoot>> held_;
+  HeldRoots held_;
 
   std::atomic<bool> retiring_{false};
   std::mutex reconnect_mutex_;

@@ -33,14 +33,7 @@ void RemoteDevice::adopt(transport::Dialed dialed) {
 }
 
 void RemoteDevice::bring_home(const char* when) {
-  std::vector<std::shared_ptr<BufferRoot>> roots;
-  {
-    std::lock_guard lock(held_mutex_);
-    for (auto& weak : held_)
-      if (auto root = weak.lock()) roots.push_back(std::move(root));
-    held_.clear();
-  }
-  for (auto& root : roots) {
+  for (auto& root : held_.take()) {
     try {
       forget_node(*root, *this);
     } catch (const std::exception& e) {

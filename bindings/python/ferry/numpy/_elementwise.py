@@ -1,0 +1,274 @@
+"""Elementwise functions: arithmetic, comparisons, logical and bitwise
+operations, where/clip and the unary functions. Each is one instruction of
+a fused program (_engine.Program); chains of them run as one task per tile."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from . import _dtypes as dt
+from ._array import ndarray, wrap
+from ._builders import apply, asarray, cast, node, truth, weak
+from ._graph import Const
+
+
+# ---- elementwise: binary ----
+
+def _arith(op: str, a: Any, b: Any) -> ndarray:
+    t = dt.result_type(weak(a), weak(b))
+    x, y = cast(node(a), t), cast(node(b), t)
+    if t == dt.bool_:
+        if op in ("add", "maximum"):
+            op = "or"
+        elif op in ("mul", "minimum"):
+            op = "and"
+        elif op != "pow":
+            raise TypeError(f"numpy boolean {op} is not supported; use logical_xor or cast to an integer type")
+        else:
+            x, y, t = cast(x, dt.int64), cast(y, dt.int64), dt.int64
+    return apply(op, [x, y], t)
+
+
+def add(a: Any, b: Any) -> ndarray:
+    return _arith("add", a, b)
+
+
+def subtract(a: Any, b: Any) -> ndarray:
+    return _arith("sub", a, b)
+
+
+def multiply(a: Any, b: Any) -> ndarray:
+    return _arith("mul", a, b)
+
+
+def divide(a: Any, b: Any) -> ndarray:
+    t = dt.result_type(weak(a), weak(b))
+    t = t if dt.is_float(t) else dt.float64
+    return apply("div", [cast(node(a), t), cast(node(b), t)], t)
+
+
+true_divide = divide
+
+
+def floor_divide(a: Any, b: Any) -> ndarray:
+    return _arith("floordiv", a, b)
+
+
+def remainder(a: Any, b: Any) -> ndarray:
+    return _arith("mod", a, b)
+
+
+mod = remainder
+
+
+def pow(a: Any, b: Any) -> ndarray:  # noqa: A001 - the array API's name
+    if dt.is_int(dt.result_type(weak(a), weak(b))) and _negative_on_host(b):
+        raise ValueError("Integers to negative integer powers are not allowed.")
+    return _arith("pow", a, b)
+
+
+def _negative_on_host(b: Any) -> bool:
+    """Whether an exponent known here (a scalar, a NumPy array or a list) has
+    a negative value. A ferry.numpy exponent is not read: that would wait for
+    it; its negative entries give 0."""
+    if isinstance(b, (bool, ndarray)):
+        return False
+    if isinstance(b, (int, np.integer)):
+        return b < 0
+    if isinstance(b, (np.ndarray, list, tuple)):
+        v = np.asarray(b)
+        return v.dtype.kind == "i" and bool((v < 0).any())
+    return False
+
+
+power = pow
+
+
+def maximum(a: Any, b: Any) -> ndarray:
+    return _arith("maximum", a, b)
+
+
+def minimum(a: Any, b: Any) -> ndarray:
+    return _arith("minimum", a, b)
+
+
+def _compare(op: str, a: Any, b: Any) -> ndarray:
+    t = dt.result_type(weak(a), weak(b))
+    return apply(op, [cast(node(a), t), cast(node(b), t)], dt.bool_)
+
+
+def equal(a: Any, b: Any) -> ndarray:
+    return _compare("eq", a, b)
+
+
+def not_equal(a: Any, b: Any) -> ndarray:
+    return _compare("ne", a, b)
+
+
+def less(a: Any, b: Any) -> ndarray:
+    return _compare("lt", a, b)
+
+
+def less_equal(a: Any, b: Any) -> ndarray:
+    return _compare("le", a, b)
+
+
+def greater(a: Any, b: Any) -> ndarray:
+    return _compare("gt", a, b)
+
+
+def greater_equal(a: Any, b: Any) -> ndarray:
+    return _compare("ge", a, b)
+
+
+def _bitwise(op: str, a: Any, b: Any) -> ndarray:
+    t = dt.result_type(weak(a), weak(b))
+    if dt.is_float(t):
+        raise TypeError(f"bitwise {op} needs bool or integer arrays, not {t}")
+    return apply(op, [cast(node(a), t), cast(node(b), t)], t)
+
+
+def bitwise_and(a: Any, b: Any) -> ndarray:
+    return _bitwise("and", a, b)
+
+
+def bitwise_or(a: Any, b: Any) -> ndarray:
+    return _bitwise("or", a, b)
+
+
+def bitwise_xor(a: Any, b: Any) -> ndarray:
+    return _bitwise("xor", a, b)
+
+
+def logical_and(a: Any, b: Any) -> ndarray:
+    return apply("and", [truth(a), truth(b)], dt.bool_)
+
+
+def logical_or(a: Any, b: Any) -> ndarray:
+    return apply("or", [truth(a), truth(b)], dt.bool_)
+
+
+def logical_xor(a: Any, b: Any) -> ndarray:
+    return apply("xor", [truth(a), truth(b)], dt.bool_)
+
+
+def logical_not(a: Any) -> ndarray:
+    return apply("not", [truth(a)], dt.bool_)
+
+
+def bitwise_invert(a: Any) -> ndarray:
+    n = node(a)
+    if n.dtype == dt.bool_:
+        return apply("not", [n], dt.bool_)
+    if dt.is_float(n.dtype):
+        raise TypeError(f"bitwise invert needs bool or integer arrays, not {n.dtype}")
+    return apply("xor", [n, Const(-1, n.dtype)], n.dtype)
+
+
+invert = bitwise_invert
+
+
+def where(condition: Any, a: Any, b: Any) -> ndarray:
+    t = dt.result_type(weak(a), weak(b))
+    return apply("where", [truth(condition), cast(node(a), t), cast(node(b), t)], t)
+
+
+def clip(x: Any, min: Any = None, max: Any = None) -> ndarray:  # noqa: A002 - NumPy's names
+    if min is None and max is None:
+        return asarray(x)
+    parts = [p for p in (x, min, max) if p is not None]
+    t = dt.result_type(*[weak(p) for p in parts])
+    n = cast(node(x), t)
+    if min is None:
+        return apply("minimum", [n, cast(node(max), t)], t)
+    if max is None:
+        return apply("maximum", [n, cast(node(min), t)], t)
+    return apply("clip", [n, cast(node(min), t), cast(node(max), t)], t)
+
+
+# ---- elementwise: unary ----
+
+def negative(x: Any) -> ndarray:
+    n = node(x)
+    if n.dtype == dt.bool_:
+        raise TypeError("the numpy boolean negative, the `-` operator, is not supported; use ~ or logical_not")
+    return apply("neg", [n], n.dtype)
+
+
+def positive(x: Any) -> ndarray:
+    return asarray(x)
+
+
+def abs(x: Any) -> ndarray:  # noqa: A001
+    n = node(x)
+    return apply("abs", [n], n.dtype) if n.dtype != dt.bool_ else wrap(n)
+
+
+absolute = abs
+
+
+def square(x: Any) -> ndarray:
+    n = node(x)
+    return apply("square", [n], n.dtype) if n.dtype != dt.bool_ else wrap(n)
+
+
+def sign(x: Any) -> ndarray:
+    n = node(x)
+    return apply("sign", [n], n.dtype)
+
+
+def floor(x: Any) -> ndarray:
+    n = node(x)
+    return apply("floor", [n], n.dtype)
+
+
+def ceil(x: Any) -> ndarray:
+    n = node(x)
+    return apply("ceil", [n], n.dtype)
+
+
+def _float_fn(op: str) -> Any:
+    def fn(x: Any) -> ndarray:
+        n = node(x)
+        t = dt.float_of(n.dtype)
+        return apply(op, [cast(n, t)], t)
+    fn.__name__ = op
+    fn.__doc__ = f"{op}(x) elementwise (integers give float64)"
+    return fn
+
+
+exp = _float_fn("exp")
+log = _float_fn("log")
+log1p = _float_fn("log1p")
+sqrt = _float_fn("sqrt")
+sin = _float_fn("sin")
+cos = _float_fn("cos")
+tanh = _float_fn("tanh")
+sigmoid = _float_fn("sigmoid")
+
+
+def expm1(x: Any) -> ndarray:
+    return subtract(exp(x), 1)
+
+
+def log2(x: Any) -> ndarray:
+    return multiply(log(x), 1 / math.log(2))
+
+
+def log10(x: Any) -> ndarray:
+    return multiply(log(x), 1 / math.log(10))
+
+
+def isnan(x: Any) -> ndarray:
+    return apply("isnan", [node(x)], dt.bool_)
+
+
+def isfinite(x: Any) -> ndarray:
+    return apply("isfinite", [node(x)], dt.bool_)
+
+
+def isinf(x: Any) -> ndarray:
+    return logical_not(logical_or(isfinite(x), isnan(x)))

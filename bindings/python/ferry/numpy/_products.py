@@ -1,0 +1,94 @@
+"""Products: matmul (one gemm task per tile of the left operand, or per
+matrix of a batch), dot, vdot, vecdot, tensordot (2-D cases), outer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from . import _dtypes as dt
+from ._array import ndarray, wrap
+from ._builders import asarray, astype, cast, node
+from ._elementwise import multiply
+from ._graph import MatMul, Node, Reshape
+from ._manipulation import reshape
+from ._reductions import sum  # noqa: A004
+
+
+# ---- linear algebra ----
+
+def matmul(a: Any, b: Any) -> ndarray:
+    x, y = node(a), node(b)
+    if not x.shape or not y.shape:
+        raise ValueError("matmul: an operand is 0-d; use multiply or *")
+    t = dt.result_type(wrap(x), wrap(y))
+    work = t if dt.is_float(t) else dt.float64
+    x, y = cast(x, work), cast(y, work)
+    squeeze_a, squeeze_b = len(x.shape) == 1, len(y.shape) == 1
+    if squeeze_a:
+        x = Reshape(x, (1, x.shape[0]))
+    if squeeze_b:
+        y = Reshape(y, (y.shape[0], 1))
+    if x.shape[-1] != y.shape[-2]:
+        raise ValueError(f"matmul: Input operand 1 has a mismatch in its core dimension 0 "
+                         f"(size {y.shape[-2]} is different from {x.shape[-1]})")
+    m, k, n = x.shape[-2], x.shape[-1], y.shape[-1]
+    batch_x, batch_y = x.shape[:-2], y.shape[:-2]
+    if not batch_y:
+        # Leading dimensions of a become rows: one big gemm per tile.
+        rows = int(np.prod(batch_x, dtype=np.int64)) * m
+        out: Node = MatMul(Reshape(x, (rows, k)) if batch_x else x, y, (rows, n))
+        out = Reshape(out, (*batch_x, m, n)) if batch_x else out
+    elif batch_x == batch_y:
+        b = int(np.prod(batch_x, dtype=np.int64))
+        out = MatMul(Reshape(x, (b, m, k)), Reshape(y, (b, k, n)), (b, m, n))
+        out = Reshape(out, (*batch_x, m, n))
+    else:
+        raise NotImplementedError(f"matmul with broadcast batch dimensions {batch_x} and {batch_y}")
+    out_shape = out.shape
+    if squeeze_a:
+        out_shape = out_shape[:-2] + out_shape[-1:]
+    if squeeze_b:
+        out_shape = out_shape[:-1]
+    if out_shape != out.shape:
+        out = Reshape(out, out_shape)
+    return astype(wrap(out), t)
+
+
+def dot(a: Any, b: Any) -> ndarray:
+    x, y = node(a), node(b)
+    if not x.shape or not y.shape:
+        return multiply(a, b)
+    if len(x.shape) == 1 and len(y.shape) == 1:
+        if x.shape != y.shape:
+            raise ValueError(f"shapes {x.shape} and {y.shape} not aligned")
+        return sum(multiply(a, b))
+    if len(y.shape) <= 2:
+        return matmul(a, b)
+    raise NotImplementedError("dot of arrays of rank > 2 (use matmul or tensordot)")
+
+
+def vdot(a: Any, b: Any, /) -> ndarray:
+    x, y = reshape(asarray(a), (-1,)), reshape(asarray(b), (-1,))
+    return dot(x, y)
+
+
+def vecdot(a: Any, b: Any, /, *, axis: int = -1) -> ndarray:
+    return sum(multiply(a, b), axis=axis)
+
+
+def tensordot(a: Any, b: Any, /, *, axes: Any = 2) -> ndarray:
+    x, y = asarray(a), asarray(b)
+    if x.ndim == 2 and y.ndim == 2:
+        if axes == 1 or axes == ([1], [0]) or axes == ((1,), (0,)):
+            return matmul(x, y)
+        if axes == 2 or axes == ([0, 1], [0, 1]):
+            return sum(multiply(x, y))
+        if axes == 0:
+            return multiply(reshape(x, (*x.shape, 1, 1)), reshape(y, (1, 1, *y.shape)))
+    raise NotImplementedError(f"tensordot beyond the 2-D cases (axes={axes!r})")
+
+
+def outer(a: Any, b: Any) -> ndarray:
+    return multiply(reshape(asarray(a), (-1, 1)), reshape(asarray(b), (1, -1)))
