@@ -9,7 +9,7 @@
 
 #include "cpu/linalg_decompositions.hpp"
 #include "cpu/support.hpp"
-#include "devices/cuda/module.hpp"
+#include "cuda_port/cuda_module.hpp"
 #include "ferry/config.hpp"
 
 namespace ferry::detail {

@@ -17,7 +17,7 @@
 #include <string_view>
 #include <vector>
 
-#include "devices/cuda/module.hpp"
+#include "cuda_port/cuda_module.hpp"
 #include "ferry/allocator/pinned_pool.hpp"
 #include "ferry/config.hpp"
 #include "ferry/cuda_probe.hpp"

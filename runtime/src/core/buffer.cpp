@@ -7,11 +7,11 @@
 #include "data/buffer_state.hpp"
 #include "data/coherence.hpp"
 #include "data/dependencies.hpp"
-#include "data/host_acquisition.hpp"
+#include "core/host_acquisition.hpp"
 #include "core/core.hpp"
 #include "ferry/error.hpp"
-#include "core/task_record.hpp"
-#include "scheduling/transfer_label.hpp"
+#include "data/task_record.hpp"
+#include "base/transfer_label.hpp"
 
 namespace ferry {
 

@@ -14,14 +14,15 @@
 #include "data/coherence.hpp"
 #include "devices/cpu/cpu_device.hpp"
 #include "devices/cuda/cuda_selection.hpp"
-#include "devices/cuda/module.hpp"
+#include "cuda_port/cuda_module.hpp"
 #include "data/cuda_unified.hpp"
 #include "devices/remote/remote_device.hpp"
 #include "devices/remote/remote_policy.hpp"
-#include "devices/remote/remote_pool.hpp"
+#include "core/remote_pool.hpp"
 #include "data/dependencies.hpp"
-#include "scheduling/chunked_submission.hpp"
-#include "scheduling/transfer_label.hpp"
+#include "core/chunked_submission.hpp"
+#include "core/data_services.hpp"
+#include "base/transfer_label.hpp"
 #include "ferry/allocator/pinned_pool.hpp"
 #include "ferry/config.hpp"
 #include "ferry/cuda_probe.hpp"
@@ -105,6 +106,7 @@ std::string param_name(const KernelDef& kernel, std::size_t index) {
 
 RuntimeCore::RuntimeCore(Runtime::Options options)
     : id_(next_runtime_id.fetch_add(1)), options_(std::move(options)), rng_(options_.seed) {
+  install_data_host();
   device_slots_.resize(64);  // never reallocated: readers index it without a lock
   pool_ = std::make_unique<RemotePool>(*this);
   // Page-locked with mmap+mlock: a CPU-only runtime never touches CUDA.

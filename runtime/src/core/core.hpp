@@ -15,14 +15,15 @@
 #include <vector>
 
 #include "devices/device.hpp"
+#include "devices/device_host.hpp"
 #include "ferry/transport/worker.hpp"
 #include "ferry/runtime/kernel.hpp"
 #include "ferry/runtime/link_model.hpp"
 #include "ferry/runtime/perf_model.hpp"
 #include "ferry/runtime/runtime.hpp"
 #include "ferry/runtime/trace.hpp"
-#include "core/task_record.hpp"
-#include "data/host_acquisition.hpp"
+#include "data/task_record.hpp"
+#include "core/host_acquisition.hpp"
 
 namespace ferry::detail {
 
@@ -44,7 +45,7 @@ struct PreparedTask {
 
 class RemotePool;
 
-class RuntimeCore : public std::enable_shared_from_this<RuntimeCore> {
+class RuntimeCore final : public DeviceHost, public std::enable_shared_from_this<RuntimeCore> {
  public:
   explicit RuntimeCore(Runtime::Options options);
   ~RuntimeCore();
@@ -70,10 +71,10 @@ class RuntimeCore : public std::enable_shared_from_this<RuntimeCore> {
   bool wait_all_for(std::chrono::nanoseconds timeout);  // false: still busy
 
   // Runs a ready task's kernel on `device` (called by the device).
-  void execute(TaskRecord* task, Device& device, int worker, int lane);
+  void execute(TaskRecord* task, Device& device, int worker, int lane) override;
   // Records a finished (or failed, or skipped) task, releases its successors,
   // and returns one of them to run next on `current`, if any is ready there.
-  TaskRecord* finish(TaskRecord* task, Device* current);
+  TaskRecord* finish(TaskRecord* task, Device* current) override;
 
   std::uint64_t id() const noexcept { return id_; }
   const Runtime::Options& options() const noexcept { return options_; }
@@ -89,20 +90,20 @@ class RuntimeCore : public std::enable_shared_from_this<RuntimeCore> {
   // The UCX worker remotes share, made on first use.
   std::shared_ptr<transport::Worker> worker();
   RemotePool& remote_pool() noexcept { return *pool_; }
-  PerfModels& models() noexcept { return models_; }
-  LinkModels& links() noexcept { return links_; }
+  PerfModels& models() noexcept override { return models_; }
+  LinkModels& links() noexcept override { return links_; }
   // Before a thread blocks on tasks: what devices hold back leaves now
   // (a chain's last forward must not wait for company that never comes).
-  void push_held() const {
+  void push_held() const override {
     for (const auto& device : devices()) device->push();
   }
   // Hands a task its device could not run (a lost remote) to the CPU.
-  void reschedule(TaskRecord* task, Device& from);
+  void reschedule(TaskRecord* task, Device& from) override;
   Device* find_device(std::string_view name) const noexcept;
-  Trace* trace() const noexcept { return trace_.get(); }
+  Trace* trace() const noexcept override { return trace_.get(); }
   void release_task(TaskRecord* task) noexcept;
   std::uint64_t next_task_id() noexcept { return next_task_id_.fetch_add(1, std::memory_order_relaxed); }
-  // The live host views (data/host_acquisition.hpp).
+  // The live host views (core/host_acquisition.hpp).
   HostAcquisitions& host_views() noexcept { return host_views_; }
   // A host view ended: the tasks that waited only for it become ready.
   void release_successors(TaskRecord::Edges successors);

@@ -10,7 +10,7 @@
 #include "ferry/log.hpp"
 #include "devices/device.hpp"
 #include "ferry/error.hpp"
-#include "core/task_record.hpp"
+#include "data/task_record.hpp"
 #include "data/buffer_state.hpp"
 
 namespace ferry {

@@ -8,7 +8,7 @@
 #include <thread>
 #include <utility>
 
-#include "devices/cuda/module.hpp"
+#include "cuda_port/cuda_module.hpp"
 #include "ferry/error.hpp"
 #include "ferry/runtime/cuda_source.hpp"
 

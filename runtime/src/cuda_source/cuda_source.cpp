@@ -12,7 +12,7 @@
 #include "cuda_source/cuda_signature.hpp"
 #include "ferry/config.hpp"
 #include "ferry/error.hpp"
-#include "devices/cuda/module.hpp"
+#include "cuda_port/cuda_module.hpp"
 
 namespace ferry {
 

@@ -1,4 +1,4 @@
-#include "scheduling/transfer_label.hpp"
+#include "base/transfer_label.hpp"
 #include "data/coherence.hpp"
 
 #include <fmt/format.h>
@@ -9,8 +9,9 @@
 #include <cstring>
 #include <mutex>
 
-#include "core/task_label.hpp"
+#include "base/task_label.hpp"
 #include "data/cuda_unified.hpp"
+#include "data/data_host.hpp"
 #include "ferry/error.hpp"
 #include "ferry/log.hpp"
 
@@ -125,9 +126,8 @@ void replay(LineageEntry& entry) {
         fmt::format("{} wrote data held only by a lost node, and its kernel has no CPU variant to "
                     "recompute it on the host",
                     task_label(entry.name, entry.kernel->name)));
-  ExecContext context{args, entry.name, -1, nullptr, -1, std::nullopt};
   log().debug("recomputing {} on the host", task_label(entry.name, entry.kernel->name));
-  entry.kernel->cpu(context);
+  data_host().run_on_host(*entry.kernel, args, entry.name);
 }
 
 // Whether replaying the copy's lineage would read the host's data of its

@@ -23,7 +23,7 @@
 #include "ferry/runtime/access.hpp"
 #include "ferry/runtime/kernel.hpp"
 #include "ferry/runtime/place.hpp"
-#include "registry/buffer_args.hpp"
+#include "base/buffer_args.hpp"
 
 namespace ferry::detail {
 

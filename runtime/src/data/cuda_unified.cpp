@@ -2,7 +2,8 @@
 
 #include <fmt/format.h>
 
-#include "devices/cuda/module.hpp"
+#include "cuda_port/cuda_module.hpp"
+#include "data/data_host.hpp"
 #include "ferry/cuda_probe.hpp"
 #include "ferry/error.hpp"
 
@@ -28,9 +29,8 @@ void unified_to_host(BufferRoot& root, const Region& region) {
   if (!root.unified) return;
   const int device = root.unified_device.load(std::memory_order_acquire);
   if (device < 0) return;
-  // A GPU used the root, so the module that made that GPU's device is loaded.
   if (const UnifiedSpan span = unified_span(root, region); span.bytes != 0)
-    cuda_module()->unified_to_host(span.data, span.bytes, device);
+    data_host().unified_to_host(span.data, span.bytes, device);
   // Only a whole-buffer move proves no page is left on the GPU; a tile's
   // move leaves the mark, so the next host use of another tile moves it too.
   int expected = device;

@@ -1,8 +1,9 @@
 // Where a unified buffer's pages are. Unified roots live in CUDA
 // managed memory, addressable everywhere; these calls only move pages ahead
-// of use so that neither side pays page faults. The core half (to the host,
-// the pool) asks the CUDA module, which exists wherever a unified root is
-// managed memory; unified_to_device is the module's (its GPU device calls it).
+// of use so that neither side pays page faults. To the host goes through
+// the data host (data/data_host.hpp: the core asks the CUDA module, which
+// exists wherever a unified root is managed memory); the pool comes from the
+// module; unified_to_device is the module's (its GPU device calls it).
 #pragma once
 
 #include <cstddef>

@@ -7,7 +7,7 @@
 
 #include "data/buffer_state.hpp"
 #include "ferry/runtime/access.hpp"
-#include "core/task_record.hpp"
+#include "data/task_record.hpp"
 
 namespace ferry::detail {
 

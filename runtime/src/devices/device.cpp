@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include "scheduling/transfer_label.hpp"
+#include "base/transfer_label.hpp"
 
 namespace ferry::detail {
 

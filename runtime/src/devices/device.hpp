@@ -1,6 +1,6 @@
 // A place tasks run: the CPU workers, a local GPU, a remote GPU host. The
 // runtime assigns each task to one device; the device runs it once its
-// predecessors are done and reports back through RuntimeCore::finish().
+// predecessors are done and reports back through DeviceHost::finish() (devices/device_host.hpp).
 #pragma once
 
 #include <atomic>

@@ -9,7 +9,7 @@
 #include <string_view>
 #include <variant>
 
-#include "core/task_label.hpp"
+#include "base/task_label.hpp"
 #include "ferry/error.hpp"
 #include "ferry/runtime/kernel.hpp"
 

@@ -6,9 +6,9 @@
 
 #include <thread>
 
-#include "core/core.hpp"
-#include "core/task_record.hpp"
-#include "core/tsan.hpp"
+#include "devices/device_host.hpp"
+#include "data/task_record.hpp"
+#include "base/tsan.hpp"
 
 namespace ferry::detail {
 
@@ -16,9 +16,9 @@ namespace {
 
 }  // namespace
 
-CpuDevice::CpuDevice(RuntimeCore& core, DeviceId id, unsigned workers)
+CpuDevice::CpuDevice(DeviceHost& runtime, DeviceId id, unsigned workers)
     : Device(id, "cpu", DeviceKind::cpu, host_node, "cpu", cpu_probe()),
-      core_(core),
+      runtime_(runtime),
       workers_(workers),
       // TBB keeps hardware_concurrency - 1 workers unless told otherwise; a
       // runtime asking for N workers must get N even while the submitting
@@ -30,7 +30,7 @@ CpuDevice::CpuDevice(RuntimeCore& core, DeviceId id, unsigned workers)
   // Tasks are the parallelism; a multi-threaded BLAS inside each would fight
   // the workers for the same cores.
   openblas_set_num_threads(1);
-  if (Trace* trace = core_.trace()) {
+  if (Trace* trace = runtime_.trace()) {
     for (unsigned w = 0; w < workers_; ++w)
       lanes_.push_back(trace->lane(fmt::format("cpu worker {}", w), name()));
   }
@@ -53,8 +53,8 @@ void CpuDevice::run_chain(TaskRecord* task) {
   // Run a released successor right here instead of queueing it: a chain of
   // dependent tasks then costs no hand-off between threads.
   while (task != nullptr) {
-    core_.execute(task, *this, slot, lane);
-    task = core_.finish(task, this);
+    runtime_.execute(task, *this, slot, lane);
+    task = runtime_.finish(task, this);
   }
   if (active_.fetch_sub(1, std::memory_order_acq_rel) == 1) active_.notify_all();
 }

@@ -14,11 +14,11 @@
 
 namespace ferry::detail {
 
-class RuntimeCore;
+class DeviceHost;
 
 class CpuDevice final : public Device {
  public:
-  CpuDevice(RuntimeCore& core, DeviceId id, unsigned workers);
+  CpuDevice(DeviceHost& runtime, DeviceId id, unsigned workers);
   ~CpuDevice() override;
 
   bool can_run(const KernelDef& kernel) const override { return static_cast<bool>(kernel.cpu); }
@@ -29,7 +29,7 @@ class CpuDevice final : public Device {
  private:
   void run_chain(TaskRecord* task);
 
-  RuntimeCore& core_;
+  DeviceHost& runtime_;
   unsigned workers_;
   std::unique_ptr<tbb::global_control> parallelism_;
   tbb::task_arena arena_;

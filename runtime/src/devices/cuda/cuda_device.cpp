@@ -7,8 +7,8 @@
 #include <utility>
 
 #include "devices/cuda/gpu_probe.hpp"
-#include "scheduling/transfer_label.hpp"
-#include "core/core.hpp"
+#include "base/transfer_label.hpp"
+#include "devices/device_host.hpp"
 #include "cuda/handles.hpp"  // kernels/cuda: the built-ins' library handles
 #include "data/cuda_unified.hpp"
 #include "data/dependencies.hpp"
@@ -16,7 +16,7 @@
 #include "ferry/error.hpp"
 #include "ferry/log.hpp"
 #include "ferry/units.hpp"
-#include "core/task_record.hpp"
+#include "data/task_record.hpp"
 
 namespace ferry::detail {
 
@@ -89,10 +89,10 @@ std::string cuda_text(cudaError_t status) {
 
 }  // namespace
 
-CudaDevice::CudaDevice(RuntimeCore& core, DeviceId id, MemoryNodeId node, CudaDeviceOptions options)
+CudaDevice::CudaDevice(DeviceHost& runtime, DeviceId id, MemoryNodeId node, CudaDeviceOptions options)
     : Device(id, fmt::format("cuda:{}", options.ordinal), DeviceKind::cuda, node, perf_key_of(options.ordinal),
              gpu_probe(options.ordinal, peak_of(options.ordinal))),
-      core_(core),
+      runtime_(runtime),
       options_(options) {
   const CurrentDevice current(options_.ordinal);
   const cuda::DeviceInfo info = cuda::device_info(options_.ordinal);
@@ -110,7 +110,7 @@ CudaDevice::CudaDevice(RuntimeCore& core, DeviceId id, MemoryNodeId node, CudaDe
     lanes_.push_back(std::make_unique<Lane>());
     lanes_.back()->index = i;
   }
-  if (Trace* trace = core_.trace()) {
+  if (Trace* trace = runtime_.trace()) {
     for (std::size_t i = 0; i < lanes_.size(); ++i)
       lanes_[i]->trace_lane = trace->lane(fmt::format("{} stream {}", name(), i), name());
     trace_in_ = trace->lane(fmt::format("link host -> {}", name()), "link");
@@ -254,7 +254,7 @@ void CudaDevice::hold(const std::shared_ptr<BufferRoot>& root) {
 std::uint64_t CudaDevice::ship(const HostRegion& source) {
   const CurrentDevice current(options_.ordinal);
   const auto start = Clock::now();
-  const std::int64_t start_ns = core_.trace() ? core_.trace()->now_ns() : 0;
+  const std::int64_t start_ns = runtime_.trace() ? runtime_.trace()->now_ns() : 0;
   const auto [id, ptr] = allocate_block(source.bytes());
   try {
     copier_->to_device(ptr, source);
@@ -263,9 +263,9 @@ std::uint64_t CudaDevice::ship(const HostRegion& source) {
     throw;
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  if (source.bytes() >= (std::size_t{64} << 10)) core_.links().record(host_node, node(), source.bytes(), seconds);
+  if (source.bytes() >= (std::size_t{64} << 10)) runtime_.links().record(host_node, node(), source.bytes(), seconds);
   bytes_in_.fetch_add(source.bytes(), std::memory_order_relaxed);
-  Device::trace_transfer(core_.trace(), true, trace_in_, source.bytes(), start_ns);
+  Device::trace_transfer(runtime_.trace(), true, trace_in_, source.bytes(), start_ns);
   return id;
 }
 
@@ -288,12 +288,12 @@ std::uint64_t CudaDevice::allocate(const HostRegion& shape) {
 void CudaDevice::fetch(std::uint64_t id, const HostRegion& dest) {
   const CurrentDevice current(options_.ordinal);
   const auto start = Clock::now();
-  const std::int64_t start_ns = core_.trace() ? core_.trace()->now_ns() : 0;
+  const std::int64_t start_ns = runtime_.trace() ? runtime_.trace()->now_ns() : 0;
   copier_->to_host(dest, pointer(id));
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  if (dest.bytes() >= (std::size_t{64} << 10)) core_.links().record(node(), host_node, dest.bytes(), seconds);
+  if (dest.bytes() >= (std::size_t{64} << 10)) runtime_.links().record(node(), host_node, dest.bytes(), seconds);
   bytes_out_.fetch_add(dest.bytes(), std::memory_order_relaxed);
-  Device::trace_transfer(core_.trace(), false, trace_out_, dest.bytes(), start_ns);
+  Device::trace_transfer(runtime_.trace(), false, trace_out_, dest.bytes(), start_ns);
 }
 
 void CudaDevice::open_peer(CudaDevice& source) {
@@ -336,7 +336,7 @@ std::optional<std::uint64_t> CudaDevice::copy_from(NodeLink& source, std::uint64
   if (peer == nullptr || peer == this || !alive() || !peer->alive() || shape.bytes() == 0) return std::nullopt;
   const CurrentDevice current(options_.ordinal);
   const auto start = Clock::now();
-  const std::int64_t start_ns = core_.trace() ? core_.trace()->now_ns() : 0;
+  const std::int64_t start_ns = runtime_.trace() ? runtime_.trace()->now_ns() : 0;
   try {
     open_peer(*peer);
     const void* from = peer->pointer(source_id);
@@ -356,9 +356,9 @@ std::optional<std::uint64_t> CudaDevice::copy_from(NodeLink& source, std::uint64
     }
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     // What the link model learns of this pair: placement weighs it like any link.
-    if (shape.bytes() >= (std::size_t{64} << 10)) core_.links().record(peer->node(), node(), shape.bytes(), seconds);
+    if (shape.bytes() >= (std::size_t{64} << 10)) runtime_.links().record(peer->node(), node(), shape.bytes(), seconds);
     bytes_peer_.fetch_add(shape.bytes(), std::memory_order_relaxed);
-    Device::trace_transfer(core_.trace(), true, trace_in_, shape.bytes(), start_ns);
+    Device::trace_transfer(runtime_.trace(), true, trace_in_, shape.bytes(), start_ns);
     return id;
   } catch (const std::exception& e) {
     cudaGetLastError();
@@ -413,8 +413,8 @@ void CudaDevice::measure_link() {
     cudaGetLastError();
   }
   if (host != nullptr) cudaFreeHost(host);
-  core_.links().set(host_node, node(), to);
-  core_.links().set(node(), host_node, from);
+  runtime_.links().set(host_node, node(), to);
+  runtime_.links().set(node(), host_node, from);
 }
 
 // ---- tasks ----
@@ -588,7 +588,7 @@ void CudaDevice::finish_unlaunched(TaskRecord* task, const std::vector<std::uint
   wait_for_order(task);
   const std::int64_t now = now_ns();
   task->start_ns = task->end_ns = now;
-  core_.finish(task, nullptr);
+  runtime_.finish(task, nullptr);
   one_done();
 }
 
@@ -619,7 +619,7 @@ bool CudaDevice::stage_buffers(TaskRecord* task, InFlight& flight, Lane& lane) {
     if (task->kernel->cpu) {
       log().warn("{}: its data does not fit on {} ({}); running it on the CPU", task->label(), name(), e.what());
       wait_for_order(task);
-      core_.reschedule(task, *this);
+      runtime_.reschedule(task, *this);
       one_done();
       return false;
     }
@@ -692,7 +692,7 @@ void CudaDevice::launch(TaskRecord* task) {
   if (!alive()) {
     if (task->kernel->cpu) {
       wait_for_order(task);
-      core_.reschedule(task, *this);
+      runtime_.reschedule(task, *this);
       one_done();
     } else {
       task->error = std::make_exception_ptr(KernelError(fmt::format(
@@ -835,8 +835,8 @@ void CudaDevice::complete(InFlight& flight, Lane& lane, cudaError_t status) {
   }
   task->end_ns = now_ns();
   task->start_ns = seconds > 0 ? task->end_ns - static_cast<std::int64_t>(seconds * 1e9) : flight.launched_ns;
-  if (!task->error && seconds > 0) core_.models().record(task->kernel->name, perf_key(), task->bytes, seconds);
-  if (Trace* trace = core_.trace()) {
+  if (!task->error && seconds > 0) runtime_.models().record(task->kernel->name, perf_key(), task->bytes, seconds);
+  if (Trace* trace = runtime_.trace()) {
     TaskSpan span;
     span.task_id = task->id;
     span.name = task->name;
@@ -849,7 +849,7 @@ void CudaDevice::complete(InFlight& flight, Lane& lane, cudaError_t status) {
     span.failed = task->error != nullptr;
     trace->record(std::move(span));
   }
-  core_.finish(task, nullptr);
+  runtime_.finish(task, nullptr);
   one_done();
 }
 

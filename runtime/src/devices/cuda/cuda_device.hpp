@@ -49,7 +49,7 @@
 
 namespace ferry::detail {
 
-class RuntimeCore;
+class DeviceHost;
 
 struct CudaDeviceOptions {
   int ordinal = 0;
@@ -67,7 +67,7 @@ struct CudaDeviceOptions {
 
 class CudaDevice final : public Device, public NodeLink {
  public:
-  CudaDevice(RuntimeCore& core, DeviceId id, MemoryNodeId node, CudaDeviceOptions options);
+  CudaDevice(DeviceHost& runtime, DeviceId id, MemoryNodeId node, CudaDeviceOptions options);
   ~CudaDevice() override;
 
   bool can_run(const KernelDef& kernel) const override { return static_cast<bool>(kernel.cuda); }
@@ -176,7 +176,7 @@ class CudaDevice final : public Device, public NodeLink {
   void open_peer(CudaDevice& source);
   void measure_link();
 
-  RuntimeCore& core_;
+  DeviceHost& runtime_;
   CudaDeviceOptions options_;
   std::string model_;
   std::atomic<bool> alive_{true};

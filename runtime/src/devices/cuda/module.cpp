@@ -1,8 +1,8 @@
 // libferry_cuda.so's entry points: the CUDA module's two interface halves
-// (ferry/detail/cuda_driver.hpp, devices/cuda/module.hpp) over the CUDA
+// (ferry/detail/cuda_driver.hpp, cuda_port/cuda_module.hpp) over the CUDA
 // device, its kernels, NVRTC and the CUDA pools, which this library holds
 // together with every CUDA library they link.
-#include "devices/cuda/module.hpp"
+#include "cuda_port/cuda_module.hpp"
 
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
@@ -132,7 +132,7 @@ class Driver final : public CudaDriver {
 
 class Module final : public CudaModule {
  public:
-  std::unique_ptr<Device> make_device(RuntimeCore& core, DeviceId id, MemoryNodeId node,
+  std::unique_ptr<Device> make_device(DeviceHost& runtime, DeviceId id, MemoryNodeId node,
                                       const GpuOptions& options) const override {
     CudaDeviceOptions gpu;
     gpu.ordinal = options.ordinal;
@@ -140,7 +140,7 @@ class Module final : public CudaModule {
     gpu.streams = options.streams;
     gpu.chunk_bytes = options.chunk_bytes;
     gpu.slots = options.slots;
-    return std::make_unique<CudaDevice>(core, id, node, gpu);
+    return std::make_unique<CudaDevice>(runtime, id, node, gpu);
   }
 
   bool facts(const Device& device, GpuFacts& out) const override {

@@ -17,8 +17,8 @@
 #include <optional>
 #include <queue>
 
-#include "core/core.hpp"
-#include "core/task_record.hpp"
+#include "devices/device_host.hpp"
+#include "data/task_record.hpp"
 #include "devices/remote/remote_device.hpp"
 #include "ferry/error.hpp"
 #include "ferry/log.hpp"
@@ -115,7 +115,7 @@ void RemoteDevice::checkpoint_before_forwarding(TaskRecord* task) {
     for (std::uint64_t id : task->waits_on)
       if (auto it = sent_.find(id); it == sent_.end() || it->second.epoch != now) return;
   }
-  core_.push_held();  // the predecessors' forwards may be gathered still
+  runtime_.push_held();  // the predecessors' forwards may be gathered still
   // Its launch holds one count of `pending` until it returns; the rest are
   // unfinished predecessors, finished by proxies and waiters, not by this
   // thread. Blocked on, not spun: they may take as long as their kernels.
@@ -208,7 +208,7 @@ bool RemoteDevice::try_forward(TaskRecord* task, bool map_held) {
   try {
     marshal(task, forwarded->views, m);  // `after` stays
     forwarded->start = std::chrono::steady_clock::now();
-    forwarded->start_ns = core_.trace() ? core_.trace()->now_ns() : 0;
+    forwarded->start_ns = runtime_.trace() ? runtime_.trace()->now_ns() : 0;
     {
       auto lock = maps();
       sent_[task->id] = Sent{m.run.request, now};
@@ -304,7 +304,7 @@ bool RemoteDevice::finish_forwarded(TaskRecord* task, Forwarded& forwarded, unsi
     // Its round trip overlapped its predecessors': the kernel's time on the
     // host is what it cost there (the link's latency is weighed apart, as
     // DeviceSnapshot::round_trip).
-    core_.models().record(task->kernel->name, perf_key(), task->bytes, done->seconds);
+    runtime_.models().record(task->kernel->name, perf_key(), task->bytes, done->seconds);
   }
   unpin(forwarded.views, forwarded.ids);
   trace_run(task, slot, forwarded.start, forwarded.start_ns);

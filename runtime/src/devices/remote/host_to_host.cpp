@@ -11,14 +11,14 @@
 #include <chrono>
 #include <cstring>
 
-#include "core/core.hpp"
+#include "devices/device_host.hpp"
 #include "devices/remote/remote_device.hpp"
 #include "ferry/error.hpp"
 #include "ferry/log.hpp"
 #include "ferry/runtime/trace.hpp"
 #include "ferry/transport/auth.hpp"
 #include "ferry/units.hpp"
-#include "scheduling/transfer_label.hpp"
+#include "base/transfer_label.hpp"
 
 namespace ferry::detail {
 
@@ -96,7 +96,7 @@ std::optional<std::uint64_t> RemoteDevice::copy_from(NodeLink& source, std::uint
   const transport::Nonce more = transport::random_nonce();
   std::memcpy(secret.data(), more.data(), secret.size());
 
-  const std::int64_t start_ns = core_.trace() ? core_.trace()->now_ns() : 0;
+  const std::int64_t start_ns = runtime_.trace() ? runtime_.trace()->now_ns() : 0;
   const auto start = std::chrono::steady_clock::now();
   try {
     // For this host only, as its last handshake with us showed its key.
@@ -106,9 +106,9 @@ std::optional<std::uint64_t> RemoteDevice::copy_from(NodeLink& source, std::uint
     bytes_from_hosts_.fetch_add(shape.bytes(), std::memory_order_relaxed);
     // The scheduler prices data between these two hosts by this direct
     // link from now on (one hop), not by both hops through this process.
-    core_.links().record(peer->node(), node(), shape.bytes(),
+    runtime_.links().record(peer->node(), node(), shape.bytes(),
                          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-    if (auto* trace = core_.trace()) {
+    if (auto* trace = runtime_.trace()) {
       TransferSpan span;
       const TransferLabel& label = current_transfer_label;
       if (label.buffer != nullptr) span.buffer = *label.buffer;

@@ -8,8 +8,8 @@
 #include <chrono>
 #include <cstring>
 
-#include "scheduling/transfer_label.hpp"
-#include "core/core.hpp"
+#include "base/transfer_label.hpp"
+#include "devices/device_host.hpp"
 #include "data/dependencies.hpp"
 #include "ferry/error.hpp"
 #include "ferry/log.hpp"
@@ -17,7 +17,7 @@
 #include "ferry/transport/bootstrap.hpp"
 #include "ferry/transport/address.hpp"
 #include "ferry/units.hpp"
-#include "core/task_record.hpp"
+#include "data/task_record.hpp"
 #include "ferry/allocator/small_objects.hpp"
 #include "devices/remote/remote_policy.hpp"
 
@@ -49,10 +49,10 @@ bool contiguous(const HostRegion& r) { return r.rows <= 1 || r.ld == r.cols; }
 
 }  // namespace
 
-RemoteDevice::RemoteDevice(RuntimeCore& core, DeviceId id, MemoryNodeId node, RemoteOptions options,
+RemoteDevice::RemoteDevice(DeviceHost& runtime, DeviceId id, MemoryNodeId node, RemoteOptions options,
                            std::shared_ptr<transport::Worker> worker)
     : Device(id, "remote:" + options.address, DeviceKind::remote, node, "remote:" + options.address, remote_peak()),
-      core_(core),
+      runtime_(runtime),
       options_(std::move(options)),
       rpc_(options_.address),
       worker_(std::move(worker)) {
@@ -60,7 +60,7 @@ RemoteDevice::RemoteDevice(RuntimeCore& core, DeviceId id, MemoryNodeId node, Re
   if (options_.chunk_bytes == 0) throw UsageError("remote chunk size must be positive");
   options_.window = std::max(1u, options_.window);
   options_.proxies = std::max(1u, options_.proxies);
-  if (Trace* trace = core_.trace()) {
+  if (Trace* trace = runtime_.trace()) {
     for (unsigned slot = 0; slot < options_.proxies; ++slot)
       lanes_.push_back(trace->lane(fmt::format("{} slot {}", name(), slot), name()));
     lane_out_ = trace->lane(fmt::format("link host -> {}", name()), "link");
@@ -217,8 +217,8 @@ void RemoteDevice::use(transport::Dialed& dialed) {
   log().info("remote {}: connected to {} ({}, {}, quota {}; {}); link {:.0f} µs, {}/s", options_.address,
              welcome->server, plural(welcome->cpu_workers, "CPU worker"), plural(welcome->gpus, "GPU"),
              format_bytes(quota_), cipher,
-             core_.links().get(host_node, node()).latency_seconds * 1e6,
-             format_bytes(static_cast<std::size_t>(core_.links().get(host_node, node()).bytes_per_second)));
+             runtime_.links().get(host_node, node()).latency_seconds * 1e6,
+             format_bytes(static_cast<std::size_t>(runtime_.links().get(host_node, node()).bytes_per_second)));
 }
 
 // Every endpoint wired before the connection is used: UCX 1.13 aborts the
@@ -321,8 +321,8 @@ void RemoteDevice::measure_link() {
     seconds = static_cast<double>(probe.size()) / 1e9;
   }
   const Link link{latency, static_cast<double>(probe.size()) / seconds};
-  core_.links().set(host_node, node(), link);
-  core_.links().set(node(), host_node, link);
+  runtime_.links().set(host_node, node(), link);
+  runtime_.links().set(node(), host_node, link);
 }
 
 void RemoteDevice::lost(const std::string& reason) {
@@ -528,7 +528,7 @@ std::uint64_t RemoteDevice::ship(const HostRegion& source) {
 std::uint64_t RemoteDevice::ship_now(const HostRegion& source) {
   const std::uint64_t id = next_copy_.fetch_add(1);
   const auto start = Clock::now();
-  const std::int64_t start_ns = core_.trace() ? core_.trace()->now_ns() : 0;
+  const std::int64_t start_ns = runtime_.trace() ? runtime_.trace()->now_ns() : 0;
   if (contiguous(source)) {
     put_chunks(id, source, static_cast<const std::byte*>(source.data), source.bytes());
   } else {
@@ -537,9 +537,9 @@ std::uint64_t RemoteDevice::ship_now(const HostRegion& source) {
     pack_rows(source, packed.data());
     put_chunks(id, source, packed.data(), packed.size());
   }
-  if (source.bytes() >= (std::size_t{64} << 10)) core_.links().record(host_node, node(), source.bytes(), seconds_since(start));
+  if (source.bytes() >= (std::size_t{64} << 10)) runtime_.links().record(host_node, node(), source.bytes(), seconds_since(start));
   bytes_shipped_.fetch_add(source.bytes(), std::memory_order_relaxed);
-  Device::trace_transfer(core_.trace(), true, lane_out_, source.bytes(), start_ns);
+  Device::trace_transfer(runtime_.trace(), true, lane_out_, source.bytes(), start_ns);
   return id;
 }
 
@@ -553,7 +553,7 @@ std::uint64_t RemoteDevice::allocate(const HostRegion& shape) {
 
 void RemoteDevice::fetch(std::uint64_t id, const HostRegion& dest) {
   const auto start = Clock::now();
-  const std::int64_t start_ns = core_.trace() ? core_.trace()->now_ns() : 0;
+  const std::int64_t start_ns = runtime_.trace() ? runtime_.trace()->now_ns() : 0;
   if (contiguous(dest)) {
     get_chunks(id, static_cast<std::byte*>(dest.data), dest.bytes());
   } else {
@@ -561,9 +561,9 @@ void RemoteDevice::fetch(std::uint64_t id, const HostRegion& dest) {
     get_chunks(id, packed.data(), packed.size());
     unpack_rows(packed.data(), dest);
   }
-  if (dest.bytes() >= (std::size_t{64} << 10)) core_.links().record(node(), host_node, dest.bytes(), seconds_since(start));
+  if (dest.bytes() >= (std::size_t{64} << 10)) runtime_.links().record(node(), host_node, dest.bytes(), seconds_since(start));
   bytes_fetched_.fetch_add(dest.bytes(), std::memory_order_relaxed);
-  Device::trace_transfer(core_.trace(), false, lane_in_, dest.bytes(), start_ns);
+  Device::trace_transfer(runtime_.trace(), false, lane_in_, dest.bytes(), start_ns);
 }
 
 void RemoteDevice::drop(std::uint64_t id) noexcept {
@@ -643,7 +643,7 @@ void RemoteDevice::define_kernel(const KernelDef& kernel) {
 
 bool RemoteDevice::fall_back(TaskRecord* task, const std::string& why) {
   if (task->kernel->cpu) {
-    core_.reschedule(task, *this);
+    runtime_.reschedule(task, *this);
     return true;
   }
   task->error = std::make_exception_ptr(
@@ -723,7 +723,7 @@ bool RemoteDevice::run_for_waiter(TaskRecord* task) {
     if (it->forwarded) --queued_forwarded_;
     queue_.erase(it);
   }
-  if (run_here(task, options_.proxies)) core_.finish(task, nullptr);  // successors go to their devices
+  if (run_here(task, options_.proxies)) runtime_.finish(task, nullptr);  // successors go to their devices
   if (active_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
     std::lock_guard lock(queue_mutex_);
     drained_cv_.notify_all();
@@ -771,7 +771,7 @@ void RemoteDevice::proxy_loop(unsigned slot) {
       prefetch_inputs(job.task, job.inputs);
       release(job.task);
     } else {
-      for (TaskRecord* task = job.task; task != nullptr;) task = run_here(task, slot) ? core_.finish(task, this) : nullptr;
+      for (TaskRecord* task = job.task; task != nullptr;) task = run_here(task, slot) ? runtime_.finish(task, this) : nullptr;
     }
     if (active_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
       std::lock_guard lock(queue_mutex_);
@@ -865,7 +865,7 @@ void RemoteDevice::trace_run(TaskRecord* task, unsigned slot, Clock::time_point 
   const auto end = Clock::now();
   task->start_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(start.time_since_epoch()).count();
   task->end_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(end.time_since_epoch()).count();
-  Trace* trace = core_.trace();
+  Trace* trace = runtime_.trace();
   if (trace == nullptr) return;
   TaskSpan span;
   span.task_id = task->id;
@@ -888,7 +888,7 @@ bool RemoteDevice::run_here(TaskRecord* task, unsigned slot) {
   if (!alive()) return !fall_back(task, "not connected");
   if (retired()) return !fall_back(task, "removed from the pool");
   const auto start = Clock::now();
-  const std::int64_t start_ns = core_.trace() ? core_.trace()->now_ns() : 0;
+  const std::int64_t start_ns = runtime_.trace() ? runtime_.trace()->now_ns() : 0;
   Marshalled m;
   try {
     // Unpinned however the run ends, so the copies can be evicted again.
@@ -919,9 +919,9 @@ bool RemoteDevice::run_here(TaskRecord* task, unsigned slot) {
     // (DeviceSnapshot::round_trip), so one host's slow link does not make its
     // twin on a fast one look slow.
     if (done->status == protocol::Status::ok) {
-      const double link = core_.links().get(host_node, node()).latency_seconds +
-                          core_.links().get(node(), host_node).latency_seconds;
-      core_.models().record(task->kernel->name, perf_key(), task->bytes, std::max(done->seconds, round_trip - link));
+      const double link = runtime_.links().get(host_node, node()).latency_seconds +
+                          runtime_.links().get(node(), host_node).latency_seconds;
+      runtime_.models().record(task->kernel->name, perf_key(), task->bytes, std::max(done->seconds, round_trip - link));
     }
   } catch (const RemoteError& e) {
     if (task->kernel->cpu)  // before handing it over: the CPU may finish and free it at once

@@ -38,7 +38,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/task_record.hpp"
+#include "data/task_record.hpp"
 #include "data/coherence.hpp"
 #include "data/held_roots.hpp"
 #include "devices/device.hpp"
@@ -51,7 +51,7 @@
 
 namespace ferry::detail {
 
-class RuntimeCore;
+class DeviceHost;
 
 // The remote refused data for lack of room (quota or memory): eviction may help.
 struct NoRoom : RemoteError {
@@ -74,7 +74,7 @@ struct RemoteOptions {
 
 class RemoteDevice final : public Device, public NodeLink {
  public:
-  RemoteDevice(RuntimeCore& core, DeviceId id, MemoryNodeId node, RemoteOptions options,
+  RemoteDevice(DeviceHost& runtime, DeviceId id, MemoryNodeId node, RemoteOptions options,
                std::shared_ptr<transport::Worker> worker);
   ~RemoteDevice() override;
 
@@ -285,7 +285,7 @@ class RemoteDevice final : public Device, public NodeLink {
   void prefetch_inputs(TaskRecord* task, std::span<const std::shared_ptr<BufferState>> inputs);
   void on_message(transport::Incoming& incoming);
 
-  RuntimeCore& core_;
+  DeviceHost& runtime_;
   RemoteOptions options_;
   transport::RpcClient rpc_;
   std::shared_ptr<transport::Worker> worker_;

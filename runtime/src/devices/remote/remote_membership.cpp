@@ -3,7 +3,7 @@
 // (Runtime::remove_remote, or gone from its DNS name) is drained first.
 #include <fmt/format.h>
 
-#include "core/core.hpp"
+#include "devices/device_host.hpp"
 #include "devices/remote/remote_device.hpp"
 #include "ferry/log.hpp"
 

@@ -1,11 +1,11 @@
-// The core's way to the CUDA module (devices/cuda/module.hpp): common loads
+// The core's way to the CUDA module (cuda_port/cuda_module.hpp): common loads
 // libferry_cuda.so, this finds the runtime's half of its interface there.
 #include <fmt/format.h>
 
 #include <mutex>
 #include <utility>
 
-#include "devices/cuda/module.hpp"
+#include "cuda_port/cuda_module.hpp"
 #include "ferry/cuda_probe.hpp"
 #include "ferry/detail/cuda_driver.hpp"
 #include "ferry/error.hpp"

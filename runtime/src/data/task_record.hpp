@@ -14,11 +14,11 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/task_label.hpp"
+#include "base/task_label.hpp"
 #include "ferry/allocator/small_objects.hpp"
 #include "data/buffer_state.hpp"
 #include "ferry/runtime/kernel.hpp"
-#include "registry/buffer_args.hpp"
+#include "base/buffer_args.hpp"
 
 namespace ferry {
 class Task;
@@ -70,7 +70,7 @@ struct TaskRecord {
   // its readers' inputs are ready then, not at once.
   std::int64_t expected_finish_ns = 0;
   std::string explanation;
-  // Split automatically: its pieces run, it only waits for them (chunked_submission.hpp).
+  // Split automatically: its pieces run, it only waits for them (core/chunked_submission.hpp).
   bool join = false;
 
   // Unfinished predecessors, plus one held by submit until all edges exist.
@@ -108,7 +108,7 @@ struct TaskRecord {
   // Ids of the predecessors this task had to wait for when it was submitted
   // (written only while it is submitted): a remote forwards it behind them.
   RecordVector<std::uint64_t> waits_on;
-  // Set for a host view's record (data/host_acquisition.hpp): the thread holding it.
+  // Set for a host view's record (core/host_acquisition.hpp): the thread holding it.
   std::thread::id view_owner;
 
   std::atomic<bool> done{false};

@@ -5,7 +5,7 @@
 
 #include <cstddef>
 
-#include "core/task_record.hpp"
+#include "data/task_record.hpp"
 
 namespace ferry::detail {
 

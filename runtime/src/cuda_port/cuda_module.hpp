@@ -1,6 +1,6 @@
 // The runtime's half of the CUDA module's interface: everything the core
 // asks of CUDA goes through this class, implemented in libferry_cuda.so
-// (module.cpp beside this file) and reached through cuda_module(). The core
+// (devices/cuda/module.cpp) and reached through cuda_module(). The core
 // (core.cpp, runtime.cpp, the kernel registry, CUDA source kernels, unified
 // buffers, the pinned pool) includes this header and no CUDA header; the
 // module links cudart, cuBLAS, cuSOLVER and NVRTC. The driver half (probe,
@@ -25,7 +25,7 @@
 namespace ferry::detail {
 
 class Device;
-class RuntimeCore;
+class DeviceHost;
 struct BufferState;
 struct CudaSignature;
 
@@ -51,7 +51,7 @@ struct GpuFacts {
 class CudaModule {
  public:
   // A local GPU as a device and memory node; throws Error when it cannot start.
-  virtual std::unique_ptr<Device> make_device(RuntimeCore& core, DeviceId id, MemoryNodeId node,
+  virtual std::unique_ptr<Device> make_device(DeviceHost& runtime, DeviceId id, MemoryNodeId node,
                                               const GpuOptions& options) const = 0;
   // Facts about `device` when it is one of the module's GPUs, else false.
   virtual bool facts(const Device& device, GpuFacts& out) const = 0;

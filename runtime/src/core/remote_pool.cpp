@@ -1,4 +1,4 @@
-#include "devices/remote/remote_pool.hpp"
+#include "core/remote_pool.hpp"
 
 #include <netdb.h>
 #include <sys/socket.h>

@@ -1,6 +1,6 @@
 // Automatic chunking at submission: which tasks, into how many pieces
 // (plan_chunks over the measured link and the perf model), and the pieces.
-#include "scheduling/chunked_submission.hpp"
+#include "core/chunked_submission.hpp"
 
 #include <algorithm>
 #include <bit>

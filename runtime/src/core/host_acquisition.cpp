@@ -1,11 +1,11 @@
-#include "data/host_acquisition.hpp"
+#include "core/host_acquisition.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 
 #include "core/core.hpp"
-#include "core/task_record.hpp"
+#include "data/task_record.hpp"
 #include "data/dependencies.hpp"
 #include "ferry/error.hpp"
 #include "ferry/log.hpp"
