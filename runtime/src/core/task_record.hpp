@@ -107,6 +107,7 @@ struct TaskRecord {
   int ordered_lane = -1;
   // Ids of the predecessors this task had to wait for when it was submitted
   // (written only while it is submitted): a remote forwards it behind them.
+  // Left empty for a task placed on the CPU, which no remote ever runs.
   RecordVector<std::uint64_t> waits_on;
   // Set for a host view's record (data/host_acquisition.hpp): the thread holding it.
   std::thread::id view_owner;
