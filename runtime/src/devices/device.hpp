@@ -72,13 +72,18 @@ class Device {
   // Backlog accounting for the scheduler's ready-time estimate: the run
   // times of assigned tasks, and (a remote) the time their bytes take on
   // its link, which they share one after another whatever the lanes.
+  // The submitting thread adds and a worker subtracts, so each change moves
+  // the counters' cache line between cores: a zero (a task placed without
+  // an estimate, the only eligible device's) changes nothing and is skipped.
   void assigned(std::int64_t estimate_ns, std::int64_t link_ns = 0) noexcept {
     queued_.fetch_add(1, std::memory_order_relaxed);
-    backlog_ns_.fetch_add(estimate_ns, std::memory_order_relaxed);
-    link_backlog_ns_.fetch_add(link_ns, std::memory_order_relaxed);
+    if (estimate_ns != 0) backlog_ns_.fetch_add(estimate_ns, std::memory_order_relaxed);
+    if (link_ns != 0) link_backlog_ns_.fetch_add(link_ns, std::memory_order_relaxed);
   }
   // An assigned task became ready to run: its estimate counts in the ready backlog too.
-  void now_ready(std::int64_t estimate_ns) noexcept { ready_backlog_ns_.fetch_add(estimate_ns, std::memory_order_relaxed); }
+  void now_ready(std::int64_t estimate_ns) noexcept {
+    if (estimate_ns != 0) ready_backlog_ns_.fetch_add(estimate_ns, std::memory_order_relaxed);
+  }
   // `was_ready`: now_ready was called for it.
   void completed(std::int64_t estimate_ns, std::int64_t link_ns, bool was_ready) noexcept {
     unassigned(estimate_ns, link_ns, was_ready);
@@ -87,9 +92,9 @@ class Device {
   // Taken back unrun (its device failed): it counts elsewhere now.
   void unassigned(std::int64_t estimate_ns, std::int64_t link_ns, bool was_ready) noexcept {
     queued_.fetch_sub(1, std::memory_order_relaxed);
-    backlog_ns_.fetch_sub(estimate_ns, std::memory_order_relaxed);
-    link_backlog_ns_.fetch_sub(link_ns, std::memory_order_relaxed);
-    if (was_ready) ready_backlog_ns_.fetch_sub(estimate_ns, std::memory_order_relaxed);
+    if (estimate_ns != 0) backlog_ns_.fetch_sub(estimate_ns, std::memory_order_relaxed);
+    if (link_ns != 0) link_backlog_ns_.fetch_sub(link_ns, std::memory_order_relaxed);
+    if (was_ready && estimate_ns != 0) ready_backlog_ns_.fetch_sub(estimate_ns, std::memory_order_relaxed);
   }
   DeviceSnapshot snapshot() const;
   // Records a copy between the host and this device's memory node in the
