@@ -62,7 +62,7 @@ struct TaskRecord {
 
   Device* device = nullptr;
   std::uint64_t eligible = 0;  // bit i: devices()[i] may run it (where a lost device's task may go)
-  std::shared_ptr<const std::string> device_name;  // outlives the device, for handles kept past the runtime
+  const std::string* device_name = nullptr;  // lasting_name(): outlives the device, for handles kept past the runtime
   std::int64_t estimate_ns = 0;  // counted in the device's expected backlog until done
   std::int64_t link_ns = 0;      // counted in a remote's link backlog until done
   bool counted_ready = false;    // estimate_ns counted in its device's ready backlog too

@@ -18,12 +18,16 @@ namespace ferry::detail {
 
 struct TaskRecord;
 
+// One copy per distinct device name for the life of the process (a handful:
+// cpu, each GPU, each host ever reached), never freed.
+const std::string* lasting_name(const std::string& name);
+
 class Device {
  public:
   Device(DeviceId id, std::string name, DeviceKind kind, MemoryNodeId node, std::string perf_key, DevicePeak peak)
       : id_(id),
         name_(std::move(name)),
-        shared_name_(std::make_shared<const std::string>(name_)),
+        lasting_name_(lasting_name(name_)),
         kind_(kind),
         node_(node),
         perf_key_(std::move(perf_key)),
@@ -34,9 +38,11 @@ class Device {
 
   DeviceId id() const noexcept { return id_; }
   const std::string& name() const noexcept { return name_; }
-  // The name for a task's handles, which may outlive the device: shared, so
-  // placing a task copies no string.
-  const std::shared_ptr<const std::string>& shared_name() const noexcept { return shared_name_; }
+  // The name for a task's handles, which may outlive the device and the
+  // runtime: kept for the process (lasting_name), so placing a task copies
+  // no string and touches no reference count that the thread freeing the
+  // task would touch again.
+  const std::string* shared_name() const noexcept { return lasting_name_; }
   DeviceKind kind() const noexcept { return kind_; }
   MemoryNodeId node() const noexcept { return node_; }
   const std::string& perf_key() const noexcept { return perf_key_; }
@@ -112,7 +118,7 @@ class Device {
  private:
   DeviceId id_;
   std::string name_;
-  std::shared_ptr<const std::string> shared_name_;
+  const std::string* lasting_name_;
   DeviceKind kind_;
   MemoryNodeId node_;
   std::string perf_key_;
