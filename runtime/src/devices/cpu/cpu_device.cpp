@@ -36,7 +36,10 @@ CpuDevice::CpuDevice(RuntimeCore& core, DeviceId id, unsigned workers)
   }
 }
 
-CpuDevice::~CpuDevice() { drain(); }
+CpuDevice::~CpuDevice() {
+  drain();
+  while (jobs_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
+}
 
 void CpuDevice::enqueue(TaskRecord* task) {
   active_.fetch_add(1, std::memory_order_relaxed);
@@ -48,7 +51,11 @@ void CpuDevice::enqueue(TaskRecord* task) {
 void CpuDevice::start_drainer() {
   for (unsigned n = drainers_.load(std::memory_order_seq_cst); n < workers_;)
     if (drainers_.compare_exchange_weak(n, n + 1, std::memory_order_seq_cst)) {
-      arena_.enqueue([this] { drain_ready(); });
+      jobs_.fetch_add(1, std::memory_order_relaxed);
+      arena_.enqueue([this] {
+        drain_ready();
+        jobs_.fetch_sub(1, std::memory_order_release);  // the job's last touch of the device
+      });
       return;
     }
 }

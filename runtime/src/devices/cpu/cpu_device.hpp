@@ -42,6 +42,9 @@ class CpuDevice final : public Device {
   // allocation on the submitting thread freed on a worker, and a wake-up).
   tbb::concurrent_queue<TaskRecord*> ready_;
   std::atomic<unsigned> drainers_{0};
+  // Drainer jobs not yet returned: a drainer still reads the queue after its
+  // last task, so the device outlives them (the destructor waits).
+  std::atomic<unsigned> jobs_{0};
   std::vector<int> lanes_;              // trace lane per worker slot
 };
 
