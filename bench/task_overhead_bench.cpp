@@ -6,6 +6,8 @@
 //                for the one before (Ferry and StarPU infer that order).
 // Prints a table, the ratios against Ferry and the verdicts against the
 // targets, and writes JSON (bench-tasks.json unless --out=FILE says otherwise).
+// Heap allocations per task are counted in a separate pass, for every
+// system: a figure that does not move with the machine's load.
 //   ferry_bench_tasks [--tasks=100000] [--reps=3] [--workers=2] [--out=FILE] [--only=ferry|tbb|starpu]
 #include <fmt/format.h>
 #include <sys/utsname.h>
@@ -13,6 +15,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <exception>
@@ -32,6 +36,48 @@
 #include <starpu.h>
 #endif
 
+// Heap allocations (malloc and what calls it: operator new, oneTBB's task
+// memory) counted while `counting` is on. glibc's own entry points do the
+// work; blocks from Ferry's pools are not heap allocations.
+namespace {
+std::atomic<bool> counting{false};
+std::atomic<long> allocations{0};
+void count_one() {
+  if (counting.load(std::memory_order_relaxed)) allocations.fetch_add(1, std::memory_order_relaxed);
+}
+}  // namespace
+
+extern "C" {
+void* __libc_malloc(std::size_t bytes);
+void* __libc_calloc(std::size_t n, std::size_t bytes);
+void* __libc_realloc(void* ptr, std::size_t bytes);
+void* __libc_memalign(std::size_t alignment, std::size_t bytes);
+
+void* malloc(std::size_t bytes) noexcept {
+  count_one();
+  return __libc_malloc(bytes);
+}
+void* calloc(std::size_t n, std::size_t bytes) noexcept {
+  count_one();
+  return __libc_calloc(n, bytes);
+}
+void* realloc(void* ptr, std::size_t bytes) noexcept {
+  count_one();
+  return __libc_realloc(ptr, bytes);
+}
+void* aligned_alloc(std::size_t alignment, std::size_t bytes) noexcept {
+  count_one();
+  return __libc_memalign(alignment, bytes);
+}
+int posix_memalign(void** out, std::size_t alignment, std::size_t bytes) noexcept {
+  count_one();
+  void* p = __libc_memalign(alignment, bytes);
+  if (p == nullptr) return ENOMEM;
+  *out = p;
+  return 0;
+}
+}
+
 namespace {
 
 constexpr double target_independent_us = 0.5;
@@ -49,6 +95,7 @@ struct Config {
 // µs per task of each repetition; the table shows the best, JSON keeps all.
 struct Series {
   std::vector<double> runs;
+  double allocations = 0;  // heap allocations per task, from a counted pass
   double best() const { return runs.empty() ? 0.0 : *std::ranges::min_element(runs); }
   double median() const {
     if (runs.empty()) return 0.0;
@@ -76,6 +123,13 @@ Series measure(const Config& c, const std::function<void(std::size_t)>& batch) {
     const double us = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
     s.runs.push_back(us / static_cast<double>(c.tasks));
   }
+  // Counted apart from the timed runs, so that counting costs them nothing.
+  const std::size_t counted = std::min<std::size_t>(c.tasks, 20000);
+  allocations.store(0);
+  counting.store(true);
+  batch(counted);
+  counting.store(false);
+  s.allocations = static_cast<double>(allocations.load()) / static_cast<double>(counted);
   return s;
 }
 
@@ -209,7 +263,10 @@ std::string cell(const std::optional<Series>& s) {
 
 nlohmann::json series_json(const std::optional<Series>& s) {
   if (!s) return nullptr;
-  return {{"best_us_per_task", s->best()}, {"median_us_per_task", s->median()}, {"runs_us_per_task", s->runs}};
+  return {{"best_us_per_task", s->best()},
+          {"median_us_per_task", s->median()},
+          {"runs_us_per_task", s->runs},
+          {"heap_allocations_per_task", s->allocations}};
 }
 
 // The fastest StarPU scheduler: the peer the ratios are against.
@@ -264,6 +321,11 @@ int main(int argc, char** argv) try {
   fmt::print("{:<26} {:>15} {:>15}   {}\n", "system", "independent", "chain", "notes");
   for (const auto& r : rows)
     fmt::print("{:<26} {:>15} {:>15}   {}\n", r.system, cell(r.independent), cell(r.chain), r.note);
+  fmt::print("\nheap allocations per task (malloc, operator new and oneTBB's included; a counted pass)\n");
+  for (const auto& r : rows)
+    if (r.independent && r.chain)
+      fmt::print("  {:<28} independent {:>6.2f}   chain {:>6.2f}\n", r.system, r.independent->allocations,
+                 r.chain->allocations);
 
   const Row* ferry = rows.empty() || !rows.front().system.starts_with("Ferry") ? nullptr : &rows.front();
   nlohmann::json report = {{"benchmark", "task_overhead"},

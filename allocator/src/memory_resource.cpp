@@ -19,7 +19,9 @@ const char* to_string(MemoryKind kind) noexcept {
 }
 
 void* MemoryResource::allocate(std::size_t bytes, std::size_t alignment, StreamRef stream) {
-  if (!std::has_single_bit(alignment))
+  // Not std::has_single_bit: without -mpopcnt that is a libgcc call, on
+  // every allocation of the small-object pool.
+  if (alignment == 0 || (alignment & (alignment - 1)) != 0)
     throw UsageError(fmt::format("allocate({} bytes): alignment {} is not a power of two ({})", bytes, alignment,
                                  describe()));
   return do_allocate(bytes, alignment, stream);

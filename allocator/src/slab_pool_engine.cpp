@@ -67,8 +67,17 @@ void* SlabPoolEngine::allocate_small(unsigned cls) {
 }
 
 void SlabPoolEngine::refill(ThreadCache::Bin& bin, unsigned cls) {
+  const std::uint32_t want = std::max<std::uint32_t>(1, bin.capacity / 2);
   std::lock_guard lock(mutex_);
-  bin.count = take_blocks(cls, bin.slots, std::max<std::uint32_t>(1, bin.capacity / 2));
+  Transfer& store = transfer_[cls];
+  if (store.count == 0) {
+    bin.count = take_blocks(cls, bin.slots, want);
+    return;
+  }
+  const std::uint32_t moved = std::min(want, store.count);
+  store.count -= moved;
+  std::memcpy(bin.slots, store.slots + store.count, moved * sizeof(CachedBlock));
+  bin.count = moved;
 }
 
 void* SlabPoolEngine::allocate_large(std::size_t bytes, std::size_t alignment) {
@@ -116,7 +125,7 @@ void SlabPoolEngine::free_small(Span* span, std::uintptr_t addr, std::size_t byt
   const unsigned cls = shift - kMinClassShift;
   if (options_.thread_cache) {
     ThreadCache::Bin& bin = thread_cache_for(*this, id_).bins[cls];
-    if (bin.count == bin.capacity) flush(bin, bin.capacity / 2);
+    if (bin.count == bin.capacity) flush(bin, bin.capacity / 2, /*transfer=*/true);
     bin.slots[bin.count++] = {ptr, span};
   } else {
     std::lock_guard lock(mutex_);
@@ -124,13 +133,20 @@ void SlabPoolEngine::free_small(Span* span, std::uintptr_t addr, std::size_t byt
   }
 }
 
-void SlabPoolEngine::flush(ThreadCache::Bin& bin, std::uint32_t keep) {
+void SlabPoolEngine::flush(ThreadCache::Bin& bin, std::uint32_t keep, bool transfer) {
   // The oldest blocks go back; the most recently freed stay, being warm.
   const std::uint32_t give = bin.count - std::min(keep, bin.count);
   {
     std::lock_guard lock(mutex_);
-    for (std::uint32_t i = 0; i < give; ++i)
-      return_block(bin.slots[i].span, reinterpret_cast<std::uintptr_t>(bin.slots[i].ptr));
+    std::uint32_t i = 0;
+    if (transfer && give > 0) {
+      Transfer& store = transfer_[bin.slots[0].span->cls];
+      const std::uint32_t moved = std::min(give, kTransferBlocks - store.count);
+      std::memcpy(store.slots + store.count, bin.slots, moved * sizeof(CachedBlock));
+      store.count += moved;
+      i = moved;
+    }
+    for (; i < give; ++i) return_block(bin.slots[i].span, reinterpret_cast<std::uintptr_t>(bin.slots[i].ptr));
   }
   std::memmove(bin.slots, bin.slots + give, (bin.count - give) * sizeof(CachedBlock));
   bin.count -= give;
@@ -454,6 +470,16 @@ void SlabPoolEngine::trim() {
 
 void SlabPoolEngine::flush_thread_cache() {
   if (ThreadCache* cache = find_thread_cache(id_)) drain(*cache);
+  std::lock_guard lock(mutex_);
+  return_transfers();
+}
+
+void SlabPoolEngine::return_transfers() {
+  for (Transfer& store : transfer_) {
+    for (std::uint32_t i = 0; i < store.count; ++i)
+      return_block(store.slots[i].span, reinterpret_cast<std::uintptr_t>(store.slots[i].ptr));
+    store.count = 0;
+  }
 }
 
 void SlabPoolEngine::add_observer(SlabObserver& observer) {

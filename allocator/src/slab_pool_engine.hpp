@@ -50,7 +50,11 @@ class SlabPoolEngine {
   void free_large(Span* span, std::uintptr_t addr, std::size_t bytes);
   void invalid_free(const void* ptr, std::size_t bytes, const std::string& why);
   void refill(ThreadCache::Bin& bin, unsigned cls);
-  void flush(ThreadCache::Bin& bin, std::uint32_t keep);
+  // Gives back all but `keep` of the bin's blocks: to the transfer store
+  // when `transfer` (a full cache, as on a thread that frees what another
+  // made), else, and once the store is full, to their runs.
+  void flush(ThreadCache::Bin& bin, std::uint32_t keep, bool transfer = false);
+  void return_transfers();  // mutex_ held
 
   // Everything below runs with mutex_ held.
   std::uint32_t take_blocks(unsigned cls, CachedBlock* out, std::uint32_t count);
@@ -83,6 +87,17 @@ class SlabPoolEngine {
   mutable std::mutex mutex_;
   std::multimap<std::size_t, Span*> free_spans_;  // by pages: best fit is lower_bound
   Span* runs_[kClasses] = {};                       // runs with at least one free block
+  // Blocks a full thread cache gave back, kept whole for the next empty
+  // one: where blocks are made on one thread and freed on another (task
+  // records, a request's reply slot), they move between the two caches in
+  // bulk rather than one by one through the runs' bitmaps. They count as
+  // handed out, as cached blocks do; trim() and flush_thread_cache()
+  // return them to their runs.
+  struct Transfer {
+    std::uint32_t count = 0;
+    CachedBlock slots[kTransferBlocks];
+  };
+  Transfer transfer_[kClasses];
   std::deque<Span> span_storage_;                   // records are reused, never freed: a racing
   Span* unused_ = nullptr;                          // lookup always reads a valid record
   std::vector<std::unique_ptr<SlabRecord>> slabs_;

@@ -16,6 +16,9 @@ class SlabPoolEngine;
 // At most this many bytes of one class wait in one thread's cache.
 inline constexpr std::size_t kCacheBytesPerClass = std::size_t{256} << 10;
 inline constexpr std::uint32_t kMaxCachedBlocks = 64;
+// Blocks of one class kept between a cache that gave them back and one that
+// takes them (SlabPoolEngine's transfer store): two full caches' worth.
+inline constexpr std::uint32_t kTransferBlocks = 2 * kMaxCachedBlocks;
 
 inline std::uint32_t cache_capacity(unsigned cls) noexcept {
   const std::size_t blocks = kCacheBytesPerClass >> class_shift(cls);

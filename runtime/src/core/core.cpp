@@ -555,7 +555,7 @@ Task RuntimeCore::launch(Prepared&& prepared) {
 
 void RuntimeCore::place(TaskRecord* task, std::uint64_t eligible) {
   Device* chosen = devices()[static_cast<std::size_t>(std::countr_zero(eligible))].get();
-  if (std::popcount(eligible) > 1) {
+  if ((eligible & (eligible - 1)) != 0) {  // more than one (std::popcount is a libgcc call without -mpopcnt)
     const std::int64_t now_ns = steady_ns();
     DecisionInput in;
     in.policy = options_.policy;

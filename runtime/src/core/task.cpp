@@ -68,7 +68,9 @@ bool add_edge(TaskRecord* pred, TaskRecord* succ, bool data) {
   // Count first: pred cannot finish (and decrement) while we hold its lock.
   succ->pending.fetch_add(1, std::memory_order_relaxed);
   pred->successors.push_back({succ, data});
-  succ->waits_on.push_back(pred->id);
+  // Only a remote forwards behind them; a task placed on the CPU never moves
+  // (only a remote or a GPU gives its tasks back to be placed again).
+  if (succ->device == nullptr || succ->device->kind() != DeviceKind::cpu) succ->waits_on.push_back(pred->id);
   return true;
 }
 

@@ -62,7 +62,7 @@ struct TaskRecord {
 
   Device* device = nullptr;
   std::uint64_t eligible = 0;  // bit i: devices()[i] may run it (where a lost device's task may go)
-  std::shared_ptr<const std::string> device_name;  // outlives the device, for handles kept past the runtime
+  const std::string* device_name = nullptr;  // lasting_name(): outlives the device, for handles kept past the runtime
   std::int64_t estimate_ns = 0;  // counted in the device's expected backlog until done
   std::int64_t link_ns = 0;      // counted in a remote's link backlog until done
   bool counted_ready = false;    // estimate_ns counted in its device's ready backlog too
@@ -107,6 +107,7 @@ struct TaskRecord {
   int ordered_lane = -1;
   // Ids of the predecessors this task had to wait for when it was submitted
   // (written only while it is submitted): a remote forwards it behind them.
+  // Left empty for a task placed on the CPU, which no remote ever runs.
   RecordVector<std::uint64_t> waits_on;
   // Set for a host view's record (core/host_acquisition.hpp): the thread holding it.
   std::thread::id view_owner;

@@ -2,9 +2,19 @@
 
 #include <fmt/format.h>
 
+#include <mutex>
+#include <set>
+
 #include "base/transfer_label.hpp"
 
 namespace ferry::detail {
+
+const std::string* lasting_name(const std::string& name) {
+  static std::mutex mutex;
+  static auto* names = new std::set<std::string, std::less<>>;  // never destroyed: handles outlive statics too
+  std::lock_guard lock(mutex);
+  return &*names->insert(name).first;
+}
 
 bool Device::matches(const Place& place) const noexcept {
   switch (place.kind) {

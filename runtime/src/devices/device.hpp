@@ -18,12 +18,16 @@ namespace ferry::detail {
 
 struct TaskRecord;
 
+// One copy per distinct device name for the life of the process (a handful:
+// cpu, each GPU, each host ever reached), never freed.
+const std::string* lasting_name(const std::string& name);
+
 class Device {
  public:
   Device(DeviceId id, std::string name, DeviceKind kind, MemoryNodeId node, std::string perf_key, DevicePeak peak)
       : id_(id),
         name_(std::move(name)),
-        shared_name_(std::make_shared<const std::string>(name_)),
+        lasting_name_(lasting_name(name_)),
         kind_(kind),
         node_(node),
         perf_key_(std::move(perf_key)),
@@ -34,9 +38,11 @@ class Device {
 
   DeviceId id() const noexcept { return id_; }
   const std::string& name() const noexcept { return name_; }
-  // The name for a task's handles, which may outlive the device: shared, so
-  // placing a task copies no string.
-  const std::shared_ptr<const std::string>& shared_name() const noexcept { return shared_name_; }
+  // The name for a task's handles, which may outlive the device and the
+  // runtime: kept for the process (lasting_name), so placing a task copies
+  // no string and touches no reference count that the thread freeing the
+  // task would touch again.
+  const std::string* shared_name() const noexcept { return lasting_name_; }
   DeviceKind kind() const noexcept { return kind_; }
   MemoryNodeId node() const noexcept { return node_; }
   const std::string& perf_key() const noexcept { return perf_key_; }
@@ -72,13 +78,18 @@ class Device {
   // Backlog accounting for the scheduler's ready-time estimate: the run
   // times of assigned tasks, and (a remote) the time their bytes take on
   // its link, which they share one after another whatever the lanes.
+  // The submitting thread adds and a worker subtracts, so each change moves
+  // the counters' cache line between cores: a zero (a task placed without
+  // an estimate, the only eligible device's) changes nothing and is skipped.
   void assigned(std::int64_t estimate_ns, std::int64_t link_ns = 0) noexcept {
     queued_.fetch_add(1, std::memory_order_relaxed);
-    backlog_ns_.fetch_add(estimate_ns, std::memory_order_relaxed);
-    link_backlog_ns_.fetch_add(link_ns, std::memory_order_relaxed);
+    if (estimate_ns != 0) backlog_ns_.fetch_add(estimate_ns, std::memory_order_relaxed);
+    if (link_ns != 0) link_backlog_ns_.fetch_add(link_ns, std::memory_order_relaxed);
   }
   // An assigned task became ready to run: its estimate counts in the ready backlog too.
-  void now_ready(std::int64_t estimate_ns) noexcept { ready_backlog_ns_.fetch_add(estimate_ns, std::memory_order_relaxed); }
+  void now_ready(std::int64_t estimate_ns) noexcept {
+    if (estimate_ns != 0) ready_backlog_ns_.fetch_add(estimate_ns, std::memory_order_relaxed);
+  }
   // `was_ready`: now_ready was called for it.
   void completed(std::int64_t estimate_ns, std::int64_t link_ns, bool was_ready) noexcept {
     unassigned(estimate_ns, link_ns, was_ready);
@@ -87,9 +98,9 @@ class Device {
   // Taken back unrun (its device failed): it counts elsewhere now.
   void unassigned(std::int64_t estimate_ns, std::int64_t link_ns, bool was_ready) noexcept {
     queued_.fetch_sub(1, std::memory_order_relaxed);
-    backlog_ns_.fetch_sub(estimate_ns, std::memory_order_relaxed);
-    link_backlog_ns_.fetch_sub(link_ns, std::memory_order_relaxed);
-    if (was_ready) ready_backlog_ns_.fetch_sub(estimate_ns, std::memory_order_relaxed);
+    if (estimate_ns != 0) backlog_ns_.fetch_sub(estimate_ns, std::memory_order_relaxed);
+    if (link_ns != 0) link_backlog_ns_.fetch_sub(link_ns, std::memory_order_relaxed);
+    if (was_ready && estimate_ns != 0) ready_backlog_ns_.fetch_sub(estimate_ns, std::memory_order_relaxed);
   }
   DeviceSnapshot snapshot() const;
   // Records a copy between the host and this device's memory node in the
@@ -107,7 +118,7 @@ class Device {
  private:
   DeviceId id_;
   std::string name_;
-  std::shared_ptr<const std::string> shared_name_;
+  const std::string* lasting_name_;
   DeviceKind kind_;
   MemoryNodeId node_;
   std::string perf_key_;

@@ -258,7 +258,15 @@ void write_atomically(const fs::path& path, const std::string& text) {
 struct PerfModels::Impl {
   Options options;
   mutable std::mutex mutex;
-  std::map<Key, Buckets, KeyLess> models;
+  std::map<Key, Buckets, KeyLess> models;  // never erased from: a node found stays valid
+  // The ring record() pushed to last: a run of tasks of one kernel on one
+  // device (every task records) finds it with two string compares instead
+  // of a search of the map and of its buckets.
+  struct Last {
+    const Key* key = nullptr;
+    unsigned bucket = 0;
+    Ring* ring = nullptr;
+  } last;
 };
 
 PerfModels::PerfModels(Options options) : impl_(std::make_unique<Impl>()) { impl_->options = options; }
@@ -282,10 +290,15 @@ Estimate PerfModels::estimate(const std::string& kernel, const std::string& devi
 void PerfModels::record(const std::string& kernel, const std::string& device_key, std::size_t bytes,
                         double seconds) {
   if (!valid_seconds(seconds)) return;
+  const unsigned bucket = size_bucket(bytes);
   std::lock_guard lock(impl_->mutex);
-  auto model = impl_->models.find(KeyView{kernel, device_key});
-  if (model == impl_->models.end()) model = impl_->models.emplace(Key{kernel, device_key}, Buckets{}).first;
-  model->second[size_bucket(bytes)].push(seconds, impl_->options.history);
+  Impl::Last& last = impl_->last;
+  if (last.ring == nullptr || last.bucket != bucket || last.key->first != kernel || last.key->second != device_key) {
+    auto model = impl_->models.find(KeyView{kernel, device_key});
+    if (model == impl_->models.end()) model = impl_->models.emplace(Key{kernel, device_key}, Buckets{}).first;
+    last = {&model->first, bucket, &model->second[bucket]};
+  }
+  last.ring->push(seconds, impl_->options.history);
 }
 
 void PerfModels::load(const fs::path& dir) {

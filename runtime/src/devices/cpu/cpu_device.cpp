@@ -36,15 +36,46 @@ CpuDevice::CpuDevice(DeviceHost& runtime, DeviceId id, unsigned workers)
   }
 }
 
-CpuDevice::~CpuDevice() { drain(); }
+CpuDevice::~CpuDevice() {
+  drain();
+  while (jobs_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
+}
 
 void CpuDevice::enqueue(TaskRecord* task) {
   active_.fetch_add(1, std::memory_order_relaxed);
   tsan_release(task);
-  arena_.enqueue([this, task] {
-    tsan_acquire(task);
-    run_chain(task);
-  });
+  ready_.push(task);
+  if (drainers_.load(std::memory_order_seq_cst) < workers_) start_drainer();
+}
+
+void CpuDevice::start_drainer() {
+  for (unsigned n = drainers_.load(std::memory_order_seq_cst); n < workers_;)
+    if (drainers_.compare_exchange_weak(n, n + 1, std::memory_order_seq_cst)) {
+      jobs_.fetch_add(1, std::memory_order_relaxed);
+      arena_.enqueue([this] {
+        drain_ready();
+        jobs_.fetch_sub(1, std::memory_order_release);  // the job's last touch of the device
+      });
+      return;
+    }
+}
+
+void CpuDevice::drain_ready() {
+  for (;;) {
+    TaskRecord* task = nullptr;
+    while (ready_.try_pop(task)) {
+      tsan_acquire(task);
+      run_chain(task);
+    }
+    drainers_.fetch_sub(1, std::memory_order_seq_cst);
+    // A task pushed after the last pop saw this drainer still counted and
+    // started none: take it up again (or leave it to a drainer that did).
+    if (ready_.empty()) return;
+    unsigned n = drainers_.load(std::memory_order_seq_cst);
+    do {
+      if (n >= workers_) return;
+    } while (!drainers_.compare_exchange_weak(n, n + 1, std::memory_order_seq_cst));
+  }
 }
 
 void CpuDevice::run_chain(TaskRecord* task) {
