@@ -16,23 +16,12 @@
 #include <vector>
 
 #include "ferry/allocator/small_objects.hpp"
+#include "heap_counting.hpp"
 
 namespace {
 
-// Heap allocations made through operator new while `counting` is on.
-std::atomic<bool> counting{false};
-std::atomic<long> heap_allocations{0};
-
-}  // namespace
-
-void* operator new(std::size_t bytes) {
-  if (counting.load(std::memory_order_relaxed)) heap_allocations.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(bytes == 0 ? 1 : bytes)) return p;
-  throw std::bad_alloc();
-}
-
-namespace {
-
+using ferry::test::counting;
+using ferry::test::heap_allocations;
 using ferry::small_object_allocate;
 using ferry::small_object_deallocate;
 using ferry::SmallObjectAllocator;

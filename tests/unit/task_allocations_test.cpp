@@ -5,26 +5,14 @@
 // a heap allocation per task, fails here before a benchmark shows it.
 #include <gtest/gtest.h>
 
-#include <atomic>
-#include <cstdlib>
-#include <new>
-
 #include <ferry/ferry.hpp>
 
-namespace {
-
-std::atomic<bool> counting{false};
-std::atomic<long> heap_allocations{0};
-
-}  // namespace
-
-void* operator new(std::size_t bytes) {
-  if (counting.load(std::memory_order_relaxed)) heap_allocations.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(bytes == 0 ? 1 : bytes)) return p;
-  throw std::bad_alloc();
-}
+#include "heap_counting.hpp"
 
 namespace {
+
+using ferry::test::counting;
+using ferry::test::heap_allocations;
 
 constexpr int kTasks = 4000;
 
