@@ -149,6 +149,8 @@ class ConnectionImpl final : public Connection {
   std::uint64_t bulk_received_ = 0;  // the peer's that arrived on bulk_in_
   std::size_t payloads_landing_ = 0;  // of those, rendezvous payloads UCX is still receiving
   std::optional<std::uint64_t> peer_bulk_sent_;  // the peer closed, having sent this many
+  // The control endpoint failed: it can only be force-closed from now on.
+  bool failed_ = false;
   // Shared so that a handler replacing the handlers does not destroy itself mid-call.
   std::shared_ptr<const MessageHandler> on_message_;
   std::shared_ptr<const ErrorHandler> on_error_;
