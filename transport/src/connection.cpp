@@ -147,12 +147,15 @@ void ConnectionImpl::fail(ucs_status_t status) {
   log().debug("ucx: connection to {} failed: {}", peer_, ucs_status_string(status));
   failed_ = true;
   std::string reason = "connection to " + peer_ + " failed: " + ucs_status_string(status);
-  if (lane_ == nullptr) return end(reason);
-  // A peer that said bye on its shared-memory lane and exited at once: its
-  // last messages may still wait in the lane's FIFO when the control
+  // A client that said bye on its shared-memory lane and exited at once:
+  // its last messages may still wait in the lane's FIFO when the control
   // endpoint reports it gone. One more progress, outside this callback,
   // delivers them first, so that its session ends as it said ("said bye",
-  // not "went away"); a peer that really died left nothing there.
+  // not "went away"); a peer that really died left nothing there. Only on
+  // the accepting end (ferryd's): a dialler ends at once, so that what it
+  // would send next goes elsewhere (a runtime's tasks to other devices)
+  // rather than onto a lane to a dead ferryd.
+  if (lane_ == nullptr || !lane_accepted_) return end(reason);
   post([self = self(), reason = std::move(reason)] {
     while (ucp_worker_progress(self->impl_.worker) != 0) {
     }
