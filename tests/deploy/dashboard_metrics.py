@@ -5,7 +5,12 @@ GPU gauges (ferry_gpu_*) come from NVML and exist only on hosts with an
 NVIDIA driver; a scrape saying ferry_nvml_available 0 has none of them, and
 there each must instead be a name ferryd's binary declares.
 
-Usage: dashboard_metrics.py FERRYD DASHBOARD.json...
+Before the scrape, WORKLOAD (tests/deploy/dashboard_workload.cpp) runs
+tasks on that ferryd, one failing, and fetches data: a client's, a kernel's
+and a transfer's series exist only once something was counted for them
+(ferryd makes no zero series for labels nothing used).
+
+Usage: dashboard_metrics.py FERRYD WORKLOAD DASHBOARD.json...
 """
 import json
 import os
@@ -52,18 +57,28 @@ def metric_names(expr):
     return {n for n in names if n not in NOT_METRICS and not n.startswith("$")}
 
 
-def scrape(ferryd):
+def scrape(ferryd, workload):
     port = free_port()
     with tempfile.TemporaryDirectory() as tmp:
         token = os.path.join(tmp, "token")
         with open(token, "w") as f:
             f.write("dashboard-test-token-0123456789abcdef")
         os.chmod(token, 0o600)
-        server = subprocess.Popen([ferryd, "--listen", "127.0.0.1:0", "--token-file", token,
+        port_file = os.path.join(tmp, "port")
+        server = subprocess.Popen([ferryd, "--listen", "127.0.0.1:0", "--token-file", token, "--port-file", port_file,
                                    "--metrics", f"127.0.0.1:{port}", "--gpus", "none", "--workers", "1"],
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         try:
             deadline = time.monotonic() + 20
+            while not (os.path.exists(port_file) and open(port_file).read().strip()):
+                if server.poll() is not None or time.monotonic() > deadline:
+                    out = server.stdout.read().decode(errors="replace") if server.poll() is not None else ""
+                    raise SystemExit(f"ferryd never listened\n{out}")
+                time.sleep(0.05)
+            address = "127.0.0.1:" + open(port_file).read().strip()
+            work = subprocess.run([workload, address, token], capture_output=True, text=True, timeout=60)
+            if work.returncode != 0:
+                raise SystemExit(f"the workload failed ({work.returncode}):\n{work.stdout}{work.stderr}")
             while True:
                 try:
                     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
@@ -79,8 +94,8 @@ def scrape(ferryd):
 
 
 def main():
-    ferryd, dashboards = sys.argv[1], sys.argv[2:]
-    text = scrape(ferryd)
+    ferryd, workload, dashboards = sys.argv[1], sys.argv[2], sys.argv[3:]
+    text = scrape(ferryd, workload)
     exposed = set()
     for line in text.splitlines():
         if line and not line.startswith("#"):

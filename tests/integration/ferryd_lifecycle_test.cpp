@@ -5,7 +5,9 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <cstdio>
 #include <regex>
+#include <string>
 
 #include "ferryd_process.hpp"
 #include "test_client.hpp"
@@ -78,6 +80,51 @@ std::string http_get(std::uint16_t port, const std::string& path) {
   for (ssize_t n; (n = read(fd, buffer, sizeof buffer)) > 0;) response.append(buffer, static_cast<std::size_t>(n));
   close(fd);
   return response;
+}
+
+std::size_t occurrences(const std::string& text, const std::string& needle) {
+  std::size_t n = 0;
+  for (auto at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  return n;
+}
+
+// Clients that end as programs do (`ferry check`: a runtime that says bye,
+// closes and exits at once) leave "said bye" in ferryd's log, one each,
+// and nothing alarming: no "went away" (the bye still waited on the
+// shared-memory lane when the control endpoint saw the process gone) and
+// no raw UCX "error during flush: Endpoint timeout" (the lane's flush once
+// its peer had left). About one client in three did either before.
+TEST(FerrydLifecycle, ClientsThatExitAfterByeSaidByeAndNothingAlarming) {
+  FerrydProcess server;
+  constexpr int clients = 12;
+  for (int i = 0; i < clients; ++i) {
+    const std::string command = "env FERRY_TOKEN_FILE=" + server.token_file().string() + " " +
+                                std::string(FERRY_CLI_PATH) + " check 127.0.0.1:" + std::to_string(server.port()) +
+                                " 2>&1";
+    FILE* pipe = ::popen(command.c_str(), "r");
+    ASSERT_NE(pipe, nullptr);
+    std::string output;
+    char chunk[4096];
+    while (std::size_t n = std::fread(chunk, 1, sizeof chunk, pipe)) output.append(chunk, n);
+    ASSERT_EQ(::pclose(pipe), 0) << output;
+  }
+  // Every session ended one way or the other before the log is judged.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  std::string log = server.log();
+  while (occurrences(log, " said bye") + occurrences(log, " went away") < clients &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    log = server.log();
+  }
+  server.signal(SIGTERM);
+  ASSERT_EQ(server.wait_exit(std::chrono::seconds(20)), 0) << server.log();
+  log = server.log();
+  ASSERT_EQ(occurrences(log, "shared-memory lane)"), static_cast<std::size_t>(clients)) << "the case is the lane's\n"
+                                                                                         << log;
+  EXPECT_EQ(occurrences(log, " said bye"), static_cast<std::size_t>(clients)) << log;
+  EXPECT_EQ(log.find("went away"), std::string::npos) << log;
+  EXPECT_EQ(log.find("error during flush"), std::string::npos) << log;
+  EXPECT_EQ(log.find("UCX  ERROR"), std::string::npos) << log;
 }
 
 TEST(FerrydLifecycle, MetricsAreServedOverHttp) {

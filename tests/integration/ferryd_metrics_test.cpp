@@ -211,5 +211,43 @@ TEST(FerrydMetrics, ClientLabelsAreBoundedAndATenantsNamesTakeNoOneElsesLabel) {
   std::filesystem::remove_all(dir);
 }
 
+// A client's series exist in the families that counted something for it,
+// and in no other: a token client on host "vm" that only shipped data has
+// no ferry_client_tasks_total{client="token:vm"} 0 beside the key "vm"'s
+// tasks, and no client has a counter at 0.
+TEST(FerrydMetrics, NoClientSeriesIsAZeroBesideAnother) {
+  const auto dir = make_temp_dir();
+  const auto vm = transport::KeyPair::generate();
+  std::ofstream(dir / "authorized_keys") << transport::public_key_line(vm.public_key(), "vm") << '\n';
+  FerrydProcess server({"--metrics", "127.0.0.1:0", "--authorized-keys", (dir / "authorized_keys").string()});
+  const auto port = metrics_port(server);
+  const float x[3] = {1, 2, 3};
+  {
+    TestClient keyed(server.port(), "vm:1");
+    transport::DialOptions options;
+    options.identity = vm;
+    keyed.connect(std::move(options));
+    ASSERT_EQ(keyed.put(1, proto::DType::f32, 1, 3, x, sizeof x).status, Status::ok);
+    for (int i = 0; i < 3; ++i) ASSERT_EQ(keyed.run("sum", {TestClient::buffer(1, Mode::read)}).status, Status::ok);
+  }
+  {
+    TestClient token(server.port(), "vm:2");
+    token.authenticate(FerrydProcess::default_token);
+    ASSERT_EQ(token.put(1, proto::DType::f32, 1, 3, x, sizeof x).status, Status::ok);
+  }
+  const std::string body = http_get(port, "/metrics");
+  ASSERT_NE(body.find("200 OK"), std::string::npos) << body;
+  EXPECT_NE(body.find("\nferry_client_tasks_total{client=\"vm\"} 3"), std::string::npos) << body;
+  EXPECT_NE(body.find("\nferry_client_bytes_in_total{client=\"token:vm\"} 12"), std::string::npos) << body;
+  EXPECT_EQ(label_values(body, "ferry_client_tasks_total", "client").count("token:vm"), 0u)
+      << "a client that ran nothing has a tasks series\n" << body;
+  // Neither fetched anything.
+  EXPECT_TRUE(label_values(body, "ferry_client_bytes_out_total", "client").empty()) << body;
+  const std::regex zero_counter("\\n(ferry_client_[a-z_]+_total\\{[^}]*\\}) 0\\n");
+  std::smatch found;
+  EXPECT_FALSE(std::regex_search(body, found, zero_counter)) << found[1] << " is a zero series\n" << body;
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace ferry::test

@@ -87,6 +87,26 @@ TEST(RemotePolicy, WrongTokenThrowsUnderRequireNamingTheHostAndTheReason) {
   EXPECT_THROW(ferry::Runtime rt(options_for(server.address(), "a-wrong-token")), ferry::RemoteError);
 }
 
+// A refusal is a security answer: the error says why, and does not suggest
+// FERRY_REMOTE_POLICY=prefer to run without the host (which it did).
+TEST(RemotePolicy, ASecurityRefusalDoesNotSuggestGoingAroundIt) {
+  const auto dir = ferry::test::make_temp_dir();
+  FerrydProcess server({"--host-key", (dir / "host_key").string()}, "the-right-token-for-this-host");
+  const std::string wrong_token =
+      message_of([&] { ferry::Runtime rt(options_for(server.address(), "a-wrong-token")); });
+  EXPECT_NE(wrong_token.find("auth_failed"), std::string::npos) << wrong_token;
+  EXPECT_EQ(wrong_token.find("FERRY_REMOTE_POLICY"), std::string::npos) << wrong_token;
+
+  std::ofstream(dir / "known_hosts").flush();
+  auto o = options_for(server.address(), "the-right-token-for-this-host");
+  o.known_hosts = dir / "known_hosts";
+  o.strict_host_keys = true;
+  const std::string unpinned = message_of([&] { ferry::Runtime rt(o); });
+  EXPECT_NE(unpinned.find("does not pin"), std::string::npos) << unpinned;
+  EXPECT_EQ(unpinned.find("FERRY_REMOTE_POLICY"), std::string::npos) << unpinned;
+  std::filesystem::remove_all(dir);
+}
+
 TEST(RemotePolicy, WrongTokenWarnsOnceUnderPreferAndIsNotRetried) {
   FerrydProcess server({}, "the-right-token-for-this-host");
   LogCapture logs;

@@ -231,3 +231,34 @@ def test_a_script_with_a_task_ends_without_leak_warnings(tmp_path):
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "leaked" not in done.stderr, done.stderr
+
+
+SHUTDOWN_SCRIPT = r"""
+import sys, numpy as np, ferry
+raise_it = sys.argv[1] == "raise"
+with ferry.Runtime(workers=1, gpus="none", read_environment=False, persist_perf_models=False) as rt:
+    y = rt.zeros(4, np.float64)
+
+    @rt.task(writes=["y"])
+    def boom(y):
+        raise RuntimeError("disk on fire")
+
+    f = boom(y)
+    if raise_it:
+        try:
+            f.result()
+        except ferry.KernelError:
+            print("raised")
+"""
+
+
+@pytest.mark.parametrize("raised", [True, False])
+def test_the_shutdown_warning_is_only_for_a_failure_nothing_raised(raised):
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", SHUTDOWN_SCRIPT, "raise" if raised else "keep"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    warned = "no wait() reported it" in done.stdout + done.stderr
+    assert warned != raised, done.stdout + done.stderr

@@ -1,15 +1,18 @@
 // The runtime's life cycle, results, failures, graphs, traces and learning.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <spdlog/sinks/ostream_sink.h>
 
 #include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <sstream>
 #include <thread>
 
 #include <unistd.h>
 
+#include "ferry/log.hpp"
 #include "runtime_test_support.hpp"
 
 namespace {
@@ -65,6 +68,57 @@ TEST(Runtime, FailureReachesTheWaiterWithTaskAndKernel) {
   }
   EXPECT_THROW(rt.wait(), ferry::KernelError);
   EXPECT_NO_THROW(rt.wait()) << "a failure is reported once";
+}
+
+// What the runtime logs while a scope lives.
+class RuntimeLog {
+ public:
+  RuntimeLog() : sink_(std::make_shared<spdlog::sinks::ostream_sink_mt>(text_)) { ferry::log().sinks().push_back(sink_); }
+  ~RuntimeLog() { std::erase(ferry::log().sinks(), sink_); }
+  std::string text() {
+    ferry::log().flush();
+    return text_.str();
+  }
+
+ private:
+  std::ostringstream text_;
+  std::shared_ptr<spdlog::sinks::ostream_sink_mt> sink_;
+};
+
+// The shutdown warning is for a failure nothing raised: one a Task::wait
+// (or result()) threw, or that a task failing because of it reported,
+// was raised. Runtime::wait reporting it: FailureReachesTheWaiterWithTaskAndKernel.
+TEST(Runtime, AFailureATaskWaitRaisedIsNotWarnedAboutAtShutdown) {
+  RuntimeLog log;
+  {
+    ferry::Runtime rt(ferry::testing::quiet_options());
+    auto x = rt.buffer<double>(4);
+    auto boom = rt.kernel("boom", [](Out<double>) { throw std::runtime_error("disk on fire"); });
+    auto t = rt.submit(boom, ferry::write(x));
+    EXPECT_THROW(t.wait(), ferry::KernelError);
+  }
+  {
+    ferry::Runtime rt(ferry::testing::quiet_options());
+    auto x = rt.buffer<double>(4);
+    auto boom = rt.kernel("boom", [](Out<double>) { throw std::runtime_error("disk on fire"); });
+    auto use = rt.kernel("use", [](In<double> x) { return x[0]; });
+    rt.submit(boom, ferry::write(x));
+    // Its error names boom's: boom's failure is reported with it.
+    EXPECT_THROW(rt.submit(use, ferry::read(x)).result(), ferry::KernelError);
+  }
+  EXPECT_EQ(log.text().find("no wait() reported it"), std::string::npos) << log.text();
+}
+
+TEST(Runtime, AFailureNothingRaisedIsWarnedAboutAtShutdown) {
+  RuntimeLog log;
+  {
+    ferry::Runtime rt(ferry::testing::quiet_options());
+    auto x = rt.buffer<double>(4);
+    auto boom = rt.kernel("boom", [](Out<double>) { throw std::runtime_error("disk on fire"); });
+    rt.submit(boom, ferry::write(x));
+  }
+  EXPECT_NE(log.text().find("a task failed and no wait() reported it"), std::string::npos) << log.text();
+  EXPECT_NE(log.text().find("disk on fire"), std::string::npos) << log.text();
 }
 
 TEST(Runtime, ConsumersOfAFailedOutputDoNotRunButWritersDo) {

@@ -167,19 +167,23 @@ Metrics::ClientSeries& Metrics::client_series(const std::string& client) {
     if (const auto colon = host.rfind(':'); colon != std::string_view::npos) host = host.substr(0, colon);
     label = std::string(token) + std::string(host.empty() ? "unnamed" : host);
   }
-  std::lock_guard lock(series_mutex_);
   if (const auto it = client_series_.find(label); it != client_series_.end()) return it->second;
   if (chosen_by_client) {
     if (token_labels_ >= max_client_labels) label = std::string(token) + "other";
     else ++token_labels_;
     if (const auto it = client_series_.find(label); it != client_series_.end()) return it->second;
   }
-  const prometheus::Labels labels{{"client", label}};
-  return client_series_
-      .emplace(label, ClientSeries{&client_tasks_->Add(labels), &client_queued_->Add(labels),
-                                   &client_started_->Add(labels), &client_bytes_in_->Add(labels),
-                                   &client_bytes_out_->Add(labels)})
-      .first->second;
+  ClientSeries series;
+  series.labels = {{"client", label}};
+  return client_series_.emplace(label, std::move(series)).first->second;
+}
+
+template <class T>
+T& Metrics::client_metric(const std::string& client, T* ClientSeries::*member, prometheus::Family<T>* family) {
+  std::lock_guard lock(series_mutex_);
+  ClientSeries& series = client_series(client);
+  if (series.*member == nullptr) series.*member = &family->Add(series.labels);
+  return *(series.*member);
 }
 
 Metrics::KernelSeries& Metrics::kernel_series(const std::string& kernel) {
@@ -199,23 +203,22 @@ void Metrics::task_done(const std::string& kernel, const std::string& client, do
   KernelSeries& k = kernel_series(kernel);
   (ok ? k.ok : k.failed)->Increment();
   if (ok) k.seconds->Observe(seconds);
-  client_series(client).tasks->Increment();
+  client_metric(client, &ClientSeries::tasks, client_tasks_).Increment();
 }
 
 void Metrics::client_queue(const std::string& share, std::size_t queued, bool started) {
-  ClientSeries& c = client_series(share);
-  c.queued->Set(static_cast<double>(queued));
-  if (started) c.started->Increment();
+  client_metric(share, &ClientSeries::queued, client_queued_).Set(static_cast<double>(queued));
+  if (started) client_metric(share, &ClientSeries::started, client_started_).Increment();
 }
 
 void Metrics::bytes_in(std::uint64_t bytes, const std::string& client) {
   bytes_in_->Increment(static_cast<double>(bytes));
-  client_series(client).bytes_in->Increment(static_cast<double>(bytes));
+  client_metric(client, &ClientSeries::bytes_in, client_bytes_in_).Increment(static_cast<double>(bytes));
 }
 
 void Metrics::bytes_out(std::uint64_t bytes, const std::string& client) {
   bytes_out_->Increment(static_cast<double>(bytes));
-  client_series(client).bytes_out->Increment(static_cast<double>(bytes));
+  client_metric(client, &ClientSeries::bytes_out, client_bytes_out_).Increment(static_cast<double>(bytes));
 }
 
 void Metrics::transfer(Direction direction, std::uint64_t bytes, double seconds) {

@@ -24,6 +24,8 @@
 #include <string_view>
 #include <vector>
 
+#include <prometheus/labels.h>
+
 namespace prometheus {
 class Counter;
 class Gauge;
@@ -103,19 +105,28 @@ class Metrics {
   // A client's series and a kernel's, found once per label value: building
   // a label set and looking it up in its family (prometheus::Family::Add)
   // cost ferryd more per chained task than running the task.
+  // A client's series in each family is made when that family first
+  // counts something for it, never beside another's: a client that only
+  // shipped data has no ferry_client_tasks_total{client=...} 0 (a zero
+  // series reads on a dashboard as a tenant that ran nothing, or as a
+  // second tenant of the same name).
   struct ClientSeries {
-    prometheus::Counter* tasks;
-    prometheus::Gauge* queued;
-    prometheus::Counter* started;
-    prometheus::Counter* bytes_in;
-    prometheus::Counter* bytes_out;
+    prometheus::Labels labels;
+    prometheus::Counter* tasks = nullptr;
+    prometheus::Gauge* queued = nullptr;
+    prometheus::Counter* started = nullptr;
+    prometheus::Counter* bytes_in = nullptr;
+    prometheus::Counter* bytes_out = nullptr;
   };
   struct KernelSeries {
     prometheus::Counter* ok;
     prometheus::Counter* failed;
     prometheus::Histogram* seconds;
   };
-  ClientSeries& client_series(const std::string& client);
+  ClientSeries& client_series(const std::string& client);  // under series_mutex_
+  // `client`'s series in `family`, made on first use.
+  template <class T>
+  T& client_metric(const std::string& client, T* ClientSeries::*member, prometheus::Family<T>* family);
   KernelSeries& kernel_series(const std::string& kernel);
 
   std::shared_ptr<prometheus::Registry> registry_;

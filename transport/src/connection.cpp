@@ -74,6 +74,7 @@ void ConnectionImpl::close() {
 void ConnectionImpl::close_now(bool force) {
   closed_ = true;
   if (ep_ == nullptr) return;
+  force = force || failed_;
   if (!force) flush_batch();  // before the close notice, as they were queued before it
   close_endpoints(impl_, take_endpoints(), force);
   // Handlers often capture their connection; dropping them breaks the cycle.
@@ -142,9 +143,24 @@ void ConnectionImpl::settle_close() {
 }
 
 void ConnectionImpl::fail(ucs_status_t status) {
-  if (ep_ == nullptr) return;
+  if (ep_ == nullptr || failed_) return;
   log().debug("ucx: connection to {} failed: {}", peer_, ucs_status_string(status));
-  end("connection to " + peer_ + " failed: " + ucs_status_string(status));
+  failed_ = true;
+  std::string reason = "connection to " + peer_ + " failed: " + ucs_status_string(status);
+  // A client that said bye on its shared-memory lane and exited at once:
+  // its last messages may still wait in the lane's FIFO when the control
+  // endpoint reports it gone. One more progress, outside this callback,
+  // delivers them first, so that its session ends as it said ("said bye",
+  // not "went away"); a peer that really died left nothing there. Only on
+  // the accepting end (ferryd's): a dialler ends at once, so that what it
+  // would send next goes elsewhere (a runtime's tasks to other devices)
+  // rather than onto a lane to a dead ferryd.
+  if (lane_ == nullptr || !lane_accepted_) return end(reason);
+  post([self = self(), reason = std::move(reason)] {
+    while (ucp_worker_progress(self->impl_.worker) != 0) {
+    }
+    self->end(reason);
+  });
 }
 
 }  // namespace ferry::transport

@@ -49,8 +49,9 @@ class ConnectionImpl final : public Connection {
 
   // Takes the endpoint: messages arriving on it now come to this connection.
   void attach(ucp_ep_h ep, std::string peer);
-  // Takes the shared-memory lane's endpoint: every message goes on it from now on.
-  void attach_lane(ucp_ep_h lane);
+  // Takes the shared-memory lane's endpoint: every message goes on it from
+  // now on. `accepted`: this end answered the dial (ferryd's end).
+  void attach_lane(ucp_ep_h lane, bool accepted);
   // Takes the bulk lanes' endpoints: this end's messages with a payload go
   // out on `out` from now on, and a sealed connection numbers them apart.
   void attach_bulk(ucp_ep_h out, ucp_ep_h in);
@@ -149,6 +150,10 @@ class ConnectionImpl final : public Connection {
   std::uint64_t bulk_received_ = 0;  // the peer's that arrived on bulk_in_
   std::size_t payloads_landing_ = 0;  // of those, rendezvous payloads UCX is still receiving
   std::optional<std::uint64_t> peer_bulk_sent_;  // the peer closed, having sent this many
+  // The control endpoint failed: it can only be force-closed from now on.
+  bool failed_ = false;
+  // A lane this end accepted: a peer that fails may have left a bye on it (fail()).
+  bool lane_accepted_ = false;
   // Shared so that a handler replacing the handlers does not destroy itself mid-call.
   std::shared_ptr<const MessageHandler> on_message_;
   std::shared_ptr<const ErrorHandler> on_error_;

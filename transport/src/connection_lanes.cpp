@@ -62,7 +62,7 @@ std::shared_ptr<Connection> Connection::to_worker(const std::shared_ptr<Worker>&
       connection->close_now(true);
       throw_ucx(status, "ucp_ep_create (shared-memory lane) to the worker of " + peer);
     }
-    connection->attach_lane(lane_ep);
+    connection->attach_lane(lane_ep, accepted);
     connection->offer_pulls(peer_pid, accepted);
   };
   if (worker->on_progress_thread()) {
@@ -84,7 +84,8 @@ void ConnectionImpl::attach(ucp_ep_h ep, std::string peer) {
   impl_.connections[ep] = this;
 }
 
-void ConnectionImpl::attach_lane(ucp_ep_h lane) {
+void ConnectionImpl::attach_lane(ucp_ep_h lane, bool accepted) {
+  lane_accepted_ = accepted;
   // Gathered here too, though a send on shared memory is a store: a peer
   // asleep on its fd is signalled per message (a system call each side and
   // a wake-up), once per batch gathered. A 20,000-task chain on the lane,

@@ -9,13 +9,17 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <sstream>
 #include <thread>
+
+#include <ucs/debug/log_def.h>
 
 #include "connection_impl.hpp"
 #include "ferry/error.hpp"
@@ -109,9 +113,32 @@ void close_callback(void* request, ucs_status_t status, void* user_data) {
   ucp_request_free(request);
 }
 
+// UCX prints "error during flush: Endpoint timeout" itself (ucs_error,
+// to stderr) when it flushes an endpoint without peer error handling whose
+// peer is gone. Ferry has one such endpoint, the shared-memory lane, and
+// flushes it as it closes (it cannot be forced: close_endpoints); a client
+// that said bye and exited at once leaves its ferryd three such raw lines
+// for an ordinary exit. The control endpoint reports a peer that is really
+// lost, so these go to Ferry's log at debug level; UCX's other messages
+// reach its own handler as before.
+ucs_log_func_rc_t ucx_log(const char* file, unsigned line, const char*, ucs_log_level_t level,
+                          const ucs_log_component_config_t*, const char* format, va_list ap) {
+  if (level > UCS_LOG_LEVEL_WARN || std::strstr(format, "error during flush") == nullptr)
+    return UCS_LOG_FUNC_RC_CONTINUE;
+  char text[512];
+  va_list copy;
+  va_copy(copy, ap);
+  std::vsnprintf(text, sizeof text, format, copy);
+  va_end(copy);
+  log().debug("ucx: {} ({}:{}; a shared-memory lane whose peer has left)", text, file, line);
+  return UCS_LOG_FUNC_RC_STOP;
+}
+
 }  // namespace
 
 std::shared_ptr<Worker> Worker::create(Options options) {
+  static std::once_flag ucx_log_handler;
+  std::call_once(ucx_log_handler, [] { ucs_log_push_handler(ucx_log); });
   auto impl = std::make_unique<Impl>();
   impl->name = options.name;
   impl->poll_after_activity = microseconds_from_env("FERRY_UCX_POLL_US", options.poll_after_activity);

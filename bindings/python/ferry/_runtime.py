@@ -6,6 +6,7 @@ from __future__ import annotations
 import atexit
 import html
 import inspect
+import os
 import weakref
 from typing import Any, Callable, Iterable, Sequence
 
@@ -71,6 +72,19 @@ class Runtime(_ferry._Runtime):
            authenticates within remote_timeout seconds) or "prefer" (an
            unusable host is warned about once and its tasks run here)
            (FERRY_REMOTE_POLICY, FERRY_REMOTE_TIMEOUT).
+    identity: sign in with this private key (`ferry keygen FILE`; ferryd
+           admits it with --authorized-keys) instead of a token
+           (FERRY_IDENTITY).
+    known_hosts: the file pinning ferryd host keys, one "HOST:PORT
+           ferry-ed25519 BASE64" line each (FERRY_KNOWN_HOSTS; default
+           ~/.config/ferry/known_hosts when signing in with a key).
+    strict_host_keys: refuse a ferryd whose key known_hosts does not pin,
+           instead of pinning it on first use (FERRY_STRICT_HOST_KEYS).
+    plaintext: let a ferryd started with --plaintext skip encryption
+           (trusted networks only; FERRY_PLAINTEXT).
+    encrypt_loopback: encrypt links on loopback too (FERRY_ENCRYPT_LOOPBACK).
+    The FERRY_* variables named above override these arguments where they
+    are set, as in C++; read_environment=False makes the arguments final.
     Use it as a context manager, or call close().
     """
 
@@ -93,6 +107,11 @@ class Runtime(_ferry._Runtime):
         gpu_memory_limit: int | None = None,
         remote_policy: str | None = None,
         remote_timeout: float | None = None,
+        identity: str | os.PathLike[str] | None = None,
+        known_hosts: str | os.PathLike[str] | None = None,
+        strict_host_keys: bool | None = None,
+        plaintext: bool | None = None,
+        encrypt_loopback: bool | None = None,
     ) -> None:
         if isinstance(remotes, str):
             remotes = [remotes]
@@ -104,7 +123,10 @@ class Runtime(_ferry._Runtime):
             chunk_window=chunk_window, persist_perf_models=persist_perf_models,
             perf_model_dir=str(perf_model_dir) if perf_model_dir is not None else None,
             read_environment=read_environment, gpus=gpus, gpu_memory_limit=gpu_memory_limit,
-            remote_policy=remote_policy, remote_timeout=remote_timeout)
+            remote_policy=remote_policy, remote_timeout=remote_timeout,
+            identity=os.path.expanduser(os.fspath(identity)) if identity is not None else None,
+            known_hosts=os.path.expanduser(os.fspath(known_hosts)) if known_hosts is not None else None,
+            strict_host_keys=strict_host_keys, plaintext=plaintext, encrypt_loopback=encrypt_loopback)
         _live.add(self)
 
     def __enter__(self) -> "Runtime":

@@ -5,6 +5,15 @@
             ...
 
 or, in a notebook, server = ferry.testing.local_server() ... server.close().
+
+Keys instead of the token (docs/security.md):
+
+    key = ferry.testing.keygen(tmp / "id")                 # `ferry keygen`
+    with ferry.testing.local_server(authorized_keys=[key.public_line],
+                                    host_key=tmp / "host_key") as server:
+        # server.host_key_line: the line to pin it with in known_hosts
+        with ferry.Runtime(remotes=[server.address], identity=key.path) as rt:
+            ...
 """
 
 from __future__ import annotations
@@ -23,6 +32,29 @@ from ._bin import program
 from ._errors import FerryError
 
 
+class Key:
+    """A client key made by keygen(): the private key's path and its public line."""
+
+    def __init__(self, path: Path, public_line: str) -> None:
+        self.path = path
+        self.public_line = public_line
+
+    def __repr__(self) -> str:
+        return f"Key({str(self.path)!r})"
+
+
+def keygen(path: str | os.PathLike[str], name: str = "") -> Key:
+    """Makes a client key with `ferry keygen PATH [--name NAME]` (private key
+    at PATH, mode 600; the public line at PATH.pub, for ferryd's
+    --authorized-keys)."""
+    path = Path(path)
+    command = [str(program("ferry")), "keygen", str(path)] + (["--name", name] if name else [])
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    if done.returncode != 0:
+        raise FerryError(f"ferry keygen {path} failed: {done.stderr.strip() or done.stdout.strip()}")
+    return Key(path, Path(str(path) + ".pub").read_text().strip())
+
+
 class LocalServer:
     """A ferryd started by local_server(): where it listens and how to log in.
 
@@ -30,13 +62,22 @@ class LocalServer:
     is stopped when Python exits."""
 
     def __init__(self, address: str, token: str, token_file: Path, log_file: Path, process: subprocess.Popen,
-                 scratch: Path) -> None:
+                 scratch: Path, host_key: Path | None = None) -> None:
         self.address = address
         self.token = token
         self.token_file = token_file
         self.log_file = log_file
         self.process = process
+        self.host_key = host_key
         self._finalizer = weakref.finalize(self, _stop, process, scratch)
+
+    @property
+    def host_key_line(self) -> str:
+        """The known_hosts line that pins this ferryd: its address and the
+        public line ferryd wrote to HOST_KEY.pub (local_server(host_key=...))."""
+        if self.host_key is None:
+            raise FerryError("this ferryd was started without host_key=: it made a new host key, in no file")
+        return f"{self.address} {Path(str(self.host_key) + '.pub').read_text().strip()}"
 
     def log(self) -> str:
         """What ferryd has logged so far."""
@@ -93,10 +134,17 @@ def local_server(
     memory_limit: str | None = None,
     extra_args: Sequence[str] = (),
     startup_timeout: float = 30.0,
+    authorized_keys: Sequence[str] | None = None,
+    host_key: str | os.PathLike[str] | None = None,
 ) -> LocalServer:
     """Starts ferryd on 127.0.0.1 (a free port, a fresh token) and returns
     once it listens. Use it in a with block, or keep it (a notebook) and call
-    close() when done."""
+    close() when done.
+
+    authorized_keys: public key lines (Key.public_line) ferryd admits, as its
+    --authorized-keys file; the token is accepted too. host_key: ferryd's
+    --host-key file (made on first start; ferryd writes HOST_KEY.pub), so
+    that clients can pin it (LocalServer.host_key_line)."""
     scratch = Path(tempfile.mkdtemp(prefix="ferryd-"))
     token = secrets.token_hex(32)
     token_file = scratch / "token"
@@ -114,6 +162,14 @@ def local_server(
     ]
     if memory_limit is not None:
         command += ["--memory-limit", str(memory_limit)]
+    if authorized_keys is not None:
+        keys_file = scratch / "authorized_keys"
+        keys_file.write_text("".join(line.strip() + "\n" for line in authorized_keys))
+        keys_file.chmod(0o600)
+        command += ["--authorized-keys", str(keys_file)]
+    if host_key is not None:
+        host_key = Path(host_key)
+        command += ["--host-key", str(host_key)]
     command += list(extra_args)
     with open(log_file, "wb") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
@@ -135,4 +191,4 @@ def local_server(
     except BaseException:
         _stop(process, scratch)
         raise
-    return LocalServer(f"127.0.0.1:{port}", token, token_file, log_file, process, scratch)
+    return LocalServer(f"127.0.0.1:{port}", token, token_file, log_file, process, scratch, host_key)

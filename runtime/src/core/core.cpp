@@ -299,8 +299,10 @@ void RuntimeCore::shutdown() {
   wait_idle();
   {
     std::lock_guard lock(error_mutex_);
-    if (first_error_) log().warn("a task failed and no wait() reported it: {}", what_of(first_error_));
+    if (first_error_ && !(first_failed_ && first_failed_->error_reported.load(std::memory_order_acquire)))
+      log().warn("a task failed and no wait() reported it: {}", what_of(first_error_));
     first_error_ = nullptr;
+    if (first_failed_ != nullptr) release(std::exchange(first_failed_, nullptr));
   }
   // No host joins or leaves from here on.
   pool_->stop();
@@ -698,7 +700,11 @@ TaskRecord* RuntimeCore::finish(TaskRecord* task, Device* current) {
     task->device->completed(task->estimate_ns, task->link_ns, task->counted_ready);
     if (task->error) {
       std::lock_guard lock(error_mutex_);
-      if (!first_error_) first_error_ = task->error;
+      if (!first_error_) {
+        first_error_ = task->error;
+        retain(task);
+        first_failed_ = task;
+      }
     }
     task->done.store(true, std::memory_order_release);
     task->done.notify_all();
@@ -772,6 +778,7 @@ void RuntimeCore::wait_all() {
   {
     std::lock_guard lock(error_mutex_);
     error = std::exchange(first_error_, nullptr);
+    if (first_failed_ != nullptr) release(std::exchange(first_failed_, nullptr));
   }
   if (error) std::rethrow_exception(error);
 }

@@ -161,6 +161,9 @@ class RuntimeCore final : public DeviceHost, public std::enable_shared_from_this
   mutable std::mutex down_pins_mutex_;
   mutable std::vector<std::string> down_pins_warned_;
   std::exception_ptr first_error_;
+  // The task whose error first_error_ is (referenced): a Task::wait on it
+  // reports it too, so shutdown warns only about a failure nothing raised.
+  TaskRecord* first_failed_ = nullptr;
   bool shut_down_ = false;
 };
 

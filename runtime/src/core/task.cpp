@@ -108,7 +108,12 @@ void Task::wait() const {
       if (r.done.load(std::memory_order_acquire) || device->run_for_waiter(&r)) break;
   }
   r.done.wait(false, std::memory_order_acquire);
-  if (r.error) std::rethrow_exception(r.error);
+  if (r.error) {
+    // Reported here, with its causes (whose messages a skipped task's carries).
+    for (detail::TaskRecord* t = &r; t != nullptr; t = t->failed_input.load(std::memory_order_acquire))
+      t->error_reported.store(true, std::memory_order_release);
+    std::rethrow_exception(r.error);
+  }
 }
 
 bool Task::wait_for(std::chrono::nanoseconds timeout) const {

@@ -114,6 +114,9 @@ struct TaskRecord {
 
   std::atomic<bool> done{false};
   std::exception_ptr error;
+  // A wait on this task, or on one that failed because of it, rethrew the
+  // error: the shutdown warning about unreported failures leaves it out.
+  std::atomic<bool> error_reported{false};
   std::optional<double> result;
 
   // Called with a handle to the task, made once for all of them: a

@@ -76,6 +76,10 @@ void RemoteDevice::start() {
     connect_until(Clock::now() + (require ? options_.timeout : std::chrono::milliseconds(0)));
   } catch (const std::exception& e) {
     const bool refused = dynamic_cast<const RemoteRefused*>(&e) != nullptr;
+    // A host that cannot be reached may be done without (prefer); a refusal
+    // (a wrong token or key, a host key not pinned or not the pinned one)
+    // is a security answer, and the error must not suggest going around it.
+    if (require && refused) throw RemoteError(fmt::format("remote {} cannot be used: {}", options_.address, e.what()));
     if (require)
       throw RemoteError(fmt::format("remote {} cannot be used: {} (with FERRY_REMOTE_POLICY=prefer the program runs "
                                     "without it)",
