@@ -18,6 +18,7 @@
 #include "data/cuda_unified.hpp"
 #include "devices/remote/remote_device.hpp"
 #include "devices/remote/remote_policy.hpp"
+#include "devices/run_record.hpp"
 #include "core/remote_pool.hpp"
 #include "data/dependencies.hpp"
 #include "core/chunked_submission.hpp"
@@ -643,23 +644,12 @@ void RuntimeCore::execute(TaskRecord* task, Device& device, int worker, int lane
         KernelError(fmt::format("{} failed on {}: unknown exception", task->label(), device.name())));
   }
   const auto end = std::chrono::steady_clock::now();
-  task->start_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(start.time_since_epoch()).count();
-  task->end_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(end.time_since_epoch()).count();
-  if (!task->error)
-    models_.record(task->kernel->name, device.perf_key(), task->bytes, std::chrono::duration<double>(end - start).count());
-  if (trace_) {
-    TaskSpan span;
-    span.task_id = task->id;
-    span.name = task->name;
-    span.kernel = task->kernel->name;
-    span.device = device.name();
-    span.lane = lane;
-    span.end_ns = trace_->now_ns();
-    span.start_ns = span.end_ns - std::chrono::duration_cast<std::chrono::nanoseconds>(end - start).count();
-    span.predecessors = std::move(task->predecessors);
-    span.failed = task->error != nullptr;
-    trace_->record(std::move(span));
-  }
+  record_run(*this, device, *task,
+             {.start_ns = steady_ns(start),
+              .end_ns = steady_ns(end),
+              .cost_seconds = std::chrono::duration<double>(end - start).count(),
+              .lane = lane,
+              .trace_start_ns = std::nullopt});
 }
 
 void RuntimeCore::ready(TaskRecord* task, Device* current, TaskRecord*& bypass, std::vector<TaskRecord*>& skipped) {

@@ -4,11 +4,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <utility>
 
 #include "devices/cuda/gpu_probe.hpp"
 #include "base/transfer_label.hpp"
 #include "devices/device_host.hpp"
+#include "devices/run_record.hpp"
 #include "cuda/handles.hpp"  // kernels/cuda: the built-ins' library handles
 #include "data/cuda_unified.hpp"
 #include "data/dependencies.hpp"
@@ -262,10 +264,9 @@ std::uint64_t CudaDevice::ship(const HostRegion& source) {
     drop(id);
     throw;
   }
-  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  if (source.bytes() >= (std::size_t{64} << 10)) runtime_.links().record(host_node, node(), source.bytes(), seconds);
-  bytes_in_.fetch_add(source.bytes(), std::memory_order_relaxed);
-  Device::trace_transfer(runtime_.trace(), true, trace_in_, source.bytes(), start_ns);
+  record_transfer(runtime_, *this, bytes_in_,
+                  {.from = host_node, .to = node(), .bytes = source.bytes(), .start = start,
+                   .to_device = true, .lane = trace_in_, .trace_start_ns = start_ns});
   return id;
 }
 
@@ -290,10 +291,9 @@ void CudaDevice::fetch(std::uint64_t id, const HostRegion& dest) {
   const auto start = Clock::now();
   const std::int64_t start_ns = runtime_.trace() ? runtime_.trace()->now_ns() : 0;
   copier_->to_host(dest, pointer(id));
-  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  if (dest.bytes() >= (std::size_t{64} << 10)) runtime_.links().record(node(), host_node, dest.bytes(), seconds);
-  bytes_out_.fetch_add(dest.bytes(), std::memory_order_relaxed);
-  Device::trace_transfer(runtime_.trace(), false, trace_out_, dest.bytes(), start_ns);
+  record_transfer(runtime_, *this, bytes_out_,
+                  {.from = node(), .to = host_node, .bytes = dest.bytes(), .start = start,
+                   .to_device = false, .lane = trace_out_, .trace_start_ns = start_ns});
 }
 
 void CudaDevice::open_peer(CudaDevice& source) {
@@ -354,11 +354,10 @@ std::optional<std::uint64_t> CudaDevice::copy_from(NodeLink& source, std::uint64
       drop(id);
       throw;
     }
-    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     // What the link model learns of this pair: placement weighs it like any link.
-    if (shape.bytes() >= (std::size_t{64} << 10)) runtime_.links().record(peer->node(), node(), shape.bytes(), seconds);
-    bytes_peer_.fetch_add(shape.bytes(), std::memory_order_relaxed);
-    Device::trace_transfer(runtime_.trace(), true, trace_in_, shape.bytes(), start_ns);
+    record_transfer(runtime_, *this, bytes_peer_,
+                    {.from = peer->node(), .to = node(), .bytes = shape.bytes(), .start = start,
+                     .to_device = true, .lane = trace_in_, .trace_start_ns = start_ns});
     return id;
   } catch (const std::exception& e) {
     cudaGetLastError();
@@ -833,22 +832,14 @@ void CudaDevice::complete(InFlight& flight, Lane& lane, cudaError_t status) {
       if (flight.ids[i] != 0 && writes(task->buffer_arg(i).mode))
         discard_on_node(*task->buffers[i], *this, flight.ids[i]);
   }
-  task->end_ns = now_ns();
-  task->start_ns = seconds > 0 ? task->end_ns - static_cast<std::int64_t>(seconds * 1e9) : flight.launched_ns;
-  if (!task->error && seconds > 0) runtime_.models().record(task->kernel->name, perf_key(), task->bytes, seconds);
-  if (Trace* trace = runtime_.trace()) {
-    TaskSpan span;
-    span.task_id = task->id;
-    span.name = task->name;
-    span.kernel = task->kernel->name;
-    span.device = name();
-    span.lane = lane.trace_lane;
-    span.end_ns = trace->now_ns();
-    span.start_ns = span.end_ns - (task->end_ns - task->start_ns);
-    span.predecessors = std::move(task->predecessors);
-    span.failed = task->error != nullptr;
-    trace->record(std::move(span));
-  }
+  const std::int64_t end_ns = now_ns();
+  // Timed by the stream's events where they could be read; else from its launch.
+  record_run(runtime_, *this, *task,
+             {.start_ns = seconds > 0 ? end_ns - static_cast<std::int64_t>(seconds * 1e9) : flight.launched_ns,
+              .end_ns = end_ns,
+              .cost_seconds = seconds > 0 ? std::optional<double>(seconds) : std::nullopt,
+              .lane = lane.trace_lane,
+              .trace_start_ns = std::nullopt});
   runtime_.finish(task, nullptr);
   one_done();
 }

@@ -300,14 +300,13 @@ bool RemoteDevice::finish_forwarded(TaskRecord* task, Forwarded& forwarded, unsi
     return false;
   }
   settle(task, *done, forwarded.ids);
-  if (done->status == protocol::Status::ok) {
-    // Its round trip overlapped its predecessors': the kernel's time on the
-    // host is what it cost there (the link's latency is weighed apart, as
-    // DeviceSnapshot::round_trip).
-    runtime_.models().record(task->kernel->name, perf_key(), task->bytes, done->seconds);
-  }
+  // Its round trip overlapped its predecessors': the kernel's time on the
+  // host is what it cost there (the link's latency is weighed apart, as
+  // DeviceSnapshot::round_trip).
+  std::optional<double> cost;
+  if (done->status == protocol::Status::ok) cost = done->seconds;
   unpin(forwarded.views, forwarded.ids);
-  trace_run(task, slot, forwarded.start, forwarded.start_ns);
+  report_run(task, slot, forwarded.start, forwarded.start_ns, cost);
   return true;
 }
 

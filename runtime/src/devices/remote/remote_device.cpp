@@ -10,6 +10,7 @@
 
 #include "base/transfer_label.hpp"
 #include "devices/device_host.hpp"
+#include "devices/run_record.hpp"
 #include "data/dependencies.hpp"
 #include "ferry/error.hpp"
 #include "ferry/log.hpp"
@@ -541,9 +542,9 @@ std::uint64_t RemoteDevice::ship_now(const HostRegion& source) {
     pack_rows(source, packed.data());
     put_chunks(id, source, packed.data(), packed.size());
   }
-  if (source.bytes() >= (std::size_t{64} << 10)) runtime_.links().record(host_node, node(), source.bytes(), seconds_since(start));
-  bytes_shipped_.fetch_add(source.bytes(), std::memory_order_relaxed);
-  Device::trace_transfer(runtime_.trace(), true, lane_out_, source.bytes(), start_ns);
+  record_transfer(runtime_, *this, bytes_shipped_,
+                  {.from = host_node, .to = node(), .bytes = source.bytes(), .start = start,
+                   .to_device = true, .lane = lane_out_, .trace_start_ns = start_ns});
   return id;
 }
 
@@ -565,9 +566,9 @@ void RemoteDevice::fetch(std::uint64_t id, const HostRegion& dest) {
     get_chunks(id, packed.data(), packed.size());
     unpack_rows(packed.data(), dest);
   }
-  if (dest.bytes() >= (std::size_t{64} << 10)) runtime_.links().record(node(), host_node, dest.bytes(), seconds_since(start));
-  bytes_fetched_.fetch_add(dest.bytes(), std::memory_order_relaxed);
-  Device::trace_transfer(runtime_.trace(), false, lane_in_, dest.bytes(), start_ns);
+  record_transfer(runtime_, *this, bytes_fetched_,
+                  {.from = node(), .to = host_node, .bytes = dest.bytes(), .start = start,
+                   .to_device = false, .lane = lane_in_, .trace_start_ns = start_ns});
 }
 
 void RemoteDevice::drop(std::uint64_t id) noexcept {
@@ -865,23 +866,14 @@ void RemoteDevice::settle(TaskRecord* task, const protocol::Done& done, std::spa
   task->result = done.result;
 }
 
-void RemoteDevice::trace_run(TaskRecord* task, unsigned slot, Clock::time_point start, std::int64_t start_ns) {
-  const auto end = Clock::now();
-  task->start_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(start.time_since_epoch()).count();
-  task->end_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(end.time_since_epoch()).count();
-  Trace* trace = runtime_.trace();
-  if (trace == nullptr) return;
-  TaskSpan span;
-  span.task_id = task->id;
-  span.name = task->name;
-  span.kernel = task->kernel->name;
-  span.device = name();
-  span.lane = lanes_.empty() ? 0 : lanes_[slot % lanes_.size()];
-  span.start_ns = start_ns;
-  span.end_ns = trace->now_ns();
-  span.predecessors = std::move(task->predecessors);
-  span.failed = task->error != nullptr;
-  trace->record(std::move(span));
+void RemoteDevice::report_run(TaskRecord* task, unsigned slot, Clock::time_point start, std::int64_t start_ns,
+                              std::optional<double> cost) {
+  record_run(runtime_, *this, *task,
+             {.start_ns = steady_ns(start),
+              .end_ns = steady_ns(Clock::now()),
+              .cost_seconds = cost,
+              .lane = lanes_.empty() ? 0 : lanes_[slot % lanes_.size()],
+              .trace_start_ns = start_ns});
 }
 
 bool RemoteDevice::run_here(TaskRecord* task, unsigned slot) {
@@ -893,6 +885,7 @@ bool RemoteDevice::run_here(TaskRecord* task, unsigned slot) {
   if (retired()) return !fall_back(task, "removed from the pool");
   const auto start = Clock::now();
   const std::int64_t start_ns = runtime_.trace() ? runtime_.trace()->now_ns() : 0;
+  std::optional<double> cost;  // what the perf model learns, once the run is done
   Marshalled m;
   try {
     // Unpinned however the run ends, so the copies can be evicted again.
@@ -925,7 +918,7 @@ bool RemoteDevice::run_here(TaskRecord* task, unsigned slot) {
     if (done->status == protocol::Status::ok) {
       const double link = runtime_.links().get(host_node, node()).latency_seconds +
                           runtime_.links().get(node(), host_node).latency_seconds;
-      runtime_.models().record(task->kernel->name, perf_key(), task->bytes, std::max(done->seconds, round_trip - link));
+      cost = std::max(done->seconds, round_trip - link);
     }
   } catch (const RemoteError& e) {
     if (task->kernel->cpu)  // before handing it over: the CPU may finish and free it at once
@@ -939,7 +932,7 @@ bool RemoteDevice::run_here(TaskRecord* task, unsigned slot) {
     task->error =
         std::make_exception_ptr(KernelError(fmt::format("{} failed on {}: {}", task->label(), name(), e.what())));
   }
-  trace_run(task, slot, start, start_ns);
+  report_run(task, slot, start, start_ns, cost);
   return true;
 }
 

@@ -240,7 +240,10 @@ class RemoteDevice final : public Device, public NodeLink {
   // A run's reply: lineage and coherence for ok, the task's error for
   // kernel_failed; throws RemoteError for anything else.
   void settle(TaskRecord* task, const protocol::Done& done, std::span<const std::uint64_t> ids);
-  void trace_run(TaskRecord* task, unsigned slot, std::chrono::steady_clock::time_point start, std::int64_t start_ns);
+  // A run that ended (started at `start`, `start_ns` on the trace's clock):
+  // its times, span and perf-model feedback (`cost`), through record_run.
+  void report_run(TaskRecord* task, unsigned slot, std::chrono::steady_clock::time_point start,
+                  std::int64_t start_ns, std::optional<double> cost);
 
   // ---- chains (chain_forwarding.cpp) ----
   // Sends a run and records it as sent, so its successors may follow it at once.
