@@ -23,6 +23,8 @@ def matmul(a: Any, b: Any) -> ndarray:
     if not x.shape or not y.shape:
         raise ValueError("matmul: an operand is 0-d; use multiply or *")
     t = dt.result_type(wrap(x), wrap(y))
+    if dt.is_complex(t):
+        raise TypeError("ferry.numpy's matmul takes real types; complex matrices are not supported yet")
     work = t if dt.is_float(t) else dt.float64
     if len(x.shape) == 2 and len(y.shape) == 2 and x.shape[1] == y.shape[0]:
         # x.T @ y and x @ y.T: gemm reads the matrix under .T with its
