@@ -202,7 +202,11 @@ TEST(Fused, SmallAndUnsignedIntegersFollowNumPy) {
   run({buf(none, AccessMode::write), buf(empty, AccessMode::read)}, "d=0 y=0 f=min x0");
   EXPECT_EQ(none[0], 255);
 
-  // Bools take or/and-like arithmetic only: sub is refused.
+  // Bools compare (false < true) and take or/and-like arithmetic only: sub is refused.
+  std::vector<std::uint8_t> p{0, 1, 1}, q{1, 1, 0}, less(3);
+  run({buf_as(less, DType::b8, AccessMode::write), buf_as(p, DType::b8, AccessMode::read),
+       buf_as(q, DType::b8, AccessMode::read)}, "d=3 x0 x1 lt x0 x1 eq or");
+  EXPECT_EQ(less, (std::vector<std::uint8_t>{1, 1, 0}));
   std::vector<std::uint8_t> flags{1, 0}, out(2);
   EXPECT_CONTAINS(rejection({buf_as(out, DType::b8, AccessMode::write), buf_as(flags, DType::b8, AccessMode::read)},
                             "d=2 x0 x0 sub"),

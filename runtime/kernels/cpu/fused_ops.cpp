@@ -410,7 +410,7 @@ OpFn integral_only(DType t) {
 template <class F>
 OpFn compare(DType t) {
   return any_type(t, []<class T>(std::type_identity<T>) -> OpFn {
-    if constexpr (!takes<F, T>) return nullptr;
+    if constexpr (is_complex<T> && !complex_ok<F>) return nullptr;  // bools compare as 0 < 1
     else return &binary<T, bool, F>;
   });
 }

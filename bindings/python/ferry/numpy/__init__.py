@@ -63,11 +63,11 @@ def can_cast(from_: object, to: object, /) -> _builtins.bool:
 
 
 def finfo(type: object, /) -> _np.finfo:  # noqa: A002 - the array API's name
-    return _np.finfo(type.dtype if hasattr(type, "dtype") else type)
+    return _np.finfo(type.dtype if isinstance(type, (ndarray, _np.ndarray)) else type)
 
 
 def iinfo(type: object, /) -> _np.iinfo:  # noqa: A002 - the array API's name
-    return _np.iinfo(type.dtype if hasattr(type, "dtype") else type)
+    return _np.iinfo(type.dtype if isinstance(type, (ndarray, _np.ndarray)) else type)
 
 
 class NotInFerryNumpy(AttributeError, NotImplementedError):

@@ -110,7 +110,28 @@ def minimum(a: Any, b: Any) -> ndarray:
 def _compare(op: str, a: Any, b: Any) -> ndarray:
     t = dt.result_type(weak(a), weak(b))
     _real_only(op, t)
+    known = _beyond_range(op, a, b, t)
+    if known is not None:
+        return known
     return apply(op, [cast(node(a), t), cast(node(b), t)], dt.bool_)
+
+
+def _beyond_range(op: str, a: Any, b: Any, t: np.dtype) -> ndarray | None:
+    """NumPy compares an integer array with a Python int outside its type's
+    range (uint8_array == -2) without casting it: every answer is known."""
+    if not dt.is_int(t):
+        return None
+    for array, scalar, flipped in ((a, b, False), (b, a, True)):
+        if isinstance(scalar, int) and not isinstance(scalar, bool) and isinstance(array, ndarray):
+            info = np.iinfo(t)
+            if info.min <= scalar <= info.max:
+                return None
+            above = scalar > info.max  # the scalar beats every element
+            if flipped:
+                op = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le"}.get(op, op)
+            value = {"eq": False, "ne": True, "lt": above, "le": above, "gt": not above, "ge": not above}[op]
+            return wrap(Const(value, dt.bool_, array.shape))
+    return None
 
 
 def equal(a: Any, b: Any) -> ndarray:
