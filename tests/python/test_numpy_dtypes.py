@@ -261,3 +261,12 @@ def test_abs_of_negative_zero_is_positive_zero(t):
     got = fnp.abs(fnp.asarray(x_np)).numpy()
     np.testing.assert_array_equal(np.signbit(got), np.signbit(np.abs(x_np)))
     np.testing.assert_array_equal(got, np.abs(x_np))
+
+
+@pytest.mark.parametrize("t", ALL)
+def test_all_and_any_of_nothing(t):
+    e = fnp.zeros((0, 3), dtype=t)
+    check(fnp.all(e), np.all(np.zeros((0, 3), t)))
+    check(fnp.any(e), np.any(np.zeros((0, 3), t)))
+    check(fnp.all(e, axis=0), np.all(np.zeros((0, 3), t), axis=0))
+    check(fnp.all(fnp.equal(e, 0)), np.bool_(True))

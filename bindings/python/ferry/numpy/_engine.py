@@ -472,6 +472,8 @@ def _identity(shape: tuple[int, ...], t: np.dtype, fold: str | None, rt: ferry.R
     """What folding nothing gives (sum 0, prod 1); an empty elementwise result."""
     if int(np.prod(shape, dtype=np.int64)) == 0 or fold is None:
         return Tiled(shape, t, rt, [], [0])
+    if fold in ("min", "max") and t == dt.bool_:  # all() of nothing is True, any() of nothing False
+        return materialize(Const(fold == "min", t, shape))
     if fold in ("min", "max"):
         raise ValueError(f"zero-size array to reduction operation {'minimum' if fold == 'min' else 'maximum'} "
                          "which has no identity")
