@@ -270,3 +270,11 @@ def test_all_and_any_of_nothing(t):
     check(fnp.any(e), np.any(np.zeros((0, 3), t)))
     check(fnp.all(e, axis=0), np.all(np.zeros((0, 3), t), axis=0))
     check(fnp.all(fnp.equal(e, 0)), np.bool_(True))
+
+
+@pytest.mark.parametrize("t", COMPLEX)
+def test_vector_norm_of_complex_is_real(t):
+    x_np = values(t, (4, 3), 5)
+    x = fnp.asarray(x_np)
+    for ord_ in (2, 1, np.inf):
+        check(fnp.linalg.vector_norm(x, ord=ord_), np.linalg.vector_norm(x_np, ord=ord_), rtol=ulps(t) * 10)
