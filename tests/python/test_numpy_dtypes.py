@@ -278,3 +278,13 @@ def test_vector_norm_of_complex_is_real(t):
     x = fnp.asarray(x_np)
     for ord_ in (2, 1, np.inf):
         check(fnp.linalg.vector_norm(x, ord=ord_), np.linalg.vector_norm(x_np, ord=ord_), rtol=ulps(t) * 10)
+
+
+@pytest.mark.parametrize("t", ALL)
+def test_cumulative_sum_and_prod_types(t):
+    x_np = values(t, (5,), 2)
+    x = fnp.asarray(x_np)
+    r = ulps(t) * 10 if np.dtype(t).kind in "fc" else 0
+    with np.errstate(all="ignore"):
+        check(fnp.cumulative_sum(x), np.cumulative_sum(x_np), rtol=r)
+        check(fnp.cumulative_prod(x), np.cumulative_prod(x_np), rtol=r)
