@@ -288,3 +288,14 @@ def test_cumulative_sum_and_prod_types(t):
     with np.errstate(all="ignore"):
         check(fnp.cumulative_sum(x), np.cumulative_sum(x_np), rtol=r)
         check(fnp.cumulative_prod(x), np.cumulative_prod(x_np), rtol=r)
+
+
+@pytest.mark.parametrize("t", INTS + UINTS + REALS + COMPLEX)
+def test_vecdot_keeps_the_promoted_type(t):
+    a_np, b_np = values(t, (3, 4), 3), values(t, (3, 4), 4)
+    want = np.vecdot(a_np, b_np)
+    r = ulps(t) * 10 if np.dtype(t).kind in "fc" else 0
+    with np.errstate(all="ignore"):
+        check(fnp.vecdot(fnp.asarray(a_np), fnp.asarray(b_np)), want, rtol=r)
+    with pytest.raises(ValueError):
+        fnp.vecdot(fnp.asarray(a_np), fnp.asarray(b_np[:, :3]))
