@@ -31,9 +31,22 @@ const char* ctype(DType t) {
     case DType::i32: return "int";
     case DType::i64: return "long long";
     case DType::u8: return "unsigned char";
+    case DType::i8: return "signed char";
+    case DType::i16: return "short";
+    case DType::u16: return "unsigned short";
+    case DType::u32: return "unsigned int";
+    case DType::u64: return "unsigned long long";
+    case DType::b8: return "bool";
+    case DType::c64: return "fnp_c64";  // the prelude's {re, im} structs: std::complex's layout
+    case DType::c128: return "fnp_c128";
   }
   return "?";
 }
+
+bool complex(DType t) { return t == DType::c64 || t == DType::c128; }
+DType real_of(DType t) { return t == DType::c64 ? DType::f32 : t == DType::c128 ? DType::f64 : t; }
+
+bool unsigned_int(DType t) { return t == DType::u8 || t == DType::u16 || t == DType::u32 || t == DType::u64; }
 
 bool floating(DType t) { return t == DType::f32 || t == DType::f64; }
 
@@ -89,6 +102,8 @@ template <class T> __device__ inline T fnp_pow(T a, T b) {
 }
 template <class T> __device__ inline T fnp_sign(T a) { return fnp_nan(a) ? a : (T)((T(0) < a) - (a < T(0))); }
 template <class T> __device__ inline T fnp_abs(T a) { return a < T(0) ? T(-a) : a; }
+__device__ inline float fnp_abs(float a) { return fabsf(a); }  // abs(-0.0) is 0.0, as NumPy's
+__device__ inline double fnp_abs(double a) { return fabs(a); }
 template <class To, class From> __device__ inline To fnp_to_int(From v, double lo, double hi) {
   double d = (double)v;
   return d >= lo && d < hi ? (To)v : (To)lo;
@@ -106,6 +121,90 @@ __device__ inline double fnp_normal(unsigned long long seed, long long c) {
   double u1 = fnp_uniform(seed, 2 * c), u2 = fnp_uniform(seed, 2 * c + 1);
   return sqrt(-2.0 * log1p(-u1)) * cos(6.283185307179586 * u2);
 }
+// Complex numbers: explicit structs (std::complex's layout) with NumPy's
+// product and quotient (its loops' formulas, as fused_ops.cpp), and the
+// principal branches of the elementary functions.
+template <class R> struct fnp_complex { R re, im; };
+typedef fnp_complex<float> fnp_c64;
+typedef fnp_complex<double> fnp_c128;
+#define FNP_REAL1(name, f, d) \
+  __device__ inline float fnp_r##name(float x) { return f(x); } \
+  __device__ inline double fnp_r##name(double x) { return d(x); }
+FNP_REAL1(exp, expf, exp)
+FNP_REAL1(log, logf, log)
+FNP_REAL1(sqrt, sqrtf, sqrt)
+FNP_REAL1(sin, sinf, sin)
+FNP_REAL1(cos, cosf, cos)
+FNP_REAL1(sinh, sinhf, sinh)
+FNP_REAL1(cosh, coshf, cosh)
+FNP_REAL1(fabs, fabsf, fabs)
+__device__ inline float fnp_rhypot(float a, float b) { return hypotf(a, b); }
+__device__ inline double fnp_rhypot(double a, double b) { return hypot(a, b); }
+__device__ inline float fnp_ratan2(float a, float b) { return atan2f(a, b); }
+__device__ inline double fnp_ratan2(double a, double b) { return atan2(a, b); }
+__device__ inline float fnp_rcopysign(float a, float b) { return copysignf(a, b); }
+__device__ inline double fnp_rcopysign(double a, double b) { return copysign(a, b); }
+template <class R> __device__ inline fnp_complex<R> operator+(fnp_complex<R> a, fnp_complex<R> b) {
+  return {a.re + b.re, a.im + b.im};
+}
+template <class R> __device__ inline fnp_complex<R> operator-(fnp_complex<R> a, fnp_complex<R> b) {
+  return {a.re - b.re, a.im - b.im};
+}
+template <class R> __device__ inline fnp_complex<R> operator-(fnp_complex<R> a) { return {-a.re, -a.im}; }
+template <class R> __device__ inline fnp_complex<R> operator*(fnp_complex<R> a, fnp_complex<R> b) {
+  return {a.re * b.re - a.im * b.im, a.re * b.im + a.im * b.re};
+}
+template <class R> __device__ inline fnp_complex<R> operator/(fnp_complex<R> a, fnp_complex<R> b) {
+  const R abs_br = fnp_rfabs(b.re), abs_bi = fnp_rfabs(b.im);
+  if (abs_br >= abs_bi) {
+    if (abs_br == 0 && abs_bi == 0) return {a.re / abs_br, a.im / abs_bi};
+    const R rat = b.im / b.re, scl = R(1) / (b.re + b.im * rat);
+    return {(a.re + a.im * rat) * scl, (a.im - a.re * rat) * scl};
+  }
+  const R rat = b.re / b.im, scl = R(1) / (b.im + b.re * rat);
+  return {(a.re * rat + a.im) * scl, (a.im * rat - a.re) * scl};
+}
+template <class R> __device__ inline bool operator==(fnp_complex<R> a, fnp_complex<R> b) {
+  return a.re == b.re && a.im == b.im;
+}
+template <class R> __device__ inline bool operator!=(fnp_complex<R> a, fnp_complex<R> b) { return !(a == b); }
+template <class R> __device__ inline R fnp_abs(fnp_complex<R> a) { return fnp_rhypot(a.re, a.im); }
+template <class R> __device__ inline fnp_complex<R> fnp_sign(fnp_complex<R> a) {
+  if (a.re == 0 && a.im == 0) return a;
+  const R m = fnp_rhypot(a.re, a.im);
+  return {a.re / m, a.im / m};
+}
+template <class R> __device__ inline fnp_complex<R> fnp_cexp(fnp_complex<R> a) {
+  const R e = fnp_rexp(a.re);
+  return {e * fnp_rcos(a.im), e * fnp_rsin(a.im)};
+}
+template <class R> __device__ inline fnp_complex<R> fnp_clog(fnp_complex<R> a) {
+  return {fnp_rlog(fnp_rhypot(a.re, a.im)), fnp_ratan2(a.im, a.re)};
+}
+template <class R> __device__ inline fnp_complex<R> fnp_clog1p(fnp_complex<R> a) {
+  return fnp_clog(fnp_complex<R>{R(1) + a.re, a.im});
+}
+template <class R> __device__ inline fnp_complex<R> fnp_csqrt(fnp_complex<R> a) {
+  const R r = fnp_rhypot(a.re, a.im);
+  if (r == 0) return {R(0), a.im};
+  const R t = fnp_rsqrt((r + fnp_rfabs(a.re)) / R(2));
+  if (a.re >= 0) return {t, a.im / (R(2) * t)};
+  return {fnp_rfabs(a.im) / (R(2) * t), fnp_rcopysign(t, a.im)};
+}
+template <class R> __device__ inline fnp_complex<R> fnp_csin(fnp_complex<R> a) {
+  return {fnp_rsin(a.re) * fnp_rcosh(a.im), fnp_rcos(a.re) * fnp_rsinh(a.im)};
+}
+template <class R> __device__ inline fnp_complex<R> fnp_ccos(fnp_complex<R> a) {
+  return {fnp_rcos(a.re) * fnp_rcosh(a.im), -(fnp_rsin(a.re) * fnp_rsinh(a.im))};
+}
+template <class R> __device__ inline fnp_complex<R> fnp_ctanh(fnp_complex<R> a) {
+  const R d = fnp_rcosh(R(2) * a.re) + fnp_rcos(R(2) * a.im);
+  return {fnp_rsinh(R(2) * a.re) / d, fnp_rsin(R(2) * a.im) / d};
+}
+template <class R> __device__ inline fnp_complex<R> fnp_pow(fnp_complex<R> a, fnp_complex<R> b) {
+  if (a.re == 0 && a.im == 0) return b.re == 0 && b.im == 0 ? fnp_complex<R>{R(1), R(0)} : a;
+  return fnp_cexp(b * fnp_clog(a));
+}
 )";
 
 // Folds (Op: 0 add, 1 mul, 2 min, 3 max) with the CPU's semantics: min and
@@ -122,10 +221,14 @@ __device__ inline unsigned long long fnp_bits(double v) { return (unsigned long 
 __device__ inline unsigned long long fnp_bits(long long v) { return (unsigned long long)v; }
 __device__ inline unsigned int fnp_bits(float v) { return (unsigned int)__float_as_int(v); }
 __device__ inline unsigned int fnp_bits(int v) { return (unsigned int)v; }
+__device__ inline unsigned long long fnp_bits(unsigned long long v) { return v; }
+__device__ inline unsigned int fnp_bits(unsigned int v) { return v; }
 __device__ inline void fnp_unbits(double& v, unsigned long long b) { v = __longlong_as_double((long long)b); }
 __device__ inline void fnp_unbits(long long& v, unsigned long long b) { v = (long long)b; }
 __device__ inline void fnp_unbits(float& v, unsigned int b) { v = __int_as_float((int)b); }
 __device__ inline void fnp_unbits(int& v, unsigned int b) { v = (int)b; }
+__device__ inline void fnp_unbits(unsigned long long& v, unsigned long long b) { v = b; }
+__device__ inline void fnp_unbits(unsigned int& v, unsigned int b) { v = b; }
 template <int Op, class T> __device__ inline void fnp_fold_cas(T* y, T v) {
   if constexpr (sizeof(T) == 8 || sizeof(T) == 4) {
     using Bits = decltype(fnp_bits(v));
@@ -137,14 +240,15 @@ template <int Op, class T> __device__ inline void fnp_fold_cas(T* y, T v) {
       fnp_unbits(cur, assumed);
       old = atomicCAS(p, assumed, fnp_bits(fnp_combine<Op>(cur, v)));
     } while (old != assumed);
-  } else {
+  } else {  // 1 or 2 bytes: the aligned word holding them
     unsigned int* p = (unsigned int*)((unsigned long long)y & ~3ULL);
     const unsigned int shift = (unsigned int)((unsigned long long)y & 3ULL) * 8u;
+    const unsigned int mask = sizeof(T) == 1 ? 0xffu : 0xffffu;
     unsigned int old = *p, assumed;
     do {
       assumed = old;
-      const T next = fnp_combine<Op>((T)((assumed >> shift) & 0xffu), v);
-      old = atomicCAS(p, assumed, (assumed & ~(0xffu << shift)) | ((unsigned int)(unsigned char)next << shift));
+      const T next = fnp_combine<Op>((T)((assumed >> shift) & mask), v);
+      old = atomicCAS(p, assumed, (assumed & ~(mask << shift)) | (((unsigned int)next & mask) << shift));
     } while (old != assumed);
   }
 }
@@ -159,12 +263,24 @@ template <> __device__ inline void fnp_fold<2, int>(int* y, int v) { atomicMin(y
 template <> __device__ inline void fnp_fold<3, int>(int* y, int v) { atomicMax(y, v); }
 template <> __device__ inline void fnp_fold<2, long long>(long long* y, long long v) { atomicMin(y, v); }
 template <> __device__ inline void fnp_fold<3, long long>(long long* y, long long v) { atomicMax(y, v); }
+// Complex sums: one atomic per part. (Complex products have no atomic: refused.)
+template <> __device__ inline void fnp_fold<0, fnp_c64>(fnp_c64* y, fnp_c64 v) {
+  atomicAdd(&y->re, v.re);
+  atomicAdd(&y->im, v.im);
+}
+template <> __device__ inline void fnp_fold<0, fnp_c128>(fnp_c128* y, fnp_c128 v) {
+  atomicAdd(&y->re, v.re);
+  atomicAdd(&y->im, v.im);
+}
 // Every thread's value into y[0], one atomic per block: each warp folds with
 // shuffles, the warps' results meet in shared memory, and thread 0 folds the
 // block's into y. All the block's threads must call it (a 1-D block of any size).
 template <class T> __device__ inline T fnp_shfl_down(T v, unsigned mask, unsigned delta) {
   if constexpr (sizeof(T) < 4) return (T)__shfl_down_sync(mask, (int)v, delta);
   else return __shfl_down_sync(mask, v, delta);
+}
+template <class R> __device__ inline fnp_complex<R> fnp_shfl_down(fnp_complex<R> v, unsigned mask, unsigned delta) {
+  return {__shfl_down_sync(mask, v.re, delta), __shfl_down_sync(mask, v.im, delta)};
 }
 template <int Op, class T> __device__ inline void fnp_fold_block(T* y, T acc) {
   __shared__ T fnp_warps[32];
@@ -194,9 +310,10 @@ int fold_code(fused::Fold f) {
   return -1;
 }
 
-// What y starts at, as the CPU kernel's fill_identity (bools are u8: all
-// starts true, any false).
+// What y starts at, as the CPU kernel's fill_identity (bools: all starts
+// true, any false).
 std::string identity(fused::Fold f, DType t) {
+  if (complex(t)) return fmt::format("{}{{{}, 0}}", ctype(t), f == fused::Fold::mul ? 1 : 0);
   if (f == fused::Fold::add) return "0";
   if (f == fused::Fold::mul) return "1";
   const bool min = f == fused::Fold::min;
@@ -206,40 +323,68 @@ std::string identity(fused::Fold f, DType t) {
       return min ? "__longlong_as_double(0x7ff0000000000000LL)" : "(-__longlong_as_double(0x7ff0000000000000LL))";
     case DType::i32: return min ? "2147483647" : "(-2147483647 - 1)";
     case DType::i64: return min ? "9223372036854775807LL" : "(-9223372036854775807LL - 1)";
-    case DType::u8: return min ? "1" : "0";
+    case DType::u8: return min ? "255" : "0";
+    case DType::i8: return min ? "127" : "(-128)";
+    case DType::i16: return min ? "32767" : "(-32768)";
+    case DType::u16: return min ? "65535" : "0";
+    case DType::u32: return min ? "4294967295U" : "0U";
+    case DType::u64: return min ? "18446744073709551615ULL" : "0ULL";
+    case DType::b8: return min ? "true" : "false";
+    case DType::c64:
+    case DType::c128: break;
   }
   return "0";
+}
+
+std::string real_literal(double value, DType type) {
+  const char* suffix = type == DType::f32 ? "f" : "";
+  if (std::isnan(value)) return type == DType::f32 ? "__int_as_float(0x7fc00000)" : "__longlong_as_double(0x7ff8000000000000LL)";
+  if (std::isinf(value)) {
+    const std::string inf = type == DType::f32 ? "__int_as_float(0x7f800000)" : "__longlong_as_double(0x7ff0000000000000LL)";
+    return value > 0 ? inf : "(-" + inf + ")";
+  }
+  return fmt::format("{:.17g}{}", value, suffix).find_first_of(".e") == std::string::npos
+             ? fmt::format("{:.17g}.0{}", value, suffix)
+             : fmt::format("{:.17g}{}", value, suffix);
 }
 
 std::string literal(const Instr& in) {
   switch (in.type) {
     case DType::f32:
-    case DType::f64: {
-      const char* suffix = in.type == DType::f32 ? "f" : "";
-      if (std::isnan(in.value)) return in.type == DType::f32 ? "__int_as_float(0x7fc00000)" : "__longlong_as_double(0x7ff8000000000000LL)";
-      if (std::isinf(in.value)) {
-        const std::string inf = in.type == DType::f32 ? "__int_as_float(0x7f800000)" : "__longlong_as_double(0x7ff0000000000000LL)";
-        return in.value > 0 ? inf : "(-" + inf + ")";
-      }
-      return fmt::format("{:.17g}{}", in.value, suffix).find_first_of(".e") == std::string::npos
-                 ? fmt::format("{:.17g}.0{}", in.value, suffix)
-                 : fmt::format("{:.17g}{}", in.value, suffix);
-    }
+    case DType::f64: return real_literal(in.value, in.type);
     case DType::i32: return fmt::format("{}", static_cast<std::int32_t>(in.ivalue));
     case DType::i64:
       // -2^63 has no literal of its own.
       return in.ivalue == INT64_MIN ? "(-9223372036854775807LL - 1)" : fmt::format("{}LL", in.ivalue);
-    case DType::u8: return in.ivalue != 0 ? "1" : "0";
+    case DType::u8:
+    case DType::i8:
+    case DType::i16:
+    case DType::u16: return fmt::format("({})({})", ctype(in.type), in.ivalue);
+    case DType::u32: return fmt::format("{}U", static_cast<std::uint32_t>(in.ivalue));
+    case DType::u64: return fmt::format("{}ULL", static_cast<std::uint64_t>(in.ivalue));
+    case DType::b8: return in.ivalue != 0 ? "true" : "false";
+    case DType::c64:
+    case DType::c128:
+      return fmt::format("{}{{{}, {}}}", ctype(in.type), real_literal(in.value, real_of(in.type)),
+                         real_literal(in.imag, real_of(in.type)));
   }
   return "0";
 }
 
 std::string cast_expr(const std::string& v, DType from, DType to) {
   if (from == to) return v;
-  if (to == DType::u8) return fmt::format("(unsigned char)({} != 0)", v);
+  if (complex(from)) {
+    if (to == DType::b8) return fmt::format("({0}.re != 0 || {0}.im != 0)", v);
+    if (complex(to)) return fmt::format("{0}{{({1}){2}.re, ({1}){2}.im}}", ctype(to), ctype(real_of(to)), v);
+    return cast_expr(v + ".re", real_of(from), to);  // NumPy's: the imaginary part is dropped
+  }
+  if (complex(to)) return fmt::format("{}{{({}){}, 0}}", ctype(to), ctype(real_of(to)), cast_expr(v, from, real_of(to)));
+  if (to == DType::b8) return fmt::format("({} != 0)", v);
   if (floating(from) && !floating(to)) {
-    const double lo = to == DType::i32 ? -2147483648.0 : -9223372036854775808.0;
-    const double hi = to == DType::i32 ? 2147483648.0 : 9223372036854775808.0;
+    // As the CPU's convert: NaN and values outside [min, 2^digits) give min.
+    const int bits = static_cast<int>(8 * size_of(to));
+    const double lo = unsigned_int(to) ? 0.0 : -std::ldexp(1.0, bits - 1);
+    const double hi = std::ldexp(1.0, unsigned_int(to) ? bits : bits - 1);
     return fmt::format("fnp_to_int<{}>({}, {:.1f}, {:.1f})", ctype(to), v, lo, hi);
   }
   return fmt::format("({}){}", ctype(to), v);
@@ -247,10 +392,15 @@ std::string cast_expr(const std::string& v, DType from, DType to) {
 
 std::string unary(Op op, const std::string& a, DType t) {
   const bool f32 = t == DType::f32;
-  const auto fn = [&](const char* name) { return fmt::format("{}{}({})", name, f32 ? "f" : "", a); };
+  const auto fn = [&](const char* name) {
+    return complex(t) ? fmt::format("fnp_c{}({})", name, a) : fmt::format("{}{}({})", name, f32 ? "f" : "", a);
+  };
   switch (op) {
+    case Op::real: return fmt::format("{}.re", a);
+    case Op::imag: return fmt::format("{}.im", a);
+    case Op::conj: return fmt::format("{0}{{{1}.re, -{1}.im}}", ctype(t), a);
     case Op::neg: return fmt::format("({})(-{})", ctype(t), a);
-    case Op::abs: return t == DType::u8 ? a : fmt::format("fnp_abs({})", a);
+    case Op::abs: return t == DType::b8 || unsigned_int(t) ? a : fmt::format("fnp_abs({})", a);
     case Op::square: return fmt::format("({})({} * {})", ctype(t), a, a);
     case Op::sign: return fmt::format("fnp_sign({})", a);
     case Op::floor: return floating(t) ? fn("floor") : a;
@@ -263,10 +413,11 @@ std::string unary(Op op, const std::string& a, DType t) {
     case Op::cos: return fn("cos");
     case Op::tanh: return fn("tanh");
     case Op::sigmoid: return fmt::format("({0})1 / (({0})1 + {1})", ctype(t), unary(Op::exp, "(-" + a + ")", t));
-    case Op::lnot: return fmt::format("(unsigned char)({} == 0)", a);
-    case Op::isnan: return floating(t) ? fmt::format("(unsigned char)fnp_nan({})", a) : "(unsigned char)0";
+    case Op::lnot: return fmt::format("(!{})", a);
+    case Op::isnan: return floating(t) || complex(t) ? fmt::format("fnp_nan({})", a) : "false";
     case Op::isfinite:
-      return floating(t) ? fmt::format("(unsigned char)isfinite({})", a) : "(unsigned char)1";
+      if (complex(t)) return fmt::format("((bool)isfinite({0}.re) && (bool)isfinite({0}.im))", a);
+      return floating(t) ? fmt::format("(bool)isfinite({})", a) : "true";
     default: break;
   }
   throw Error(fmt::format("fused CUDA source: {} is not unary", fused::op_name(op)));
@@ -287,12 +438,12 @@ std::string binary(Op op, const std::string& a, const std::string& b, DType t) {
     case Op::land: return fmt::format("({})({} & {})", c, a, b);
     case Op::lor: return fmt::format("({})({} | {})", c, a, b);
     case Op::lxor: return fmt::format("({})({} ^ {})", c, a, b);
-    case Op::eq: return fmt::format("(unsigned char)({} == {})", a, b);
-    case Op::ne: return fmt::format("(unsigned char)({} != {})", a, b);
-    case Op::lt: return fmt::format("(unsigned char)({} < {})", a, b);
-    case Op::le: return fmt::format("(unsigned char)({} <= {})", a, b);
-    case Op::gt: return fmt::format("(unsigned char)({} > {})", a, b);
-    case Op::ge: return fmt::format("(unsigned char)({} >= {})", a, b);
+    case Op::eq: return fmt::format("({} == {})", a, b);
+    case Op::ne: return fmt::format("({} != {})", a, b);
+    case Op::lt: return fmt::format("({} < {})", a, b);
+    case Op::le: return fmt::format("({} <= {})", a, b);
+    case Op::gt: return fmt::format("({} > {})", a, b);
+    case Op::ge: return fmt::format("({} >= {})", a, b);
     default: break;
   }
   throw Error(fmt::format("fused CUDA source: {} is not binary", fused::op_name(op)));
@@ -367,6 +518,9 @@ std::string fused_cuda_source(const std::string& program, const std::vector<DTyp
                        program, prelude, entry, params, loop, body);
   }
   const int op = fold_code(p.fold);
+  if (complex(y) && p.fold != fused::Fold::add)
+    throw UsageError("fused CUDA source: a complex y folds only with f=add (products have no CUDA atomic; "
+                     "run them on the CPU)");
   const char* yt = ctype(y);
   const std::string start = identity(p.fold, y);
   std::string kernel;

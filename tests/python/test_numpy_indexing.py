@@ -129,5 +129,7 @@ def test_the_inspection_namespace():
     assert info.default_device() == "ferry" and info.devices() == ["ferry"]
     assert info.default_dtypes()["real floating"] == np.float64
     assert set(info.dtypes(kind="real floating")) == {"float32", "float64"}
-    assert set(info.dtypes(kind=("bool", "integral"))) == {"bool", "int32", "int64"}
+    assert set(info.dtypes(kind=("bool", "integral"))) == {"bool", "int8", "int16", "int32", "int64", "uint8",
+                                                           "uint16", "uint32", "uint64"}
+    assert set(info.dtypes(kind="complex floating")) == {"complex64", "complex128"}
     assert info.capabilities()["boolean indexing"]

@@ -203,9 +203,15 @@ TEST(CudaSignature, PointeeTypesMapToBufferTypes) {
       "void* h, const char* i) {}",
       "k");
   ASSERT_EQ(sig.params.size(), 9u);
-  const std::vector<std::vector<DType>> expected = {{DType::f32}, {DType::f64}, {DType::i32},
-                                                    {DType::i64}, {DType::u8},  {DType::i32},
-                                                    {DType::i64}, {},           {DType::u8}};
+  const std::vector<std::vector<DType>> expected = {{DType::f32},
+                                                    {DType::f64},
+                                                    {DType::i32},
+                                                    {DType::i64},
+                                                    {DType::u8, DType::b8},
+                                                    {DType::u32, DType::i32},
+                                                    {DType::u64, DType::i64},
+                                                    {},
+                                                    {DType::i8, DType::u8}};
   for (std::size_t i = 0; i < expected.size(); ++i)
     EXPECT_EQ(detail::buffer_dtypes(sig.params[i].type), expected[i]) << sig.params[i].name;
 }

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <complex>
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -27,6 +28,11 @@ using ferry::KernelArgs;
 template <typename T>
 Arg buf(std::vector<T>& v, AccessMode mode) {
   return Arg{BufferArg{v.data(), ferry::dtype_of<T>(), 1, v.size(), v.size(), mode}};
+}
+// std::vector<bool> has no data(): bools (b8) live in a vector of bytes.
+template <typename T>
+Arg buf_as(std::vector<T>& v, DType type, AccessMode mode) {
+  return Arg{BufferArg{v.data(), type, 1, v.size() * sizeof(T) / ferry::size_of(type), v.size(), mode}};
 }
 Arg text(std::string s) {
   return Arg{ferry::ScalarValue{std::move(s)}};
@@ -131,8 +137,8 @@ TEST(Fused, IntegerDivisionRoundsTowardMinusInfinity) {
 TEST(Fused, ComparisonsWhereClipAndNan) {
   const double nan = std::numeric_limits<double>::quiet_NaN();
   std::vector<double> x{-3, 0.5, 4, nan}, y(4);
-  std::vector<std::uint8_t> flags(4);
-  run({buf(flags, AccessMode::write), buf(x, AccessMode::read)}, "d=4 x0 f64:0 gt x0 isnan or");
+  std::vector<std::uint8_t> flags(4);  // bools (b8) read as bytes
+  run({buf_as(flags, DType::b8, AccessMode::write), buf(x, AccessMode::read)}, "d=4 x0 f64:0 gt x0 isnan or");
   EXPECT_EQ(flags, (std::vector<std::uint8_t>{0, 1, 1, 1}));
   run({buf(y, AccessMode::write), buf(x, AccessMode::read)}, "d=4 x0 f64:1 lt x0 f64:-1 f64:1 clip f64:7 where");
   EXPECT_EQ(y[0], -1);
@@ -149,12 +155,119 @@ TEST(Fused, WideningResultsDoNotOverwriteTheirOperands) {
   // computed in the same register: both results are wider than the operand.
   std::vector<std::int32_t> a{-1, 0, 5, 7}, y(4);
   std::vector<std::uint8_t> truth{1};
-  run({buf(y, AccessMode::write), buf(a, AccessMode::read), buf(truth, AccessMode::read)},
+  run({buf(y, AccessMode::write), buf(a, AccessMode::read), buf_as(truth, DType::b8, AccessMode::read)},
       "d=4 s1=0 x0 x1 as:i32 add");
   EXPECT_EQ(y, (std::vector<std::int32_t>{0, 1, 6, 8}));
   std::vector<double> w(4);
   run({buf(w, AccessMode::write), buf(a, AccessMode::read)}, "d=4 x0 i32:0 gt f64:1.5 f64:-1 where");
   EXPECT_EQ(w, (std::vector<double>{-1, -1, 1.5, 1.5}));
+}
+
+// The array API's integer types wrap as NumPy's do; floor division and
+// modulo of unsigned values; constants past 2^63 in u64; folds start at the
+// type's own extremes (min of u8 starts at 255, not at a bool's 1).
+TEST(Fused, SmallAndUnsignedIntegersFollowNumPy) {
+  std::vector<std::int8_t> a{100, -128, -7, 7}, s(4);
+  run({buf(s, AccessMode::write), buf(a, AccessMode::read)}, "d=4 x0 x0 add");
+  EXPECT_EQ(s, (std::vector<std::int8_t>{-56, 0, -14, 14}));
+  run({buf(s, AccessMode::write), buf(a, AccessMode::read)}, "d=4 x0 i8:2 floordiv");
+  EXPECT_EQ(s, (std::vector<std::int8_t>{50, -64, -4, 3}));
+  run({buf(s, AccessMode::write), buf(a, AccessMode::read)}, "d=4 x0 abs");
+  EXPECT_EQ(s, (std::vector<std::int8_t>{100, -128, 7, 7}));  // abs(-128) wraps to -128
+  run({buf(s, AccessMode::write), buf(a, AccessMode::read)}, "d=4 x0 neg");
+  EXPECT_EQ(s, (std::vector<std::int8_t>{-100, -128, 7, -7}));
+
+  std::vector<std::uint16_t> u{65535, 7, 0, 300}, v(4);
+  run({buf(v, AccessMode::write), buf(u, AccessMode::read)}, "d=4 x0 u16:1 add");
+  EXPECT_EQ(v, (std::vector<std::uint16_t>{0, 8, 1, 301}));
+  run({buf(v, AccessMode::write), buf(u, AccessMode::read)}, "d=4 x0 u16:3 mod x0 u16:3 floordiv add");
+  EXPECT_EQ(v, (std::vector<std::uint16_t>{21845, 3, 0, 100}));
+  run({buf(v, AccessMode::write), buf(u, AccessMode::read)}, "d=4 x0 neg");
+  EXPECT_EQ(v, (std::vector<std::uint16_t>{1, 65529, 0, 65236}));
+  run({buf(v, AccessMode::write), buf(u, AccessMode::read)}, "d=4 x0 sign");
+  EXPECT_EQ(v, (std::vector<std::uint16_t>{1, 1, 0, 1}));
+
+  std::vector<std::uint64_t> big{1, 2}, w(2);
+  run({buf(w, AccessMode::write), buf(big, AccessMode::read)}, "d=2 x0 u64:18446744073709551615 xor");
+  EXPECT_EQ(w, (std::vector<std::uint64_t>{18446744073709551614ULL, 18446744073709551613ULL}));
+  run({buf(w, AccessMode::write), buf(big, AccessMode::read)}, "d=2 x0 u64:9223372036854775808 lt x0 x0 where");
+  EXPECT_EQ(w, big);
+
+  std::vector<std::uint8_t> bytes{200, 100, 250}, low{0}, high{0};
+  run({buf(low, AccessMode::write), buf(bytes, AccessMode::read)}, "d=3 y=0 f=min x0");
+  run({buf(high, AccessMode::write), buf(bytes, AccessMode::read)}, "d=3 y=0 f=max x0");
+  EXPECT_EQ(low[0], 100);
+  EXPECT_EQ(high[0], 250);
+  std::vector<std::uint8_t> none{7}, empty;
+  run({buf(none, AccessMode::write), buf(empty, AccessMode::read)}, "d=0 y=0 f=min x0");
+  EXPECT_EQ(none[0], 255);
+
+  // Bools compare (false < true) and take or/and-like arithmetic only: sub is refused.
+  std::vector<std::uint8_t> p{0, 1, 1}, q{1, 1, 0}, less(3);
+  run({buf_as(less, DType::b8, AccessMode::write), buf_as(p, DType::b8, AccessMode::read),
+       buf_as(q, DType::b8, AccessMode::read)}, "d=3 x0 x1 lt x0 x1 eq or");
+  EXPECT_EQ(less, (std::vector<std::uint8_t>{1, 1, 0}));
+  std::vector<std::uint8_t> flags{1, 0}, out(2);
+  EXPECT_CONTAINS(rejection({buf_as(out, DType::b8, AccessMode::write), buf_as(flags, DType::b8, AccessMode::read)},
+                            "d=2 x0 x0 sub"),
+                  "does not take b8");
+}
+
+// Complex numbers: NumPy's quotient formula (bit for bit), abs as hypot,
+// real/imag/conj, sums, casts dropping the imaginary part, and the
+// operations the array API leaves undefined for them refused.
+TEST(Fused, ComplexNumbersFollowNumPy) {
+  using C = std::complex<double>;
+  std::vector<C> a{{1, 2}, {3, -4}, {-0.5, 0.25}}, b{{3, 4}, {0.5, 7}, {2, 0}}, q(3), y(3);
+  run({buf(q, AccessMode::write), buf(a, AccessMode::read), buf(b, AccessMode::read)}, "d=3 x0 x1 div");
+  for (std::size_t i = 0; i < 3; ++i) {  // npymath's Smith division, written out
+    const double br = b[i].real(), bi = b[i].imag();
+    C want;
+    if (std::fabs(br) >= std::fabs(bi)) {
+      const double rat = bi / br, scl = 1.0 / (br + bi * rat);
+      want = C((a[i].real() + a[i].imag() * rat) * scl, (a[i].imag() - a[i].real() * rat) * scl);
+    } else {
+      const double rat = br / bi, scl = 1.0 / (bi + br * rat);
+      want = C((a[i].real() * rat + a[i].imag()) * scl, (a[i].imag() * rat - a[i].real()) * scl);
+    }
+    EXPECT_EQ(q[i], want);
+  }
+  run({buf(y, AccessMode::write), buf(a, AccessMode::read), buf(b, AccessMode::read)}, "d=3 x0 x1 mul x0 conj add");
+  EXPECT_EQ(y[0], C(1 * 3 - 2 * 4, 1 * 4 + 2 * 3) + C(1, -2));
+  run({buf(y, AccessMode::write), buf(a, AccessMode::read)}, "d=3 x0 c128:1.5,-2 add");
+  EXPECT_EQ(y[1], C(4.5, -6));
+  std::vector<double> r(3);
+  run({buf(r, AccessMode::write), buf(a, AccessMode::read)}, "d=3 x0 abs");
+  EXPECT_EQ(r[1], 5.0);
+  run({buf(r, AccessMode::write), buf(a, AccessMode::read)}, "d=3 x0 imag");
+  EXPECT_EQ(r, (std::vector<double>{2, -4, 0.25}));
+  run({buf(r, AccessMode::write), buf(a, AccessMode::read)}, "d=3 x0");  // c128 into f64: the real part
+  EXPECT_EQ(r, (std::vector<double>{1, 3, -0.5}));
+  std::vector<C> total(1);
+  run({buf(total, AccessMode::write), buf(a, AccessMode::read)}, "d=3 y=0 f=add x0");
+  EXPECT_EQ(total[0], C(3.5, -1.75));
+  std::vector<std::complex<float>> e(3);
+  run({buf(e, AccessMode::write), buf(a, AccessMode::read)}, "d=3 x0 exp as:c64");
+  EXPECT_NEAR(e[0].real(), std::exp(1.0) * std::cos(2.0), 1e-6);
+  EXPECT_NEAR(e[0].imag(), std::exp(1.0) * std::sin(2.0), 1e-6);
+  std::vector<std::uint8_t> flags(3);
+  EXPECT_CONTAINS(rejection({buf_as(flags, DType::b8, AccessMode::write), buf(a, AccessMode::read),
+                             buf(b, AccessMode::read)}, "d=3 x0 x1 lt"),
+                  "does not take complex numbers");
+  EXPECT_CONTAINS(rejection({buf(total, AccessMode::write), buf(a, AccessMode::read)}, "d=3 y=0 f=max x0"),
+                  "cannot fold with min or max");
+}
+
+TEST(Fused, AbsOfNegativeZeroIsPositive) {
+  std::vector<double> x{-0.0, -1.5, 0.0}, y(3);
+  run({buf(y, AccessMode::write), buf(x, AccessMode::read)}, "d=3 x0 abs");
+  EXPECT_FALSE(std::signbit(y[0]));
+  EXPECT_EQ(y[1], 1.5);
+  std::vector<float> xf{-0.0f}, yf(1);
+  run({buf(yf, AccessMode::write), buf(xf, AccessMode::read)}, "d=1 x0 abs");
+  EXPECT_FALSE(std::signbit(yf[0]));
+  EXPECT_CONTAINS(ferry::kernels::fused_cuda_source("d=1 x0 abs", {DType::f32}, DType::f32, "k"),
+                  "fnp_abs(float a) { return fabsf(a); }");
 }
 
 TEST(Fused, CastsFollowNumPy) {
@@ -165,8 +278,13 @@ TEST(Fused, CastsFollowNumPy) {
   run({buf(i, AccessMode::write), buf(x, AccessMode::read)}, "d=5 x0 as:i32");
   EXPECT_EQ(i, (std::vector<std::int32_t>{2, -2, std::numeric_limits<std::int32_t>::min(),
                                           std::numeric_limits<std::int32_t>::min(), 0}));
-  run({buf(b, AccessMode::write), buf(x, AccessMode::read)}, "d=5 x0 as:u8");
-  EXPECT_EQ(b, (std::vector<std::uint8_t>{1, 1, 1, 1, 0}));
+  run({buf_as(b, DType::b8, AccessMode::write), buf(x, AccessMode::read)}, "d=5 x0 as:b8");
+  EXPECT_EQ(b, (std::vector<std::uint8_t>{1, 1, 1, 1, 0}));  // a truth test: NaN is true
+  // Integer to integer casts wrap, as NumPy's: 300 and -1 as u8.
+  std::vector<std::int64_t> wide{300, -1, 255};
+  std::vector<std::uint8_t> narrow(3);
+  run({buf(narrow, AccessMode::write), buf(wide, AccessMode::read)}, "d=3 x0 as:u8");
+  EXPECT_EQ(narrow, (std::vector<std::uint8_t>{44, 255, 255}));
   // The result meets y's element type at the end: f64 into f32.
   std::vector<float> f(5);
   run({buf(f, AccessMode::write), buf(x, AccessMode::read)}, "d=5 x0 f64:2 mul");
@@ -210,7 +328,7 @@ TEST(Fused, FoldsReduceAlongZeroStrides) {
   std::vector<double> empty, zero{5};
   std::vector<std::uint8_t> truth{0};
   run({buf(zero, AccessMode::write), buf(empty, AccessMode::read)}, "d=0 y=0 f=add x0");
-  run({buf(truth, AccessMode::write), buf(empty, AccessMode::read)}, "d=0 y=0 f=min x0 f64:0 ne");
+  run({buf_as(truth, DType::b8, AccessMode::write), buf(empty, AccessMode::read)}, "d=0 y=0 f=min x0 f64:0 ne");
   EXPECT_EQ(zero[0], 0);
   EXPECT_EQ(truth[0], 1);
 }
@@ -276,7 +394,7 @@ TEST(Fused, BadProgramsAreRefusedNamingTheToken) {
   EXPECT_CONTAINS(rejection({out(), buf(x, AccessMode::read)}, "d=8 x0"), "holds 4 elements");
   EXPECT_CONTAINS(rejection({out(), buf(x, AccessMode::read)}, "d=4 x1"), "loads input 1");
   EXPECT_CONTAINS(rejection({out(), buf(x, AccessMode::read)}, "d=4 y=0 x0"), "no fold");
-  EXPECT_CONTAINS(rejection({out(), buf(x, AccessMode::read)}, "d=4 x0 as:i32 exp"), "takes f32 or f64");
+  EXPECT_CONTAINS(rejection({out(), buf(x, AccessMode::read)}, "d=4 x0 as:i32 exp"), "takes f32, f64, c64 or c128");
   EXPECT_CONTAINS(rejection({out(), buf(x, AccessMode::read)}, "d=4 x0 f32:abc add"), "not a number");
   EXPECT_CONTAINS(rejection({out(), buf(x, AccessMode::read)}, "x0"), "before the code");
   EXPECT_EQ(rejection({out(), buf(x, AccessMode::read)}, "d=4 x0 f32:1 add"), "");
@@ -297,10 +415,10 @@ TEST(FusedCudaSource, FollowsTheProgram) {
   EXPECT_CONTAINS(src, "const float v3 = 0.5f;");
   EXPECT_CONTAINS(src, "const long long v5 = (p1 + 0LL);");
   EXPECT_CONTAINS(src, "y[0 + p0 * 1500LL + p1 * 1LL] = (double)v7;");
-  const std::string ints = ferry::kernels::fused_cuda_source("d=4 x0 i64:3 floordiv as:u8", {DType::i64},
-                                                             DType::u8, "q");
+  const std::string ints = ferry::kernels::fused_cuda_source("d=4 x0 i64:3 floordiv as:b8", {DType::i64},
+                                                             DType::b8, "q");
   EXPECT_CONTAINS(ints, "fnp_floordiv(v0, v1)");
-  EXPECT_CONTAINS(ints, "(unsigned char)(v2 != 0)");
+  EXPECT_CONTAINS(ints, "const bool v3 = (v2 != 0);");
   // A reduction folds into y with atomics (fused_cuda_test.cpp compiles every kind with NVRTC):
   // into one element, a block folds first and makes one atomic; into many, each thread makes its own.
   const std::string one = ferry::kernels::fused_cuda_source("d=4 y=0 f=add x0", {DType::f32}, DType::f32, "r");

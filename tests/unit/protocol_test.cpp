@@ -509,7 +509,7 @@ TEST(ProtocolMalformed, TrailingByte) {
 TEST(ProtocolMalformed, BadEnumValues) {
   expect_refused(frame(Type::put_ack, Body().u64(1).u64(2).u16(14).str("")), "put_ack.status: unknown value 14");
   expect_refused(frame(Type::error, Body().u16(0xffff).str("")), "error.status");
-  expect_refused(frame(Type::put, Body().u64(1).u64(2).u8(5).u64(1).u64(1).u64(0)), "put.dtype: unknown value 5");
+  expect_refused(frame(Type::put, Body().u64(1).u64(2).u8(13).u64(1).u64(1).u64(0)), "put.dtype: unknown value 13");
   expect_refused(frame(Type::run, Body().u64(1).str("k").str("t").u32(1).u8(4)), "run.args[0].kind: unknown value 4");
   expect_refused(frame(Type::run, Body().u64(1).str("k").str("t").u32(2).u8(1).u64(0).u8(0).u64(3).u8(3)),
                  "run.args[1].mode: unknown value 3");
@@ -619,7 +619,7 @@ TEST(ProtocolEncode, RefusesWhatDecodeWould) {
   put.rows = put.cols = std::uint64_t{1} << 40;
   expect_encode_refused(put, "put.rows*cols");
   put = Put{};
-  put.dtype = static_cast<DType>(9);
+  put.dtype = static_cast<DType>(13);  // one past complex128
   expect_encode_refused(put, "put.dtype");
   expect_encode_refused(Hello{.min_version = 2, .max_version = 1, .client = ""}, "hello.min_version");
   RunArg odd;

@@ -23,7 +23,7 @@ constexpr E last_value() noexcept;
 template <>
 constexpr Status last_value<Status>() noexcept { return Status::busy; }
 template <>
-constexpr DType last_value<DType>() noexcept { return DType::u8; }
+constexpr DType last_value<DType>() noexcept { return DType::c128; }
 template <>
 constexpr Mode last_value<Mode>() noexcept { return Mode::readwrite; }
 template <>
@@ -45,6 +45,14 @@ std::uint64_t element_bytes(DType dtype) noexcept {
     case DType::i32: return 4;
     case DType::i64: return 8;
     case DType::u8: return 1;
+    case DType::i8: return 1;
+    case DType::i16: return 2;
+    case DType::u16: return 2;
+    case DType::u32: return 4;
+    case DType::u64: return 8;
+    case DType::b8: return 1;
+    case DType::c64: return 8;
+    case DType::c128: return 16;
   }
   return 0;  // unreachable once in_range() has passed
 }

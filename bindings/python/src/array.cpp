@@ -17,27 +17,42 @@ nb::dlpack::dtype to_dlpack(DType type) {
     case DType::i32: return nb::dtype<std::int32_t>();
     case DType::i64: return nb::dtype<std::int64_t>();
     case DType::u8: return nb::dtype<std::uint8_t>();
+    case DType::i8: return nb::dtype<std::int8_t>();
+    case DType::i16: return nb::dtype<std::int16_t>();
+    case DType::u16: return nb::dtype<std::uint16_t>();
+    case DType::u32: return nb::dtype<std::uint32_t>();
+    case DType::u64: return nb::dtype<std::uint64_t>();
+    case DType::b8: return nb::dtype<bool>();
+    case DType::c64:
+    case DType::c128: {
+      nb::dlpack::dtype t{};
+      t.code = static_cast<std::uint8_t>(nb::dlpack::dtype_code::Complex);
+      t.bits = static_cast<std::uint8_t>(8 * size_of(type));
+      t.lanes = 1;
+      return t;
+    }
   }
   return nb::dtype<std::uint8_t>();
 }
 
 std::optional<DType> dtype_named(std::string_view name) {
-  for (DType d : ferry_dtypes)
+  for (DType d : all_dtypes)
     if (name == to_string(d)) return d;
   return std::nullopt;
 }
 
 DType from_dlpack(nb::dlpack::dtype t) {
-  for (DType d : ferry_dtypes) {
+  for (DType d : all_dtypes) {
     if (to_dlpack(d) == t) return d;
   }
   const char* kind = t.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::Float)  ? "float"
                      : t.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::Int)  ? "int"
                      : t.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::UInt) ? "uint"
                      : t.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::Bool) ? "bool"
-                                                                                          : "complex or other";
-  throw UsageError(fmt::format("element type {}{} is not one Ferry stores; use float32, float64, int32, int64 or uint8",
-                               kind, t.bits));
+                     : t.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::Complex) ? "complex"
+                                                                                             : "other";
+  throw UsageError(fmt::format("element type {}{} is not one Ferry stores; use (u)int8..64, float32/64, complex64/128 "
+                               "or bool", kind, t.bits));
 }
 
 namespace {

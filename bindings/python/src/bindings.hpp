@@ -48,8 +48,6 @@ void interruptible_wait(Done&& done, double timeout_seconds);
 
 nb::dlpack::dtype to_dlpack(DType type);
 DType from_dlpack(nb::dlpack::dtype type);
-// Every element type, in the order NumPy's names are tried.
-inline constexpr DType ferry_dtypes[] = {DType::f32, DType::f64, DType::i32, DType::i64, DType::u8};
 // The element type NumPy calls `name` ("float32", ...: to_string(DType)), or nullopt.
 std::optional<DType> dtype_named(std::string_view name);
 // A NumPy array over `view`'s host replica (zero-copy; keeps the buffer alive).

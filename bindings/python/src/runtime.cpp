@@ -27,7 +27,7 @@ namespace {
 
 DType stored_dtype(const std::string& name) {
   if (const auto type = dtype_named(name)) return *type;
-  throw UsageError(fmt::format("element type {} is not one Ferry stores; use float32, float64, int32, int64 or uint8",
+  throw UsageError(fmt::format("element type {} is not one Ferry stores; use (u)int8..64, float32/64, complex64/128 or bool",
                                name));
 }
 

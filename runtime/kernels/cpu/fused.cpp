@@ -9,7 +9,9 @@
 #include <fmt/format.h>
 
 #include <array>
+#include <complex>
 #include <cstring>
+#include <iterator>
 #include <string>
 #include <utility>
 #include <vector>
@@ -87,10 +89,24 @@ Program checked_program(const KernelArgs& args, std::size_t inputs) {
 void splat(void* dst, const void* src, std::size_t size, std::size_t n) {
   switch (size) {
     case 1: std::memset(dst, *static_cast<const unsigned char*>(src), n); return;
+    case 2: {
+      std::uint16_t v;
+      std::memcpy(&v, src, 2);
+      auto* o = static_cast<std::uint16_t*>(dst);
+      for (std::size_t i = 0; i < n; ++i) o[i] = v;
+      return;
+    }
     case 4: {
       std::uint32_t v;
       std::memcpy(&v, src, 4);
       auto* o = static_cast<std::uint32_t*>(dst);
+      for (std::size_t i = 0; i < n; ++i) o[i] = v;
+      return;
+    }
+    case 16: {
+      std::array<std::uint64_t, 2> v;
+      std::memcpy(v.data(), src, 16);
+      auto* o = static_cast<std::array<std::uint64_t, 2>*>(dst);
       for (std::size_t i = 0; i < n; ++i) o[i] = v;
       return;
     }
@@ -113,7 +129,15 @@ void fill_constant(const Instr& in, double* out) {
     case DType::f64: return fill(in.value);
     case DType::i32: return fill(static_cast<std::int32_t>(in.ivalue));
     case DType::i64: return fill(in.ivalue);
-    case DType::u8: return fill(static_cast<std::uint8_t>(in.ivalue != 0));
+    case DType::u8: return fill(static_cast<std::uint8_t>(in.ivalue));
+    case DType::i8: return fill(static_cast<std::int8_t>(in.ivalue));
+    case DType::i16: return fill(static_cast<std::int16_t>(in.ivalue));
+    case DType::u16: return fill(static_cast<std::uint16_t>(in.ivalue));
+    case DType::u32: return fill(static_cast<std::uint32_t>(in.ivalue));
+    case DType::u64: return fill(static_cast<std::uint64_t>(in.ivalue));
+    case DType::b8: return fill(in.ivalue != 0);
+    case DType::c64: return fill(std::complex<float>(static_cast<float>(in.value), static_cast<float>(in.imag)));
+    case DType::c128: return fill(std::complex<double>(in.value, in.imag));
   }
 }
 
@@ -138,6 +162,9 @@ void execute(Program p, const std::vector<const BufferArg*>& xs, const BufferArg
   collapse(p);
   const std::size_t rank = p.dims.size(), inner = p.dims.back();
   const std::size_t ysize = size_of(y.dtype);
+  const fused::FoldFn fold = p.fold == Fold::none ? nullptr : fused::fold_fn(p.fold, y.dtype, p.y_strides.back() == 0);
+  if (p.fold != Fold::none && fold == nullptr)
+    throw UsageError(fmt::format("fused program: y of {} cannot fold with min or max", to_string(y.dtype)));
   if (p.fold != Fold::none) fused::fill_identity(p.fold, y.dtype, y.data, y.elements());
   if (p.elements() == 0) return;
 
@@ -145,8 +172,9 @@ void execute(Program p, const std::vector<const BufferArg*>& xs, const BufferArg
   // spare: an instruction writes the spare and swaps it with its slot's, as
   // a result wider than its operand (a cast, where's choice over a bool
   // condition) would overwrite operand elements not yet read.
-  std::vector<double> scratch((p.depth + 2) * block);
-  const auto reg = [&](std::size_t slot) { return static_cast<void*>(scratch.data() + slot * block); };
+  // Two doubles per element: the widest type, complex128, fits.
+  std::vector<double> scratch((p.depth + 2) * block * 2);
+  const auto reg = [&](std::size_t slot) { return static_cast<void*>(scratch.data() + slot * block * 2); };
   std::vector<void*> store(p.depth);
   for (std::size_t s = 0; s < p.depth; ++s) store[s] = reg(s);
   void* spare = reg(p.depth + 1);
@@ -155,7 +183,7 @@ void execute(Program p, const std::vector<const BufferArg*>& xs, const BufferArg
   for (std::size_t k = 0; k < p.code.size(); ++k) {
     const Instr& in = p.code[k];
     if (in.op == Op::constant) {
-      constants[k].resize(block);
+      constants[k].resize(block * 2);
       fill_constant(in, constants[k].data());
     } else if (computes(in.op)) {
       fns[k] = fused::resolve(in);
@@ -164,7 +192,6 @@ void execute(Program p, const std::vector<const BufferArg*>& xs, const BufferArg
   const Instr& last = p.code.back();
   const bool direct = p.fold == Fold::none && computes(last.op) && last.type == y.dtype;
   const fused::OpFn to_y = p.result != y.dtype ? fused::cast_fn(p.result, y.dtype) : nullptr;
-  const fused::FoldFn fold = p.fold == Fold::none ? nullptr : fused::fold_fn(p.fold, y.dtype, p.y_strides.back() == 0);
 
   std::array<const void*, fused::max_depth> ptr{};
   // One block of n elements: load(j, s) gives input j's block (filling
@@ -276,7 +303,7 @@ KernelDef make_fused(std::size_t inputs) {
   k.name = fmt::format("fused{}", inputs);
   k.summary = fmt::format("y = a fused elementwise program over {} input{} (see docs/numpy.md)", inputs,
                           inputs == 1 ? "" : "s");
-  const std::vector<DType> all{DType::f32, DType::f64, DType::i32, DType::i64, DType::u8};
+  const std::vector<DType> all(std::begin(all_dtypes), std::end(all_dtypes));
   k.params.push_back(buffer_param("y", AccessMode::write, all));
   for (std::size_t i = 0; i < inputs; ++i) k.params.push_back(buffer_param(fmt::format("x{}", i), AccessMode::read, all));
   k.params.push_back(text_param("program"));

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <complex>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -20,13 +21,65 @@ namespace {
 
 template <typename T>
 constexpr bool is_float = std::is_floating_point_v<T>;
+template <typename T>
+constexpr bool is_bool = std::is_same_v<T, bool>;
+template <typename T>
+constexpr bool is_signed_int = std::is_signed_v<T> && !is_float<T>;
+template <typename T>
+struct complex_trait : std::false_type {};
+template <typename R>
+struct complex_trait<std::complex<R>> : std::true_type {};
+template <typename T>
+constexpr bool is_complex = complex_trait<T>::value;
+// The real type of T: R for std::complex<R>, T itself otherwise.
+template <typename T>
+struct real_trait { using type = T; };
+template <typename R>
+struct real_trait<std::complex<R>> { using type = R; };
+template <typename T>
+using real_t = typename real_trait<T>::type;
 
 // ---- elementwise functors ----
 
-struct Add { template <class T> T operator()(T a, T b) const { return static_cast<T>(a + b); } };
+// On bools (b8, C++'s bool) add is or and mul is and, as in NumPy.
+struct Add {
+  template <class T>
+  T operator()(T a, T b) const {
+    if constexpr (is_bool<T>) return a || b;
+    else return static_cast<T>(a + b);
+  }
+};
 struct Sub { template <class T> T operator()(T a, T b) const { return static_cast<T>(a - b); } };
-struct Mul { template <class T> T operator()(T a, T b) const { return static_cast<T>(a * b); } };
-struct Div { template <class T> T operator()(T a, T b) const { return a / b; } };
+// Complex products and quotients as NumPy computes them (its loops, not
+// C's Annex G): the same roundings, so the same bits.
+struct Mul {
+  template <class T>
+  T operator()(T a, T b) const {
+    if constexpr (is_bool<T>) return a && b;
+    else if constexpr (is_complex<T>)
+      return T(a.real() * b.real() - a.imag() * b.imag(), a.real() * b.imag() + a.imag() * b.real());
+    else return static_cast<T>(a * b);
+  }
+};
+struct Div {
+  template <class T>
+  T operator()(T a, T b) const {
+    if constexpr (is_complex<T>) {
+      using R = real_t<T>;
+      const R ar = a.real(), ai = a.imag(), br = b.real(), bi = b.imag();
+      const R abs_br = std::fabs(br), abs_bi = std::fabs(bi);
+      if (abs_br >= abs_bi) {
+        if (abs_br == 0 && abs_bi == 0) return T(ar / abs_br, ai / abs_bi);
+        const R rat = bi / br, scl = R(1) / (br + bi * rat);
+        return T((ar + ai * rat) * scl, (ai - ar * rat) * scl);
+      }
+      const R rat = br / bi, scl = R(1) / (bi + br * rat);
+      return T((ar * rat + ai) * scl, (ai * rat - ar) * scl);
+    } else {
+      return a / b;
+    }
+  }
+};
 struct FloorDiv {
   template <class T>
   T operator()(T a, T b) const {
@@ -46,10 +99,12 @@ struct FloorDiv {
       if (b == 0) return 0;
       if constexpr (std::is_signed_v<T>) {
         if (b == -1) return static_cast<T>(0u - static_cast<std::make_unsigned_t<T>>(a));  // no overflow trap
+        T q = static_cast<T>(a / b);
+        if (static_cast<T>(a % b) != 0 && ((a < 0) != (b < 0))) --q;
+        return q;
+      } else {
+        return static_cast<T>(a / b);
       }
-      T q = static_cast<T>(a / b);
-      if (static_cast<T>(a % b) != 0 && ((a < 0) != (b < 0))) --q;
-      return q;
     }
   }
 };
@@ -64,17 +119,19 @@ struct Mod {
       if (b == 0) return 0;
       if constexpr (std::is_signed_v<T>) {
         if (b == -1) return 0;
+        T r = static_cast<T>(a % b);
+        if (r != 0 && ((r < 0) != (b < 0))) r = static_cast<T>(r + b);
+        return r;
+      } else {
+        return static_cast<T>(a % b);
       }
-      T r = static_cast<T>(a % b);
-      if (r != 0 && ((r < 0) != (b < 0))) r = static_cast<T>(r + b);
-      return r;
     }
   }
 };
 struct Pow {
   template <class T>
   T operator()(T a, T b) const {
-    if constexpr (is_float<T>) {
+    if constexpr (is_float<T> || is_complex<T>) {
       return std::pow(a, b);
     } else {
       if constexpr (std::is_signed_v<T>) {
@@ -111,29 +168,49 @@ struct Minimum {
 struct And { template <class T> T operator()(T a, T b) const { return static_cast<T>(a & b); } };
 struct Or { template <class T> T operator()(T a, T b) const { return static_cast<T>(a | b); } };
 struct Xor { template <class T> T operator()(T a, T b) const { return static_cast<T>(a ^ b); } };
-struct Eq { template <class T> std::uint8_t operator()(T a, T b) const { return a == b; } };
-struct Ne { template <class T> std::uint8_t operator()(T a, T b) const { return a != b; } };
-struct Lt { template <class T> std::uint8_t operator()(T a, T b) const { return a < b; } };
-struct Le { template <class T> std::uint8_t operator()(T a, T b) const { return a <= b; } };
-struct Gt { template <class T> std::uint8_t operator()(T a, T b) const { return a > b; } };
-struct Ge { template <class T> std::uint8_t operator()(T a, T b) const { return a >= b; } };
+struct Eq { template <class T> bool operator()(T a, T b) const { return a == b; } };
+struct Ne { template <class T> bool operator()(T a, T b) const { return a != b; } };
+struct Lt { template <class T> bool operator()(T a, T b) const { return a < b; } };
+struct Le { template <class T> bool operator()(T a, T b) const { return a <= b; } };
+struct Gt { template <class T> bool operator()(T a, T b) const { return a > b; } };
+struct Ge { template <class T> bool operator()(T a, T b) const { return a >= b; } };
 
-struct Neg { template <class T> T operator()(T a) const { return static_cast<T>(-a); } };
-struct Abs {
+// Integer negation wraps (-INT_MIN is INT_MIN, as in NumPy) instead of overflowing.
+struct Neg {
   template <class T>
   T operator()(T a) const {
-    if constexpr (std::is_unsigned_v<T>) return a;
-    else return a < 0 ? static_cast<T>(-a) : a;
+    if constexpr (is_signed_int<T>) return static_cast<T>(0u - static_cast<std::make_unsigned_t<T>>(a));
+    else return static_cast<T>(-a);
   }
 };
-struct Square { template <class T> T operator()(T a) const { return static_cast<T>(a * a); } };
+struct Abs {
+  template <class T>
+  real_t<T> operator()(T a) const {
+    if constexpr (is_float<T>) return std::fabs(a);  // abs(-0.0) is 0.0, as NumPy's
+    else if constexpr (is_complex<T>) return std::hypot(a.real(), a.imag());
+    else if constexpr (std::is_unsigned_v<T>) return a;
+    else return a < 0 ? Neg{}(a) : a;
+  }
+};
+struct Square {
+  template <class T>
+  T operator()(T a) const {
+    if constexpr (is_complex<T>) return Mul{}(a, a);
+    else return static_cast<T>(a * a);
+  }
+};
 struct Sign {
   template <class T>
   T operator()(T a) const {
     if constexpr (is_float<T>) {
       if (std::isnan(a)) return a;
     }
-    return static_cast<T>((T(0) < a) - (a < T(0)));
+    if constexpr (is_complex<T>) {  // NumPy 2's and the array API's: z / |z|, 0 at 0
+      if (a == T(0)) return a;
+      const auto m = std::hypot(a.real(), a.imag());
+      return T(a.real() / m, a.imag() / m);
+    } else if constexpr (std::is_unsigned_v<T>) return static_cast<T>(a != 0);
+    else return static_cast<T>((T(0) < a) - (a < T(0)));
   }
 };
 struct Floor {
@@ -144,19 +221,38 @@ struct Ceil {
 };
 struct Exp { template <class T> T operator()(T a) const { return std::exp(a); } };
 struct Log { template <class T> T operator()(T a) const { return std::log(a); } };
-struct Log1p { template <class T> T operator()(T a) const { return std::log1p(a); } };
+struct Log1p {
+  template <class T>
+  T operator()(T a) const {
+    if constexpr (is_complex<T>) return std::log(T(1) + a);
+    else return std::log1p(a);
+  }
+};
 struct Sqrt { template <class T> T operator()(T a) const { return std::sqrt(a); } };
 struct Sin { template <class T> T operator()(T a) const { return std::sin(a); } };
 struct Cos { template <class T> T operator()(T a) const { return std::cos(a); } };
 struct Tanh { template <class T> T operator()(T a) const { return std::tanh(a); } };
 struct Sigmoid { template <class T> T operator()(T a) const { return T(1) / (T(1) + std::exp(-a)); } };
-struct Not { template <class T> std::uint8_t operator()(T a) const { return a == 0; } };
+struct Not { template <class T> bool operator()(T a) const { return a == T(0); } };
 struct IsNan {
-  template <class T> std::uint8_t operator()(T a) const { if constexpr (is_float<T>) return std::isnan(a); else return 0; }
+  template <class T>
+  bool operator()(T a) const {
+    if constexpr (is_float<T>) return std::isnan(a);
+    else if constexpr (is_complex<T>) return std::isnan(a.real()) || std::isnan(a.imag());
+    else return false;
+  }
 };
 struct IsFinite {
-  template <class T> std::uint8_t operator()(T a) const { if constexpr (is_float<T>) return std::isfinite(a); else return 1; }
+  template <class T>
+  bool operator()(T a) const {
+    if constexpr (is_float<T>) return std::isfinite(a);
+    else if constexpr (is_complex<T>) return std::isfinite(a.real()) && std::isfinite(a.imag());
+    else return true;
+  }
 };
+struct Real { template <class T> real_t<T> operator()(T a) const { return a.real(); } };
+struct Imag { template <class T> real_t<T> operator()(T a) const { return a.imag(); } };
+struct Conj { template <class T> T operator()(T a) const { return std::conj(a); } };
 
 // ---- block loops ----
 
@@ -178,7 +274,7 @@ void binary(void* out, const void* const* in, std::size_t n, const Instr&) {
 template <class T>
 void where(void* out, const void* const* in, std::size_t n, const Instr&) {
   T* o = static_cast<T*>(out);
-  const auto* c = static_cast<const std::uint8_t*>(in[0]);
+  const auto* c = static_cast<const bool*>(in[0]);
   const T* a = static_cast<const T*>(in[1]);
   const T* b = static_cast<const T*>(in[2]);
   for (std::size_t i = 0; i < n; ++i) o[i] = c[i] ? a[i] : b[i];
@@ -195,8 +291,14 @@ void clip(void* out, const void* const* in, std::size_t n, const Instr&) {
 
 template <class From, class To>
 To convert(From v) {
-  if constexpr (std::is_same_v<To, std::uint8_t>) {
+  if constexpr (is_bool<To>) {
     return v != From(0);
+  } else if constexpr (is_complex<From> && is_complex<To>) {
+    return static_cast<To>(v);
+  } else if constexpr (is_complex<From>) {  // NumPy's: the imaginary part is dropped
+    return convert<real_t<From>, To>(v.real());
+  } else if constexpr (is_complex<To>) {
+    return To(static_cast<real_t<To>>(v), real_t<To>(0));
   } else if constexpr (is_float<From> && !is_float<To>) {
     // 2^(digits) is exact in any float; NaN fails both comparisons.
     constexpr double lo = static_cast<double>(std::numeric_limits<To>::min());
@@ -227,53 +329,125 @@ void generate(void* out, const void* const* in, std::size_t n, const Instr& inst
   for (std::size_t i = 0; i < n; ++i) o[i] = Normal ? normal(seed, c[i]) : uniform(seed, c[i]);
 }
 
+// fn(std::type_identity<T>) for the C++ type T of t; a value-initialised
+// result (nullptr: no loop) for the types the interpreter does not compute.
 template <typename Fn>
-OpFn any_type(DType t, Fn&& fn) {
+auto with_type(DType t, Fn&& fn) -> decltype(fn(std::type_identity<float>{})) {
   switch (t) {
     case DType::f32: return fn(std::type_identity<float>{});
     case DType::f64: return fn(std::type_identity<double>{});
     case DType::i32: return fn(std::type_identity<std::int32_t>{});
     case DType::i64: return fn(std::type_identity<std::int64_t>{});
     case DType::u8: return fn(std::type_identity<std::uint8_t>{});
+    case DType::i8: return fn(std::type_identity<std::int8_t>{});
+    case DType::i16: return fn(std::type_identity<std::int16_t>{});
+    case DType::u16: return fn(std::type_identity<std::uint16_t>{});
+    case DType::u32: return fn(std::type_identity<std::uint32_t>{});
+    case DType::u64: return fn(std::type_identity<std::uint64_t>{});
+    case DType::b8: return fn(std::type_identity<bool>{});
+    case DType::c64: return fn(std::type_identity<std::complex<float>>{});
+    case DType::c128: return fn(std::type_identity<std::complex<double>>{});
   }
-  return nullptr;
+  return {};
 }
+
+template <typename Fn>
+OpFn any_type(DType t, Fn&& fn) {
+  return with_type(t, std::forward<Fn>(fn));
+}
+
+// Bools take only the operations NumPy defines on them.
+template <class F>
+constexpr bool bool_ok = false;
+template <> constexpr bool bool_ok<Add> = true;
+template <> constexpr bool bool_ok<Mul> = true;
+template <> constexpr bool bool_ok<Maximum> = true;
+template <> constexpr bool bool_ok<Minimum> = true;
+template <> constexpr bool bool_ok<And> = true;
+template <> constexpr bool bool_ok<Or> = true;
+template <> constexpr bool bool_ok<Xor> = true;
+template <> constexpr bool bool_ok<Abs> = true;
+// Complex numbers take what the array API defines on them.
+template <class F>
+constexpr bool complex_ok = false;
+template <> constexpr bool complex_ok<Add> = true;
+template <> constexpr bool complex_ok<Sub> = true;
+template <> constexpr bool complex_ok<Mul> = true;
+template <> constexpr bool complex_ok<Div> = true;
+template <> constexpr bool complex_ok<Pow> = true;
+template <> constexpr bool complex_ok<Eq> = true;
+template <> constexpr bool complex_ok<Ne> = true;
+template <> constexpr bool complex_ok<Neg> = true;
+template <> constexpr bool complex_ok<Abs> = true;
+template <> constexpr bool complex_ok<Square> = true;
+template <> constexpr bool complex_ok<Sign> = true;
+template <> constexpr bool complex_ok<Exp> = true;
+template <> constexpr bool complex_ok<Log> = true;
+template <> constexpr bool complex_ok<Log1p> = true;
+template <> constexpr bool complex_ok<Sqrt> = true;
+template <> constexpr bool complex_ok<Sin> = true;
+template <> constexpr bool complex_ok<Cos> = true;
+template <> constexpr bool complex_ok<Tanh> = true;
+template <> constexpr bool complex_ok<IsNan> = true;
+template <> constexpr bool complex_ok<IsFinite> = true;
+template <class F, class T>
+constexpr bool takes = (!is_bool<T> || bool_ok<F>) && (!is_complex<T> || complex_ok<F>);
 
 template <class F>
 OpFn same(DType t) {
-  return any_type(t, []<class T>(std::type_identity<T>) -> OpFn { return &binary<T, T, F>; });
+  return any_type(t, []<class T>(std::type_identity<T>) -> OpFn {
+    if constexpr (!takes<F, T>) return nullptr;
+    else return &binary<T, T, F>;
+  });
 }
 template <class F>
 OpFn integral_only(DType t) {
   return any_type(t, []<class T>(std::type_identity<T>) -> OpFn {
-    if constexpr (is_float<T>) return nullptr;
+    if constexpr (is_float<T> || is_complex<T>) return nullptr;
     else return &binary<T, T, F>;
   });
 }
 template <class F>
 OpFn compare(DType t) {
-  return any_type(t, []<class T>(std::type_identity<T>) -> OpFn { return &binary<T, std::uint8_t, F>; });
+  return any_type(t, []<class T>(std::type_identity<T>) -> OpFn {
+    if constexpr (is_complex<T> && !complex_ok<F>) return nullptr;  // bools compare as 0 < 1
+    else return &binary<T, bool, F>;
+  });
 }
-template <class F>
+// R: the result's type from the operand's (T itself, or its real type).
+template <class F, template <class> class R = std::type_identity_t>
 OpFn map(DType t) {
-  return any_type(t, []<class T>(std::type_identity<T>) -> OpFn { return &unary<T, T, F>; });
+  return any_type(t, []<class T>(std::type_identity<T>) -> OpFn {
+    if constexpr (!takes<F, T>) return nullptr;
+    else return &unary<T, R<T>, F>;
+  });
 }
 template <class F>
 OpFn floating_map(DType t) {
   return any_type(t, []<class T>(std::type_identity<T>) -> OpFn {
-    if constexpr (is_float<T>) return &unary<T, T, F>;
+    if constexpr (is_float<T> || (is_complex<T> && complex_ok<F>)) return &unary<T, T, F>;
+    else return nullptr;
+  });
+}
+template <class F>
+OpFn complex_map(DType t) {
+  return any_type(t, []<class T>(std::type_identity<T>) -> OpFn {
+    if constexpr (is_complex<T>) return &unary<T, std::conditional_t<std::is_same_v<F, Conj>, T, real_t<T>>, F>;
     else return nullptr;
   });
 }
 template <class F>
 OpFn test(DType t) {
-  return any_type(t, []<class T>(std::type_identity<T>) -> OpFn { return &unary<T, std::uint8_t, F>; });
+  return any_type(t, []<class T>(std::type_identity<T>) -> OpFn {
+    if constexpr (is_complex<T> && !complex_ok<F>) return nullptr;
+    else return &unary<T, bool, F>;
+  });
 }
 
 template <class T, Fold F>
 T combine(T a, T b) {
-  if constexpr (F == Fold::add) return static_cast<T>(a + b);
-  else if constexpr (F == Fold::mul) return static_cast<T>(a * b);
+  if constexpr (F == Fold::add) return Add{}(a, b);
+  else if constexpr (F == Fold::mul) return Mul{}(a, b);
   else if constexpr (F == Fold::min) return Minimum{}(a, b);
   else return Maximum{}(a, b);
 }
@@ -349,7 +523,7 @@ OpFn resolve(const Instr& instr) {
     case Op::gt: fn = compare<Gt>(t); break;
     case Op::ge: fn = compare<Ge>(t); break;
     case Op::neg: fn = map<Neg>(t); break;
-    case Op::abs: fn = map<Abs>(t); break;
+    case Op::abs: fn = map<Abs, real_t>(t); break;
     case Op::square: fn = map<Square>(t); break;
     case Op::sign: fn = map<Sign>(t); break;
     case Op::floor: fn = map<Floor>(t); break;
@@ -365,11 +539,19 @@ OpFn resolve(const Instr& instr) {
     case Op::lnot: fn = test<Not>(t); break;
     case Op::isnan: fn = test<IsNan>(t); break;
     case Op::isfinite: fn = test<IsFinite>(t); break;
+    case Op::real: fn = complex_map<Real>(t); break;
+    case Op::imag: fn = complex_map<Imag>(t); break;
+    case Op::conj: fn = complex_map<Conj>(t); break;
     case Op::cast: fn = cast_fn(t, instr.type); break;
     case Op::uniform: fn = &generate<false>; break;
     case Op::normal: fn = &generate<true>; break;
     case Op::where: fn = any_type(t, []<class T>(std::type_identity<T>) -> OpFn { return &where<T>; }); break;
-    case Op::clip: fn = any_type(t, []<class T>(std::type_identity<T>) -> OpFn { return &clip<T>; }); break;
+    case Op::clip:
+      fn = any_type(t, []<class T>(std::type_identity<T>) -> OpFn {
+        if constexpr (is_complex<T>) return nullptr;
+        else return &clip<T>;
+      });
+      break;
     case Op::load:
     case Op::constant:
     case Op::index: break;
@@ -386,45 +568,40 @@ OpFn cast_fn(DType from, DType to) {
 
 FoldFn fold_fn(Fold fold, DType type, bool into_one) {
   const auto pick = [&]<class T>(std::type_identity<T>) -> FoldFn {
-    switch (fold) {
-      case Fold::add: return into_one ? &fold_one<T, Fold::add> : &fold_each<T, Fold::add>;
-      case Fold::mul: return into_one ? &fold_one<T, Fold::mul> : &fold_each<T, Fold::mul>;
-      case Fold::min: return into_one ? &fold_one<T, Fold::min> : &fold_each<T, Fold::min>;
-      case Fold::max: return into_one ? &fold_one<T, Fold::max> : &fold_each<T, Fold::max>;
-      case Fold::none: break;
+    if constexpr (is_complex<T>) {  // complex numbers have no order: sums and products only
+      if (fold == Fold::add) return into_one ? &fold_one<T, Fold::add> : &fold_each<T, Fold::add>;
+      if (fold == Fold::mul) return into_one ? &fold_one<T, Fold::mul> : &fold_each<T, Fold::mul>;
+    } else {
+      switch (fold) {
+        case Fold::add: return into_one ? &fold_one<T, Fold::add> : &fold_each<T, Fold::add>;
+        case Fold::mul: return into_one ? &fold_one<T, Fold::mul> : &fold_each<T, Fold::mul>;
+        case Fold::min: return into_one ? &fold_one<T, Fold::min> : &fold_each<T, Fold::min>;
+        case Fold::max: return into_one ? &fold_one<T, Fold::max> : &fold_each<T, Fold::max>;
+        case Fold::none: break;
+      }
     }
     return nullptr;
   };
-  switch (type) {
-    case DType::f32: return pick(std::type_identity<float>{});
-    case DType::f64: return pick(std::type_identity<double>{});
-    case DType::i32: return pick(std::type_identity<std::int32_t>{});
-    case DType::i64: return pick(std::type_identity<std::int64_t>{});
-    case DType::u8: return pick(std::type_identity<std::uint8_t>{});
-  }
-  return nullptr;
+  return with_type(type, pick);
 }
 
 void fill_identity(Fold fold, DType type, void* y, std::size_t n) {
   const auto fill = [&]<class T>(std::type_identity<T>) {
     T value{};
     if (fold == Fold::mul) value = T(1);
-    if (fold == Fold::min || fold == Fold::max) {
-      constexpr bool boolean = std::is_same_v<T, std::uint8_t>;  // u8 holds bools: all() starts true
+    if constexpr (is_complex<T>) {
+      // fold_fn has no min or max for complex numbers
+    } else if (fold == Fold::min || fold == Fold::max) {
+      // bool's max is true: all() starts true, any() false.
       if constexpr (is_float<T>) value = fold == Fold::min ? std::numeric_limits<T>::infinity()
                                                             : -std::numeric_limits<T>::infinity();
-      else value = fold == Fold::min ? (boolean ? T(1) : std::numeric_limits<T>::max()) : std::numeric_limits<T>::min();
+      else value = fold == Fold::min ? std::numeric_limits<T>::max() : std::numeric_limits<T>::min();
     }
     T* o = static_cast<T*>(y);
     for (std::size_t i = 0; i < n; ++i) o[i] = value;
+    return 0;
   };
-  switch (type) {
-    case DType::f32: return fill(std::type_identity<float>{});
-    case DType::f64: return fill(std::type_identity<double>{});
-    case DType::i32: return fill(std::type_identity<std::int32_t>{});
-    case DType::i64: return fill(std::type_identity<std::int64_t>{});
-    case DType::u8: return fill(std::type_identity<std::uint8_t>{});
-  }
+  with_type(type, fill);
 }
 
 }  // namespace ferry::kernels::fused

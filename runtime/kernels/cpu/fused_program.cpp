@@ -22,7 +22,7 @@ struct Spelling {
   std::uint8_t arity;
 };
 
-constexpr std::array<Spelling, 40> spellings{{
+constexpr std::array<Spelling, 43> spellings{{
     {"add", Op::add, 2},         {"sub", Op::sub, 2},        {"mul", Op::mul, 2},       {"div", Op::div, 2},
     {"floordiv", Op::floordiv, 2}, {"mod", Op::mod, 2},      {"pow", Op::pow, 2},       {"maximum", Op::maximum, 2},
     {"minimum", Op::minimum, 2}, {"and", Op::land, 2},       {"or", Op::lor, 2},        {"xor", Op::lxor, 2},
@@ -31,7 +31,8 @@ constexpr std::array<Spelling, 40> spellings{{
     {"square", Op::square, 1},   {"sign", Op::sign, 1},      {"floor", Op::floor, 1},   {"ceil", Op::ceil, 1},
     {"exp", Op::exp, 1},         {"log", Op::log, 1},        {"log1p", Op::log1p, 1},   {"sqrt", Op::sqrt, 1},
     {"sin", Op::sin, 1},         {"cos", Op::cos, 1},        {"tanh", Op::tanh, 1},     {"sigmoid", Op::sigmoid, 1},
-    {"not", Op::lnot, 1},        {"isnan", Op::isnan, 1},    {"isfinite", Op::isfinite, 1},
+    {"not", Op::lnot, 1},        {"isnan", Op::isnan, 1},    {"isfinite", Op::isfinite, 1}, {"real", Op::real, 1},
+    {"imag", Op::imag, 1},       {"conj", Op::conj, 1},
     {"where", Op::where, 3},     {"clip", Op::clip, 3},      {"load", Op::load, 0},     {"const", Op::constant, 0},
     {"index", Op::index, 0},
 }};
@@ -45,15 +46,28 @@ const char* type_code(DType t) {
     case DType::i32: return "i32";
     case DType::i64: return "i64";
     case DType::u8: return "u8";
+    case DType::i8: return "i8";
+    case DType::i16: return "i16";
+    case DType::u16: return "u16";
+    case DType::u32: return "u32";
+    case DType::u64: return "u64";
+    case DType::b8: return "b8";
+    case DType::c64: return "c64";
+    case DType::c128: return "c128";
   }
   return "?";
 }
 
+bool complex(DType t) { return t == DType::c64 || t == DType::c128; }
+DType real_of(DType t) { return t == DType::c64 ? DType::f32 : t == DType::c128 ? DType::f64 : t; }
+
 DType dtype_named(std::string_view name, std::string_view token) {
-  for (DType t : {DType::f32, DType::f64, DType::i32, DType::i64, DType::u8}) {
+  for (DType t : all_dtypes) {
     if (name == type_code(t)) return t;
   }
-  throw UsageError(fmt::format("fused program: '{}' names no element type (f32, f64, i32, i64, u8)", token));
+  throw UsageError(fmt::format(
+      "fused program: '{}' names no element type (f32, f64, c64, c128, i8, i16, i32, i64, u8, u16, u32, u64, b8)",
+      token));
 }
 
 template <typename N>
@@ -137,12 +151,23 @@ class Reader {
       } else {
         in.op = Op::constant;
         in.type = dtype_named(head, token);
+        const auto real = [&](std::string_view part) {
+          return part == "nan" ? NAN : part == "inf" ? INFINITY : part == "-inf" ? -INFINITY : number<double>(part, token);
+        };
         if (floating(in.type)) {
-          in.value = tail == "nan" ? NAN : tail == "inf" ? INFINITY : tail == "-inf" ? -INFINITY
-                                                                       : number<double>(tail, token);
+          in.value = real(tail);
+        } else if (complex(in.type)) {  // c64:<real>,<imag>
+          const std::size_t comma = tail.find(',');
+          if (comma == std::string_view::npos)
+            throw UsageError(fmt::format("fused program: '{}' needs <real>,<imag>", token));
+          in.value = real(tail.substr(0, comma));
+          in.imag = real(tail.substr(comma + 1));
         } else {
-          in.ivalue = number<std::int64_t>(tail, token);
-          in.value = static_cast<double>(in.ivalue);
+          // u64 constants past 2^63 keep their bits in ivalue.
+          in.ivalue = in.type == DType::u64 ? static_cast<std::int64_t>(number<std::uint64_t>(tail, token))
+                                            : number<std::int64_t>(tail, token);
+          in.value = in.type == DType::u64 ? static_cast<double>(static_cast<std::uint64_t>(in.ivalue))
+                                           : static_cast<double>(in.ivalue);
         }
       }
     } else if (token.size() > 1 && (token[0] == 'x' || token[0] == 'i') &&
@@ -225,14 +250,22 @@ class Reader {
           if (ops[0] != DType::i64) fail("takes an i64 counter");
           in.type = DType::f64;
         } else if (op == Op::isnan || op == Op::isfinite) {
-          in.type = DType::u8;
+          in.type = DType::b8;
+        } else if (op == Op::real || op == Op::imag || op == Op::conj) {
+          if (!complex(ops[0])) fail("takes c64 or c128");
+          in.type = op == Op::conj ? ops[0] : real_of(ops[0]);
+        } else if (complex(ops[0]) && (op == Op::floor || op == Op::ceil || op == Op::sigmoid || op == Op::lnot)) {
+          fail("does not take complex numbers");
+        } else if (op == Op::abs) {
+          in.type = real_of(ops[0]);
         } else if (op == Op::lnot) {
-          if (ops[0] != DType::u8) fail("takes a u8 (bool)");
-          in.type = DType::u8;
+          if (ops[0] != DType::b8) fail("takes a b8 (bool)");
+          in.type = DType::b8;
         } else if (op >= Op::exp && op <= Op::sigmoid) {
-          if (!floating(ops[0])) fail("takes f32 or f64");
+          if (!floating(ops[0]) && !complex(ops[0])) fail("takes f32, f64, c64 or c128");
           in.type = ops[0];
         } else {
+          if (ops[0] == DType::b8) fail("does not take b8 (bool)");
           in.type = ops[0];
         }
         break;
@@ -240,19 +273,26 @@ class Reader {
       case 2: {
         if (ops[0] != ops[1]) fail("needs operands of one element type");
         in.operand = ops[0];
-        if (in.op == Op::div && !floating(ops[0])) fail("takes f32 or f64");
-        if ((in.op == Op::land || in.op == Op::lor || in.op == Op::lxor) && floating(ops[0]))
-          fail("takes integers or u8 (bool)");
-        in.type = in.op >= Op::eq && in.op <= Op::ge ? DType::u8 : ops[0];
+        if (in.op == Op::div && !floating(ops[0]) && !complex(ops[0])) fail("takes f32, f64, c64 or c128");
+        const bool logical = in.op == Op::land || in.op == Op::lor || in.op == Op::lxor;
+        if (logical && floating(ops[0])) fail("takes integers or b8 (bool)");
+        const bool on_bool = logical || in.op == Op::add || in.op == Op::mul || in.op == Op::maximum ||
+                             in.op == Op::minimum || (in.op >= Op::eq && in.op <= Op::ge);
+        if (ops[0] == DType::b8 && !on_bool) fail("does not take b8 (bool)");
+        const bool on_complex = in.op == Op::add || in.op == Op::sub || in.op == Op::mul || in.op == Op::div ||
+                                in.op == Op::pow || in.op == Op::eq || in.op == Op::ne;
+        if (complex(ops[0]) && !on_complex) fail("does not take complex numbers");
+        in.type = in.op >= Op::eq && in.op <= Op::ge ? DType::b8 : ops[0];
         break;
       }
       case 3: {
         if (in.op == Op::where) {
-          if (ops[0] != DType::u8) fail("takes a u8 (bool) condition first");
+          if (ops[0] != DType::b8) fail("takes a b8 (bool) condition first");
           if (ops[1] != ops[2]) fail("needs its two choices of one element type");
           in.operand = ops[1];
         } else {
           if (ops[0] != ops[1] || ops[1] != ops[2]) fail("needs operands of one element type");
+          if (complex(ops[0])) fail("does not take complex numbers");
           in.operand = ops[0];
         }
         in.type = in.operand;

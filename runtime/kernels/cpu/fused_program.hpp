@@ -26,6 +26,7 @@ enum class Op : std::uint8_t {
   eq, ne, lt, le, gt, ge,  // -> u8 (bool)
   // unary
   neg, abs, square, sign, floor, ceil, exp, log, log1p, sqrt, sin, cos, tanh, sigmoid, lnot, isnan, isfinite,
+  real, imag, conj,    // of c64/c128 (real, imag: -> f32/f64)
   cast,                // to Instr::type
   uniform, normal,     // i64 counter -> f64, seeded by Instr::imm
   where, clip,         // ternary
@@ -40,7 +41,8 @@ struct Instr {
   DType operand = DType::f32;  // the operands' type (the condition of where aside)
   std::uint8_t arity = 0;
   std::int64_t imm = 0;        // load: input; index: dimension; uniform/normal: seed
-  double value = 0;            // constant (integers exact up to 2^53)
+  double value = 0;            // constant (integers exact up to 2^53; a complex one's real part)
+  double imag = 0;             // a complex constant's imaginary part
   std::int64_t ivalue = 0;     // constant, exact for integer types
   std::size_t slot = 0;        // stack position of the result (operands follow it)
 };

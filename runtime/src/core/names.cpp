@@ -13,6 +13,14 @@ const char* to_string(DType type) noexcept {
     case DType::i32: return "int32";
     case DType::i64: return "int64";
     case DType::u8: return "uint8";
+    case DType::i8: return "int8";
+    case DType::i16: return "int16";
+    case DType::u16: return "uint16";
+    case DType::u32: return "uint32";
+    case DType::u64: return "uint64";
+    case DType::b8: return "bool";
+    case DType::c64: return "complex64";
+    case DType::c128: return "complex128";
   }
   return "unknown";
 }

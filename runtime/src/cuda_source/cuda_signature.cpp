@@ -46,16 +46,18 @@ std::vector<DType> buffer_dtypes(CType pointee) {
   switch (pointee) {
     case CType::f32: return {DType::f32};
     case CType::f64: return {DType::f64};
-    case CType::i32:
-    case CType::u32: return {DType::i32};
-    case CType::i64:
-    case CType::u64: return {DType::i64};
-    case CType::i8:
-    case CType::u8:
-    case CType::boolean: return {DType::u8};
+    // The exact type first; then the same width of the other signedness,
+    // which kernels written before Ferry stored unsigned types still take.
+    case CType::i32: return {DType::i32};
+    case CType::u32: return {DType::u32, DType::i32};
+    case CType::i64: return {DType::i64};
+    case CType::u64: return {DType::u64, DType::i64};
+    case CType::i8: return {DType::i8, DType::u8};
+    case CType::u8: return {DType::u8, DType::b8};
+    case CType::boolean: return {DType::b8, DType::u8};
+    case CType::i16: return {DType::i16};
+    case CType::u16: return {DType::u16};
     case CType::void_: return {};
-    case CType::i16:
-    case CType::u16: break;
   }
   return {DType::u8};  // unreachable for pointees the parser accepts
 }

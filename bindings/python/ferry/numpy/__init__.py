@@ -24,13 +24,14 @@ from ._array import ndarray
 from ._builders import asarray, astype, compute, from_dlpack
 from ._creation import (arange, empty, empty_like, eye, full, full_like, linspace, ones, ones_like, zeros,
     zeros_like)
-from ._dtypes import bool_, float32, float64, int32, int64, isdtype
+from ._dtypes import (bool_, complex64, complex128, float32, float64, int8, int16, int32, int64, isdtype, uint8,
+    uint16, uint32, uint64)
 from ._dtypes import result_type as _result_type
 from ._elementwise import (abs, absolute, add, bitwise_and, bitwise_invert, bitwise_or, bitwise_xor, ceil,  # noqa: A004
-    clip, cos, divide, equal, exp, expm1, floor, floor_divide, greater, greater_equal, invert, isfinite, isinf,
+    clip, conj, cos, divide, equal, exp, expm1, floor, floor_divide, greater, greater_equal, invert, isfinite, isinf,
     isnan, less, less_equal, log, log1p, log2, log10, logical_and, logical_not, logical_or, logical_xor, maximum,
     minimum, mod, multiply, negative, nextafter, not_equal, positive, pow, power, reciprocal, remainder, sigmoid, sign,
-    sin, sqrt, square, subtract, tanh, true_divide, where)
+    imag, real, sin, sqrt, square, subtract, tanh, true_divide, where)
 from ._explain import explain
 from ._indexing import (argsort, cumulative_prod, cumulative_sum, diff, flip, searchsorted, sort, take,
     take_along_axis)
@@ -53,15 +54,20 @@ newaxis = None
 
 
 def result_type(*arrays_and_dtypes: object) -> _np.dtype:
-    return _result_type(*[a if hasattr(a, "dtype") or isinstance(a, (int, float)) else _np.empty(0, a)
-                          for a in arrays_and_dtypes])
+    return _result_type(*[a if isinstance(a, (ndarray, _np.ndarray, _builtins.bool, int, float, complex))
+                          else _np.empty(0, a) for a in arrays_and_dtypes])
 
 
 def can_cast(from_: object, to: object, /) -> _builtins.bool:
     return _np.can_cast(from_.dtype if hasattr(from_, "dtype") else from_, to)
 
 
-finfo, iinfo = _np.finfo, _np.iinfo
+def finfo(type: object, /) -> _np.finfo:  # noqa: A002 - the array API's name
+    return _np.finfo(type.dtype if isinstance(type, (ndarray, _np.ndarray)) else type)
+
+
+def iinfo(type: object, /) -> _np.iinfo:  # noqa: A002 - the array API's name
+    return _np.iinfo(type.dtype if isinstance(type, (ndarray, _np.ndarray)) else type)
 
 
 class NotInFerryNumpy(AttributeError, NotImplementedError):

@@ -31,8 +31,6 @@ def asarray(obj: Any, dtype: Any = None, *, copy: bool | None = None, device: An
     if hasattr(obj, "__dlpack__") and not isinstance(obj, np.ndarray):
         obj = np.from_dlpack(obj)
     a = np.asarray(obj, dtype=np.dtype(dtype) if dtype is not None else None)
-    if dtype is None and a.dtype.kind == "i" and a.dtype != dt.int32:
-        a = a.astype(np.int64)
     dt.dtype(a.dtype)
     if stays_here(a.nbytes):
         return wrap(HostArray(np.array(a, copy=True), runtime()))
@@ -47,7 +45,7 @@ def node(x: Any) -> Node:
     """The graph node of an array, a scalar (a constant) or anything NumPy reads."""
     if isinstance(x, ndarray):
         return x._node
-    if isinstance(x, (bool, int, float, np.generic)):
+    if isinstance(x, (bool, int, float, complex, np.generic)):
         v = x.item() if isinstance(x, np.generic) else x
         return Const(v, dt.result_type(v) if not isinstance(x, np.generic) else dt.dtype(x.dtype))
     if isinstance(x, (np.ndarray, list, tuple)):
@@ -57,7 +55,7 @@ def node(x: Any) -> Node:
 
 def weak(x: Any) -> Any:
     """What promotion sees: arrays by type, Python scalars as weak scalars."""
-    if isinstance(x, (ndarray, bool, int, float)):
+    if isinstance(x, (ndarray, bool, int, float, complex)):
         return x
     return node(x)
 
@@ -78,7 +76,7 @@ def cast(n: Node, t: np.dtype) -> Node:
 # bit (IEEE operations, comparisons, selection): small arrays run them here.
 _SAME_IN_NUMPY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide, "maximum": np.maximum,
                   "minimum": np.minimum, "eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal,
-                  "gt": np.greater, "ge": np.greater_equal, "neg": np.negative,
+                  "gt": np.greater, "ge": np.greater_equal, "neg": np.negative, "abs": np.absolute,
                   "square": np.square, "floor": np.floor, "ceil": np.ceil, "sqrt": np.sqrt, "isnan": np.isnan,
                   "isfinite": np.isfinite, "where": np.where}
 
@@ -87,10 +85,12 @@ def _eager(op: str, args: Sequence[Node], t: np.dtype) -> Node | None:
     """The instruction computed now with NumPy when its operands are small
     arrays in this process (or constants) and NumPy gives the same values."""
     fn = _SAME_IN_NUMPY.get(op)
-    if fn is None or t == dt.bool_ and op in ("add", "sub", "mul", "neg", "square"):
+    if fn is None or t == dt.bool_ and op in ("add", "sub", "mul", "neg", "square", "abs"):
         return None
     if op in ("floor", "ceil") and not dt.is_float(t):
         return None  # NumPy's floor of an integer goes through float64: int64 beyond 2**53 would round
+    if op in ("mul", "div", "square", "sqrt") and any(dt.is_complex(a.dtype) for a in args):
+        return None  # NumPy's complex loops may use FMA and other formulas: the fused program decides
     rt, values = None, []
     for a in args:
         if isinstance(a, HostArray):

@@ -17,18 +17,30 @@ from ._graph import Const
 
 # ---- elementwise: binary ----
 
+# What the array API leaves undefined for complex numbers (no order, no floor).
+_REAL_ONLY = {"floordiv": "floor_divide", "mod": "remainder", "maximum": "maximum", "minimum": "minimum",
+              "lt": "less", "le": "less_equal", "gt": "greater", "ge": "greater_equal", "floor": "floor",
+              "ceil": "ceil", "sigmoid": "sigmoid"}
+
+
+def _real_only(op: str, t: np.dtype) -> None:
+    if dt.is_complex(t) and op in _REAL_ONLY:
+        raise TypeError(f"{_REAL_ONLY[op]} is not defined for complex numbers ({t})")
+
+
 def _arith(op: str, a: Any, b: Any) -> ndarray:
     t = dt.result_type(weak(a), weak(b))
+    _real_only(op, t)
     x, y = cast(node(a), t), cast(node(b), t)
     if t == dt.bool_:
         if op in ("add", "maximum"):
             op = "or"
         elif op in ("mul", "minimum"):
             op = "and"
-        elif op != "pow":
+        elif op not in ("pow", "floordiv", "mod"):
             raise TypeError(f"numpy boolean {op} is not supported; use logical_xor or cast to an integer type")
-        else:
-            x, y, t = cast(x, dt.int64), cast(y, dt.int64), dt.int64
+        else:  # NumPy computes these in int8
+            x, y, t = cast(x, dt.int8), cast(y, dt.int8), dt.int8
     return apply(op, [x, y], t)
 
 
@@ -46,7 +58,7 @@ def multiply(a: Any, b: Any) -> ndarray:
 
 def divide(a: Any, b: Any) -> ndarray:
     t = dt.result_type(weak(a), weak(b))
-    t = t if dt.is_float(t) else dt.float64
+    t = t if dt.is_inexact(t) else dt.float64
     return apply("div", [cast(node(a), t), cast(node(b), t)], t)
 
 
@@ -97,7 +109,29 @@ def minimum(a: Any, b: Any) -> ndarray:
 
 def _compare(op: str, a: Any, b: Any) -> ndarray:
     t = dt.result_type(weak(a), weak(b))
+    _real_only(op, t)
+    known = _beyond_range(op, a, b, t)
+    if known is not None:
+        return known
     return apply(op, [cast(node(a), t), cast(node(b), t)], dt.bool_)
+
+
+def _beyond_range(op: str, a: Any, b: Any, t: np.dtype) -> ndarray | None:
+    """NumPy compares an integer array with a Python int outside its type's
+    range (uint8_array == -2) without casting it: every answer is known."""
+    if not dt.is_int(t):
+        return None
+    for array, scalar, flipped in ((a, b, False), (b, a, True)):
+        if isinstance(scalar, int) and not isinstance(scalar, bool) and isinstance(array, ndarray):
+            info = np.iinfo(t)
+            if info.min <= scalar <= info.max:
+                return None
+            above = scalar > info.max  # the scalar beats every element
+            if flipped:
+                op = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le"}.get(op, op)
+            value = {"eq": False, "ne": True, "lt": above, "le": above, "gt": not above, "ge": not above}[op]
+            return wrap(Const(value, dt.bool_, array.shape))
+    return None
 
 
 def equal(a: Any, b: Any) -> ndarray:
@@ -126,7 +160,7 @@ def greater_equal(a: Any, b: Any) -> ndarray:
 
 def _bitwise(op: str, a: Any, b: Any) -> ndarray:
     t = dt.result_type(weak(a), weak(b))
-    if dt.is_float(t):
+    if dt.is_inexact(t):
         raise TypeError(f"bitwise {op} needs bool or integer arrays, not {t}")
     return apply(op, [cast(node(a), t), cast(node(b), t)], t)
 
@@ -163,9 +197,10 @@ def bitwise_invert(a: Any) -> ndarray:
     n = node(a)
     if n.dtype == dt.bool_:
         return apply("not", [n], dt.bool_)
-    if dt.is_float(n.dtype):
+    if dt.is_inexact(n.dtype):
         raise TypeError(f"bitwise invert needs bool or integer arrays, not {n.dtype}")
-    return apply("xor", [n, Const(-1, n.dtype)], n.dtype)
+    ones = -1 if n.dtype.kind == "i" else int(np.iinfo(n.dtype).max)  # every bit set
+    return apply("xor", [n, Const(ones, n.dtype)], n.dtype)
 
 
 invert = bitwise_invert
@@ -181,6 +216,8 @@ def clip(x: Any, min: Any = None, max: Any = None) -> ndarray:  # noqa: A002 - N
         return asarray(x)
     parts = [p for p in (x, min, max) if p is not None]
     t = dt.result_type(*[weak(p) for p in parts])
+    if dt.is_complex(t):
+        raise TypeError(f"clip is not defined for complex numbers ({t})")
     n = cast(node(x), t)
     if min is None:
         return apply("minimum", [n, cast(node(max), t)], t)
@@ -203,8 +240,9 @@ def positive(x: Any) -> ndarray:
 
 
 def abs(x: Any) -> ndarray:  # noqa: A001
+    """|x|; of complex numbers their magnitude (hypot), of the real type."""
     n = node(x)
-    return apply("abs", [n], n.dtype) if n.dtype != dt.bool_ else wrap(n)
+    return apply("abs", [n], dt.real_of(n.dtype)) if n.dtype != dt.bool_ else wrap(n)
 
 
 absolute = abs
@@ -222,18 +260,41 @@ def sign(x: Any) -> ndarray:
 
 def floor(x: Any) -> ndarray:
     n = node(x)
+    _real_only("floor", n.dtype)
     return apply("floor", [n], n.dtype)
 
 
 def ceil(x: Any) -> ndarray:
     n = node(x)
+    _real_only("ceil", n.dtype)
     return apply("ceil", [n], n.dtype)
+
+
+def real(x: Any, /) -> ndarray:
+    """The real part (of a real array, the array itself)."""
+    n = node(x)
+    return apply("real", [n], dt.real_of(n.dtype)) if dt.is_complex(n.dtype) else wrap(n)
+
+
+def imag(x: Any, /) -> ndarray:
+    """The imaginary part (of a real array, zeros of its type)."""
+    n = node(x)
+    if dt.is_complex(n.dtype):
+        return apply("imag", [n], dt.real_of(n.dtype))
+    return wrap(Const(0, n.dtype, n.shape))
+
+
+def conj(x: Any, /) -> ndarray:
+    """The complex conjugate (of a real array, the array itself)."""
+    n = node(x)
+    return apply("conj", [n], n.dtype) if dt.is_complex(n.dtype) else wrap(n)
 
 
 def _float_fn(op: str) -> Any:
     def fn(x: Any) -> ndarray:
         n = node(x)
         t = dt.float_of(n.dtype)
+        _real_only(op, t)
         return apply(op, [cast(n, t)], t)
     fn.__name__ = op
     fn.__doc__ = f"{op}(x) elementwise (integers give float64)"
@@ -266,7 +327,7 @@ def reciprocal(x: Any, /) -> ndarray:
     """1 / x for floating-point x (the array API defines it for floats only;
     NumPy's integer reciprocal truncates, 1 // x would floor)."""
     n = node(x)
-    if not dt.is_float(n.dtype):
+    if not dt.is_inexact(n.dtype):
         raise TypeError(f"reciprocal takes a floating-point array, not {n.dtype}")
     return divide(1.0, wrap(n))
 

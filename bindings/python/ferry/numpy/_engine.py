@@ -105,15 +105,25 @@ class Program:
         return " ".join(self.tokens)
 
 
+def _real_text(v: float) -> str:
+    if v != v:
+        return "nan"
+    if v in (float("inf"), float("-inf")):
+        return "inf" if v > 0 else "-inf"
+    return repr(v)
+
+
 def constant(number: Any, t: np.dtype) -> str:
     if dt.is_float(t):
-        v = float(number)
-        if v != v:
-            return f"{dt.CODE[t]}:nan"
-        if v in (float("inf"), float("-inf")):
-            return f"{dt.CODE[t]}:{'inf' if v > 0 else '-inf'}"
-        return f"{dt.CODE[t]}:{v!r}"
-    return f"{dt.CODE[t]}:{int(number)}"
+        return f"{dt.CODE[t]}:{_real_text(float(number))}"
+    if dt.is_complex(t):
+        z = complex(number)
+        return f"{dt.CODE[t]}:{_real_text(z.real)},{_real_text(z.imag)}"
+    if t == dt.bool_:
+        return f"b8:{int(bool(number))}"
+    # An integer constant wraps into its type, as NumPy's casts do (-1 as uint64 is 2**64 - 1).
+    info = np.iinfo(t)
+    return f"{dt.CODE[t]}:{(int(number) - int(info.min)) % (1 << info.bits) + int(info.min)}"
 
 
 def _fusable_leaves(node: Node, seen: set[int], out: list[Node]) -> None:
@@ -462,6 +472,8 @@ def _identity(shape: tuple[int, ...], t: np.dtype, fold: str | None, rt: ferry.R
     """What folding nothing gives (sum 0, prod 1); an empty elementwise result."""
     if int(np.prod(shape, dtype=np.int64)) == 0 or fold is None:
         return Tiled(shape, t, rt, [], [0])
+    if fold in ("min", "max") and t == dt.bool_:  # all() of nothing is True, any() of nothing False
+        return materialize(Const(fold == "min", t, shape))
     if fold in ("min", "max"):
         raise ValueError(f"zero-size array to reduction operation {'minimum' if fold == 'min' else 'maximum'} "
                          "which has no identity")
@@ -594,12 +606,8 @@ def _host(node: Host) -> Tiled:
             parts = [a.reshape(-1) for a in ins[pos:pos + count]]
             pos += count
             flat = np.concatenate(parts) if len(parts) > 1 else (parts[0] if parts else np.zeros(0, dt.STORAGE[t]))
-            if t == dt.bool_:
-                flat = flat.view(np.bool_)
             arrays.append(flat.reshape(shape))
         result = np.asarray(fn(*arrays), dtype=node.dtype).reshape(-1)
-        if node.dtype == dt.bool_:
-            result = result.view(np.uint8)
         p = 0
         for o in outs:
             n = o.size

@@ -169,10 +169,8 @@ def _cumulative(name: str, scan: Any, initial: int, x: Any, axis: int | None, dt
     ax = _axis(axis, a.ndim, name)
     if dtype is not None:
         t = dt.dtype(dtype)
-    elif a.dtype in (dt.bool_, dt.int32):
-        t = dt.int64
-    else:
-        t = a.dtype
+    else:  # as sum's: integers in int64 (unsigned in uint64), floats and complex in their own type
+        t = dt.sum_type(a.dtype)
     shape = list(a.shape)
     shape[ax] += int(include_initial)
 

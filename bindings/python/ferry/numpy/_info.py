@@ -1,6 +1,6 @@
 """The array API's inspection namespace (__array_namespace_info__): the
 one device ferry.numpy arrays live on ('ferry': Ferry places the work) and
-the five element types."""
+the element types it stores."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 
 from . import _dtypes as dt
 
-_ALL = {"bool": dt.bool_, "int32": dt.int32, "int64": dt.int64, "float32": dt.float32, "float64": dt.float64}
+_ALL = {t.name: t for t in dt.SUPPORTED}
 
 
 class Info:
@@ -26,7 +26,8 @@ class Info:
         return ["ferry"]
 
     def default_dtypes(self, *, device: Any = None) -> dict[str, Any]:
-        return {"real floating": dt.float64, "complex floating": None, "integral": dt.int64, "indexing": dt.int64}
+        return {"real floating": dt.float64, "complex floating": dt.complex128, "integral": dt.int64,
+                "indexing": dt.int64}
 
     def dtypes(self, *, device: Any = None, kind: Any = None) -> dict[str, np.dtype]:
         if kind is None:

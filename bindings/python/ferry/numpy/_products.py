@@ -10,7 +10,7 @@ import numpy as np
 from . import _dtypes as dt
 from ._array import ndarray, wrap
 from ._builders import asarray, astype, cast, node
-from ._elementwise import multiply
+from ._elementwise import conj, multiply
 from ._graph import MatMul, Node, Reshape, Transposed
 from ._manipulation import reshape
 from ._reductions import sum  # noqa: A004
@@ -23,6 +23,8 @@ def matmul(a: Any, b: Any) -> ndarray:
     if not x.shape or not y.shape:
         raise ValueError("matmul: an operand is 0-d; use multiply or *")
     t = dt.result_type(wrap(x), wrap(y))
+    if dt.is_complex(t):
+        raise TypeError("ferry.numpy's matmul takes real types; complex matrices are not supported yet")
     work = t if dt.is_float(t) else dt.float64
     if len(x.shape) == 2 and len(y.shape) == 2 and x.shape[1] == y.shape[0]:
         # x.T @ y and x @ y.T: gemm reads the matrix under .T with its
@@ -82,7 +84,15 @@ def vdot(a: Any, b: Any, /) -> ndarray:
 
 
 def vecdot(a: Any, b: Any, /, *, axis: int = -1) -> ndarray:
-    return sum(multiply(a, b), axis=axis)
+    """sum(conj(a) * b) along axis, of the operands' promoted type (uint8 stays uint8)."""
+    x, y = asarray(a), asarray(b)
+    for v in (x, y):
+        if not -v.ndim <= axis < v.ndim:
+            raise ValueError(f"vecdot: axis {axis} is out of range for an array of {v.ndim} dimensions")
+    if x.shape[axis] != y.shape[axis]:
+        raise ValueError(f"vecdot: the arrays have {x.shape[axis]} and {y.shape[axis]} elements along axis {axis}")
+    t = dt.result_type(x, y)
+    return sum(multiply(conj(x), y), axis=axis, dtype=t)
 
 
 def tensordot(a: Any, b: Any, /, *, axes: Any = 2) -> ndarray:
@@ -91,7 +101,7 @@ def tensordot(a: Any, b: Any, /, *, axes: Any = 2) -> ndarray:
         if axes == 1 or axes == ([1], [0]) or axes == ((1,), (0,)):
             return matmul(x, y)
         if axes == 2 or axes == ([0, 1], [0, 1]):
-            return sum(multiply(x, y))
+            return sum(multiply(x, y), dtype=dt.result_type(x, y))
         if axes == 0:
             return multiply(reshape(x, (*x.shape, 1, 1)), reshape(y, (1, 1, *y.shape)))
     raise NotImplementedError(f"tensordot beyond the 2-D cases (axes={axes!r})")

@@ -25,22 +25,33 @@ def _count(shape: tuple[int, ...], axes: tuple[int, ...]) -> int:
     return int(np.prod([shape[a] for a in axes], dtype=np.int64))
 
 
+def _accumulator(out: np.dtype) -> np.dtype:
+    """Sums and products run in float64, complex128 or int64 (wrapping as the result type does)."""
+    return dt.complex128 if dt.is_complex(out) else dt.float64 if dt.is_float(out) else dt.int64
+
+
+def _ordered(n: Any, what: str) -> None:
+    if dt.is_complex(n.dtype):
+        raise TypeError(f"{what} is not defined for complex numbers ({n.dtype})")
+
+
 def sum(x: Any, /, *, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> ndarray:  # noqa: A001
     n = node(x)
     out = dt.dtype(dtype) if dtype is not None else dt.sum_type(n.dtype)
-    acc = dt.float64 if dt.is_float(out) else dt.int64
+    acc = _accumulator(out)
     return astype(wrap(Reduce("add", cast(n, acc), axes_of(axis, len(n.shape)), keepdims, acc)), out)
 
 
 def prod(x: Any, /, *, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> ndarray:
     n = node(x)
     out = dt.dtype(dtype) if dtype is not None else dt.sum_type(n.dtype)
-    acc = dt.float64 if dt.is_float(out) else dt.int64
+    acc = _accumulator(out)
     return astype(wrap(Reduce("mul", cast(n, acc), axes_of(axis, len(n.shape)), keepdims, acc)), out)
 
 
 def _extreme(fold: str, x: Any, axis: Any, keepdims: bool) -> ndarray:
     n = node(x)
+    _ordered(n, fold)
     axes = axes_of(axis, len(n.shape))
     if n.size == 0 or _count(n.shape, axes) == 0:
         raise ValueError(f"zero-size array to reduction operation {'minimum' if fold == 'min' else 'maximum'} "
@@ -72,8 +83,9 @@ def all(x: Any, /, *, axis: Any = None, keepdims: bool = False) -> ndarray:  # n
 def mean(x: Any, /, *, axis: Any = None, keepdims: bool = False, dtype: Any = None) -> ndarray:
     n = node(x)
     axes = axes_of(axis, len(n.shape))
-    out = dt.dtype(dtype) if dtype is not None else dt.float_of(n.dtype) if n.dtype != dt.bool_ else dt.float64
-    total = wrap(Reduce("add", cast(n, dt.float64), axes, keepdims, dt.float64))
+    out = dt.dtype(dtype) if dtype is not None else n.dtype if dt.is_inexact(n.dtype) else dt.float64
+    acc = dt.complex128 if dt.is_complex(out) else dt.float64
+    total = wrap(Reduce("add", cast(n, acc), axes, keepdims, acc))
     count = _count(n.shape, axes)
     return astype(divide(total, count) if count else multiply(total, math.nan), out)
 
@@ -81,10 +93,11 @@ def mean(x: Any, /, *, axis: Any = None, keepdims: bool = False, dtype: Any = No
 def var(x: Any, /, *, axis: Any = None, correction: float = 0.0, keepdims: bool = False,
         ddof: float | None = None) -> ndarray:
     n = node(x)
+    _ordered(n, "var/std (the array API's, of real numbers)")
     if ddof is not None:
         correction = ddof
     axes = axes_of(axis, len(n.shape))
-    out = dt.float_of(n.dtype) if n.dtype != dt.bool_ else dt.float64
+    out = n.dtype if dt.is_float(n.dtype) else dt.float64  # NumPy's: integers and bools give float64
     x64 = wrap(cast(n, dt.float64))
     count = _count(n.shape, axes)
     centre = divide(wrap(Reduce("add", x64._node, axes, True, dt.float64)), builtins.max(count, 1))
@@ -102,6 +115,7 @@ def std(x: Any, /, *, axis: Any = None, correction: float = 0.0, keepdims: bool 
 
 def _arg(fold: str, x: Any, axis: Any, keepdims: bool) -> ndarray:
     n = node(x)
+    _ordered(n, f"arg{fold}")
     if n.size == 0:
         raise ValueError(f"attempt to get arg{fold} of an empty sequence")
     if axis is None:

@@ -159,7 +159,7 @@ class Tiled:
         bounds = cls.plan(a.shape, t)
         if a.size == 0:
             return cls(a.shape, t, rt, [], [0])
-        store = np.ascontiguousarray(a).view(dt.STORAGE[t]) if t == dt.bool_ else a
+        store = a
         tiles = []
         for lo, hi in zip(bounds, bounds[1:]):
             part = store[lo:hi] if a.ndim else store.reshape(1)
@@ -183,8 +183,6 @@ class Tiled:
             return np.zeros(self.shape, self.dtype)
         parts = [t.numpy(readonly=True).reshape(-1) for t in self.tiles]
         flat = parts[0] if len(parts) == 1 else np.concatenate(parts)
-        if self.dtype == dt.bool_:
-            flat = flat.view(np.bool_)
         return flat.reshape(self.shape)
 
     def reshaped(self, shape: tuple[int, ...]) -> "Tiled | None":

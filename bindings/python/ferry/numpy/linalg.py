@@ -188,6 +188,9 @@ def vector_norm(x: Any, /, *, axis: Any = None, keepdims: bool = False, ord: Any
     a = asarray(x)
     t = dt.float_of(a.dtype) if a.dtype != dt.bool_ else dt.float64
     a = astype(a, t)
+    if dt.is_complex(t):  # the norm of the magnitudes, a real number
+        t = dt.real_of(t)
+        a = abs(a)
     if ord == 2:
         return sqrt(sum(multiply(a, a), axis=axis, keepdims=keepdims))
     if ord == math.inf:

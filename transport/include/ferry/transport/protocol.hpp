@@ -83,7 +83,7 @@ enum class Status : std::uint16_t {
 };
 const char* to_string(Status status) noexcept;
 
-enum class DType : std::uint8_t { f32 = 0, f64, i32, i64, u8 };  // same order as ferry::DType
+enum class DType : std::uint8_t { f32 = 0, f64, i32, i64, u8, i8, i16, u16, u32, u64, b8, c64, c128 };  // same order as ferry::DType
 enum class Mode : std::uint8_t { read = 0, write, readwrite };    // same order as ferry::AccessMode
 
 using Key = std::array<std::uint8_t, key_bytes>;
