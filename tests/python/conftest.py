@@ -30,6 +30,20 @@ def _no_gpu_unless_marked(request, monkeypatch):
         monkeypatch.setenv("FERRY_GPUS", "none")
 
 
+@pytest.fixture(scope="module")
+def tiny_tile_runtime():
+    """A runtime for a ferry.numpy test module, with tiles of 256 bytes: every
+    multi-tile path runs on small arrays. Module-wide, so before the per-test
+    perf-model folder above: its models stay in memory."""
+    import ferry.numpy as fnp
+    from ferry.numpy._tiles import DEFAULT_TILE_BYTES
+
+    with ferry.Runtime(workers=2, persist_perf_models=False) as runtime, fnp.using(runtime):
+        fnp.set_options(tile_bytes=256)
+        yield runtime
+        fnp.set_options(tile_bytes=DEFAULT_TILE_BYTES)
+
+
 @pytest.fixture
 def rt():
     with ferry.Runtime(workers=2, gpus="none") as runtime:

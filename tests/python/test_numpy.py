@@ -19,7 +19,6 @@ from hypothesis.extra import numpy as hnp  # noqa: E402
 
 import ferry  # noqa: E402
 import ferry.numpy as fnp  # noqa: E402
-from ferry.numpy._tiles import DEFAULT_TILE_BYTES  # noqa: E402
 
 # Every real dtype the array API standard requires.
 DTYPES = [np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64, np.float32,
@@ -29,13 +28,8 @@ EXAMPLES = settings(max_examples=15, deadline=None, derandomize=True)
 
 
 @pytest.fixture(scope="module", autouse=True)
-def runtime():
-    # Tiny tiles: every multi-tile path runs on small arrays. Module-wide, so
-    # before conftest's per-test perf-model folder: keep models in memory.
-    with ferry.Runtime(workers=2, persist_perf_models=False) as rt, fnp.using(rt):
-        fnp.set_options(tile_bytes=256)
-        yield rt
-        fnp.set_options(tile_bytes=DEFAULT_TILE_BYTES)
+def runtime(tiny_tile_runtime):
+    return tiny_tile_runtime
 
 
 def values(dtype, shape, seed):

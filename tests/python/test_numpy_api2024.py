@@ -6,17 +6,12 @@ inspection namespace. Inputs span several tiles (tile_bytes=256)."""
 import numpy as np
 import pytest
 
-import ferry
 import ferry.numpy as fnp
-from ferry.numpy._tiles import DEFAULT_TILE_BYTES
 
 
 @pytest.fixture(scope="module", autouse=True)
-def runtime():
-    with ferry.Runtime(workers=2, persist_perf_models=False) as rt, fnp.using(rt):
-        fnp.set_options(tile_bytes=256)
-        yield rt
-        fnp.set_options(tile_bytes=DEFAULT_TILE_BYTES)
+def runtime(tiny_tile_runtime):
+    return tiny_tile_runtime
 
 
 @pytest.fixture

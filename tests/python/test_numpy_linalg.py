@@ -13,16 +13,11 @@ import pytest
 
 import ferry
 import ferry.numpy as fnp
-from ferry.numpy._tiles import DEFAULT_TILE_BYTES
 
 
 @pytest.fixture(scope="module", autouse=True)
-def runtime():
-    # Tiny tiles: the inputs of the decompositions span several tiles.
-    with ferry.Runtime(workers=2, persist_perf_models=False) as rt, fnp.using(rt):
-        fnp.set_options(tile_bytes=256)
-        yield rt
-        fnp.set_options(tile_bytes=DEFAULT_TILE_BYTES)
+def runtime(tiny_tile_runtime):
+    return tiny_tile_runtime
 
 
 def tol(dtype):
