@@ -6,6 +6,8 @@
 #include <netinet/in.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <gtest/gtest.h>
 
@@ -388,6 +390,42 @@ TEST(FerrydIdentity, ClientRefusesAServerWhoseKeyIsNotThePinnedOne) {
   std::filesystem::remove(known_hosts);
   TestClient strict(server.port());
   EXPECT_NE(strict.refusal(options).find("does not pin"), std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+// A Kubernetes Secret mounted for a pod with an fsGroup: root owns the
+// files, the pod's group may read them (mode 440). ferryd serves with that
+// host key, as pinned, and does not warn about it in every pod's log.
+TEST(FerrydIdentity, AHostKeyMountedAsAKubernetesSecretIsUsedWithoutAWarning) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root: the test gives the key file another owner, as the kubelet does";
+  const auto dir = make_temp_dir();
+  const auto key = transport::KeyPair::generate();
+  key.write(dir / "host_key");
+  constexpr uid_t kubelet_owner = 54321;  // not ferryd's user; the group is ferryd's own
+  ASSERT_EQ(chown((dir / "host_key").c_str(), kubelet_owner, getegid()), 0);
+  ASSERT_EQ(chmod((dir / "host_key").c_str(), 0440), 0);
+  FerrydProcess server({"--host-key", (dir / "host_key").string()});
+  std::ofstream(dir / "known_hosts") << "127.0.0.1:" << server.port() << ' '
+                                     << transport::public_key_line(key.public_key(), "") << '\n';
+  transport::DialOptions options;
+  options.token = FerrydProcess::default_token;
+  options.known_hosts = dir / "known_hosts";
+  options.pinning = transport::Pinning::strict;
+  TestClient client(server.port());
+  EXPECT_NO_THROW(client.connect(options)) << server.log();
+  EXPECT_EQ(server.log().find("lets others"), std::string::npos) << server.log();
+  EXPECT_EQ(server.log().find("readable by others"), std::string::npos) << server.log();
+
+  // The same file readable by a group ferryd is not in: refused, naming it.
+  ASSERT_EQ(chown((dir / "host_key").c_str(), kubelet_owner, 54321), 0);
+  std::ofstream(dir / "token") << FerrydProcess::default_token;
+  chmod((dir / "token").c_str(), 0600);
+  std::string out;
+  EXPECT_EQ(FerrydProcess::run_to_exit({"--listen", "127.0.0.1:0", "--token-file", (dir / "token").string(),
+                                        "--host-key", (dir / "host_key").string()},
+                                       &out),
+            1);
+  EXPECT_NE(out.find("host_key: mode 440 lets others than its owner use it"), std::string::npos) << out;
   std::filesystem::remove_all(dir);
 }
 

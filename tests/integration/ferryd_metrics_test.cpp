@@ -95,6 +95,43 @@ TEST(FerrydMetrics, ARestartAtOnceTakesTheSamePort) {
   close(stalled);
 }
 
+// --drain-seconds: after SIGTERM /readyz answers 503 (so a Service stops
+// sending clients) while /healthz stays 200 and the clients already there,
+// and new ones that still arrive, are served; then ferryd stops cleanly.
+TEST(FerrydMetrics, ADrainAnswersReadyz503WhileClientsAreStillServed) {
+  FerrydProcess server({"--metrics", "127.0.0.1:0", "--drain-seconds", "4"});
+  const auto port = metrics_port(server);
+  TestClient client(server.port());
+  client.authenticate(FerrydProcess::default_token);
+  ASSERT_NE(http_get(port, "/readyz").find("200 OK"), std::string::npos);
+  const auto signalled = std::chrono::steady_clock::now();
+  server.signal(SIGTERM);
+  ASSERT_TRUE(server.wait_for_log("draining")) << server.log();
+  const std::string ready = http_get(port, "/readyz");
+  EXPECT_NE(ready.find("503"), std::string::npos) << ready;
+  EXPECT_NE(ready.find("shutting down"), std::string::npos) << ready;
+  EXPECT_NE(http_get(port, "/healthz").find("200 OK"), std::string::npos);
+  const double values[4] = {1, 2, 3, 4};
+  EXPECT_EQ(client.put(1, proto::DType::f64, 2, 2, values, sizeof values).status, Status::ok) << server.log();
+  EXPECT_EQ(client.run("scal", {TestClient::buffer(1, Mode::readwrite), TestClient::real(2.0)}).status,
+            Status::ok)
+      << server.log();
+  TestClient late(server.port());
+  EXPECT_NO_THROW(late.authenticate(FerrydProcess::default_token)) << server.log();
+  EXPECT_EQ(server.wait_exit(std::chrono::seconds(30)), 0) << server.log();
+  // It waited out the drain (not a timing claim: a lower bound on a sleep).
+  EXPECT_GE(std::chrono::steady_clock::now() - signalled, std::chrono::seconds(4)) << server.log();
+}
+
+TEST(FerrydMetrics, ASecondSigtermEndsTheDrain) {
+  FerrydProcess server({"--metrics", "127.0.0.1:0", "--drain-seconds", "600"});
+  server.signal(SIGTERM);
+  ASSERT_TRUE(server.wait_for_log("draining")) << server.log();
+  server.signal(SIGTERM);
+  EXPECT_EQ(server.wait_exit(std::chrono::seconds(60)), 0) << server.log();
+  EXPECT_NE(server.log().find("received while draining, stopping now"), std::string::npos) << server.log();
+}
+
 // Whether NVIDIA's management library loads here, as ferryd would load it.
 bool host_has_nvml() {
   void* nvml = dlopen("libnvidia-ml.so.1", RTLD_LAZY | RTLD_LOCAL);

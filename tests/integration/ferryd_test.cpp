@@ -162,5 +162,31 @@ TEST(FerrydCommandLine, BadCommandLinesExitWithTwo) {
   std::filesystem::remove_all(dir);
 }
 
+// FERRYD_<OPTION> for every option (how the Kubernetes base sets its
+// values, so an overlay can change one by name); the command line wins.
+TEST(FerrydCommandLine, OptionsComeFromTheEnvironmentTooAndTheCommandLineWins) {
+  struct Unset {
+    ~Unset() {
+      for (const char* name : {"FERRYD_CLIENT_QUOTA", "FERRYD_MEMORY_LIMIT", "FERRYD_WORKERS"}) unsetenv(name);
+    }
+  } unset;
+  const auto dir = make_temp_dir();
+  const auto token = (dir / "token").string();
+  std::ofstream(token) << "a token long enough to be accepted\n";
+  chmod(token.c_str(), 0600);
+  setenv("FERRYD_CLIENT_QUOTA", "lots", 1);
+  std::string out;
+  EXPECT_EQ(FerrydProcess::run_to_exit({"--listen", "127.0.0.1:0", "--token-file", token}, &out), 2) << out;
+  EXPECT_NE(out.find("lots"), std::string::npos) << out;
+  setenv("FERRYD_CLIENT_QUOTA", "512MiB", 1);
+  setenv("FERRYD_MEMORY_LIMIT", "1GiB", 1);
+  setenv("FERRYD_WORKERS", "1", 1);  // FerrydProcess passes --workers 2, which wins
+  FerrydProcess server;
+  ASSERT_TRUE(server.wait_for_log("client quota")) << server.log();
+  EXPECT_NE(server.log().find("2 CPU workers; client quota 512.0 MiB, memory limit 1.00 GiB"), std::string::npos)
+      << server.log();
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace ferry::test

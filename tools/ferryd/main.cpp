@@ -9,10 +9,12 @@
 #include <signal.h>
 #include <sys/stat.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -75,6 +77,38 @@ int wait_for_stop_signal(int fd) {
     const ssize_t n = read(fd, &byte, 1);
     if (n == 1) return byte;
     if (n < 0 && errno != EINTR) throw_system_error("read(stop pipe)", errno);
+  }
+}
+
+// The next stop signal, or nothing once `seconds` have passed.
+std::optional<int> wait_for_stop_signal(int fd, double seconds) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  for (;;) {
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return std::nullopt;
+    pollfd readable{fd, POLLIN, 0};
+    const int n = ::poll(&readable, 1, static_cast<int>(std::min<std::int64_t>(left.count(), 60'000)));
+    if (n < 0 && errno != EINTR) throw_system_error("poll(stop pipe)", errno);
+    if (n > 0) return wait_for_stop_signal(fd);
+  }
+}
+
+// --drain-seconds: /readyz answers 503 first, so that a Service or load
+// balancer takes this host out before its clients are told to go; the
+// clients already here are served meanwhile. SIGHUP does not end it.
+void drain(Metrics& metrics, int signal_fd, double seconds) {
+  metrics.set_ready(false);
+  log().info("draining: /readyz answers 503 for {:g} s while clients are still served (SIGTERM again: stop now)",
+             seconds);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  for (;;) {
+    const double left = std::chrono::duration<double>(until - std::chrono::steady_clock::now()).count();
+    const auto signo = wait_for_stop_signal(signal_fd, left);
+    if (!signo) return;
+    if (*signo != SIGHUP) {
+      log().info("ferryd: {} received while draining, stopping now", strsignal(*signo));
+      return;
+    }
   }
 }
 
@@ -394,6 +428,7 @@ int serve(const Options& options, int signal_fd) {
       }
     }
     log().info("ferryd: {} received, shutting down", strsignal(signo));
+    if (options.drain_seconds > 0) drain(metrics, signal_fd, options.drain_seconds);
     // First, so a ferryd started right after this one can take the port.
     metrics.stop_serving();
     const std::size_t clients = server.shut_down("ferryd is shutting down");

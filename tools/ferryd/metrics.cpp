@@ -123,7 +123,7 @@ Metrics::~Metrics() = default;
 std::uint16_t Metrics::serve(const std::string& host, std::uint16_t port) {
   const auto unusable = [this] { return unusable_ ? unusable_() : std::string(); };
   const auto not_ready = [this, unusable] {
-    return ready_.load(std::memory_order_relaxed) ? unusable() : std::string("not accepting clients");
+    return ready_.load(std::memory_order_relaxed) ? unusable() : std::string("starting or shutting down");
   };
   http_ = std::make_unique<MetricsHttp>(host, port, MetricsHttp::Routes{[this] { return scrape(); }, not_ready, unusable});
   return http_->port();

@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cstdio>
 
@@ -94,7 +95,8 @@ Parsed parse_options(int argc, char** argv) {
                  "serve Prometheus metrics, /healthz and /readyz on HOST:PORT (:PORT: on 127.0.0.1 only)");
   app.add_option("--memory-limit", memory_limit, "bytes all clients' replicas may take together (default: half the RAM)");
   app.add_option("--client-quota", client_quota, "bytes one client's replicas may take (default: the memory limit)");
-  app.add_option("--workers", o.workers, "CPU worker threads (0: one per hardware thread)")->check(CLI::Range(0u, 4096u));
+  app.add_option("--workers", o.workers, "CPU worker threads (0: one per CPU this process may use: its affinity mask within its cgroup's CPU "
+                 "limit)")->check(CLI::Range(0u, 4096u));
   app.add_option("--port-file", o.port_file, "write the port actually listened on to this file");
   app.add_option("--audit-log", o.audit_log,
                  "append a JSON line per connection, authentication, kernel definition, task, quota refusal and "
@@ -113,11 +115,30 @@ Parsed parse_options(int argc, char** argv) {
                  "running)")
       ->check(CLI::Range(0.001, 100.0))
       ->capture_default_str();
+  app.add_option("--drain-seconds", o.drain_seconds,
+                 "after SIGTERM, seconds /readyz answers 503 while clients are still served, so a load balancer "
+                 "(a Kubernetes Service) stops sending new ones before ferryd tells the connected ones it is "
+                 "going; a second SIGTERM or SIGINT ends the wait")
+      ->check(CLI::Range(0.0, 3600.0))
+      ->capture_default_str();
   app.add_option("--poll-us", o.poll_us,
                  "microseconds to keep polling for the next message after activity before sleeping (0: sleep at "
                  "once; FERRY_UCX_POLL_US overrides)")
       ->check(CLI::Range(0u, 100000u))
       ->capture_default_str();
+
+  // Every option can come from the environment as well (FERRYD_MEMORY_LIMIT
+  // for --memory-limit; the command line wins), so that a deployment's
+  // overlay changes one variable by name instead of repeating the whole
+  // argument list, and removes one (key mode's token) without list indexes.
+  for (CLI::Option* option : app.get_options()) {
+    const auto& names = option->get_lnames();
+    if (names.empty() || names.front() == "help" || names.front() == "version") continue;
+    std::string variable = "FERRYD_" + names.front();
+    std::transform(variable.begin(), variable.end(), variable.begin(),
+                   [](unsigned char c) { return c == '-' ? '_' : static_cast<char>(std::toupper(c)); });
+    option->envname(variable);
+  }
 
   Parsed parsed;
   try {

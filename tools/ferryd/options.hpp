@@ -31,11 +31,12 @@ struct Options {
   std::uint16_t metrics_port = 0;
   std::uint64_t memory_limit = 0;  // every client's replicas together
   std::uint64_t client_quota = 0;
-  unsigned workers = 0;            // 0: one per hardware thread
+  unsigned workers = 0;            // 0: one per CPU this process may use (ferry::available_cpus)
   double handshake_timeout = 10;   // seconds a client has to authenticate
   // Seconds NVRTC may take to compile one client's CUDA source kernel when
   // its definition arrives (at most 100: a client waits 120 s for the reply).
   double compile_limit = 30;
+  double drain_seconds = 0;        // after SIGTERM: /readyz 503 this long before clients are told
   // Microseconds the progress thread polls after activity before it sleeps:
   // a client's next request usually comes within it, and waking a sleeping
   // thread costs more than a loopback round trip (docs/tuning.md).

@@ -2,13 +2,16 @@
 
 #include <fmt/format.h>
 #include <sodium.h>
+#include <sys/stat.h>
 
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <iterator>
-#include <system_error>
 
 #include "ferry/error.hpp"
 #include "ferry/log.hpp"
+#include "secret_file.hpp"
 
 namespace ferry::transport {
 namespace {
@@ -46,19 +49,19 @@ Mac auth_mac(std::string_view token, const Nonce& nonce, std::string_view client
 }
 
 std::string read_token_file(const std::filesystem::path& path) {
-  std::error_code ec;
-  const auto status = std::filesystem::status(path, ec);
-  if (ec || !std::filesystem::exists(status))
-    throw Error(fmt::format("token file {}: does not exist", path.string()));
-  if (!std::filesystem::is_regular_file(status))
-    throw Error(fmt::format("token file {}: not a regular file", path.string()));
-  using std::filesystem::perms;
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) throw Error(fmt::format("token file {}: does not exist", path.string()));
+    throw Error(fmt::format("token file {}: {}", path.string(), std::strerror(errno)));
+  }
+  if (!S_ISREG(st.st_mode)) throw Error(fmt::format("token file {}: not a regular file", path.string()));
+  const SecretAccess access = secret_access(st);
   // Whoever may write the file may choose the token and so authenticate:
   // refused, as ssh refuses such a key, rather than a warning nobody reads.
-  if ((status.permissions() & (perms::group_write | perms::others_write)) != perms::none)
+  if (access == SecretAccess::writable_by_others)
     throw Error(fmt::format("token file {}: group or others may write it (mode {:03o}), so they could choose the "
                             "token; chmod 600 it",
-                            path.string(), static_cast<unsigned>(status.permissions() & perms::mask)));
+                            path.string(), st.st_mode & 0777));
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(fmt::format("token file {}: cannot be read", path.string()));
   std::string token{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
@@ -72,8 +75,9 @@ std::string read_token_file(const std::filesystem::path& path) {
                             "guessing; write a random one, e.g. head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n'",
                             path.string(), token.size(), min_token_bytes));
 
-  if ((status.permissions() & (perms::group_read | perms::others_read)) != perms::none)
-    log().warn("token file {} is readable by others than its owner; chmod 600 it", path.string());
+  if (access == SecretAccess::readable_by_others)
+    log().warn("token file {} is readable by others than its owner (mode {:03o}); chmod 600 it", path.string(),
+               st.st_mode & 0777);
   return token;
 }
 

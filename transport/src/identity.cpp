@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "ferry/error.hpp"
+#include "secret_file.hpp"
 #include "sodium_init.hpp"
 
 namespace ferry::transport {
@@ -64,7 +65,8 @@ KeyPair KeyPair::read(const std::filesystem::path& path) {
   if (::stat(path.c_str(), &st) != 0)
     throw Error(fmt::format("private key {}: {}", path.string(), std::strerror(errno)));
   if (!S_ISREG(st.st_mode)) throw Error(fmt::format("private key {}: not a regular file", path.string()));
-  if ((st.st_mode & 077) != 0)
+  if (const auto access = secret_access(st);
+      access != SecretAccess::private_to_owner && access != SecretAccess::shared_with_group)
     throw Error(fmt::format("private key {}: mode {:o} lets others than its owner use it; chmod 600 it",
                             path.string(), st.st_mode & 0777));
   std::ifstream in(path);

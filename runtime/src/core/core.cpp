@@ -27,6 +27,7 @@
 #include "ferry/allocator/pinned_pool.hpp"
 #include "ferry/config.hpp"
 #include "ferry/cuda_probe.hpp"
+#include "ferry/cpus.hpp"
 #include "ferry/error.hpp"
 #include "ferry/log.hpp"
 #include "ferry/transport/auth.hpp"
@@ -124,7 +125,7 @@ RuntimeCore::~RuntimeCore() { shutdown(); }
 
 void RuntimeCore::start() {
   unsigned workers = options_.workers;
-  if (workers == 0) workers = std::max(1u, std::thread::hardware_concurrency());
+  if (workers == 0) workers = available_cpus();
   add_device([&](DeviceId id) { return std::make_unique<CpuDevice>(*this, id, workers); });
   start_gpus();
   if (options_.remotes.size() + devices().size() > 64)

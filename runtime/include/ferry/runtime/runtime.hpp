@@ -86,7 +86,7 @@ enum class RemotePolicy { require, prefer };
 class Runtime {
  public:
   struct Options {
-    // CPU worker threads; 0: one per hardware thread.          FERRY_WORKERS
+    // CPU worker threads; 0: one per CPU the process may use.  FERRY_WORKERS
     unsigned workers = 0;
     Policy policy = Policy::heft;                                // FERRY_POLICY
     // Record a trace; written as Chrome trace JSON to trace_path at shutdown
