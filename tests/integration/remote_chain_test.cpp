@@ -115,7 +115,11 @@ TEST(RemoteChain, MiddleFailureStopsReadersAndLetsWritersRun) {
 
 TEST(RemoteChain, KillNineMidForwardedChainStillFinishesCorrectly) {
   FerrydProcess server;
-  ferry::Runtime rt(options_for(&server));
+  auto options = options_for(&server);
+  // prefer: tasks pinned to the host keep being submitted after it is lost,
+  // which require refuses (Remote.ReconnectsAndUsesTheHostAgain).
+  options.remote_policy = ferry::RemotePolicy::prefer;
+  ferry::Runtime rt(options);
   const auto remote = ferry::on(ferry::remote(server.address()));
   const std::size_t n = 1 << 12;
   auto x = rt.buffer<double>(n), y = rt.buffer<double>(n);

@@ -111,7 +111,11 @@ TEST(Remote, QuotaEvictsLeastRecentlyUsedReplicas) {
 
 TEST(Remote, KillNineMidRunStillFinishesCorrectly) {
   FerrydProcess server;
-  ferry::Runtime rt(remote_options(server));
+  auto options = remote_options(server);
+  // prefer: tasks pinned to the host keep being submitted after it is lost,
+  // which require refuses (Remote.ReconnectsAndUsesTheHostAgain).
+  options.remote_policy = ferry::RemotePolicy::prefer;
+  ferry::Runtime rt(options);
   const std::size_t n = 1 << 16;
   auto x = rt.buffer<double>(n), y = rt.buffer<double>(n);
   std::ranges::fill(x.host(), 1.0);
@@ -255,6 +259,8 @@ TEST(Remote, PinnedTasksRunElsewhereWhileTheHostIsLostUnderPrefer) {
   }
 }
 
+// Under require a lost host is reconnected in the background; meanwhile
+// tasks pinned to it fail at submit, and once it is back they run there.
 TEST(Remote, ReconnectsAndUsesTheHostAgain) {
   FerrydProcess server({}, FerrydProcess::default_token, ferry::test::stable_port());
   ferry::Runtime rt(remote_options(server));
@@ -263,8 +269,17 @@ TEST(Remote, ReconnectsAndUsesTheHostAgain) {
   EXPECT_EQ(rt.submit("sum", ferry::read(x), remote(server)).device(), "remote:" + server.address());
   server.stop(SIGKILL);
   ASSERT_TRUE(lost(rt, server)) << "the host was not seen lost within 10 s";
-  // While it is gone, pinned tasks still finish (on the CPU).
-  EXPECT_EQ(rt.submit("sum", ferry::read(x), remote(server)).result(), 1024.0);
+  // While it is gone, a task pinned there fails at submit under require
+  // (the default), naming the host: it never quietly runs on the CPU.
+  try {
+    rt.submit("sum", ferry::read(x), remote(server));
+    ADD_FAILURE() << "a task pinned to a lost host ran elsewhere under remote_policy=require";
+  } catch (const ferry::RemoteError& e) {
+    EXPECT_NE(std::string(e.what()).find("remote:" + server.address()), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("remote_policy=require"), std::string::npos) << e.what();
+  }
+  // Unpinned work goes on, on the CPU.
+  EXPECT_EQ(rt.submit("sum", ferry::read(x)).result(), 1024.0);
   server.restart();
   bool back = false;
   for (int i = 0; i < 100 && !back; ++i) {
@@ -293,7 +308,11 @@ TEST(Remote, WrongTokenLeavesTheHostUnusedAndSaysWhy) {
 
 TEST(Remote, SigtermMidRunFailsOverCleanly) {
   FerrydProcess server;
-  ferry::Runtime rt(remote_options(server));
+  auto options = remote_options(server);
+  // prefer: tasks pinned to the host keep being submitted after it is lost,
+  // which require refuses (Remote.ReconnectsAndUsesTheHostAgain).
+  options.remote_policy = ferry::RemotePolicy::prefer;
+  ferry::Runtime rt(options);
   auto a = rt.buffer<double>(300, 300), b = rt.buffer<double>(300, 300), c = rt.buffer<double>(300, 300);
   std::ranges::fill(a.host(), 1.0);
   std::ranges::fill(b.host(), 1.0);

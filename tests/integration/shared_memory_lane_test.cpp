@@ -249,7 +249,11 @@ TEST(SharedMemoryLane, FerrydKilledMidTransferOnBulkLanesIsNoticedAndTasksFailOv
 
 void kill_ferryd_mid_transfer() {
   FerrydProcess server;
-  ferry::Runtime rt(options_for(server));
+  auto options = options_for(server);
+  // prefer: tasks pinned to the host keep being submitted after it is lost,
+  // which require refuses (Remote.ReconnectsAndUsesTheHostAgain).
+  options.remote_policy = ferry::RemotePolicy::prefer;
+  ferry::Runtime rt(options);
   const std::size_t n = std::size_t{16} << 20;
   auto x = rt.buffer<float>(n);
   {

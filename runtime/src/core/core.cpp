@@ -492,18 +492,27 @@ void RuntimeCore::find_eligible_devices(PreparedTask& p) const {
   }
 }
 
-// Every device a task was pinned to is down. A host lost after it was
-// reached is failed over, never fatal (RemotePolicy): the task runs wherever
-// else it can until the device is back, and the log says so once per place.
+// Every device a task was pinned to is down. Under RemotePolicy::require a
+// task pinned to a lost host fails at submit, naming it: a program meant to
+// use the host never quietly runs on the CPU instead. Under prefer (and for
+// hosts found by discovery) the task runs wherever else it can until the
+// host is back, and the log says so once per place. Work already sent to
+// the host when it was lost is re-run elsewhere under both (RemoteDevice).
 void RuntimeCore::place_elsewhere(PreparedTask& p) const {
   const KernelDef& kernel = *p.kernel;
   std::string down;
+  bool fail = false;
   for (const auto& device : devices()) {
     if (!device->can_run(kernel) || !device->matches(p.place) || device->available()) continue;
     const std::string reason = device->down_reason();
     down += fmt::format("{}{}{}{}", down.empty() ? "" : "; ", device->name(), reason.empty() ? " is down" : ": ",
                         reason);
+    fail = fail || device->pinned_tasks_fail_while_down();
   }
+  if (fail)
+    throw RemoteError(fmt::format("{} placed {}: the host is down ({}); under remote_policy=require a task pinned to "
+                                  "a host does not run elsewhere (FERRY_REMOTE_POLICY=prefer runs it here meanwhile)",
+                                  p.label(), p.place.describe(), down));
   for (std::size_t i = 0; i < devices().size(); ++i)
     if (devices()[i]->can_run(kernel) && devices()[i]->available()) p.eligible |= std::uint64_t{1} << i;
   const std::string where = p.place.describe();

@@ -56,6 +56,9 @@ class Device {
   virtual bool available() const noexcept { return true; }
   // Why available() is false, for people (Runtime::devices); empty when not known.
   virtual std::string down_reason() const { return {}; }
+  // Whether a task pinned here fails, rather than runs elsewhere, while
+  // the device is down: a remote host under RemotePolicy::require.
+  virtual bool pinned_tasks_fail_while_down() const noexcept { return false; }
   virtual unsigned lanes() const = 0;
   // The task is ready (its predecessors are done): run it.
   virtual void enqueue(TaskRecord* task) = 0;

@@ -124,6 +124,7 @@ class RemoteDevice final : public Device, public NodeLink {
   // Warns when the host lacks any of these kernels (a plugin loaded here only).
   void warn_missing(const std::vector<std::string>& kernels) const;
   std::string down_reason() const override;
+  bool pinned_tasks_fail_while_down() const noexcept override { return options_.policy == RemotePolicy::require; }
   // What seals the link: the AEAD's name, or "plaintext"; empty before the first connection.
   std::string cipher() const;
   // ---- membership (remote_membership.cpp) ----
