@@ -60,7 +60,7 @@ def per_task_overhead(n: int, reps: int, workers: int) -> None:
               f"  (Python/C++ = {p / c:.2f}x)")
 
 
-def round_trips(samples: int) -> None:
+def dask_round_trips(samples: int) -> list[float]:
     from dask.distributed import Client, LocalCluster
 
     def noop(v):
@@ -74,6 +74,11 @@ def round_trips(samples: int) -> None:
             start = time.perf_counter()
             client.submit(noop, i, pure=False).result()
             dask.append(time.perf_counter() - start)
+    return dask
+
+
+def round_trips(samples: int, with_dask: bool) -> None:
+    dask = dask_round_trips(samples) if with_dask else None
 
     with ferry.testing.local_server(workers=1) as server, \
             ferry.Runtime(remotes=[server.address], token=server.token, workers=1, persist_perf_models=False) as rt:
@@ -84,18 +89,41 @@ def round_trips(samples: int) -> None:
             start = time.perf_counter()
             rt.scal(x, 1.0, on="remote").result()
             remote.append(time.perf_counter() - start)
+        # The same round trip driven from C++ on this runtime, beside it.
+        cpp_remote = _ferry._cpp_round_trips(rt, "scal", x, 1.0, "remote", samples)
         local = []
         for _ in range(samples):
             start = time.perf_counter()
             rt.scal(x, 1.0, on="cpu").result()
             local.append(time.perf_counter() - start)
+        # A chain of tasks on one array, then one wait: remote and local.
+        chain = 5000
 
-    d, r, c = statistics.median(dask), statistics.median(remote), statistics.median(local)
+        def chain_on(place):
+            rt.scal(x, 1.0, on=place).result()  # x where the chain runs
+            start = time.perf_counter()
+            for _ in range(chain):
+                rt.scal(x, 1.0, on=place)
+            rt.wait()
+            return (time.perf_counter() - start) / chain
+
+        remote_chain = min(chain_on("remote") for _ in range(3))
+        local_chain = min(chain_on("cpu") for _ in range(3))
+
+    r, c = statistics.median(remote), statistics.median(local)
+    cr = statistics.median(cpp_remote)
     print(f"\nRound trip of one tiny task, median of {samples} (ms):")
-    print(f"  Dask distributed client.submit(f).result(), loopback worker process: {d * 1e3:8.3f}")
+    if dask:
+        d = statistics.median(dask)
+        print(f"  Dask distributed client.submit(f).result(), loopback worker process: {d * 1e3:8.3f}")
     print(f"  Ferry remote task (ferryd on loopback, data resident there):         {r * 1e3:8.3f}"
-          f"   Dask/Ferry = {d / r:.1f}x")
+          + (f"   Dask/Ferry = {d / r:.1f}x" if dask else ""))
+    print(f"  the same from C++ (Task::wait), same runtime:                        {cr * 1e3:8.3f}"
+          f"   Python - C++ = {(r - cr) * 1e6:.1f} µs (target ≤ 10)")
     print(f"  Ferry local CPU task, for reference:                                 {c * 1e3:8.3f}")
+    print(f"\nChain of {chain} tasks on one array, then wait(), best of 3 (µs per task):")
+    print(f"  remote {remote_chain * 1e6:7.2f}   local {local_chain * 1e6:7.2f}"
+          f"   remote/local = {remote_chain / local_chain:.2f}x (target ≤ 3)")
 
 
 def main() -> None:
@@ -108,8 +136,7 @@ def main() -> None:
     args = parser.parse_args()
     print(f"ferry {ferry.__version__}, numpy {np.__version__}")
     per_task_overhead(args.tasks, args.reps, args.workers)
-    if not args.skip_dask:
-        round_trips(args.samples)
+    round_trips(args.samples, with_dask=not args.skip_dask)
 
 
 if __name__ == "__main__":

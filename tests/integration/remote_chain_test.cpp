@@ -6,6 +6,8 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
+#include <chrono>
 #include <csignal>
 #include <random>
 
@@ -219,6 +221,60 @@ TEST(RemoteChain, ASubmitAndWaitWakesTheClientOnlyForTheReply) {
   std::cout << "  context switches per submit+wait: " << per_task << "\n";
   EXPECT_LT(per_task, 5.0);
   EXPECT_EQ(y.host()[0], 1.0);
+}
+
+// The same with a bounded wait (Task::wait_for, which Python's result()
+// uses, in slices, to answer Ctrl-C): the waiter takes its own reply too.
+// It went through a continuation and a proxy: 4.5 switches a task, now 2.
+TEST(RemoteChain, ABoundedWaitAlsoTakesItsOwnReply) {
+  FerrydProcess server;
+  ferry::Runtime rt(options_for(&server));
+  const auto remote = ferry::on(ferry::remote(server.address()));
+  auto y = rt.buffer<double>(1);
+  y.host()[0] = 1.0;
+  for (int i = 0; i < 50; ++i) rt.submit("scal", ferry::readwrite(y), 1.0, remote).wait();
+  constexpr int tasks = 400;
+  const long before = own_voluntary_switches();
+  for (int i = 0; i < tasks; ++i) {
+    auto t = rt.submit("scal", ferry::readwrite(y), i % 2 == 0 ? 2.0 : 0.5, remote);
+    ASSERT_TRUE(t.wait_for(std::chrono::seconds(30))) << "task " << i;
+    ASSERT_EQ(t.device(), "remote:" + server.address()) << "task " << i << " did not run on the remote";
+  }
+  const double per_task = static_cast<double>(own_voluntary_switches() - before) / tasks;
+  std::cout << "  context switches per submit+wait_for: " << per_task << "\n";
+  EXPECT_LT(per_task, 3.5);
+  EXPECT_EQ(y.host()[0], 1.0);
+}
+
+// A bounded wait that ends before the reply gives the task back: a proxy
+// (or a later wait) finishes it, with the host's result.
+TEST(RemoteChain, ABoundedWaitThatEndsFirstLeavesTheTaskToFinish) {
+  FerrydProcess server;
+  ferry::Runtime rt(options_for(&server));
+  const auto remote = ferry::on(ferry::remote(server.address()));
+  const std::size_t n = 1024;
+  auto a = rt.buffer<double>(n, n), b = rt.buffer<double>(n, n), c = rt.buffer<double>(n, n);
+  std::ranges::fill(a.host(), 1.0);
+  std::ranges::fill(b.host(), 1.0);
+  std::ranges::fill(c.host(), 0.0);
+  for (auto* m : {&a, &b, &c}) rt.submit("scal", ferry::readwrite(*m), 1.0, remote).wait();  // resident there
+  for (int round = 0; round < 3; ++round) {
+    // About 2 GFLOP: far longer than the first wait.
+    auto t = rt.submit("gemm", ferry::read(a), ferry::read(b), ferry::readwrite(c), 1.0, 1.0, 0, 0, remote);
+    const bool early = t.wait_for(std::chrono::microseconds(200));
+    if (round == 0) {
+      EXPECT_FALSE(early) << "a 2 GFLOP gemm finished within 200 us";
+    }
+    if (round == 1) {
+      for (int i = 0; i < 20 && !t.wait_for(std::chrono::milliseconds(1)); ++i) {
+      }
+    }
+    t.wait();
+    EXPECT_EQ(t.device(), "remote:" + server.address());
+  }
+  auto h = c.host_read();
+  EXPECT_EQ(h[0], 3.0 * static_cast<double>(n));
+  EXPECT_EQ(h[n * n - 1], 3.0 * static_cast<double>(n));
 }
 
 }  // namespace

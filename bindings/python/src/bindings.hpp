@@ -61,6 +61,9 @@ void hold_back_views(const std::vector<TaskArg>& args);
 // only during the call).
 nb::object numpy_of(const BufferArg& arg, bool readonly);
 
+// on="cpu" | "gpu" | "gpu:N" | "remote" | "remote:host:port" | "" (anywhere).
+Place parse_place(const std::string& text);
+
 void bind_errors(nb::module_& m);
 void bind_array(nb::module_& m);
 void bind_future(nb::module_& m);

@@ -31,22 +31,6 @@ DType stored_dtype(const std::string& name) {
                                name));
 }
 
-Place parse_place(const std::string& text) {
-  if (text.empty() || text == "any") return anywhere();
-  if (text == "cpu") return cpu();
-  if (text == "gpu") return gpu();
-  if (text.starts_with("gpu:")) {
-    try {
-      return gpu(std::stoi(text.substr(4)));
-    } catch (const std::exception&) {
-      throw UsageError(fmt::format("on='{}': a GPU is named gpu:N with N its ordinal", text));
-    }
-  }
-  if (text == "remote") return remote();
-  if (text.starts_with("remote:")) return remote(text.substr(7));
-  throw UsageError(fmt::format("on='{}' is not a place; use 'cpu', 'gpu', 'gpu:N', 'remote' or 'remote:host:port'",
-                               text));
-}
 
 const char* kind_name(ParamKind kind) {
   switch (kind) {
@@ -185,6 +169,23 @@ nb::dict kernel_info(const KernelDef& k) {
 }
 
 }  // namespace
+
+Place parse_place(const std::string& text) {
+  if (text.empty() || text == "any") return anywhere();
+  if (text == "cpu") return cpu();
+  if (text == "gpu") return gpu();
+  if (text.starts_with("gpu:")) {
+    try {
+      return gpu(std::stoi(text.substr(4)));
+    } catch (const std::exception&) {
+      throw UsageError(fmt::format("on='{}': a GPU is named gpu:N with N its ordinal", text));
+    }
+  }
+  if (text == "remote") return remote();
+  if (text.starts_with("remote:")) return remote(text.substr(7));
+  throw UsageError(fmt::format("on='{}' is not a place; use 'cpu', 'gpu', 'gpu:N', 'remote' or 'remote:host:port'",
+                               text));
+}
 
 void bind_runtime(nb::module_& m) {
   nb::class_<Kernel>(m, "Kernel", "A kernel known to a runtime; call it through Runtime.submit or as returned")

@@ -119,10 +119,22 @@ void Task::wait() const {
 bool Task::wait_for(std::chrono::nanoseconds timeout) const {
   detail::TaskRecord& r = require(record_);
   if (r.done.load(std::memory_order_acquire)) return true;
+  using Clock = std::chrono::steady_clock;
+  const auto now = Clock::now();
+  const auto deadline = timeout >= Clock::time_point::max() - now ? Clock::time_point::max()
+                                                                  : now + std::chrono::duration_cast<Clock::duration>(timeout);
   if (r.core != nullptr) {
     const detail::TaskRecord* awaited[] = {&r};
     r.core->host_views().check_wait("Task::wait_for()", awaited);
     r.core->push_held();
+    // As wait() does, the waiter may take its own reply, until the deadline
+    // (Python's result() waits in slices, to answer Ctrl-C between them).
+    for (const auto& device : r.core->devices())
+      if (r.done.load(std::memory_order_acquire) || device->run_for_waiter(&r, deadline)) break;
+    if (r.done.load(std::memory_order_acquire)) return true;
+    if (deadline != Clock::time_point::max())
+      timeout = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - Clock::now());
+    if (timeout <= std::chrono::nanoseconds::zero()) return false;
   }
   // Atomics have no timed wait: a continuation signals a condition variable.
   struct Signal {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -70,8 +71,14 @@ class Device {
   // A thread is about to block until `task` is done: a device whose own
   // thread would only wait for the task's reply may run it on this thread
   // instead, which saves the waiter a wake-up (Task::wait). True when it ran
-  // and finished the task here.
-  virtual bool run_for_waiter(TaskRecord* /*task*/) { return false; }
+  // and finished the task here. With a deadline (Task::wait_for, Python's
+  // interruptible waits) the device gives the task back, untouched, if its
+  // reply has not come by then.
+  virtual bool run_for_waiter(TaskRecord* /*task*/,
+                              std::chrono::steady_clock::time_point /*deadline*/ =
+                                  std::chrono::steady_clock::time_point::max()) {
+    return false;
+  }
   // A thread is about to block on this runtime's work: what the device holds
   // back to send with company (Connection::send_soon) leaves now.
   virtual void push() {}

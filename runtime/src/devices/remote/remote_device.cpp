@@ -714,19 +714,39 @@ void RemoteDevice::prefetch(TaskRecord* task) {
 // waits for the reply itself: the reply then wakes the waiter directly,
 // instead of a proxy that settles it and wakes the waiter (one hand-off
 // less on an empty task's round trip). Only a task already sent (forwarded),
-// so what runs here is waiting and settling, as a proxy would.
-bool RemoteDevice::run_for_waiter(TaskRecord* task) {
+// so what runs here is waiting and settling, as a proxy would. A waiter with
+// a deadline waits for the reply first, driving the worker itself as
+// Connection::wait_here does, and puts the job back if it has not come.
+bool RemoteDevice::run_for_waiter(TaskRecord* task, std::chrono::steady_clock::time_point deadline) {
   {
     std::lock_guard lock(forward_mutex_);
     if (!forwarded_.contains(task->id)) return false;
   }
+  Job job;
   {
     // Still queued: no proxy has claimed it (a claim takes the job first).
     std::lock_guard lock(queue_mutex_);
     auto it = std::find_if(queue_.begin(), queue_.end(), [&](const Job& j) { return !j.prefetch && j.task == task; });
     if (it == queue_.end()) return false;
     if (it->forwarded) --queued_forwarded_;
+    job = std::move(*it);
     queue_.erase(it);
+  }
+  // Only a job whose reply had not come when it was queued has one to wait
+  // for; out of the queue, no proxy touches its future meanwhile.
+  if (job.forwarded && deadline != std::chrono::steady_clock::time_point::max()) {
+    std::future<protocol::Message>& reply = job.forwarded->reply;
+    const auto came = [&] { return reply.wait_for(std::chrono::seconds(0)) == std::future_status::ready; };
+    if (auto connection = current_connection()) connection->wait_here(came);
+    if (!came() && reply.wait_until(deadline) != std::future_status::ready) {
+      {
+        std::lock_guard lock(queue_mutex_);
+        ++queued_forwarded_;
+        queue_.push_front(std::move(job));
+      }
+      queue_cv_.notify_one();
+      return false;
+    }
   }
   if (run_here(task, options_.proxies)) runtime_.finish(task, nullptr);  // successors go to their devices
   if (active_.fetch_sub(1, std::memory_order_acq_rel) == 1) {

@@ -91,7 +91,8 @@ class RemoteDevice final : public Device, public NodeLink {
   void enqueue(TaskRecord* task) override;
   void prefetch(TaskRecord* task) override;
   void drain() override;
-  bool run_for_waiter(TaskRecord* task) override;
+  bool run_for_waiter(TaskRecord* task, std::chrono::steady_clock::time_point deadline =
+                                            std::chrono::steady_clock::time_point::max()) override;
   void push() override;
 
   // NodeLink
