@@ -109,6 +109,7 @@ def round_trips(samples: int, with_dask: bool) -> None:
 
         remote_chain = min(chain_on("remote") for _ in range(3))
         local_chain = min(chain_on("cpu") for _ in range(3))
+        cpp_remote_chain = min(_ferry._cpp_chain(rt, "scal", x, 1.0, "remote", chain) for _ in range(3)) / chain
 
     r, c = statistics.median(remote), statistics.median(local)
     cr = statistics.median(cpp_remote)
@@ -122,8 +123,10 @@ def round_trips(samples: int, with_dask: bool) -> None:
           f"   Python - C++ = {(r - cr) * 1e6:.1f} µs (target ≤ 10)")
     print(f"  Ferry local CPU task, for reference:                                 {c * 1e3:8.3f}")
     print(f"\nChain of {chain} tasks on one array, then wait(), best of 3 (µs per task):")
-    print(f"  remote {remote_chain * 1e6:7.2f}   local {local_chain * 1e6:7.2f}"
+    print(f"  Python remote {remote_chain * 1e6:7.2f}   Python local {local_chain * 1e6:7.2f}"
           f"   remote/local = {remote_chain / local_chain:.2f}x (target ≤ 3)")
+    print(f"  C++ remote    {cpp_remote_chain * 1e6:7.2f}   (same runtime)   Python/C++ remote = "
+          f"{remote_chain / cpp_remote_chain:.2f}x")
 
 
 def main() -> None:

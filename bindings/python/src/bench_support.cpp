@@ -51,6 +51,18 @@ void bind_bench_support(nb::module_& m) {
     for (double s : seconds) out.append(s);
     return out;
   }, nb::arg("rt"), nb::arg("kernel"), nb::arg("array"), nb::arg("alpha"), nb::arg("on"), nb::arg("n"));
+  // n tasks of `kernel`(array readwrite, alpha) placed `on`, one chain, then
+  // a wait: the C++ figure beside Python's remote chain; seconds in all.
+  m.def("_cpp_chain", [](RuntimeHandle& h, const std::string& kernel, const Array& array, double alpha,
+                         const std::string& on, std::size_t n) {
+    Runtime& rt = h.rt();
+    const Place place = parse_place(on);
+    nb::gil_scoped_release unlocked;
+    const auto start = std::chrono::steady_clock::now();
+    for (std::size_t i = 0; i < n; ++i) rt.submit(kernel, readwrite(array.buffer), alpha, ferry::on(place));
+    rt.wait();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }, nb::arg("rt"), nb::arg("kernel"), nb::arg("array"), nb::arg("alpha"), nb::arg("on"), nb::arg("n"));
 }
 
 }  // namespace ferry::python
