@@ -270,6 +270,61 @@ TEST(Fused, AbsOfNegativeZeroIsPositive) {
                   "fnp_abs(float a) { return fabsf(a); }");
 }
 
+// The array API's trigonometric, rounding and two-argument functions, with
+// the special cases NumPy gives (signed zeros, halves to even, NumPy's shifts
+// past the width).
+TEST(Fused, MoreFunctionsFollowNumPy) {
+  const double inf = std::numeric_limits<double>::infinity();
+  std::vector<double> x{-0.0, 0.5, -2.5, 3.5}, y(4);
+  const auto one = [&](const char* code) {
+    run({buf(y, AccessMode::write), buf(x, AccessMode::read)}, std::string("d=4 x0 ") + code);
+    return y;
+  };
+  EXPECT_EQ(one("round"), (std::vector<double>{-0.0, 0.0, -2.0, 4.0}));
+  EXPECT_TRUE(std::signbit(one("round")[0]));
+  EXPECT_EQ(one("trunc"), (std::vector<double>{-0.0, 0.0, -2.0, 3.0}));
+  EXPECT_TRUE(std::signbit(one("expm1")[0]));
+  EXPECT_EQ(one("tan")[1], std::tan(0.5));
+  EXPECT_EQ(one("asinh")[2], std::asinh(-2.5));
+  EXPECT_EQ(one("log2")[1], -1.0);
+  EXPECT_TRUE(std::isnan(one("acos")[2]));
+  std::vector<std::uint8_t> sign(4);
+  run({buf_as(sign, DType::b8, AccessMode::write), buf(x, AccessMode::read)}, "d=4 x0 signbit");
+  EXPECT_EQ(sign, (std::vector<std::uint8_t>{1, 0, 1, 0}));
+
+  std::vector<double> a{inf, -inf, 1.0, -0.0}, b{inf, 2.0, -0.0, 3.0};
+  run({buf(y, AccessMode::write), buf(a, AccessMode::read), buf(b, AccessMode::read)}, "d=4 x0 x1 logaddexp");
+  EXPECT_EQ(y[0], inf);
+  EXPECT_NEAR(y[1], 2.0, 1e-15);
+  run({buf(y, AccessMode::write), buf(a, AccessMode::read), buf(b, AccessMode::read)}, "d=4 x0 x1 copysign");
+  EXPECT_EQ(y, (std::vector<double>{inf, inf, -1.0, 0.0}));
+  run({buf(y, AccessMode::write), buf(a, AccessMode::read), buf(b, AccessMode::read)}, "d=4 x0 x1 atan2");
+  EXPECT_EQ(y[3], -0.0);
+  EXPECT_TRUE(std::signbit(y[3]));
+
+  std::vector<std::int8_t> i{-128, 5, -3, 1}, s{1, 9, 200 - 256, 7}, r(4);
+  run({buf(r, AccessMode::write), buf(i, AccessMode::read), buf(s, AccessMode::read)}, "d=4 x0 x1 shl");
+  EXPECT_EQ(r, (std::vector<std::int8_t>{0, 0, 0, -128}));
+  run({buf(r, AccessMode::write), buf(i, AccessMode::read), buf(s, AccessMode::read)}, "d=4 x0 x1 shr");
+  EXPECT_EQ(r, (std::vector<std::int8_t>{-64, 0, -1, 0}));
+
+  using C = std::complex<double>;
+  std::vector<C> z{{0.5, -2.0}, {-1.5, 0.25}}, w(2);
+  for (const auto& [code, f] : std::vector<std::pair<std::string, C (*)(const C&)>>{
+           {"tan", std::tan}, {"asin", std::asin}, {"acos", std::acos}, {"atan", std::atan}, {"sinh", std::sinh},
+           {"cosh", std::cosh}, {"asinh", std::asinh}, {"acosh", std::acosh}, {"atanh", std::atanh}}) {
+    run({buf(w, AccessMode::write), buf(z, AccessMode::read)}, "d=2 x0 " + code);
+    EXPECT_EQ(w[0], f(z[0])) << code;
+  }
+  run({buf(w, AccessMode::write), buf(z, AccessMode::read)}, "d=2 x0 round");
+  EXPECT_EQ(w[1], C(-2.0, 0.0));
+  EXPECT_CONTAINS(rejection({buf(w, AccessMode::write), buf(z, AccessMode::read)}, "d=2 x0 trunc"),
+                  "does not take complex numbers");
+  EXPECT_CONTAINS(rejection({buf(y, AccessMode::write), buf(x, AccessMode::read)}, "d=4 x0 x0 shl"), "takes integers");
+  EXPECT_CONTAINS(rejection({buf(r, AccessMode::write), buf(i, AccessMode::read)}, "d=4 x0 x0 hypot"),
+                  "takes f32 or f64");
+}
+
 TEST(Fused, CastsFollowNumPy) {
   const double nan = std::numeric_limits<double>::quiet_NaN();
   std::vector<double> x{2.9, -2.9, nan, 1e300, 0};
