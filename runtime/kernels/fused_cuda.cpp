@@ -195,7 +195,7 @@ template <class R> __device__ inline bool operator==(fnp_complex<R> a, fnp_compl
 template <class R> __device__ inline bool operator!=(fnp_complex<R> a, fnp_complex<R> b) { return !(a == b); }
 template <class R> __device__ inline R fnp_abs(fnp_complex<R> a) { return fnp_rhypot(a.re, a.im); }
 template <class R> __device__ inline fnp_complex<R> fnp_sign(fnp_complex<R> a) {
-  if (a.re == 0 && a.im == 0) return a;
+  if (a.re == 0 && a.im == 0) return {R(0), R(0)};
   const R m = fnp_rhypot(a.re, a.im);
   return {a.re / m, a.im / m};
 }

@@ -240,7 +240,7 @@ struct Sign {
       if (std::isnan(a)) return a;
     }
     if constexpr (is_complex<T>) {  // NumPy 2's and the array API's: z / |z|, 0 at 0
-      if (a == T(0)) return a;
+      if (a == T(0)) return T(0);  // +0 + 0j for every signed zero, as NumPy
       const auto m = std::hypot(a.real(), a.imag());
       return T(a.real() / m, a.imag() / m);
     } else if constexpr (std::is_unsigned_v<T>) return static_cast<T>(a != 0);

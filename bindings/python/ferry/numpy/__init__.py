@@ -27,11 +27,14 @@ from ._creation import (arange, empty, empty_like, eye, full, full_like, linspac
 from ._dtypes import (bool_, complex64, complex128, float32, float64, int8, int16, int32, int64, isdtype, uint8,
     uint16, uint32, uint64)
 from ._dtypes import result_type as _result_type
-from ._elementwise import (abs, absolute, add, bitwise_and, bitwise_invert, bitwise_or, bitwise_xor, ceil,  # noqa: A004
-    clip, conj, cos, divide, equal, exp, expm1, floor, floor_divide, greater, greater_equal, invert, isfinite, isinf,
-    isnan, less, less_equal, log, log1p, log2, log10, logical_and, logical_not, logical_or, logical_xor, maximum,
-    minimum, mod, multiply, negative, nextafter, not_equal, positive, pow, power, reciprocal, remainder, sigmoid, sign,
-    imag, real, sin, sqrt, square, subtract, tanh, true_divide, where)
+from ._elementwise import (abs, absolute, acos, acosh, add, arccos, arccosh, arcsin, arcsinh, arctan,  # noqa: A004
+    arctan2, arctanh, around, asin, asinh, atan, atan2, atanh, bitwise_and, bitwise_invert, bitwise_left_shift,
+    bitwise_or, bitwise_right_shift, bitwise_xor, ceil, clip, conj, copysign, cos, cosh, divide, equal, exp, expm1,
+    floor, floor_divide, greater, greater_equal, hypot, imag, invert, isfinite, isinf, isnan, left_shift, less,
+    less_equal, log, log1p, log2, log10, logaddexp, logical_and, logical_not, logical_or, logical_xor, maximum,
+    minimum, mod, multiply, negative, nextafter, not_equal, positive, pow, power, real, reciprocal, remainder,
+    right_shift, round, sigmoid, sign, signbit, sin, sinh, sqrt, square, subtract, tan, tanh, true_divide, trunc,
+    where)
 from ._explain import explain
 from ._indexing import (argsort, cumulative_prod, cumulative_sum, diff, flip, searchsorted, sort, take,
     take_along_axis)

@@ -67,7 +67,10 @@ _UFUNCS = {
     "invert": e.bitwise_invert, "negative": e.negative, "positive": e.positive, "absolute": e.abs,
     "square": e.square, "sign": e.sign, "floor": e.floor, "ceil": e.ceil, "exp": e.exp, "expm1": e.expm1,
     "log": e.log, "log1p": e.log1p, "log2": e.log2, "log10": e.log10, "sqrt": e.sqrt, "sin": e.sin, "cos": e.cos,
-    "tanh": e.tanh, "isnan": e.isnan, "isfinite": e.isfinite, "isinf": e.isinf, "matmul": p.matmul,
+    "tan": e.tan, "arcsin": e.asin, "arccos": e.acos, "arctan": e.atan, "sinh": e.sinh, "cosh": e.cosh,
+    "tanh": e.tanh, "arcsinh": e.asinh, "arccosh": e.acosh, "arctanh": e.atanh, "arctan2": e.atan2,
+    "copysign": e.copysign, "hypot": e.hypot, "logaddexp": e.logaddexp, "trunc": e.trunc, "rint": e.round,
+    "signbit": e.signbit, "left_shift": e.bitwise_left_shift, "right_shift": e.bitwise_right_shift, "isnan": e.isnan, "isfinite": e.isfinite, "isinf": e.isinf, "matmul": p.matmul,
 }
 
 _REDUCE = {"add": r.sum, "multiply": r.prod, "maximum": r.max, "minimum": r.min, "logical_or": r.any,
