@@ -22,8 +22,8 @@ import numpy as _np
 from . import _operators, linalg, random
 from ._array import ndarray
 from ._builders import asarray, astype, compute, from_dlpack
-from ._creation import (arange, empty, empty_like, eye, full, full_like, linspace, ones, ones_like, zeros,
-    zeros_like)
+from ._creation import (arange, empty, empty_like, eye, full, full_like, linspace, meshgrid, ones, ones_like, tril,
+    triu, zeros, zeros_like)
 from ._dtypes import (bool_, complex64, complex128, float32, float64, int8, int16, int32, int64, isdtype, uint8,
     uint16, uint32, uint64)
 from ._dtypes import result_type as _result_type
@@ -36,12 +36,12 @@ from ._elementwise import (abs, absolute, acos, acosh, add, arccos, arccosh, arc
     right_shift, round, sigmoid, sign, signbit, sin, sinh, sqrt, square, subtract, tan, tanh, true_divide, trunc,
     where)
 from ._explain import explain
-from ._indexing import (argsort, cumulative_prod, cumulative_sum, diff, flip, searchsorted, sort, take,
+from ._indexing import (argsort, cumulative_prod, cumulative_sum, diff, flip, nonzero, searchsorted, sort, take,
     take_along_axis)
 from ._info import __array_namespace_info__
 from ._interop import HostCopyWarning
 from ._manipulation import (broadcast_arrays, broadcast_to, concat, concatenate, expand_dims, matrix_transpose,
-    permute_dims, reshape, squeeze, stack, swapaxes, transpose)
+    moveaxis, permute_dims, repeat, reshape, roll, squeeze, stack, swapaxes, tile, transpose, unstack)
 from ._products import dot, matmul, outer, tensordot, vdot, vecdot
 from ._reductions import (all, amax, amin, any, argmax, argmin, count_nonzero, max, mean, min, prod, std,  # noqa: A004
     sum, var)

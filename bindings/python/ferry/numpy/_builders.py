@@ -27,7 +27,11 @@ def asarray(obj: Any, dtype: Any = None, *, copy: bool | None = None, device: An
     """An array from a ferry.numpy array, a NumPy array, a DLPack array, a
     (nested) list or a scalar; the data is copied into Ferry's memory once."""
     if isinstance(obj, ndarray):
-        return astype(obj, dtype) if dtype is not None and np.dtype(dtype) != obj.dtype else obj
+        if dtype is not None and np.dtype(dtype) != obj.dtype:
+            return astype(obj, dtype)
+        # A copy is a new array of the same (immutable) value: x[k] = v on
+        # either later gives that one a new value, not the other.
+        return wrap(obj._node) if copy else obj
     if hasattr(obj, "__dlpack__") and not isinstance(obj, np.ndarray):
         obj = np.from_dlpack(obj)
     a = np.asarray(obj, dtype=np.dtype(dtype) if dtype is not None else None)

@@ -1,8 +1,9 @@
 """ferry.numpy.linalg: cholesky (Ferry's potrf kernel), svd, eigh and qr
 (the gesdd, syevd and geqrf kernels: LAPACK on CPU workers, cuSOLVER on
-GPUs), solve
-(LAPACK in a CPU task), norm (fused reductions), and matmul-family
-re-exports."""
+GPUs), solve, det, slogdet, matrix_power, matrix_rank and cross (NumPy's
+LAPACK in a CPU task, as are stacks of matrices and complex matrices for
+the kernels' functions), norm (fused reductions), diagonal and trace, and
+matmul-family re-exports."""
 
 from __future__ import annotations
 
@@ -21,11 +22,14 @@ from ._engine import materialize, matrix_tiles, whole
 from ._graph import Data, Index
 from ._manipulation import matrix_transpose, reshape
 from ._products import matmul, tensordot, vecdot
+from ._products import outer as _outer
 from ._reductions import max, min, sum  # noqa: A004
 from ._tiles import Tiled, placement
 
-__all__ = ["EighResult", "QRResult", "SVDResult", "cholesky", "eigh", "eigvalsh", "inv", "pinv", "qr", "matmul", "matrix_norm", "matrix_transpose",
-           "norm", "solve", "svd", "svdvals", "tensordot", "vecdot", "vector_norm"]
+__all__ = ["EighResult", "QRResult", "SVDResult", "SlogdetResult", "cholesky", "cross", "det", "diagonal", "eigh",
+           "eigvalsh", "inv", "matmul", "matrix_norm", "matrix_power", "matrix_rank", "matrix_transpose", "norm",
+           "outer", "pinv", "qr", "slogdet", "solve", "svd", "svdvals", "tensordot", "trace", "vecdot",
+           "vector_norm"]
 
 
 class SVDResult(NamedTuple):
@@ -42,6 +46,11 @@ class EighResult(NamedTuple):
 class QRResult(NamedTuple):
     Q: Any
     R: Any
+
+
+class SlogdetResult(NamedTuple):
+    sign: Any
+    logabsdet: Any
 
 
 def _matrix(a: Any, name: str) -> Any:
@@ -244,3 +253,89 @@ def norm(x: Any, ord: Any = None, axis: Any = None, keepdims: bool = False) -> A
     if len(axes) == 2 and builtins.sorted(int(v) % a.ndim for v in axes) == [a.ndim - 2, a.ndim - 1]:
         return matrix_norm(a, keepdims=keepdims, ord="fro" if ord is None else ord)
     raise NotImplementedError(f"linalg.norm over axes {axis}")
+
+
+def _stack(x: Any, name: str) -> Any:
+    """x as a stack of square matrices of a floating type (integers become
+    float64, as NumPy's linalg makes them)."""
+    a = asarray(x)
+    if a.ndim < 2 or a.shape[-1] != a.shape[-2]:
+        raise ValueError(f"linalg.{name} takes square matrices (shape (..., n, n)), not shape {a.shape}")
+    return a if dt.is_inexact(a.dtype) else astype(a, dt.float64)
+
+
+def det(x: Any, /) -> Any:
+    a = _stack(x, "det")
+    return host("det", np.linalg.det, [a], a.shape[:-2], a.dtype)
+
+
+def slogdet(x: Any, /) -> SlogdetResult:
+    """The sign (of a complex matrix: a number of magnitude 1) and the
+    logarithm of the absolute value of the determinant."""
+    a = _stack(x, "slogdet")
+    real = dt.real_of(a.dtype)
+    return SlogdetResult(host("slogdet", lambda v: np.linalg.slogdet(v)[0], [a], a.shape[:-2], a.dtype),
+                         host("slogdet", lambda v: np.linalg.slogdet(v)[1], [a], a.shape[:-2], real))
+
+
+def matrix_power(x: Any, n: int, /) -> Any:
+    a = asarray(x)
+    if a.ndim < 2 or a.shape[-1] != a.shape[-2]:
+        raise ValueError(f"linalg.matrix_power takes square matrices (shape (..., n, n)), not shape {a.shape}")
+    n = int(n)
+    t = a.dtype if n >= 0 or dt.is_inexact(a.dtype) else dt.float64
+    if n < 0 and not dt.is_inexact(a.dtype):
+        raise TypeError("linalg.matrix_power: negative powers need floating-point matrices (NumPy's error)")
+    return host("matrix_power", lambda v: np.linalg.matrix_power(v, n), [a], a.shape, t)
+
+
+def matrix_rank(x: Any, /, *, rtol: Any = None) -> Any:
+    a = asarray(x)
+    if a.ndim < 2:
+        raise ValueError(f"linalg.matrix_rank takes matrices (shape (..., m, n)), not shape {a.shape}")
+    a = a if dt.is_inexact(a.dtype) else astype(a, dt.float64)
+    inputs = [a]
+    if rtol is not None and not isinstance(rtol, (int, float)):
+        inputs.append(asarray(rtol))
+        return host("matrix_rank", lambda v, r: np.linalg.matrix_rank(v, rtol=r), inputs, a.shape[:-2], dt.int64)
+    return host("matrix_rank", lambda v: np.linalg.matrix_rank(v, rtol=rtol), inputs, a.shape[:-2], dt.int64)
+
+
+def cross(x1: Any, x2: Any, /, *, axis: int = -1) -> Any:
+    """The cross product of 3-element vectors along `axis` (broadcast)."""
+    a, b = asarray(x1), asarray(x2)
+    t = dt.result_type(a, b)
+    if t == dt.bool_:
+        raise TypeError("linalg.cross takes numeric arrays, not bool")
+    shape = np.broadcast_shapes(a.shape, b.shape)
+    nd = len(shape)
+    if not -builtins.min(a.ndim, b.ndim) <= axis < builtins.min(a.ndim, b.ndim):
+        raise np.exceptions.AxisError(axis, builtins.min(a.ndim, b.ndim))
+    if a.shape[axis] != 3 or b.shape[axis] != 3:
+        raise ValueError(f"linalg.cross needs 3 elements along axis {axis}: shapes {a.shape} and {b.shape}")
+    ax = axis % nd if nd else 0
+    return host("cross", lambda v, w: np.cross(v, w, axis=ax), [astype(a, t), astype(b, t)], shape, t)
+
+
+def diagonal(x: Any, /, *, offset: int = 0) -> Any:
+    """The diagonal of each matrix in the last two axes (offset > 0: above)."""
+    a = asarray(x)
+    if a.ndim < 2:
+        raise ValueError(f"linalg.diagonal takes matrices (shape (..., m, n)), not shape {a.shape}")
+    m, n = a.shape[-2:]
+    k = int(offset)
+    length = builtins.max(0, builtins.min(m, n - k) if k >= 0 else builtins.min(m + k, n))
+    return host("diagonal", lambda v: np.diagonal(v, k, -2, -1).copy(), [a], (*a.shape[:-2], length), a.dtype)
+
+
+def trace(x: Any, /, *, offset: int = 0, dtype: Any = None) -> Any:
+    """The sum of each matrix's diagonal, of sum's type (int64 for small
+    signed integers, uint64 for unsigned)."""
+    return sum(diagonal(x, offset=offset), axis=-1, dtype=dtype)
+
+
+def outer(x1: Any, x2: Any, /) -> Any:
+    a, b = asarray(x1), asarray(x2)
+    if a.ndim != 1 or b.ndim != 1:
+        raise ValueError(f"linalg.outer takes 1-d arrays, not shapes {a.shape} and {b.shape}")
+    return _outer(a, b)
