@@ -310,8 +310,9 @@ def test_linalg():
     for ord_ in (2, -2, "nuc"):  # from the singular values
         check(fnp.linalg.norm(spd, ord=ord_), np.linalg.norm(spd_np, ord=ord_), rtol=1e-12)
     check(np.linalg.norm(spd, ord=2, keepdims=True), np.linalg.norm(spd_np, ord=2, keepdims=True), rtol=1e-12)
-    with pytest.raises(NotImplementedError, match="stack"):
-        fnp.linalg.matrix_norm(fnp.zeros((2, 3, 3)), ord="nuc")
+    stack_np = np.stack([spd_np, 2 * spd_np])
+    check(fnp.linalg.matrix_norm(fnp.asarray(stack_np), ord="nuc"), np.linalg.matrix_norm(stack_np, ord="nuc"),
+          rtol=1e-12)
 
 
 def test_bad_input_is_named():

@@ -88,9 +88,35 @@ def _decompose(kernel: str, a: Any, outputs: list[tuple[int, ...]], extra: tuple
     return [wrap(Data(Tiled(s, a.dtype, rt, [b], [0, s[0]], [future], label))) for s, b in zip(outputs, buffers)]
 
 
+def _by_numpy(x: Any) -> Any:
+    """x when the kernels cannot take it (a stack of matrices, or complex
+    matrices: they factor one real matrix), for NumPy's LAPACK in a Python
+    task on the CPU workers; None when they can."""
+    a = asarray(x)
+    if a.ndim < 2:
+        raise np.linalg.LinAlgError(f"{a.ndim}-dimensional array given. Array must be at least two-dimensional")
+    if a.ndim == 2 and not dt.is_complex(a.dtype):
+        return None
+    return a if dt.is_inexact(a.dtype) else astype(a, dt.float64)
+
+
+def _parts(name: str, fn: Any, a: Any, shapes: list[tuple[int, ...]], types: list[Any]) -> list[Any]:
+    """Each output of a decomposition as an array of its own: one Python
+    task per part (each factors the matrices again; the kernels' one-matrix
+    path, which makes them once, is the fast one)."""
+    return [host(name, lambda v, i=i: fn(v)[i], [a], shape, t) for i, (shape, t) in enumerate(zip(shapes, types))]
+
+
 def svd(x: Any, /, *, full_matrices: bool = True) -> SVDResult:
     """U, S, Vh with x = U @ diag(S) @ Vh, S descending (Ferry's gesdd kernel:
     LAPACK's divide and conquer on the CPU, cuSOLVER's Jacobi SVD on a GPU)."""
+    if (h := _by_numpy(x)) is not None:
+        *batch, m, n = h.shape
+        k = builtins.min(m, n)
+        u, vt = ((m, m), (n, n)) if full_matrices else ((m, k), (k, n))
+        shapes = [(*batch, *u), (*batch, k), (*batch, *vt)]
+        return SVDResult(*_parts("svd", lambda v: np.linalg.svd(v, full_matrices=full_matrices), h, shapes,
+                                 [h.dtype, dt.real_of(h.dtype), h.dtype]))
     a = _matrix(x, "svd")
     m, n = a.shape
     k = builtins.min(m, n)
@@ -111,6 +137,10 @@ def svdvals(x: Any, /) -> Any:
 def eigh(x: Any, /) -> EighResult:
     """Eigenvalues (ascending) and eigenvectors (columns) of a symmetric x,
     read from its lower triangle as NumPy does (Ferry's syevd kernel)."""
+    if (h := _by_numpy(x)) is not None:
+        _square_shape(h, "eigh")
+        return EighResult(*_parts("eigh", np.linalg.eigh, h, [h.shape[:-1], h.shape],
+                                  [dt.real_of(h.dtype), h.dtype]))
     a = _square(x, "eigh")
     n = a.shape[0]
     if n == 0:
@@ -125,6 +155,11 @@ def qr(x: Any, /, *, mode: str = "reduced") -> QRResult:
     'reduced' (Q is m x k, R k x n, k = min(m, n)) or 'complete' (Q m x m)."""
     if mode not in ("reduced", "complete"):
         raise NotImplementedError(f"linalg.qr(mode={mode!r}): ferry.numpy has 'reduced' and 'complete'")
+    if (h := _by_numpy(x)) is not None:
+        *batch, m, n = h.shape
+        rows = m if mode == "complete" else builtins.min(m, n)
+        return QRResult(*_parts("qr", lambda v: np.linalg.qr(v, mode=mode), h,
+                                [(*batch, m, rows), (*batch, rows, n)], [h.dtype, h.dtype]))
     a = _matrix(x, "qr")
     m, n = a.shape
     k = builtins.min(m, n)
@@ -140,6 +175,9 @@ def pinv(x: Any, /, *, rtol: float | None = None) -> Any:
     """The Moore-Penrose pseudo-inverse from the SVD (gesdd): singular values
     at most rtol * the largest (default max(m, n) * eps, the array API's)
     count as zero."""
+    if (h := _by_numpy(x)) is not None:
+        shape = (*h.shape[:-2], h.shape[-1], h.shape[-2])
+        return host("pinv", lambda v: np.linalg.pinv(v, rtol=rtol), [h], shape, h.dtype)
     a = _matrix(x, "pinv")
     m, n = a.shape
     if builtins.min(m, n) == 0:
@@ -154,18 +192,27 @@ def pinv(x: Any, /, *, rtol: float | None = None) -> Any:
 def inv(x: Any, /) -> Any:
     """The inverse of a square matrix (solve against the identity; a singular
     matrix fails the task with KernelError)."""
+    if (h := _by_numpy(x)) is not None:
+        _square_shape(h, "inv")
+        return host("inv", np.linalg.inv, [h], h.shape, h.dtype)
     a = _square(x, "inv")
     return solve(a, eye(a.shape[0], dtype=a.dtype))
 
 
 def eigvalsh(x: Any, /) -> Any:
     """The eigenvalues of a symmetric x, ascending."""
+    if (h := _by_numpy(x)) is not None:
+        _square_shape(h, "eigvalsh")
+        return host("eigvalsh", np.linalg.eigvalsh, [h], h.shape[:-1], dt.real_of(h.dtype))
     return eigh(x).eigenvalues
 
 
 def cholesky(x: Any, /, *, upper: bool = False) -> Any:
     """The lower factor L with x = L @ L.T (Ferry's potrf kernel; a matrix
     that is not positive definite makes the task fail with KernelError)."""
+    if (h := _by_numpy(x)) is not None:
+        _square_shape(h, "cholesky")
+        return host("cholesky", lambda v: np.linalg.cholesky(v, upper=upper), [h], h.shape, h.dtype)
     a = _square(x, "cholesky")
     n = a.shape[0]
     if n == 0:
@@ -183,14 +230,30 @@ def cholesky(x: Any, /, *, upper: bool = False) -> Any:
 
 
 def solve(a: Any, b: Any, /) -> Any:
-    """x with a @ x = b (LAPACK gesv, in a Python task on the CPU workers)."""
-    x = _square(a, "solve")
-    y = asarray(b)
+    """x with a @ x = b (LAPACK gesv, in a Python task on the CPU workers):
+    b a vector (shape (M,)) or a stack of matrices (..., M, K), the stacks
+    broadcast as NumPy 2 does."""
+    x, y = asarray(a), asarray(b)
+    if x.ndim < 2:
+        raise np.linalg.LinAlgError(f"{x.ndim}-dimensional array given. Array must be at least two-dimensional")
+    _square_shape(x, "solve")
     t = dt.result_type(x, y)
-    t = t if dt.is_float(t) else dt.float64
-    if y.shape[0] != x.shape[0] or y.ndim > 2:
-        raise ValueError(f"solve: a is {x.shape} but b is {y.shape}")
-    return host("solve", lambda p, q: np.linalg.solve(p, q), [astype(x, t), astype(y, t)], y.shape, t)
+    t = t if dt.is_inexact(t) else dt.float64
+    m = x.shape[-1]
+    if y.ndim == 1:
+        if y.shape[0] != m:
+            raise ValueError(f"solve: a is {x.shape} but b is {y.shape}")
+        shape = (*x.shape[:-2], m)
+    else:
+        if y.shape[-2] != m:
+            raise ValueError(f"solve: a is {x.shape} but b is {y.shape}")
+        shape = (*np.broadcast_shapes(x.shape[:-2], y.shape[:-2]), m, y.shape[-1])
+    return host("solve", lambda p, q: np.linalg.solve(p, q), [astype(x, t), astype(y, t)], shape, t)
+
+
+def _square_shape(a: Any, name: str) -> None:
+    if a.shape[-1] != a.shape[-2]:
+        raise np.linalg.LinAlgError(f"linalg.{name}: last 2 dimensions of the array must be square, not {a.shape}")
 
 
 def vector_norm(x: Any, /, *, axis: Any = None, keepdims: bool = False, ord: Any = 2) -> Any:  # noqa: A002
@@ -222,8 +285,11 @@ def matrix_norm(x: Any, /, *, keepdims: bool = False, ord: Any = "fro") -> Any: 
         return vector_norm(a, axis=axes, keepdims=keepdims)
     t = dt.float_of(a.dtype) if a.dtype != dt.bool_ else dt.float64
     if ord in (2, -2, "nuc"):  # from the singular values
-        if a.ndim != 2:
-            raise NotImplementedError(f"matrix norm ord={ord!r} of a stack of matrices (shape {a.shape})")
+        if a.ndim != 2 or dt.is_complex(a.dtype):
+            shape = (*a.shape[:-2], 1, 1) if keepdims else a.shape[:-2]
+            b = a if dt.is_inexact(a.dtype) else astype(a, t)
+            return host("matrix_norm", lambda v: np.linalg.matrix_norm(v, keepdims=keepdims, ord=ord), [b], shape,
+                        dt.real_of(t))
         s = svdvals(astype(a, t))
         value = max(s) if ord == 2 else min(s) if ord == -2 else sum(s)
         return reshape(value, (1, 1)) if keepdims else value
@@ -308,12 +374,13 @@ def cross(x1: Any, x2: Any, /, *, axis: int = -1) -> Any:
     if t == dt.bool_:
         raise TypeError("linalg.cross takes numeric arrays, not bool")
     shape = np.broadcast_shapes(a.shape, b.shape)
-    nd = len(shape)
-    if not -builtins.min(a.ndim, b.ndim) <= axis < builtins.min(a.ndim, b.ndim):
-        raise np.exceptions.AxisError(axis, builtins.min(a.ndim, b.ndim))
-    if a.shape[axis] != 3 or b.shape[axis] != 3:
+    low = builtins.min(a.ndim, b.ndim)
+    if not -low <= axis < low:
+        raise np.exceptions.AxisError(axis, low)
+    # The array API counts the axis from the last one, in both operands.
+    ax = axis - low if axis >= 0 else axis
+    if a.shape[ax] != 3 or b.shape[ax] != 3:
         raise ValueError(f"linalg.cross needs 3 elements along axis {axis}: shapes {a.shape} and {b.shape}")
-    ax = axis % nd if nd else 0
     return host("cross", lambda v, w: np.cross(v, w, axis=ax), [astype(a, t), astype(b, t)], shape, t)
 
 
