@@ -19,7 +19,7 @@ import sys as _sys
 
 import numpy as _np
 
-from . import _operators, linalg, random
+from . import _operators, fft, linalg, random
 from ._array import ndarray
 from ._builders import asarray, astype, compute, from_dlpack
 from ._creation import (arange, empty, empty_like, eye, full, full_like, linspace, meshgrid, ones, ones_like, tril,
