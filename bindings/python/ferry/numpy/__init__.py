@@ -16,6 +16,7 @@ from __future__ import annotations
 import builtins as _builtins
 import math as _math
 import sys as _sys
+from typing import NamedTuple as _NamedTuple
 
 import numpy as _np
 
@@ -65,8 +66,22 @@ def can_cast(from_: object, to: object, /) -> _builtins.bool:
     return _np.can_cast(from_.dtype if hasattr(from_, "dtype") else from_, to)
 
 
-def finfo(type: object, /) -> _np.finfo:  # noqa: A002 - the array API's name
-    return _np.finfo(type.dtype if isinstance(type, (ndarray, _np.ndarray)) else type)
+class finfo_object(_NamedTuple):  # noqa: N801 - the array API's name
+    """The array API's finfo: Python floats (NumPy's finfo gives NumPy
+    scalars of the type, which are not `float` for float32), the real dtype."""
+    bits: int
+    eps: float
+    max: float
+    min: float
+    smallest_normal: float
+    dtype: _np.dtype
+    resolution: float
+
+
+def finfo(type: object, /) -> finfo_object:  # noqa: A002 - the array API's name
+    f = _np.finfo(type.dtype if isinstance(type, (ndarray, _np.ndarray)) else type)
+    return finfo_object(int(f.bits), float(f.eps), float(f.max), float(f.min), float(f.smallest_normal),
+                        _np.dtype(f.dtype), float(f.resolution))
 
 
 def iinfo(type: object, /) -> _np.iinfo:  # noqa: A002 - the array API's name
