@@ -117,6 +117,23 @@ def _eigh(a: Any, UPLO: str = "L") -> Any:  # noqa: N803 - NumPy's name
     return linalg.eigh(a)
 
 
+def _no_out(name: str, out: Any) -> None:
+    if out is not None:
+        raise NotImplementedError(f"numpy.{name}(..., out=...) on ferry.numpy arrays")
+
+
+def _meshgrid(*xi: Any, copy: bool = True, sparse: bool = False, indexing: str = "xy") -> Any:
+    if sparse:
+        raise NotImplementedError("numpy.meshgrid(..., sparse=True) on ferry.numpy arrays")
+    return tuple(c.meshgrid(*xi, indexing=indexing))
+
+
+def _matrix_rank(a: Any, tol: Any, hermitian: bool, rtol: Any) -> Any:
+    if tol is not None or hermitian:
+        raise NotImplementedError("numpy.linalg.matrix_rank(..., tol=/hermitian=) on ferry.numpy arrays: use rtol")
+    return linalg.matrix_rank(a, rtol=rtol)
+
+
 def _reduction(fn: Any) -> Any:
     def call(x: Any, axis: Any = None, dtype: Any = None, out: Any = None, keepdims: bool = False, **kw: Any) -> Any:
         if out is not None:
@@ -171,6 +188,16 @@ _FUNCTIONS: dict[Any, Any] = {
     np.flip: lambda m, axis=None: ix.flip(m, axis=axis),
     np.sort: lambda a, axis=-1, kind=None, order=None, **k: ix.sort(a, axis=axis),
     np.argsort: lambda a, axis=-1, kind=None, order=None, **k: ix.argsort(a, axis=axis),
+    np.nonzero: lambda a: ix.nonzero(a), np.moveaxis: lambda a, source, destination: m.moveaxis(a, source, destination),
+    np.repeat: lambda a, repeats, axis=None: m.repeat(a, repeats, axis=axis),
+    np.roll: lambda a, shift, axis=None: m.roll(a, shift, axis=axis), np.tile: lambda a, reps: m.tile(a, reps),
+    np.tril: lambda a, k=0: c.tril(a, k=k), np.triu: lambda a, k=0: c.triu(a, k=k),
+    np.meshgrid: _meshgrid,
+    np.round: lambda a, decimals=0, out=None: _no_out("round", out) or e.round(a, decimals=decimals),
+    np.around: lambda a, decimals=0, out=None: _no_out("around", out) or e.round(a, decimals=decimals),
+    np.linalg.det: lambda a: linalg.det(a), np.linalg.slogdet: lambda a: linalg.slogdet(a),
+    np.linalg.matrix_power: lambda a, n: linalg.matrix_power(a, n),
+    np.linalg.matrix_rank: lambda a, tol=None, hermitian=False, *, rtol=None: _matrix_rank(a, tol, hermitian, rtol),
 }
 
 
