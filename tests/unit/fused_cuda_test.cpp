@@ -49,8 +49,9 @@ TEST(FusedCuda, GeneratedSourceCompilesWithNvrtc) {
                                          std::tuple{"u32", DType::u32, "4294967295"},
                                          std::tuple{"u64", DType::u64, "18446744073709551615"}}) {
     programs.emplace_back("d=5 " + fmt::format(fmt::runtime(int_ops), code, ones), std::vector<DType>{type});
-    programs.emplace_back(fmt::format("d=5 x0 signbit x0 x0 shl x0 {0}:1 shr add x0 trunc x0 round add add x0 where", code),
-                          std::vector<DType>{type});
+    programs.emplace_back(
+        fmt::format("d=5 x0 signbit x0 x0 shl x0 {0}:1 shr add x0 trunc x0 round add add x0 where", code),
+        std::vector<DType>{type});
   }
   programs.emplace_back("d=5 x0 x0 add x0 mul x0 maximum x0 minimum x0 xor x0 abs and not x0 x0 not where",
                         std::vector<DType>{DType::b8});

@@ -264,7 +264,8 @@ class Reader {
         } else if (op == Op::real || op == Op::imag || op == Op::conj) {
           if (!complex(ops[0])) fail("takes c64 or c128");
           in.type = op == Op::conj ? ops[0] : real_of(ops[0]);
-        } else if (complex(ops[0]) && (op == Op::floor || op == Op::ceil || op == Op::trunc || op == Op::sigmoid || op == Op::lnot)) {
+        } else if (complex(ops[0]) &&
+                   (op == Op::floor || op == Op::ceil || op == Op::trunc || op == Op::sigmoid || op == Op::lnot)) {
           fail("does not take complex numbers");
         } else if (op == Op::abs) {
           in.type = real_of(ops[0]);

@@ -70,7 +70,8 @@ _UFUNCS = {
     "tan": e.tan, "arcsin": e.asin, "arccos": e.acos, "arctan": e.atan, "sinh": e.sinh, "cosh": e.cosh,
     "tanh": e.tanh, "arcsinh": e.asinh, "arccosh": e.acosh, "arctanh": e.atanh, "arctan2": e.atan2,
     "copysign": e.copysign, "hypot": e.hypot, "logaddexp": e.logaddexp, "trunc": e.trunc, "rint": e.round,
-    "signbit": e.signbit, "left_shift": e.bitwise_left_shift, "right_shift": e.bitwise_right_shift, "isnan": e.isnan, "isfinite": e.isfinite, "isinf": e.isinf, "matmul": p.matmul,
+    "signbit": e.signbit, "left_shift": e.bitwise_left_shift, "right_shift": e.bitwise_right_shift,
+    "isnan": e.isnan, "isfinite": e.isfinite, "isinf": e.isinf, "matmul": p.matmul,
 }
 
 _REDUCE = {"add": r.sum, "multiply": r.prod, "maximum": r.max, "minimum": r.min, "logical_or": r.any,
