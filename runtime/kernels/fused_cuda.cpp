@@ -223,6 +223,7 @@ template <class R> __device__ inline fnp_complex<R> fnp_ccos(fnp_complex<R> a) {
   return {fnp_rcos(a.re) * fnp_rcosh(a.im), -(fnp_rsin(a.re) * fnp_rsinh(a.im))};
 }
 template <class R> __device__ inline fnp_complex<R> fnp_ctanh(fnp_complex<R> a) {
+  if (isinf(a.re) && isfinite(a.im)) return {fnp_rcopysign(R(1), a.re), fnp_rcopysign(R(0), a.im)};
   const R d = fnp_rcosh(R(2) * a.re) + fnp_rcos(R(2) * a.im);
   return {fnp_rsinh(R(2) * a.re) / d, fnp_rsin(R(2) * a.im) / d};
 }
@@ -230,6 +231,8 @@ template <class R> __device__ inline fnp_complex<R> fnp_ctanh(fnp_complex<R> a) 
 // branches; the CPU uses the C library's, which is more careful near the
 // branch cuts and at infinities).
 template <class R> __device__ inline fnp_complex<R> fnp_cexpm1(fnp_complex<R> a) {
+  if (a.re == 0 && a.im == 0) return {R(0), a.im};  // the CPU's special cases (fused_ops.cpp)
+  if (!isfinite(a.re) || !isfinite(a.im)) return fnp_cexp(a) - fnp_complex<R>{R(1), R(0)};
   const R h = fnp_rsin(a.im / R(2));
   return {fnp_rexpm1(a.re) * fnp_rcos(a.im) - R(2) * h * h, fnp_rexp(a.re) * fnp_rsin(a.im)};
 }

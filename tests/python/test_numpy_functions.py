@@ -153,3 +153,18 @@ def test_numpy_ufuncs_dispatch_to_the_new_functions():
     assert isinstance(np.arctanh(x), fnp.ndarray)
     assert isinstance(np.hypot(x, x), fnp.ndarray)
     np.testing.assert_allclose(np.arcsin(x).numpy(), np.arcsin(np.linspace(-0.9, 0.9, 5)))
+
+
+def test_complex_expm1_and_tanh_follow_the_standard_at_zeros_and_infinities():
+    # Where NumPy's formulas differ from the array API's special cases
+    # (NumPy: expm1(-0+0j) = -0+0j, expm1(inf+0j) = inf+nanj, tanh(inf+2j) = 1-0j).
+    inf, nan = np.inf, np.nan
+    z = fnp.asarray(np.array([complex(-0.0, 0.0), complex(inf, 0.0), complex(-inf, inf), complex(nan, 0.0)]))
+    got = fnp.expm1(z).numpy()
+    assert got[0] == 0 and not np.signbit(got[0].real)
+    assert got[1] == complex(inf, 0.0)
+    assert got[2] == complex(-1.0, 0.0)
+    assert np.isnan(got[3].real) and got[3].imag == 0
+    t = fnp.tanh(fnp.asarray(np.array([complex(inf, 2.0), complex(-inf, -2.0)], dtype=np.complex64))).numpy()
+    np.testing.assert_array_equal(t, [1.0, -1.0])
+    np.testing.assert_array_equal(np.signbit(t.imag), [False, True])

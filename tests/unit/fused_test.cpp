@@ -316,6 +316,17 @@ TEST(Fused, MoreFunctionsFollowNumPy) {
     run({buf(w, AccessMode::write), buf(z, AccessMode::read)}, "d=2 x0 " + code);
     EXPECT_EQ(w[0], f(z[0])) << code;
   }
+  // The array API's special cases where NumPy's complex expm1 and tanh differ.
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  std::vector<C> edge{{-0.0, 0.0}, {inf, 0.0}, {inf, 2.0}, {nan, 0.0}}, e(4);
+  run({buf(e, AccessMode::write), buf(edge, AccessMode::read)}, "d=4 x0 expm1");
+  EXPECT_FALSE(std::signbit(e[0].real()));
+  EXPECT_EQ(e[1], C(inf, 0.0));
+  EXPECT_TRUE(std::isnan(e[3].real()));
+  EXPECT_EQ(e[3].imag(), 0.0);
+  run({buf(e, AccessMode::write), buf(edge, AccessMode::read)}, "d=4 x0 tanh");
+  EXPECT_EQ(e[2], C(1.0, 0.0));
+  EXPECT_FALSE(std::signbit(e[2].imag()));  // C's ctanh gives 1 - 0j here: sin(4) < 0
   run({buf(w, AccessMode::write), buf(z, AccessMode::read)}, "d=2 x0 round");
   EXPECT_EQ(w[1], C(-2.0, 0.0));
   EXPECT_CONTAINS(rejection({buf(w, AccessMode::write), buf(z, AccessMode::read)}, "d=2 x0 trunc"),

@@ -267,11 +267,17 @@ struct Round {
   }
 };
 struct Exp { template <class T> T operator()(T a) const { return std::exp(a); } };
-// Complex: NumPy's nc_expm1, accurate near 0 where exp(z) - 1 cancels.
+// Complex: NumPy's nc_expm1 (accurate near 0, where exp(z) - 1 cancels),
+// with the array API's special cases where it differs: a zero gives +0
+// (not -0), infinities and NaNs what exp(z) - 1 gives (C's cexp follows
+// the standard there; NumPy's formula gives NaN for inf + 0j).
 struct Expm1 {
   template <class T>
   T operator()(T a) const {
     if constexpr (is_complex<T>) {
+      using R = real_t<T>;
+      if (a.real() == 0 && a.imag() == 0) return T(R(0), a.imag());
+      if (!std::isfinite(a.real()) || !std::isfinite(a.imag())) return std::exp(a) - T(1);
       const auto h = std::sin(a.imag() / 2);
       return T(std::expm1(a.real()) * std::cos(a.imag()) - 2 * h * h, std::exp(a.real()) * std::sin(a.imag()));
     } else {
@@ -311,7 +317,18 @@ struct Acos { template <class T> T operator()(T a) const { return std::acos(a); 
 struct Atan { template <class T> T operator()(T a) const { return std::atan(a); } };
 struct Sinh { template <class T> T operator()(T a) const { return std::sinh(a); } };
 struct Cosh { template <class T> T operator()(T a) const { return std::cosh(a); } };
-struct Tanh { template <class T> T operator()(T a) const { return std::tanh(a); } };
+// Complex: the array API's 1 + 0j at +infinity + finite i (C's ctanh, and
+// NumPy, give the zero the sign of sin(2 y)).
+struct Tanh {
+  template <class T>
+  T operator()(T a) const {
+    if constexpr (is_complex<T>) {
+      if (std::isinf(a.real()) && std::isfinite(a.imag()))
+        return T(std::copysign(real_t<T>(1), a.real()), std::copysign(real_t<T>(0), a.imag()));
+    }
+    return std::tanh(a);
+  }
+};
 struct Asinh { template <class T> T operator()(T a) const { return std::asinh(a); } };
 struct Acosh { template <class T> T operator()(T a) const { return std::acosh(a); } };
 struct Atanh { template <class T> T operator()(T a) const { return std::atanh(a); } };
