@@ -305,21 +305,29 @@ def sign(x: Any) -> ndarray:
     return apply("sign", [n], n.dtype)
 
 
+def _bool_as_float(n: Any) -> Any:
+    """Bools rounded: float32 (NumPy gives float16, which ferry.numpy lacks)."""
+    return cast(n, dt.float32) if n.dtype == dt.bool_ else n
+
+
 def floor(x: Any) -> ndarray:
     n = node(x)
     _real_only("floor", n.dtype)
+    n = _bool_as_float(n)
     return apply("floor", [n], n.dtype)
 
 
 def ceil(x: Any) -> ndarray:
     n = node(x)
     _real_only("ceil", n.dtype)
+    n = _bool_as_float(n)
     return apply("ceil", [n], n.dtype)
 
 
 def trunc(x: Any, /) -> ndarray:
     n = node(x)
     _real_only("trunc", n.dtype)
+    n = _bool_as_float(n)
     return apply("trunc", [n], n.dtype)
 
 
