@@ -150,7 +150,11 @@ def test_round_halves_to_even_and_takes_decimals():
     x_np = np.array([0.5, 1.5, 2.5, -0.5, -2.5, 1.2345])
     x = fnp.asarray(x_np)
     np.testing.assert_array_equal(fnp.round(x).numpy(), np.round(x_np))
-    np.testing.assert_allclose(fnp.round(x, decimals=2).numpy(), np.round(x_np, 2))
+    for decimals in (2, -1):
+        np.testing.assert_array_equal(fnp.round(x * 100, decimals=decimals).numpy(), np.round(x_np * 100, decimals))
+    i_np = np.array([15, 25, -35, 2**62 + 5], dtype=np.int64)
+    np.testing.assert_array_equal(fnp.round(fnp.asarray(i_np), decimals=-1).numpy(), np.round(i_np, -1))
+    np.testing.assert_array_equal(fnp.round(fnp.asarray(i_np), decimals=3).numpy(), i_np)
 
 
 def test_numpy_ufuncs_dispatch_to_the_new_functions():

@@ -337,10 +337,15 @@ def round(x: Any, /, decimals: int = 0) -> ndarray:  # noqa: A001 - the array AP
     n = node(x)
     if n.dtype == dt.bool_:
         return wrap(n)
-    if decimals == 0 or not dt.is_inexact(n.dtype):
+    if decimals == 0 or (decimals > 0 and not dt.is_inexact(n.dtype)):
         return apply("round", [n], n.dtype)
-    scale = 10.0 ** decimals
-    return divide(apply("round", [node(multiply(wrap(n), scale))], n.dtype), scale)
+    if not dt.is_inexact(n.dtype):  # integers to tens, hundreds...: NumPy's, exact beyond 2**53
+        return host("round", lambda v: np.round(v, decimals), [wrap(n)], n.shape, n.dtype)
+    # NumPy's order of operations, so that the same values round alike.
+    if decimals > 0:
+        return divide(apply("round", [node(multiply(wrap(n), 10.0 ** decimals))], n.dtype), 10.0 ** decimals)
+    scale = 10.0 ** -decimals
+    return multiply(apply("round", [node(divide(wrap(n), scale))], n.dtype), scale)
 
 
 around = round
