@@ -1,5 +1,7 @@
 """Products: matmul (one gemm task per tile of the left operand, or per
-matrix of a batch), dot, vdot, vecdot, tensordot (2-D cases), outer."""
+matrix of a batch; complex matrices and broadcast batches NumPy's in a
+Python task), dot, vdot, vecdot, tensordot (2-D cases fused or gemm, the
+rest NumPy's in a Python task), outer."""
 
 from __future__ import annotations
 
