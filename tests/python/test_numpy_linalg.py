@@ -269,3 +269,19 @@ def test_the_2023_linalg_functions_match_numpy():
         fnp.linalg.outer(fnp.asarray(v_np), fnp.asarray(w_np))
     with pytest.raises(ValueError):
         fnp.linalg.diagonal(fnp.asarray(w_np))
+
+
+def test_a_stack_is_factored_once_for_all_its_outputs(monkeypatch):
+    calls = []
+    real_svd = np.linalg.svd
+
+    def counting_svd(*args, **kwargs):
+        calls.append(1)
+        return real_svd(*args, **kwargs)
+
+    monkeypatch.setattr(np.linalg, "svd", counting_svd)
+    a_np = matrix((2, 5, 3), np.float64, seed=8)
+    u, s, vh = fnp.linalg.svd(fnp.asarray(a_np), full_matrices=False)
+    fnp.compute(u, s, vh)
+    assert len(calls) == 1
+    np.testing.assert_allclose((u @ (s[..., None] * vh)).numpy(), a_np, rtol=1e-12, atol=1e-12)

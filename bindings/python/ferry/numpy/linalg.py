@@ -101,10 +101,23 @@ def _by_numpy(x: Any) -> Any:
 
 
 def _parts(name: str, fn: Any, a: Any, shapes: list[tuple[int, ...]], types: list[Any]) -> list[Any]:
-    """Each output of a decomposition as an array of its own: one Python
-    task per part (each factors the matrices again; the kernels' one-matrix
-    path, which makes them once, is the fast one)."""
-    return [host(name, lambda v, i=i: fn(v)[i], [a], shape, t) for i, (shape, t) in enumerate(zip(shapes, types))]
+    """Each output of a decomposition as an array of its own. One task
+    factors the matrices and packs every output, flat, into one array of
+    a's type (real outputs of complex matrices exactly, as complex numbers);
+    each output is then a copy out of it, so the factoring runs once."""
+    sizes = [math.prod(shape) for shape in shapes]
+    offsets = [builtins.sum(sizes[:i]) for i in range(len(sizes))]
+
+    def pack(v: np.ndarray) -> np.ndarray:
+        return np.concatenate([np.asarray(part, a.dtype).reshape(-1) for part in fn(v)])
+
+    def unpack(p: np.ndarray, o: int, n: int, shape: tuple[int, ...], t: Any) -> np.ndarray:
+        part = p[o:o + n].reshape(shape)
+        return part if dt.is_complex(t) else part.real.astype(t)
+
+    packed = host(name, pack, [a], (builtins.sum(sizes),), a.dtype)
+    return [host(name, lambda p, o=o, n=n, shape=shape, t=t: unpack(p, o, n, shape, t), [packed], shape, t)
+            for o, n, shape, t in zip(offsets, sizes, shapes, types)]
 
 
 def svd(x: Any, /, *, full_matrices: bool = True) -> SVDResult:
