@@ -285,3 +285,25 @@ def test_a_stack_is_factored_once_for_all_its_outputs(monkeypatch):
     fnp.compute(u, s, vh)
     assert len(calls) == 1
     np.testing.assert_allclose((u @ (s[..., None] * vh)).numpy(), a_np, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("shape", [(3, 0), (0, 3), (0, 2, 2), (2, 0, 3), (0, 0)])
+def test_norms_of_empty_matrices_match_numpy(shape):
+    # NumPy's max-norms start at 0 (an empty inf-norm is 0); min-norms of
+    # nothing raise ValueError, as min does; a batch of no matrices is empty.
+    x_np = np.zeros(shape)
+    x = fnp.asarray(x_np)
+    for ord_ in (np.inf, -np.inf, 1, -1, "fro"):
+        try:
+            want = np.linalg.matrix_norm(x_np, ord=ord_)
+        except ValueError:
+            with pytest.raises(ValueError):
+                fnp.linalg.matrix_norm(x, ord=ord_)
+            continue
+        np.testing.assert_array_equal(fnp.linalg.matrix_norm(x, ord=ord_).numpy(), want)
+    np.testing.assert_array_equal(fnp.linalg.vector_norm(x, ord=np.inf).numpy(),
+                                  np.linalg.vector_norm(x_np, ord=np.inf))
+    if shape[-1]:  # reduced along a non-empty axis: an empty result, not an error
+        got = fnp.min(x, axis=-1)
+        assert got.shape == np.min(x_np, axis=-1).shape
+        assert got.numpy().shape == got.shape

@@ -15,7 +15,7 @@ import numpy as np
 
 from . import _dtypes as dt
 from ._array import wrap
-from ._builders import asarray, astype, host
+from ._builders import asarray, astype, axes_of, host
 from ._creation import eye, zeros
 from ._elementwise import abs, divide, greater, greater_equal, multiply, not_equal, pow, sqrt, where  # noqa: A004
 from ._engine import materialize, matrix_tiles, whole
@@ -269,6 +269,15 @@ def _square_shape(a: Any, name: str) -> None:
         raise np.linalg.LinAlgError(f"linalg.{name}: last 2 dimensions of the array must be square, not {a.shape}")
 
 
+def _largest(v: Any, axis: Any, keepdims: bool) -> Any:
+    """The max of values >= 0 (magnitudes, sums of them), 0 where there are
+    none: NumPy's norms reduce with initial=0, so an empty vector's inf-norm
+    is 0 where a plain max would have no identity."""
+    if math.prod(v.shape[a] for a in axes_of(axis, v.ndim)) == 0:
+        return sum(v, axis=axis, keepdims=keepdims)
+    return max(v, axis=axis, keepdims=keepdims)
+
+
 def vector_norm(x: Any, /, *, axis: Any = None, keepdims: bool = False, ord: Any = 2) -> Any:  # noqa: A002
     a = asarray(x)
     t = dt.float_of(a.dtype) if a.dtype != dt.bool_ else dt.float64
@@ -279,7 +288,7 @@ def vector_norm(x: Any, /, *, axis: Any = None, keepdims: bool = False, ord: Any
     if ord == 2:
         return sqrt(sum(multiply(a, a), axis=axis, keepdims=keepdims))
     if ord == math.inf:
-        return max(abs(a), axis=axis, keepdims=keepdims)
+        return _largest(abs(a), axis, keepdims)
     if ord == -math.inf:
         return min(abs(a), axis=axis, keepdims=keepdims)
     if ord == 1:
@@ -309,10 +318,10 @@ def matrix_norm(x: Any, /, *, keepdims: bool = False, ord: Any = "fro") -> Any: 
     a = abs(astype(a, t))
     if ord in (1, -1):
         col = sum(a, axis=axes[0], keepdims=True)
-        out = max(col, axis=axes[1], keepdims=True) if ord == 1 else min(col, axis=axes[1], keepdims=True)
+        out = _largest(col, axes[1], True) if ord == 1 else min(col, axis=axes[1], keepdims=True)
     elif ord in (math.inf, -math.inf):
         row = sum(a, axis=axes[1], keepdims=True)
-        out = max(row, axis=axes[0], keepdims=True) if ord == math.inf else min(row, axis=axes[0], keepdims=True)
+        out = _largest(row, axes[0], True) if ord == math.inf else min(row, axis=axes[0], keepdims=True)
     else:
         raise ValueError(f"matrix norm order {ord!r} is not one of 'fro', 'nuc', 1, -1, 2, -2, inf, -inf")
     return out if keepdims else reshape(out, a.shape[:-2])
