@@ -28,6 +28,7 @@ TEST(FusedCuda, GeneratedSourceCompilesWithNvrtc) {
       {"d=2,3 x0 f64:1 lt x0 isnan or x0 f64:-1 f64:1 clip f64:nan where x0 sqrt log1p add", {DType::f64}},
       {"d=5 o=10 i0 uniform:7 i0 normal:8 add as:i32 x0 as:i32 add as:b8 not x0 i32:0 ne and", {DType::i32}},
       {"d=4 x0 as:f64 f64:inf minimum as:i64 f32:1e-05 as:i64 ge", {DType::f32}},
+      {"d=2,3,3,2,2,2 s0=6,0,2,0,1,0 s1=0,4,0,2,0,1 x0 x1 add", {DType::f64, DType::f64}},
   };
   // The array API's other functions, on both float types.
   for (const auto& [code, type] : {std::tuple{"f32", DType::f32}, std::tuple{"f64", DType::f64}}) {

@@ -435,6 +435,23 @@ TEST(Fused, PositionsAndGeneratorsDoNotDependOnTiling) {
   EXPECT_NE(normals, other_seed);
 }
 
+// A broadcast that alternates on every axis keeps all of them: six
+// dimensions, a 2x1x3x1x2x1 operand against a 1x3x1x2x1x2 one.
+TEST(Fused, SixAlternatingDimensionsWalkEveryPosition) {
+  std::vector<double> a(12), b(12), y(144);
+  for (std::size_t i = 0; i < 12; ++i) a[i] = static_cast<double>(i), b[i] = 100.0 * static_cast<double>(i);
+  run({buf(y, AccessMode::write), buf(a, AccessMode::read), buf(b, AccessMode::read)},
+      "d=2,3,3,2,2,2 s0=6,0,2,0,1,0 s1=0,4,0,2,0,1 x0 x1 add");
+  std::size_t e = 0;
+  for (std::size_t i0 = 0; i0 < 2; ++i0)
+    for (std::size_t i1 = 0; i1 < 3; ++i1)
+      for (std::size_t i2 = 0; i2 < 3; ++i2)
+        for (std::size_t i3 = 0; i3 < 2; ++i3)
+          for (std::size_t i4 = 0; i4 < 2; ++i4)
+            for (std::size_t i5 = 0; i5 < 2; ++i5, ++e)
+              ASSERT_EQ(y[e], a[i0 * 6 + i2 * 2 + i4] + b[i1 * 4 + i3 * 2 + i5]) << e;
+}
+
 TEST(Fused, ThreeDimensionalBroadcastWalksEveryPosition) {
   // (2, 3, 4) + (2, 1, 4): the middle dimension broadcasts, so nothing merges.
   std::vector<std::int32_t> a(24), b(8), y(24);

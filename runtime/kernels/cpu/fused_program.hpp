@@ -15,7 +15,7 @@
 namespace ferry::kernels::fused {
 
 inline constexpr std::size_t max_inputs = 8;
-inline constexpr std::size_t max_dims = 4;
+inline constexpr std::size_t max_dims = 8;  // after merging: broadcasts alternating up to 8 times
 inline constexpr std::size_t max_depth = 16;
 inline constexpr std::size_t max_code = 256;
 
