@@ -138,6 +138,31 @@ FNP_REAL1(cos, cosf, cos)
 FNP_REAL1(sinh, sinhf, sinh)
 FNP_REAL1(cosh, coshf, cosh)
 FNP_REAL1(fabs, fabsf, fabs)
+FNP_REAL1(rint, rintf, rint)
+FNP_REAL1(expm1, expm1f, expm1)
+__device__ inline float fnp_logaddexp(float a, float b) {
+  if (a == b) return a + 0.693147180559945309f;
+  const float d = a - b;
+  if (d > 0) return a + log1pf(expf(-d));
+  if (d <= 0) return b + log1pf(expf(d));
+  return d;
+}
+__device__ inline double fnp_logaddexp(double a, double b) {
+  if (a == b) return a + 0.693147180559945309;
+  const double d = a - b;
+  if (d > 0) return a + log1p(exp(-d));
+  if (d <= 0) return b + log1p(exp(d));
+  return d;
+}
+template <class T> __device__ inline T fnp_shl(T a, T b) {
+  return (unsigned long long)b >= 8 * sizeof(T) ? T(0) : (T)(a << b);
+}
+template <class T> __device__ inline T fnp_shr(T a, T b) {
+  return (unsigned long long)b >= 8 * sizeof(T) ? (a < T(0) ? T(-1) : T(0)) : (T)(a >> b);
+}
+template <class T> __device__ inline bool fnp_signbit(T a) { return a < T(0); }
+__device__ inline bool fnp_signbit(float a) { return signbit(a); }
+__device__ inline bool fnp_signbit(double a) { return signbit(a); }
 __device__ inline float fnp_rhypot(float a, float b) { return hypotf(a, b); }
 __device__ inline double fnp_rhypot(double a, double b) { return hypot(a, b); }
 __device__ inline float fnp_ratan2(float a, float b) { return atan2f(a, b); }
@@ -170,7 +195,7 @@ template <class R> __device__ inline bool operator==(fnp_complex<R> a, fnp_compl
 template <class R> __device__ inline bool operator!=(fnp_complex<R> a, fnp_complex<R> b) { return !(a == b); }
 template <class R> __device__ inline R fnp_abs(fnp_complex<R> a) { return fnp_rhypot(a.re, a.im); }
 template <class R> __device__ inline fnp_complex<R> fnp_sign(fnp_complex<R> a) {
-  if (a.re == 0 && a.im == 0) return a;
+  if (a.re == 0 && a.im == 0) return {R(0), R(0)};
   const R m = fnp_rhypot(a.re, a.im);
   return {a.re / m, a.im / m};
 }
@@ -198,8 +223,63 @@ template <class R> __device__ inline fnp_complex<R> fnp_ccos(fnp_complex<R> a) {
   return {fnp_rcos(a.re) * fnp_rcosh(a.im), -(fnp_rsin(a.re) * fnp_rsinh(a.im))};
 }
 template <class R> __device__ inline fnp_complex<R> fnp_ctanh(fnp_complex<R> a) {
+  if (isinf(a.re) && isfinite(a.im)) return {fnp_rcopysign(R(1), a.re), fnp_rcopysign(R(0), a.im)};
   const R d = fnp_rcosh(R(2) * a.re) + fnp_rcos(R(2) * a.im);
   return {fnp_rsinh(R(2) * a.re) / d, fnp_rsin(R(2) * a.im) / d};
+}
+// The inverse and hyperbolic functions from exp, log and sqrt (principal
+// branches; the CPU uses the C library's, which is more careful near the
+// branch cuts and at infinities).
+template <class R> __device__ inline fnp_complex<R> fnp_cexpm1(fnp_complex<R> a) {
+  if (a.re == 0 && a.im == 0) return {R(0), a.im};  // the CPU's special cases (fused_ops.cpp)
+  if (!isfinite(a.re) || !isfinite(a.im)) return fnp_cexp(a) - fnp_complex<R>{R(1), R(0)};
+  const R h = fnp_rsin(a.im / R(2));
+  return {fnp_rexpm1(a.re) * fnp_rcos(a.im) - R(2) * h * h, fnp_rexp(a.re) * fnp_rsin(a.im)};
+}
+template <class R> __device__ inline fnp_complex<R> fnp_clog2(fnp_complex<R> a) {
+  const fnp_complex<R> l = fnp_clog(a);
+  return {l.re * R(1.4426950408889634), l.im * R(1.4426950408889634)};
+}
+template <class R> __device__ inline fnp_complex<R> fnp_clog10(fnp_complex<R> a) {
+  const fnp_complex<R> l = fnp_clog(a);
+  return {l.re * R(0.4342944819032518), l.im * R(0.4342944819032518)};
+}
+template <class R> __device__ inline fnp_complex<R> fnp_cround(fnp_complex<R> a) {
+  return {fnp_rrint(a.re), fnp_rrint(a.im)};
+}
+template <class R> __device__ inline fnp_complex<R> fnp_csinh(fnp_complex<R> a) {
+  return {fnp_rsinh(a.re) * fnp_rcos(a.im), fnp_rcosh(a.re) * fnp_rsin(a.im)};
+}
+template <class R> __device__ inline fnp_complex<R> fnp_ccosh(fnp_complex<R> a) {
+  return {fnp_rcosh(a.re) * fnp_rcos(a.im), fnp_rsinh(a.re) * fnp_rsin(a.im)};
+}
+// f(i z) / i or i f(z) shapes: i z = {-im, re}, -i w = {w.im, -w.re}.
+template <class R> __device__ inline fnp_complex<R> fnp_times_i(fnp_complex<R> a) { return {-a.im, a.re}; }
+template <class R> __device__ inline fnp_complex<R> fnp_over_i(fnp_complex<R> a) { return {a.im, -a.re}; }
+template <class R> __device__ inline fnp_complex<R> fnp_ctan(fnp_complex<R> a) {
+  return fnp_over_i(fnp_ctanh(fnp_times_i(a)));
+}
+template <class R> __device__ inline fnp_complex<R> fnp_casinh(fnp_complex<R> a) {
+  return fnp_clog(a + fnp_csqrt(a * a + fnp_complex<R>{R(1), R(0)}));
+}
+template <class R> __device__ inline fnp_complex<R> fnp_cacosh(fnp_complex<R> a) {
+  const fnp_complex<R> one{R(1), R(0)};
+  return fnp_clog(a + fnp_csqrt(a + one) * fnp_csqrt(a - one));
+}
+template <class R> __device__ inline fnp_complex<R> fnp_catanh(fnp_complex<R> a) {
+  const fnp_complex<R> one{R(1), R(0)};
+  const fnp_complex<R> d = fnp_clog(one + a) - fnp_clog(one - a);
+  return {d.re / R(2), d.im / R(2)};
+}
+template <class R> __device__ inline fnp_complex<R> fnp_casin(fnp_complex<R> a) {
+  return fnp_over_i(fnp_casinh(fnp_times_i(a)));
+}
+template <class R> __device__ inline fnp_complex<R> fnp_catan(fnp_complex<R> a) {
+  return fnp_over_i(fnp_catanh(fnp_times_i(a)));
+}
+template <class R> __device__ inline fnp_complex<R> fnp_cacos(fnp_complex<R> a) {
+  const fnp_complex<R> s = fnp_casin(a);
+  return {R(1.5707963267948966) - s.re, -s.im};
 }
 template <class R> __device__ inline fnp_complex<R> fnp_pow(fnp_complex<R> a, fnp_complex<R> b) {
   if (a.re == 0 && a.im == 0) return b.re == 0 && b.im == 0 ? fnp_complex<R>{R(1), R(0)} : a;
@@ -405,13 +485,28 @@ std::string unary(Op op, const std::string& a, DType t) {
     case Op::sign: return fmt::format("fnp_sign({})", a);
     case Op::floor: return floating(t) ? fn("floor") : a;
     case Op::ceil: return floating(t) ? fn("ceil") : a;
+    case Op::trunc: return floating(t) ? fn("trunc") : a;
+    case Op::round: return floating(t) ? fn("rint") : complex(t) ? fn("round") : a;  // rint: halves to even
     case Op::exp: return fn("exp");
+    case Op::expm1: return fn("expm1");
     case Op::log: return fn("log");
     case Op::log1p: return fn("log1p");
+    case Op::log2: return fn("log2");
+    case Op::log10: return fn("log10");
     case Op::sqrt: return fn("sqrt");
     case Op::sin: return fn("sin");
     case Op::cos: return fn("cos");
+    case Op::tan: return fn("tan");
+    case Op::asin: return fn("asin");
+    case Op::acos: return fn("acos");
+    case Op::atan: return fn("atan");
+    case Op::sinh: return fn("sinh");
+    case Op::cosh: return fn("cosh");
     case Op::tanh: return fn("tanh");
+    case Op::asinh: return fn("asinh");
+    case Op::acosh: return fn("acosh");
+    case Op::atanh: return fn("atanh");
+    case Op::signbit: return t == DType::b8 || unsigned_int(t) ? "false" : fmt::format("fnp_signbit({})", a);
     case Op::sigmoid: return fmt::format("({0})1 / (({0})1 + {1})", ctype(t), unary(Op::exp, "(-" + a + ")", t));
     case Op::lnot: return fmt::format("(!{})", a);
     case Op::isnan: return floating(t) || complex(t) ? fmt::format("fnp_nan({})", a) : "false";
@@ -438,6 +533,12 @@ std::string binary(Op op, const std::string& a, const std::string& b, DType t) {
     case Op::land: return fmt::format("({})({} & {})", c, a, b);
     case Op::lor: return fmt::format("({})({} | {})", c, a, b);
     case Op::lxor: return fmt::format("({})({} ^ {})", c, a, b);
+    case Op::shl: return fmt::format("fnp_shl({}, {})", a, b);
+    case Op::shr: return fmt::format("fnp_shr({}, {})", a, b);
+    case Op::atan2: return fmt::format("fnp_ratan2({}, {})", a, b);
+    case Op::copysign: return fmt::format("fnp_rcopysign({}, {})", a, b);
+    case Op::hypot: return fmt::format("fnp_rhypot({}, {})", a, b);
+    case Op::logaddexp: return fmt::format("fnp_logaddexp({}, {})", a, b);
     case Op::eq: return fmt::format("({} == {})", a, b);
     case Op::ne: return fmt::format("({} != {})", a, b);
     case Op::lt: return fmt::format("({} < {})", a, b);

@@ -1,7 +1,8 @@
 """The array API 2024.12 additions against NumPy: count_nonzero,
 cumulative_prod, diff, nextafter, reciprocal, integer array indexing with
-several arrays, Python scalars on either side of a binary function, and the
-inspection namespace. Inputs span several tiles (tile_bytes=256)."""
+several arrays, Python scalars on either side of a binary function, the
+inspection namespace, and the layout and creation functions (moveaxis,
+repeat, roll, tile, unstack, meshgrid, tril, triu, nonzero). Inputs span several tiles (tile_bytes=256)."""
 
 import numpy as np
 import pytest
@@ -116,3 +117,73 @@ def test_inspection_namespace():
     assert x.to_device(info.default_device()) is x
     with pytest.raises(ValueError):
         x.to_device("tpu")
+
+
+def test_layout_functions_match_numpy(data):
+    x_np, x = data
+    cube_np = x_np.reshape(23, 3, 2)
+    cube = fnp.asarray(cube_np)
+    for source, destination in ((0, -1), ((0, 1), (2, 0)), (-1, 1)):
+        np.testing.assert_array_equal(fnp.moveaxis(cube, source, destination).numpy(),
+                                      np.moveaxis(cube_np, source, destination))
+    for axis in (None, 0, 1):
+        np.testing.assert_array_equal(fnp.repeat(x, 3, axis=axis).numpy(), np.repeat(x_np, 3, axis=axis))
+        np.testing.assert_array_equal(fnp.roll(x, -5, axis=axis).numpy(), np.roll(x_np, -5, axis=axis))
+    counts = np.arange(6) % 3
+    np.testing.assert_array_equal(fnp.repeat(x, fnp.asarray(counts), axis=1).numpy(),
+                                  np.repeat(x_np, counts, axis=1))
+    np.testing.assert_array_equal(fnp.roll(x, (2, -1), axis=(0, 1)).numpy(), np.roll(x_np, (2, -1), axis=(0, 1)))
+    for reps in ((2,), (2, 1, 3), ()):
+        np.testing.assert_array_equal(fnp.tile(x, reps).numpy(), np.tile(x_np, reps))
+    parts = fnp.unstack(cube, axis=1)
+    assert len(parts) == 3
+    for i, p in enumerate(parts):
+        np.testing.assert_array_equal(p.numpy(), cube_np[:, i])
+    with pytest.raises(IndexError):
+        fnp.moveaxis(cube, 3, 0)
+    with pytest.raises(ValueError):
+        fnp.repeat(x, -1)
+
+
+def test_expand_dims_out_of_range_is_an_index_error(data):
+    _, x = data
+    assert fnp.expand_dims(x, axis=-3).shape == (1, 23, 6)
+    for axis in (3, -4):
+        with pytest.raises(IndexError):
+            fnp.expand_dims(x, axis=axis)
+
+
+def test_creation_functions_match_numpy(data):
+    x_np, x = data
+    for k in (-2, 0, 3, 40):
+        np.testing.assert_array_equal(fnp.tril(x, k=k).numpy(), np.tril(x_np, k))
+        np.testing.assert_array_equal(fnp.triu(x, k=k).numpy(), np.triu(x_np, k))
+    stack_np = x_np.reshape(2, 3, 23)
+    np.testing.assert_array_equal(fnp.triu(fnp.asarray(stack_np)).numpy(), np.triu(stack_np))
+    np.testing.assert_array_equal(fnp.tril(fnp.asarray(x_np > 0)).numpy(), np.tril(x_np > 0))
+    a_np, b_np, c_np = np.arange(3), np.arange(4.0), np.arange(2, dtype=np.int8)
+    for indexing in ("xy", "ij"):
+        got = fnp.meshgrid(fnp.asarray(a_np), fnp.asarray(b_np), fnp.asarray(c_np), indexing=indexing)
+        for g, w in zip(got, np.meshgrid(a_np, b_np, c_np, indexing=indexing)):
+            assert g.dtype == w.dtype
+            np.testing.assert_array_equal(g.numpy(), w)
+    assert fnp.eye(3, k=2**63 - 1).numpy().sum() == 0
+    with pytest.raises(ValueError):
+        fnp.tril(fnp.asarray([1, 2]))
+
+
+def test_nonzero_matches_numpy(data):
+    x_np, x = data
+    for got, want in zip(fnp.nonzero(x), np.nonzero(x_np)):
+        assert got.dtype == np.int64
+        np.testing.assert_array_equal(got.numpy(), want)
+    with pytest.raises(ValueError):
+        fnp.nonzero(fnp.asarray(3.0))
+
+
+def test_a_copy_keeps_its_value_when_the_original_is_assigned_to():
+    x = fnp.asarray(np.zeros(4))
+    y = fnp.asarray(x, copy=True)
+    x[1] = 5.0
+    np.testing.assert_array_equal(y.numpy(), np.zeros(4))
+    np.testing.assert_array_equal(x.numpy(), [0, 5, 0, 0])

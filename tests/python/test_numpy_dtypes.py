@@ -253,6 +253,8 @@ def test_finfo(t):
     want = np.finfo(t)
     for info in (fnp.finfo(t), fnp.finfo(x)):
         assert (info.eps, info.max, info.bits, info.dtype) == (want.eps, want.max, want.bits, want.dtype)
+        # The array API's types: Python floats, also for float32 (NumPy's are NumPy scalars).
+        assert all(type(v) is float for v in (info.eps, info.max, info.min, info.smallest_normal))
 
 
 @pytest.mark.parametrize("t", REALS)

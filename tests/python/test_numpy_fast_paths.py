@@ -76,7 +76,10 @@ def test_sort_uses_the_fast_sort_where_stability_cannot_show(small_tiles, monkey
 
 
 def binary_cases(a, b):
-    return {
+    shifts = {"a<<b": lambda m: m.bitwise_left_shift(a, b), "a>>b": lambda m: m.bitwise_right_shift(a, b)}
+    return {**(shifts if a.dtype.kind == "i" else {}),
+        "round": lambda m: m.round(a), "trunc": lambda m: m.trunc(a), "signbit": lambda m: m.signbit(a),
+        "copysign": lambda m: m.copysign(a, b),
         "a+b": lambda m: m.add(a, b), "a-b": lambda m: m.subtract(a, b), "a*b": lambda m: m.multiply(a, b),
         "a/b": lambda m: m.divide(a, b), "max": lambda m: m.maximum(a, b), "min": lambda m: m.minimum(a, b),
         "a<b": lambda m: m.less(a, b), "a==b": lambda m: m.equal(a, b), "where": lambda m: m.where(a > b, a, b),
@@ -109,8 +112,9 @@ def test_small_arrays_are_worked_on_here_with_the_tasks_values(dtype):
         fnp.set_options(eager_bytes=None)
     for name, fast in here.items():
         slow = tasks[name]
-        # (floor of an integer stays a task: NumPy's goes through float64)
-        assert worked_here(fast) or name == "floor" and np.dtype(dtype).kind == "i", (name, fnp.explain(fast))
+        # (floor, round, trunc of an integer stay tasks: NumPy's go through float64)
+        rounds = name in ("floor", "round", "trunc") and np.dtype(dtype).kind == "i"
+        assert worked_here(fast) or rounds, (name, fnp.explain(fast))
         assert not worked_here(slow), (name, fnp.explain(slow))
         assert fast.dtype == slow.dtype, name
         np.testing.assert_array_equal(fast.numpy(), slow.numpy(), err_msg=name)

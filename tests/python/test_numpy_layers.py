@@ -24,7 +24,7 @@ FLOORS = [
     ["_creation"],
     ["_reductions"],
     ["_products", "_indexing"],
-    ["linalg", "random"],
+    ["fft", "linalg", "random"],
     ["_interop"],
     ["_operators"],
     ["__init__"],

@@ -28,7 +28,17 @@ TEST(FusedCuda, GeneratedSourceCompilesWithNvrtc) {
       {"d=2,3 x0 f64:1 lt x0 isnan or x0 f64:-1 f64:1 clip f64:nan where x0 sqrt log1p add", {DType::f64}},
       {"d=5 o=10 i0 uniform:7 i0 normal:8 add as:i32 x0 as:i32 add as:b8 not x0 i32:0 ne and", {DType::i32}},
       {"d=4 x0 as:f64 f64:inf minimum as:i64 f32:1e-05 as:i64 ge", {DType::f32}},
+      {"d=2,3,3,2,2,2 s0=6,0,2,0,1,0 s1=0,4,0,2,0,1 x0 x1 add", {DType::f64, DType::f64}},
   };
+  // The array API's other functions, on both float types.
+  for (const auto& [code, type] : {std::tuple{"f32", DType::f32}, std::tuple{"f64", DType::f64}}) {
+    programs.emplace_back(
+        fmt::format("d=5 x0 signbit x0 tan x0 asin add x0 acos add x0 atan add x0 sinh add x0 cosh add x0 asinh add "
+                    "x0 acosh add x0 atanh add x0 expm1 add x0 log2 add x0 log10 add x0 trunc add x0 round add "
+                    "x0 x0 atan2 add x0 x0 copysign add x0 x0 hypot add x0 {0}:2 logaddexp add x0 where",
+                    code),
+        std::vector<DType>{type});
+  }
   // Every integer type through every integer instruction, and casts among them, bool and floats.
   const std::string int_ops =
       "x0 x0 floordiv x0 {0}:3 mod add x0 {0}:2 pow x0 abs x0 sign sub sub x0 {0}:{1} xor add add neg "
@@ -40,6 +50,9 @@ TEST(FusedCuda, GeneratedSourceCompilesWithNvrtc) {
                                          std::tuple{"u32", DType::u32, "4294967295"},
                                          std::tuple{"u64", DType::u64, "18446744073709551615"}}) {
     programs.emplace_back("d=5 " + fmt::format(fmt::runtime(int_ops), code, ones), std::vector<DType>{type});
+    programs.emplace_back(
+        fmt::format("d=5 x0 signbit x0 x0 shl x0 {0}:1 shr add x0 trunc x0 round add add x0 where", code),
+        std::vector<DType>{type});
   }
   programs.emplace_back("d=5 x0 x0 add x0 mul x0 maximum x0 minimum x0 xor x0 abs and not x0 x0 not where",
                         std::vector<DType>{DType::b8});
@@ -48,7 +61,9 @@ TEST(FusedCuda, GeneratedSourceCompilesWithNvrtc) {
     programs.emplace_back(
         fmt::format("d=5 x0 x0 eq x0 isnan or x0 isfinite and x0 x0 ne or "
                     "x0 x0 add x0 mul x0 div x0 sub x0 pow neg x0 square add x0 exp add x0 log add x0 log1p add "
-                    "x0 sqrt add x0 sin add x0 cos add x0 tanh add x0 sign add x0 conj add {0}:1.5,-2 add x0 where "
+                    "x0 sqrt add x0 sin add x0 cos add x0 tanh add x0 sign add x0 conj add {0}:1.5,-2 add "
+                    "x0 tan add x0 asin add x0 acos add x0 atan add x0 sinh add x0 cosh add x0 asinh add "
+                    "x0 acosh add x0 atanh add x0 expm1 add x0 log2 add x0 log10 add x0 round add x0 where "
                     "x0 abs as:{0} add x0 real x0 imag add as:{0} add as:f64 as:{0} as:{1} as:i32 as:{0} as:b8 as:{0}",
                     code, other),
         std::vector<DType>{type});

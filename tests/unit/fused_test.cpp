@@ -270,6 +270,72 @@ TEST(Fused, AbsOfNegativeZeroIsPositive) {
                   "fnp_abs(float a) { return fabsf(a); }");
 }
 
+// The array API's trigonometric, rounding and two-argument functions, with
+// the special cases NumPy gives (signed zeros, halves to even, NumPy's shifts
+// past the width).
+TEST(Fused, MoreFunctionsFollowNumPy) {
+  const double inf = std::numeric_limits<double>::infinity();
+  std::vector<double> x{-0.0, 0.5, -2.5, 3.5}, y(4);
+  const auto one = [&](const char* code) {
+    run({buf(y, AccessMode::write), buf(x, AccessMode::read)}, std::string("d=4 x0 ") + code);
+    return y;
+  };
+  EXPECT_EQ(one("round"), (std::vector<double>{-0.0, 0.0, -2.0, 4.0}));
+  EXPECT_TRUE(std::signbit(one("round")[0]));
+  EXPECT_EQ(one("trunc"), (std::vector<double>{-0.0, 0.0, -2.0, 3.0}));
+  EXPECT_TRUE(std::signbit(one("expm1")[0]));
+  EXPECT_EQ(one("tan")[1], std::tan(0.5));
+  EXPECT_EQ(one("asinh")[2], std::asinh(-2.5));
+  EXPECT_EQ(one("log2")[1], -1.0);
+  EXPECT_TRUE(std::isnan(one("acos")[2]));
+  std::vector<std::uint8_t> sign(4);
+  run({buf_as(sign, DType::b8, AccessMode::write), buf(x, AccessMode::read)}, "d=4 x0 signbit");
+  EXPECT_EQ(sign, (std::vector<std::uint8_t>{1, 0, 1, 0}));
+
+  std::vector<double> a{inf, -inf, 1.0, -0.0}, b{inf, 2.0, -0.0, 3.0};
+  run({buf(y, AccessMode::write), buf(a, AccessMode::read), buf(b, AccessMode::read)}, "d=4 x0 x1 logaddexp");
+  EXPECT_EQ(y[0], inf);
+  EXPECT_NEAR(y[1], 2.0, 1e-15);
+  run({buf(y, AccessMode::write), buf(a, AccessMode::read), buf(b, AccessMode::read)}, "d=4 x0 x1 copysign");
+  EXPECT_EQ(y, (std::vector<double>{inf, inf, -1.0, 0.0}));
+  run({buf(y, AccessMode::write), buf(a, AccessMode::read), buf(b, AccessMode::read)}, "d=4 x0 x1 atan2");
+  EXPECT_EQ(y[3], -0.0);
+  EXPECT_TRUE(std::signbit(y[3]));
+
+  std::vector<std::int8_t> i{-128, 5, -3, 1}, s{1, 9, 200 - 256, 7}, r(4);
+  run({buf(r, AccessMode::write), buf(i, AccessMode::read), buf(s, AccessMode::read)}, "d=4 x0 x1 shl");
+  EXPECT_EQ(r, (std::vector<std::int8_t>{0, 0, 0, -128}));
+  run({buf(r, AccessMode::write), buf(i, AccessMode::read), buf(s, AccessMode::read)}, "d=4 x0 x1 shr");
+  EXPECT_EQ(r, (std::vector<std::int8_t>{-64, 0, -1, 0}));
+
+  using C = std::complex<double>;
+  std::vector<C> z{{0.5, -2.0}, {-1.5, 0.25}}, w(2);
+  for (const auto& [code, f] : std::vector<std::pair<std::string, C (*)(const C&)>>{
+           {"tan", std::tan}, {"asin", std::asin}, {"acos", std::acos}, {"atan", std::atan}, {"sinh", std::sinh},
+           {"cosh", std::cosh}, {"asinh", std::asinh}, {"acosh", std::acosh}, {"atanh", std::atanh}}) {
+    run({buf(w, AccessMode::write), buf(z, AccessMode::read)}, "d=2 x0 " + code);
+    EXPECT_EQ(w[0], f(z[0])) << code;
+  }
+  // The array API's special cases where NumPy's complex expm1 and tanh differ.
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  std::vector<C> edge{{-0.0, 0.0}, {inf, 0.0}, {inf, 2.0}, {nan, 0.0}}, e(4);
+  run({buf(e, AccessMode::write), buf(edge, AccessMode::read)}, "d=4 x0 expm1");
+  EXPECT_FALSE(std::signbit(e[0].real()));
+  EXPECT_EQ(e[1], C(inf, 0.0));
+  EXPECT_TRUE(std::isnan(e[3].real()));
+  EXPECT_EQ(e[3].imag(), 0.0);
+  run({buf(e, AccessMode::write), buf(edge, AccessMode::read)}, "d=4 x0 tanh");
+  EXPECT_EQ(e[2], C(1.0, 0.0));
+  EXPECT_FALSE(std::signbit(e[2].imag()));  // C's ctanh gives 1 - 0j here: sin(4) < 0
+  run({buf(w, AccessMode::write), buf(z, AccessMode::read)}, "d=2 x0 round");
+  EXPECT_EQ(w[1], C(-2.0, 0.0));
+  EXPECT_CONTAINS(rejection({buf(w, AccessMode::write), buf(z, AccessMode::read)}, "d=2 x0 trunc"),
+                  "does not take complex numbers");
+  EXPECT_CONTAINS(rejection({buf(y, AccessMode::write), buf(x, AccessMode::read)}, "d=4 x0 x0 shl"), "takes integers");
+  EXPECT_CONTAINS(rejection({buf(r, AccessMode::write), buf(i, AccessMode::read)}, "d=4 x0 x0 hypot"),
+                  "takes f32 or f64");
+}
+
 TEST(Fused, CastsFollowNumPy) {
   const double nan = std::numeric_limits<double>::quiet_NaN();
   std::vector<double> x{2.9, -2.9, nan, 1e300, 0};
@@ -367,6 +433,23 @@ TEST(Fused, PositionsAndGeneratorsDoNotDependOnTiling) {
   EXPECT_NEAR(m, 0.0, 0.08);
   EXPECT_NEAR(sq, 1.0, 0.1);
   EXPECT_NE(normals, other_seed);
+}
+
+// A broadcast that alternates on every axis keeps all of them: six
+// dimensions, a 2x1x3x1x2x1 operand against a 1x3x1x2x1x2 one.
+TEST(Fused, SixAlternatingDimensionsWalkEveryPosition) {
+  std::vector<double> a(12), b(12), y(144);
+  for (std::size_t i = 0; i < 12; ++i) a[i] = static_cast<double>(i), b[i] = 100.0 * static_cast<double>(i);
+  run({buf(y, AccessMode::write), buf(a, AccessMode::read), buf(b, AccessMode::read)},
+      "d=2,3,3,2,2,2 s0=6,0,2,0,1,0 s1=0,4,0,2,0,1 x0 x1 add");
+  std::size_t e = 0;
+  for (std::size_t i0 = 0; i0 < 2; ++i0)
+    for (std::size_t i1 = 0; i1 < 3; ++i1)
+      for (std::size_t i2 = 0; i2 < 3; ++i2)
+        for (std::size_t i3 = 0; i3 < 2; ++i3)
+          for (std::size_t i4 = 0; i4 < 2; ++i4)
+            for (std::size_t i5 = 0; i5 < 2; ++i5, ++e)
+              ASSERT_EQ(y[e], a[i0 * 6 + i2 * 2 + i4] + b[i1 * 4 + i3 * 2 + i5]) << e;
 }
 
 TEST(Fused, ThreeDimensionalBroadcastWalksEveryPosition) {

@@ -168,6 +168,40 @@ struct Minimum {
 struct And { template <class T> T operator()(T a, T b) const { return static_cast<T>(a & b); } };
 struct Or { template <class T> T operator()(T a, T b) const { return static_cast<T>(a | b); } };
 struct Xor { template <class T> T operator()(T a, T b) const { return static_cast<T>(a ^ b); } };
+// NumPy's shifts: a count past the type's width gives 0 (or -1 for a
+// negative value shifted right), never C++'s undefined behaviour.
+struct Shl {
+  template <class T>
+  T operator()(T a, T b) const {
+    using U = std::make_unsigned_t<T>;
+    if (static_cast<std::uint64_t>(b) >= 8 * sizeof(T)) return 0;
+    return static_cast<T>(static_cast<U>(a) << b);
+  }
+};
+struct Shr {
+  template <class T>
+  T operator()(T a, T b) const {
+    if (static_cast<std::uint64_t>(b) >= 8 * sizeof(T)) {
+      if constexpr (std::is_signed_v<T>) return a < T(0) ? T(-1) : T(0);
+      else return T(0);
+    }
+    return static_cast<T>(a >> b);
+  }
+};
+struct Atan2 { template <class T> T operator()(T a, T b) const { return std::atan2(a, b); } };
+struct Copysign { template <class T> T operator()(T a, T b) const { return std::copysign(a, b); } };
+struct Hypot { template <class T> T operator()(T a, T b) const { return std::hypot(a, b); } };
+// NumPy's npy_logaddexp: exact at equal arguments (infinities included).
+struct Logaddexp {
+  template <class T>
+  T operator()(T a, T b) const {
+    if (a == b) return a + std::numbers::ln2_v<T>;
+    const T d = a - b;
+    if (d > 0) return a + std::log1p(std::exp(-d));
+    if (d <= 0) return b + std::log1p(std::exp(d));
+    return d;  // NaN
+  }
+};
 struct Eq { template <class T> bool operator()(T a, T b) const { return a == b; } };
 struct Ne { template <class T> bool operator()(T a, T b) const { return a != b; } };
 struct Lt { template <class T> bool operator()(T a, T b) const { return a < b; } };
@@ -206,7 +240,7 @@ struct Sign {
       if (std::isnan(a)) return a;
     }
     if constexpr (is_complex<T>) {  // NumPy 2's and the array API's: z / |z|, 0 at 0
-      if (a == T(0)) return a;
+      if (a == T(0)) return T(0);  // +0 + 0j for every signed zero, as NumPy
       const auto m = std::hypot(a.real(), a.imag());
       return T(a.real() / m, a.imag() / m);
     } else if constexpr (std::is_unsigned_v<T>) return static_cast<T>(a != 0);
@@ -219,8 +253,54 @@ struct Floor {
 struct Ceil {
   template <class T> T operator()(T a) const { if constexpr (is_float<T>) return std::ceil(a); else return a; }
 };
+struct Trunc {
+  template <class T> T operator()(T a) const { if constexpr (is_float<T>) return std::trunc(a); else return a; }
+};
+// Halves to even, as NumPy's round (rint in the default rounding mode);
+// a complex number rounds each part.
+struct Round {
+  template <class T>
+  T operator()(T a) const {
+    if constexpr (is_float<T>) return std::nearbyint(a);
+    else if constexpr (is_complex<T>) return T(std::nearbyint(a.real()), std::nearbyint(a.imag()));
+    else return a;
+  }
+};
 struct Exp { template <class T> T operator()(T a) const { return std::exp(a); } };
+// Complex: NumPy's nc_expm1 (accurate near 0, where exp(z) - 1 cancels),
+// with the array API's special cases where it differs: a zero gives +0
+// (not -0), infinities and NaNs what exp(z) - 1 gives (C's cexp follows
+// the standard there; NumPy's formula gives NaN for inf + 0j).
+struct Expm1 {
+  template <class T>
+  T operator()(T a) const {
+    if constexpr (is_complex<T>) {
+      using R = real_t<T>;
+      if (a.real() == 0 && a.imag() == 0) return T(R(0), a.imag());
+      if (!std::isfinite(a.real()) || !std::isfinite(a.imag())) return std::exp(a) - T(1);
+      const auto h = std::sin(a.imag() / 2);
+      return T(std::expm1(a.real()) * std::cos(a.imag()) - 2 * h * h, std::exp(a.real()) * std::sin(a.imag()));
+    } else {
+      return std::expm1(a);
+    }
+  }
+};
 struct Log { template <class T> T operator()(T a) const { return std::log(a); } };
+// Complex: NumPy's, log(z) scaled (C++ has no complex log2).
+struct Log2 {
+  template <class T>
+  T operator()(T a) const {
+    if constexpr (is_complex<T>) return std::log(a) * real_t<T>(std::numbers::log2e);
+    else return std::log2(a);
+  }
+};
+struct Log10 {
+  template <class T>
+  T operator()(T a) const {
+    if constexpr (is_complex<T>) return std::log(a) * real_t<T>(std::numbers::log10e);
+    else return std::log10(a);
+  }
+};
 struct Log1p {
   template <class T>
   T operator()(T a) const {
@@ -231,7 +311,27 @@ struct Log1p {
 struct Sqrt { template <class T> T operator()(T a) const { return std::sqrt(a); } };
 struct Sin { template <class T> T operator()(T a) const { return std::sin(a); } };
 struct Cos { template <class T> T operator()(T a) const { return std::cos(a); } };
-struct Tanh { template <class T> T operator()(T a) const { return std::tanh(a); } };
+struct Tan { template <class T> T operator()(T a) const { return std::tan(a); } };
+struct Asin { template <class T> T operator()(T a) const { return std::asin(a); } };
+struct Acos { template <class T> T operator()(T a) const { return std::acos(a); } };
+struct Atan { template <class T> T operator()(T a) const { return std::atan(a); } };
+struct Sinh { template <class T> T operator()(T a) const { return std::sinh(a); } };
+struct Cosh { template <class T> T operator()(T a) const { return std::cosh(a); } };
+// Complex: the array API's 1 + 0j at +infinity + finite i (C's ctanh, and
+// NumPy, give the zero the sign of sin(2 y)).
+struct Tanh {
+  template <class T>
+  T operator()(T a) const {
+    if constexpr (is_complex<T>) {
+      if (std::isinf(a.real()) && std::isfinite(a.imag()))
+        return T(std::copysign(real_t<T>(1), a.real()), std::copysign(real_t<T>(0), a.imag()));
+    }
+    return std::tanh(a);
+  }
+};
+struct Asinh { template <class T> T operator()(T a) const { return std::asinh(a); } };
+struct Acosh { template <class T> T operator()(T a) const { return std::acosh(a); } };
+struct Atanh { template <class T> T operator()(T a) const { return std::atanh(a); } };
 struct Sigmoid { template <class T> T operator()(T a) const { return T(1) / (T(1) + std::exp(-a)); } };
 struct Not { template <class T> bool operator()(T a) const { return a == T(0); } };
 struct IsNan {
@@ -248,6 +348,14 @@ struct IsFinite {
     if constexpr (is_float<T>) return std::isfinite(a);
     else if constexpr (is_complex<T>) return std::isfinite(a.real()) && std::isfinite(a.imag());
     else return true;
+  }
+};
+struct Signbit {
+  template <class T>
+  bool operator()(T a) const {
+    if constexpr (is_float<T>) return std::signbit(a);
+    else if constexpr (std::is_signed_v<T>) return a < T(0);
+    else return false;
   }
 };
 struct Real { template <class T> real_t<T> operator()(T a) const { return a.real(); } };
@@ -381,13 +489,26 @@ template <> constexpr bool complex_ok<Neg> = true;
 template <> constexpr bool complex_ok<Abs> = true;
 template <> constexpr bool complex_ok<Square> = true;
 template <> constexpr bool complex_ok<Sign> = true;
+template <> constexpr bool complex_ok<Round> = true;
 template <> constexpr bool complex_ok<Exp> = true;
+template <> constexpr bool complex_ok<Expm1> = true;
 template <> constexpr bool complex_ok<Log> = true;
 template <> constexpr bool complex_ok<Log1p> = true;
+template <> constexpr bool complex_ok<Log2> = true;
+template <> constexpr bool complex_ok<Log10> = true;
 template <> constexpr bool complex_ok<Sqrt> = true;
 template <> constexpr bool complex_ok<Sin> = true;
 template <> constexpr bool complex_ok<Cos> = true;
+template <> constexpr bool complex_ok<Tan> = true;
+template <> constexpr bool complex_ok<Asin> = true;
+template <> constexpr bool complex_ok<Acos> = true;
+template <> constexpr bool complex_ok<Atan> = true;
+template <> constexpr bool complex_ok<Sinh> = true;
+template <> constexpr bool complex_ok<Cosh> = true;
 template <> constexpr bool complex_ok<Tanh> = true;
+template <> constexpr bool complex_ok<Asinh> = true;
+template <> constexpr bool complex_ok<Acosh> = true;
+template <> constexpr bool complex_ok<Atanh> = true;
 template <> constexpr bool complex_ok<IsNan> = true;
 template <> constexpr bool complex_ok<IsFinite> = true;
 template <class F, class T>
@@ -405,6 +526,20 @@ OpFn integral_only(DType t) {
   return any_type(t, []<class T>(std::type_identity<T>) -> OpFn {
     if constexpr (is_float<T> || is_complex<T>) return nullptr;
     else return &binary<T, T, F>;
+  });
+}
+template <class F>
+OpFn integer_only(DType t) {
+  return any_type(t, []<class T>(std::type_identity<T>) -> OpFn {
+    if constexpr (is_float<T> || is_complex<T> || is_bool<T>) return nullptr;
+    else return &binary<T, T, F>;
+  });
+}
+template <class F>
+OpFn floating_only(DType t) {
+  return any_type(t, []<class T>(std::type_identity<T>) -> OpFn {
+    if constexpr (is_float<T>) return &binary<T, T, F>;
+    else return nullptr;
   });
 }
 template <class F>
@@ -516,6 +651,12 @@ OpFn resolve(const Instr& instr) {
     case Op::land: fn = integral_only<And>(t); break;
     case Op::lor: fn = integral_only<Or>(t); break;
     case Op::lxor: fn = integral_only<Xor>(t); break;
+    case Op::shl: fn = integer_only<Shl>(t); break;
+    case Op::shr: fn = integer_only<Shr>(t); break;
+    case Op::atan2: fn = floating_only<Atan2>(t); break;
+    case Op::copysign: fn = floating_only<Copysign>(t); break;
+    case Op::hypot: fn = floating_only<Hypot>(t); break;
+    case Op::logaddexp: fn = floating_only<Logaddexp>(t); break;
     case Op::eq: fn = compare<Eq>(t); break;
     case Op::ne: fn = compare<Ne>(t); break;
     case Op::lt: fn = compare<Lt>(t); break;
@@ -528,17 +669,32 @@ OpFn resolve(const Instr& instr) {
     case Op::sign: fn = map<Sign>(t); break;
     case Op::floor: fn = map<Floor>(t); break;
     case Op::ceil: fn = map<Ceil>(t); break;
+    case Op::trunc: fn = map<Trunc>(t); break;
+    case Op::round: fn = map<Round>(t); break;
     case Op::exp: fn = floating_map<Exp>(t); break;
+    case Op::expm1: fn = floating_map<Expm1>(t); break;
     case Op::log: fn = floating_map<Log>(t); break;
     case Op::log1p: fn = floating_map<Log1p>(t); break;
+    case Op::log2: fn = floating_map<Log2>(t); break;
+    case Op::log10: fn = floating_map<Log10>(t); break;
     case Op::sqrt: fn = floating_map<Sqrt>(t); break;
     case Op::sin: fn = floating_map<Sin>(t); break;
     case Op::cos: fn = floating_map<Cos>(t); break;
+    case Op::tan: fn = floating_map<Tan>(t); break;
+    case Op::asin: fn = floating_map<Asin>(t); break;
+    case Op::acos: fn = floating_map<Acos>(t); break;
+    case Op::atan: fn = floating_map<Atan>(t); break;
+    case Op::sinh: fn = floating_map<Sinh>(t); break;
+    case Op::cosh: fn = floating_map<Cosh>(t); break;
     case Op::tanh: fn = floating_map<Tanh>(t); break;
+    case Op::asinh: fn = floating_map<Asinh>(t); break;
+    case Op::acosh: fn = floating_map<Acosh>(t); break;
+    case Op::atanh: fn = floating_map<Atanh>(t); break;
     case Op::sigmoid: fn = floating_map<Sigmoid>(t); break;
     case Op::lnot: fn = test<Not>(t); break;
     case Op::isnan: fn = test<IsNan>(t); break;
     case Op::isfinite: fn = test<IsFinite>(t); break;
+    case Op::signbit: fn = test<Signbit>(t); break;
     case Op::real: fn = complex_map<Real>(t); break;
     case Op::imag: fn = complex_map<Imag>(t); break;
     case Op::conj: fn = complex_map<Conj>(t); break;

@@ -22,17 +22,24 @@ struct Spelling {
   std::uint8_t arity;
 };
 
-constexpr std::array<Spelling, 43> spellings{{
+constexpr std::array<Spelling, 64> spellings{{
     {"add", Op::add, 2},         {"sub", Op::sub, 2},        {"mul", Op::mul, 2},       {"div", Op::div, 2},
     {"floordiv", Op::floordiv, 2}, {"mod", Op::mod, 2},      {"pow", Op::pow, 2},       {"maximum", Op::maximum, 2},
     {"minimum", Op::minimum, 2}, {"and", Op::land, 2},       {"or", Op::lor, 2},        {"xor", Op::lxor, 2},
+    {"shl", Op::shl, 2},         {"shr", Op::shr, 2},        {"atan2", Op::atan2, 2},   {"copysign", Op::copysign, 2},
+    {"hypot", Op::hypot, 2},     {"logaddexp", Op::logaddexp, 2},
     {"eq", Op::eq, 2},           {"ne", Op::ne, 2},          {"lt", Op::lt, 2},         {"le", Op::le, 2},
     {"gt", Op::gt, 2},           {"ge", Op::ge, 2},          {"neg", Op::neg, 1},       {"abs", Op::abs, 1},
     {"square", Op::square, 1},   {"sign", Op::sign, 1},      {"floor", Op::floor, 1},   {"ceil", Op::ceil, 1},
-    {"exp", Op::exp, 1},         {"log", Op::log, 1},        {"log1p", Op::log1p, 1},   {"sqrt", Op::sqrt, 1},
-    {"sin", Op::sin, 1},         {"cos", Op::cos, 1},        {"tanh", Op::tanh, 1},     {"sigmoid", Op::sigmoid, 1},
-    {"not", Op::lnot, 1},        {"isnan", Op::isnan, 1},    {"isfinite", Op::isfinite, 1}, {"real", Op::real, 1},
-    {"imag", Op::imag, 1},       {"conj", Op::conj, 1},
+    {"trunc", Op::trunc, 1},     {"round", Op::round, 1},
+    {"exp", Op::exp, 1},         {"expm1", Op::expm1, 1},    {"log", Op::log, 1},       {"log1p", Op::log1p, 1},
+    {"log2", Op::log2, 1},       {"log10", Op::log10, 1},    {"sqrt", Op::sqrt, 1},
+    {"sin", Op::sin, 1},         {"cos", Op::cos, 1},        {"tan", Op::tan, 1},       {"asin", Op::asin, 1},
+    {"acos", Op::acos, 1},       {"atan", Op::atan, 1},      {"sinh", Op::sinh, 1},     {"cosh", Op::cosh, 1},
+    {"tanh", Op::tanh, 1},       {"asinh", Op::asinh, 1},    {"acosh", Op::acosh, 1},   {"atanh", Op::atanh, 1},
+    {"sigmoid", Op::sigmoid, 1},
+    {"not", Op::lnot, 1},        {"isnan", Op::isnan, 1},    {"isfinite", Op::isfinite, 1}, {"signbit", Op::signbit, 1},
+    {"real", Op::real, 1},       {"imag", Op::imag, 1},      {"conj", Op::conj, 1},
     {"where", Op::where, 3},     {"clip", Op::clip, 3},      {"load", Op::load, 0},     {"const", Op::constant, 0},
     {"index", Op::index, 0},
 }};
@@ -251,10 +258,14 @@ class Reader {
           in.type = DType::f64;
         } else if (op == Op::isnan || op == Op::isfinite) {
           in.type = DType::b8;
+        } else if (op == Op::signbit) {
+          if (complex(ops[0])) fail("does not take complex numbers");
+          in.type = DType::b8;
         } else if (op == Op::real || op == Op::imag || op == Op::conj) {
           if (!complex(ops[0])) fail("takes c64 or c128");
           in.type = op == Op::conj ? ops[0] : real_of(ops[0]);
-        } else if (complex(ops[0]) && (op == Op::floor || op == Op::ceil || op == Op::sigmoid || op == Op::lnot)) {
+        } else if (complex(ops[0]) &&
+                   (op == Op::floor || op == Op::ceil || op == Op::trunc || op == Op::sigmoid || op == Op::lnot)) {
           fail("does not take complex numbers");
         } else if (op == Op::abs) {
           in.type = real_of(ops[0]);
@@ -276,6 +287,8 @@ class Reader {
         if (in.op == Op::div && !floating(ops[0]) && !complex(ops[0])) fail("takes f32, f64, c64 or c128");
         const bool logical = in.op == Op::land || in.op == Op::lor || in.op == Op::lxor;
         if (logical && floating(ops[0])) fail("takes integers or b8 (bool)");
+        if ((in.op == Op::shl || in.op == Op::shr) && floating(ops[0])) fail("takes integers");
+        if (in.op >= Op::atan2 && in.op <= Op::logaddexp && !floating(ops[0])) fail("takes f32 or f64");
         const bool on_bool = logical || in.op == Op::add || in.op == Op::mul || in.op == Op::maximum ||
                              in.op == Op::minimum || (in.op >= Op::eq && in.op <= Op::ge);
         if (ops[0] == DType::b8 && !on_bool) fail("does not take b8 (bool)");

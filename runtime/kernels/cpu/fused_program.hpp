@@ -15,7 +15,7 @@
 namespace ferry::kernels::fused {
 
 inline constexpr std::size_t max_inputs = 8;
-inline constexpr std::size_t max_dims = 4;
+inline constexpr std::size_t max_dims = 8;  // after merging: broadcasts alternating up to 8 times
 inline constexpr std::size_t max_depth = 16;
 inline constexpr std::size_t max_code = 256;
 
@@ -23,9 +23,15 @@ enum class Op : std::uint8_t {
   load, constant, index,  // push input k / a constant / the position along a dimension
   // binary, operands of one type
   add, sub, mul, div, floordiv, mod, pow, maximum, minimum, land, lor, lxor,
+  shl, shr,                            // integers (not b8)
+  atan2, copysign, hypot, logaddexp,   // f32/f64
   eq, ne, lt, le, gt, ge,  // -> u8 (bool)
   // unary
-  neg, abs, square, sign, floor, ceil, exp, log, log1p, sqrt, sin, cos, tanh, sigmoid, lnot, isnan, isfinite,
+  neg, abs, square, sign, floor, ceil, trunc, round,
+  // f32, f64, c64, c128 (sigmoid: not complex)
+  exp, expm1, log, log1p, log2, log10, sqrt, sin, cos, tan, asin, acos, atan, sinh, cosh, tanh, asinh, acosh,
+  atanh, sigmoid,
+  lnot, isnan, isfinite, signbit,  // -> b8
   real, imag, conj,    // of c64/c128 (real, imag: -> f32/f64)
   cast,                // to Instr::type
   uniform, normal,     // i64 counter -> f64, seeded by Instr::imm

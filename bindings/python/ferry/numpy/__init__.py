@@ -16,29 +16,33 @@ from __future__ import annotations
 import builtins as _builtins
 import math as _math
 import sys as _sys
+from typing import NamedTuple as _NamedTuple
 
 import numpy as _np
 
-from . import _operators, linalg, random
+from . import _operators, fft, linalg, random
 from ._array import ndarray
 from ._builders import asarray, astype, compute, from_dlpack
-from ._creation import (arange, empty, empty_like, eye, full, full_like, linspace, ones, ones_like, zeros,
-    zeros_like)
+from ._creation import (arange, empty, empty_like, eye, full, full_like, linspace, meshgrid, ones, ones_like, tril,
+    triu, zeros, zeros_like)
 from ._dtypes import (bool_, complex64, complex128, float32, float64, int8, int16, int32, int64, isdtype, uint8,
     uint16, uint32, uint64)
 from ._dtypes import result_type as _result_type
-from ._elementwise import (abs, absolute, add, bitwise_and, bitwise_invert, bitwise_or, bitwise_xor, ceil,  # noqa: A004
-    clip, conj, cos, divide, equal, exp, expm1, floor, floor_divide, greater, greater_equal, invert, isfinite, isinf,
-    isnan, less, less_equal, log, log1p, log2, log10, logical_and, logical_not, logical_or, logical_xor, maximum,
-    minimum, mod, multiply, negative, nextafter, not_equal, positive, pow, power, reciprocal, remainder, sigmoid, sign,
-    imag, real, sin, sqrt, square, subtract, tanh, true_divide, where)
+from ._elementwise import (abs, absolute, acos, acosh, add, arccos, arccosh, arcsin, arcsinh, arctan,  # noqa: A004
+    arctan2, arctanh, around, asin, asinh, atan, atan2, atanh, bitwise_and, bitwise_invert, bitwise_left_shift,
+    bitwise_or, bitwise_right_shift, bitwise_xor, ceil, clip, conj, copysign, cos, cosh, divide, equal, exp, expm1,
+    floor, floor_divide, greater, greater_equal, hypot, imag, invert, isfinite, isinf, isnan, left_shift, less,
+    less_equal, log, log1p, log2, log10, logaddexp, logical_and, logical_not, logical_or, logical_xor, maximum,
+    minimum, mod, multiply, negative, nextafter, not_equal, positive, pow, power, real, reciprocal, remainder,
+    right_shift, round, sigmoid, sign, signbit, sin, sinh, sqrt, square, subtract, tan, tanh, true_divide, trunc,
+    where)
 from ._explain import explain
-from ._indexing import (argsort, cumulative_prod, cumulative_sum, diff, flip, searchsorted, sort, take,
+from ._indexing import (argsort, cumulative_prod, cumulative_sum, diff, flip, nonzero, searchsorted, sort, take,
     take_along_axis)
 from ._info import __array_namespace_info__
 from ._interop import HostCopyWarning
 from ._manipulation import (broadcast_arrays, broadcast_to, concat, concatenate, expand_dims, matrix_transpose,
-    permute_dims, reshape, squeeze, stack, swapaxes, transpose)
+    moveaxis, permute_dims, repeat, reshape, roll, squeeze, stack, swapaxes, tile, transpose, unstack)
 from ._products import dot, matmul, outer, tensordot, vdot, vecdot
 from ._reductions import (all, amax, amin, any, argmax, argmin, count_nonzero, max, mean, min, prod, std,  # noqa: A004
     sum, var)
@@ -62,8 +66,22 @@ def can_cast(from_: object, to: object, /) -> _builtins.bool:
     return _np.can_cast(from_.dtype if hasattr(from_, "dtype") else from_, to)
 
 
-def finfo(type: object, /) -> _np.finfo:  # noqa: A002 - the array API's name
-    return _np.finfo(type.dtype if isinstance(type, (ndarray, _np.ndarray)) else type)
+class finfo_object(_NamedTuple):  # noqa: N801 - the array API's name
+    """The array API's finfo: Python floats (NumPy's finfo gives NumPy
+    scalars of the type, which are not `float` for float32), the real dtype."""
+    bits: int
+    eps: float
+    max: float
+    min: float
+    smallest_normal: float
+    dtype: _np.dtype
+    resolution: float
+
+
+def finfo(type: object, /) -> finfo_object:  # noqa: A002 - the array API's name
+    f = _np.finfo(type.dtype if isinstance(type, (ndarray, _np.ndarray)) else type)
+    return finfo_object(int(f.bits), float(f.eps), float(f.max), float(f.min), float(f.smallest_normal),
+                        _np.dtype(f.dtype), float(f.resolution))
 
 
 def iinfo(type: object, /) -> _np.iinfo:  # noqa: A002 - the array API's name

@@ -76,10 +76,12 @@ class ndarray:  # noqa: N801 - NumPy's spelling
             a = a.astype(dtype, copy=False)
         return a.copy() if copy else a
 
-    def __dlpack__(self, **kwargs: Any) -> Any:
+    def __dlpack__(self, /, *, stream: Any = None, max_version: Any = None, dl_device: Any = None,
+                   copy: bool | None = None) -> Any:
         a = self.numpy()
         # DLPack has no read-only flag: hand out a copy, never the tile itself.
-        return (a.copy() if not a.flags.writeable else np.ascontiguousarray(a)).__dlpack__(**kwargs)
+        a = a.copy() if not a.flags.writeable else np.ascontiguousarray(a)
+        return a.__dlpack__(stream=stream, max_version=max_version, dl_device=dl_device, copy=copy)
 
     def __dlpack_device__(self) -> tuple[int, int]:
         return (1, 0)  # kDLCPU: the value is read back to host memory

@@ -27,7 +27,11 @@ def asarray(obj: Any, dtype: Any = None, *, copy: bool | None = None, device: An
     """An array from a ferry.numpy array, a NumPy array, a DLPack array, a
     (nested) list or a scalar; the data is copied into Ferry's memory once."""
     if isinstance(obj, ndarray):
-        return astype(obj, dtype) if dtype is not None and np.dtype(dtype) != obj.dtype else obj
+        if dtype is not None and np.dtype(dtype) != obj.dtype:
+            return astype(obj, dtype)
+        # A copy is a new array of the same (immutable) value: x[k] = v on
+        # either later gives that one a new value, not the other.
+        return wrap(obj._node) if copy else obj
     if hasattr(obj, "__dlpack__") and not isinstance(obj, np.ndarray):
         obj = np.from_dlpack(obj)
     a = np.asarray(obj, dtype=np.dtype(dtype) if dtype is not None else None)
@@ -77,8 +81,9 @@ def cast(n: Node, t: np.dtype) -> Node:
 _SAME_IN_NUMPY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide, "maximum": np.maximum,
                   "minimum": np.minimum, "eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal,
                   "gt": np.greater, "ge": np.greater_equal, "neg": np.negative, "abs": np.absolute,
-                  "square": np.square, "floor": np.floor, "ceil": np.ceil, "sqrt": np.sqrt, "isnan": np.isnan,
-                  "isfinite": np.isfinite, "where": np.where}
+                  "square": np.square, "floor": np.floor, "ceil": np.ceil, "trunc": np.trunc, "round": np.rint,
+                  "sqrt": np.sqrt, "isnan": np.isnan, "isfinite": np.isfinite, "signbit": np.signbit,
+                  "copysign": np.copysign, "shl": np.left_shift, "shr": np.right_shift, "where": np.where}
 
 
 def _eager(op: str, args: Sequence[Node], t: np.dtype) -> Node | None:
@@ -87,7 +92,7 @@ def _eager(op: str, args: Sequence[Node], t: np.dtype) -> Node | None:
     fn = _SAME_IN_NUMPY.get(op)
     if fn is None or t == dt.bool_ and op in ("add", "sub", "mul", "neg", "square", "abs"):
         return None
-    if op in ("floor", "ceil") and not dt.is_float(t):
+    if op in ("floor", "ceil", "trunc", "round") and not dt.is_float(t):
         return None  # NumPy's floor of an integer goes through float64: int64 beyond 2**53 would round
     if op in ("mul", "div", "square", "sqrt") and any(dt.is_complex(a.dtype) for a in args):
         return None  # NumPy's complex loops may use FMA and other formulas: the fused program decides

@@ -1,5 +1,6 @@
 """ferry.numpy's creation functions: constants, positions (arange, eye,
-linspace) and *_like, all fused programs without inputs."""
+linspace), *_like and meshgrid, all fused programs without inputs, and
+tril/triu, a fused selection by position."""
 
 from __future__ import annotations
 
@@ -11,10 +12,11 @@ import numpy as np
 
 from . import _dtypes as dt
 from ._array import ndarray, wrap
-from ._builders import astype, cast, node, shape_of
-from ._elementwise import add, equal, multiply, where
+from ._builders import asarray, astype, cast, node, shape_of
+from ._elementwise import add, equal, less_equal, multiply, where
 from ._engine import MAX_DIMS
 from ._graph import Const, Index, Map, Node, Reshape
+from ._manipulation import broadcast_to, reshape
 
 
 def full(shape: Any, fill_value: Any, dtype: Any = None, *, device: Any = None) -> ndarray:
@@ -83,8 +85,49 @@ def eye(n_rows: int, n_cols: int | None = None, /, *, k: int = 0, dtype: Any = N
     m = n_rows if n_cols is None else n_cols
     t = dt.dtype(dtype) if dtype is not None else dt.float64
     shape = (n_rows, m)
+    k = builtins.max(-n_rows, builtins.min(int(k), m))  # beyond the matrix: no diagonal (and no int64 overflow)
     diagonal = equal(add(wrap(Index(shape, 0)), k), wrap(Index(shape, 1)))
     return astype(diagonal, t)
+
+
+def meshgrid(*arrays: Any, indexing: str = "xy") -> list[ndarray]:
+    """Coordinate matrices from 1-d arrays: each broadcast along the others'
+    axes (no copy until a task reads them: a fused broadcast)."""
+    if indexing not in ("xy", "ij"):
+        raise ValueError(f"meshgrid: indexing must be 'xy' or 'ij', not {indexing!r}")
+    xs = [asarray(a) for a in arrays]
+    for a in xs:
+        if a.ndim != 1:
+            raise ValueError(f"meshgrid takes 1-d arrays, not one of shape {a.shape}")
+    shape = [a.shape[0] for a in xs]
+    axes = list(range(len(xs)))
+    if indexing == "xy" and len(xs) > 1:
+        shape[0], shape[1] = shape[1], shape[0]
+        axes[0], axes[1] = 1, 0
+    out = []
+    for a, ax in zip(xs, axes):
+        one = [1] * len(xs)
+        one[ax] = a.shape[0]
+        out.append(broadcast_to(reshape(a, tuple(one)), tuple(shape)))
+    return out
+
+
+def _triangle(x: Any, k: int, lower: bool, name: str) -> ndarray:
+    a = asarray(x)
+    if a.ndim < 2:
+        raise ValueError(f"{name} needs an array of rank 2 or more, not {a.shape}")
+    rows, cols = wrap(Index(a.shape, a.ndim - 2)), wrap(Index(a.shape, a.ndim - 1))
+    # lower: column <= row + k; upper: row + k <= column
+    keep = less_equal(cols, add(rows, k)) if lower else less_equal(add(rows, k), cols)
+    return where(keep, a, wrap(Const(0, a.dtype)))
+
+
+def tril(x: Any, /, *, k: int = 0) -> ndarray:
+    return _triangle(x, int(k), True, "tril")
+
+
+def triu(x: Any, /, *, k: int = 0) -> ndarray:
+    return _triangle(x, int(k), False, "triu")
 
 
 def flat_index(shape: tuple[int, ...]) -> Node:

@@ -4,7 +4,6 @@ a fused program (_engine.Program); chains of them run as one task per tile."""
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -20,7 +19,8 @@ from ._graph import Const
 # What the array API leaves undefined for complex numbers (no order, no floor).
 _REAL_ONLY = {"floordiv": "floor_divide", "mod": "remainder", "maximum": "maximum", "minimum": "minimum",
               "lt": "less", "le": "less_equal", "gt": "greater", "ge": "greater_equal", "floor": "floor",
-              "ceil": "ceil", "sigmoid": "sigmoid"}
+              "ceil": "ceil", "trunc": "trunc", "sigmoid": "sigmoid", "signbit": "signbit", "atan2": "atan2",
+              "copysign": "copysign", "hypot": "hypot", "logaddexp": "logaddexp"}
 
 
 def _real_only(op: str, t: np.dtype) -> None:
@@ -99,6 +99,35 @@ def _negative_on_host(b: Any) -> bool:
 power = pow
 
 
+def _real_float(op: str, a: Any, b: Any) -> ndarray:
+    """A function of two real floating-point arrays (integers give float64,
+    as NumPy's; the array API defines these for real floats only)."""
+    t = dt.result_type(weak(a), weak(b))
+    _real_only(op, t)
+    if t == dt.bool_ or not dt.is_inexact(t):
+        t = dt.float_of(t)
+    return apply(op, [cast(node(a), t), cast(node(b), t)], t)
+
+
+def atan2(x1: Any, x2: Any, /) -> ndarray:
+    return _real_float("atan2", x1, x2)
+
+
+arctan2 = atan2
+
+
+def copysign(x1: Any, x2: Any, /) -> ndarray:
+    return _real_float("copysign", x1, x2)
+
+
+def hypot(x1: Any, x2: Any, /) -> ndarray:
+    return _real_float("hypot", x1, x2)
+
+
+def logaddexp(x1: Any, x2: Any, /) -> ndarray:
+    return _real_float("logaddexp", x1, x2)
+
+
 def maximum(a: Any, b: Any) -> ndarray:
     return _arith("maximum", a, b)
 
@@ -175,6 +204,24 @@ def bitwise_or(a: Any, b: Any) -> ndarray:
 
 def bitwise_xor(a: Any, b: Any) -> ndarray:
     return _bitwise("xor", a, b)
+
+
+def _shift(op: str, a: Any, b: Any) -> ndarray:
+    t = dt.result_type(weak(a), weak(b))
+    if not dt.is_int(t):
+        raise TypeError(f"bitwise shifts need integer arrays, not {t}")
+    return apply(op, [cast(node(a), t), cast(node(b), t)], t)
+
+
+def bitwise_left_shift(x1: Any, x2: Any, /) -> ndarray:
+    return _shift("shl", x1, x2)
+
+
+def bitwise_right_shift(x1: Any, x2: Any, /) -> ndarray:
+    return _shift("shr", x1, x2)
+
+
+left_shift, right_shift = bitwise_left_shift, bitwise_right_shift
 
 
 def logical_and(a: Any, b: Any) -> ndarray:
@@ -258,16 +305,56 @@ def sign(x: Any) -> ndarray:
     return apply("sign", [n], n.dtype)
 
 
+def _bool_as_float(n: Any) -> Any:
+    """Bools rounded: float32 (NumPy gives float16, which ferry.numpy lacks)."""
+    return cast(n, dt.float32) if n.dtype == dt.bool_ else n
+
+
 def floor(x: Any) -> ndarray:
     n = node(x)
     _real_only("floor", n.dtype)
+    n = _bool_as_float(n)
     return apply("floor", [n], n.dtype)
 
 
 def ceil(x: Any) -> ndarray:
     n = node(x)
     _real_only("ceil", n.dtype)
+    n = _bool_as_float(n)
     return apply("ceil", [n], n.dtype)
+
+
+def trunc(x: Any, /) -> ndarray:
+    n = node(x)
+    _real_only("trunc", n.dtype)
+    n = _bool_as_float(n)
+    return apply("trunc", [n], n.dtype)
+
+
+def round(x: Any, /, decimals: int = 0) -> ndarray:  # noqa: A001 - the array API's name
+    """To the nearest integer, halves to even (NumPy's); a complex number
+    rounds each part. `decimals` (NumPy's) scales by a power of ten first."""
+    n = node(x)
+    if n.dtype == dt.bool_:
+        return wrap(n)
+    if decimals == 0 or (decimals > 0 and not dt.is_inexact(n.dtype)):
+        return apply("round", [n], n.dtype)
+    if not dt.is_inexact(n.dtype):  # integers to tens, hundreds...: NumPy's, exact beyond 2**53
+        return host("round", lambda v: np.round(v, decimals), [wrap(n)], n.shape, n.dtype)
+    # NumPy's order of operations, so that the same values round alike.
+    if decimals > 0:
+        return divide(apply("round", [node(multiply(wrap(n), 10.0 ** decimals))], n.dtype), 10.0 ** decimals)
+    scale = 10.0 ** -decimals
+    return multiply(apply("round", [node(divide(wrap(n), scale))], n.dtype), scale)
+
+
+around = round
+
+
+def signbit(x: Any, /) -> ndarray:
+    n = node(x)
+    _real_only("signbit", n.dtype)
+    return apply("signbit", [n], dt.bool_)
 
 
 def real(x: Any, /) -> ndarray:
@@ -302,25 +389,25 @@ def _float_fn(op: str) -> Any:
 
 
 exp = _float_fn("exp")
+expm1 = _float_fn("expm1")
 log = _float_fn("log")
 log1p = _float_fn("log1p")
+log2 = _float_fn("log2")
+log10 = _float_fn("log10")
 sqrt = _float_fn("sqrt")
 sin = _float_fn("sin")
 cos = _float_fn("cos")
+tan = _float_fn("tan")
+asin = arcsin = _float_fn("asin")
+acos = arccos = _float_fn("acos")
+atan = arctan = _float_fn("atan")
+sinh = _float_fn("sinh")
+cosh = _float_fn("cosh")
 tanh = _float_fn("tanh")
+asinh = arcsinh = _float_fn("asinh")
+acosh = arccosh = _float_fn("acosh")
+atanh = arctanh = _float_fn("atanh")
 sigmoid = _float_fn("sigmoid")
-
-
-def expm1(x: Any) -> ndarray:
-    return subtract(exp(x), 1)
-
-
-def log2(x: Any) -> ndarray:
-    return multiply(log(x), 1 / math.log(2))
-
-
-def log10(x: Any) -> ndarray:
-    return multiply(log(x), 1 / math.log(10))
 
 
 def reciprocal(x: Any, /) -> ndarray:

@@ -17,7 +17,7 @@ from ._graph import Const, Data, Host, HostArray, Index, Map, MatMul, Node, Redu
 from ._tiles import Tiled, buffer_shape, cuda_programs, forget_at_exit, host_task, per_runtime, placement, runtime
 
 MAX_INPUTS = 8
-MAX_DIMS = 4
+MAX_DIMS = 8  # the fused programs' dimensions after merging (fused_program.hpp: max_dims)
 MAX_CODE_BYTES = 800
 ARITY = {"where": 3, "clip": 3}
 

@@ -1,6 +1,6 @@
 """Gathers, reorderings, scans and assignment: take, advanced indexing
-(integer and boolean arrays), flip, sort, argsort, cumulative_sum, cumulative_prod, diff and
-x[key] = value. Like the other layout
+(integer and boolean arrays), flip, sort, argsort, cumulative_sum, cumulative_prod, diff,
+nonzero and x[key] = value. Like the other layout
 operations they are Python tasks on the CPU workers (_engine._host): their
 inputs never travel to the caller. A boolean mask's result has as many
 elements as the mask has True values, so its shape waits for one number: the
@@ -20,7 +20,7 @@ from ._elementwise import where
 from ._manipulation import broadcast_to, concat
 from ._engine import materialize
 from ._graph import Data
-from ._reductions import sum  # noqa: A004
+from ._reductions import count_nonzero, sum  # noqa: A004
 from ._tiles import Tiled
 
 
@@ -266,3 +266,13 @@ def searchsorted(x1: Any, x2: Any, /, *, side: str = "left", sorter: Any = None)
         return np.searchsorted(s, values, side=side, sorter=order[0] if order else None)
 
     return host("searchsorted", run, inputs, v.shape, dt.int64)
+
+
+def nonzero(x: Any, /) -> tuple[ndarray, ...]:
+    """The positions of the non-zero elements, one int64 array per axis; how
+    many there are is one number to wait for (a fused count)."""
+    a = asarray(x)
+    if a.ndim == 0:
+        raise ValueError("nonzero of a 0-d array is not defined; use atleast_1d (NumPy's error)")
+    count = int(count_nonzero(a))
+    return tuple(host("nonzero", lambda v, d=d: np.nonzero(v)[d], [a], (count,), dt.int64) for d in range(a.ndim))

@@ -67,7 +67,11 @@ _UFUNCS = {
     "invert": e.bitwise_invert, "negative": e.negative, "positive": e.positive, "absolute": e.abs,
     "square": e.square, "sign": e.sign, "floor": e.floor, "ceil": e.ceil, "exp": e.exp, "expm1": e.expm1,
     "log": e.log, "log1p": e.log1p, "log2": e.log2, "log10": e.log10, "sqrt": e.sqrt, "sin": e.sin, "cos": e.cos,
-    "tanh": e.tanh, "isnan": e.isnan, "isfinite": e.isfinite, "isinf": e.isinf, "matmul": p.matmul,
+    "tan": e.tan, "arcsin": e.asin, "arccos": e.acos, "arctan": e.atan, "sinh": e.sinh, "cosh": e.cosh,
+    "tanh": e.tanh, "arcsinh": e.asinh, "arccosh": e.acosh, "arctanh": e.atanh, "arctan2": e.atan2,
+    "copysign": e.copysign, "hypot": e.hypot, "logaddexp": e.logaddexp, "trunc": e.trunc, "rint": e.round,
+    "signbit": e.signbit, "left_shift": e.bitwise_left_shift, "right_shift": e.bitwise_right_shift,
+    "isnan": e.isnan, "isfinite": e.isfinite, "isinf": e.isinf, "matmul": p.matmul,
 }
 
 _REDUCE = {"add": r.sum, "multiply": r.prod, "maximum": r.max, "minimum": r.min, "logical_or": r.any,
@@ -112,6 +116,23 @@ def _eigh(a: Any, UPLO: str = "L") -> Any:  # noqa: N803 - NumPy's name
     if UPLO != "L":
         raise NotImplementedError("numpy.linalg.eigh(..., UPLO='U') on ferry.numpy arrays (the lower triangle is read)")
     return linalg.eigh(a)
+
+
+def _no_out(name: str, out: Any) -> None:
+    if out is not None:
+        raise NotImplementedError(f"numpy.{name}(..., out=...) on ferry.numpy arrays")
+
+
+def _meshgrid(*xi: Any, copy: bool = True, sparse: bool = False, indexing: str = "xy") -> Any:
+    if sparse:
+        raise NotImplementedError("numpy.meshgrid(..., sparse=True) on ferry.numpy arrays")
+    return tuple(c.meshgrid(*xi, indexing=indexing))
+
+
+def _matrix_rank(a: Any, tol: Any, hermitian: bool, rtol: Any) -> Any:
+    if tol is not None or hermitian:
+        raise NotImplementedError("numpy.linalg.matrix_rank(..., tol=/hermitian=) on ferry.numpy arrays: use rtol")
+    return linalg.matrix_rank(a, rtol=rtol)
 
 
 def _reduction(fn: Any) -> Any:
@@ -168,6 +189,16 @@ _FUNCTIONS: dict[Any, Any] = {
     np.flip: lambda m, axis=None: ix.flip(m, axis=axis),
     np.sort: lambda a, axis=-1, kind=None, order=None, **k: ix.sort(a, axis=axis),
     np.argsort: lambda a, axis=-1, kind=None, order=None, **k: ix.argsort(a, axis=axis),
+    np.nonzero: lambda a: ix.nonzero(a), np.moveaxis: lambda a, source, destination: m.moveaxis(a, source, destination),
+    np.repeat: lambda a, repeats, axis=None: m.repeat(a, repeats, axis=axis),
+    np.roll: lambda a, shift, axis=None: m.roll(a, shift, axis=axis), np.tile: lambda a, reps: m.tile(a, reps),
+    np.tril: lambda a, k=0: c.tril(a, k=k), np.triu: lambda a, k=0: c.triu(a, k=k),
+    np.meshgrid: _meshgrid,
+    np.round: lambda a, decimals=0, out=None: _no_out("round", out) or e.round(a, decimals=decimals),
+    np.around: lambda a, decimals=0, out=None: _no_out("around", out) or e.round(a, decimals=decimals),
+    np.linalg.det: lambda a: linalg.det(a), np.linalg.slogdet: lambda a: linalg.slogdet(a),
+    np.linalg.matrix_power: lambda a, n: linalg.matrix_power(a, n),
+    np.linalg.matrix_rank: lambda a, tol=None, hermitian=False, *, rtol=None: _matrix_rank(a, tol, hermitian, rtol),
 }
 
 

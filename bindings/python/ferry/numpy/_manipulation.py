@@ -1,6 +1,7 @@
-"""Layout: reshape, transpose and friends, broadcasting, concat and stack.
-reshape and concat along the first axis share tiles where tile bounds
-allow; other layout changes copy in one Python task on the CPU workers."""
+"""Layout: reshape, transpose and friends, broadcasting, concat and stack,
+moveaxis, repeat, roll, tile, unstack. reshape and concat along the first
+axis share tiles where tile bounds allow; other layout changes copy in one
+Python task on the CPU workers."""
 
 from __future__ import annotations
 
@@ -71,6 +72,9 @@ def swapaxes(x: Any, axis1: int, axis2: int) -> ndarray:
 
 def expand_dims(x: Any, /, axis: int = 0) -> ndarray:
     a = asarray(x)
+    if not -a.ndim - 1 <= axis <= a.ndim:
+        # The array API's IndexError (NumPy's AxisError is one).
+        raise np.exceptions.AxisError(axis, a.ndim + 1)
     ax = axis % (a.ndim + 1)
     return reshape(a, (*a.shape[:ax], 1, *a.shape[ax:]))
 
@@ -148,3 +152,83 @@ def stack(arrays: Sequence[Any], /, *, axis: int = 0) -> ndarray:
         raise ValueError("all input arrays must have the same shape")
     ax = axis % (xs[0].ndim + 1)
     return concat([expand_dims(a, ax) for a in xs], axis=ax)
+
+
+def _axis(axis: Any, ndim: int) -> int:
+    """One axis of an array of rank ndim, non-negative; AxisError (an
+    IndexError and a ValueError) when out of range, as NumPy."""
+    a = int(axis)
+    if not -ndim <= a < ndim:
+        raise np.exceptions.AxisError(a, ndim)
+    return a % ndim
+
+
+def moveaxis(x: Any, source: Any, destination: Any, /) -> ndarray:
+    a = asarray(x)
+    src = [_axis(s, a.ndim) for s in np.atleast_1d(source)]
+    dst = [_axis(d, a.ndim) for d in np.atleast_1d(destination)]
+    if len(src) != len(dst):
+        raise ValueError("moveaxis: `source` and `destination` must have the same number of elements")
+    if len(set(src)) != len(src) or len(set(dst)) != len(dst):
+        raise ValueError("moveaxis: repeated axis")
+    order = [n for n in range(a.ndim) if n not in src]
+    for d, s in sorted(zip(dst, src)):
+        order.insert(d, s)
+    return transpose(a, order)
+
+
+def repeat(x: Any, repeats: Any, /, *, axis: int | None = None) -> ndarray:
+    """Each element `repeats` times along `axis` (the flattened array when
+    None). With an array of counts, the result's length is their sum: one
+    number to wait for, as a boolean mask's count."""
+    a = asarray(x)
+    if axis is None:
+        a, ax = reshape(a, (-1,)), 0
+    else:
+        ax = _axis(axis, a.ndim)
+    if isinstance(repeats, (int, np.integer)):
+        if repeats < 0:
+            raise ValueError("repeat: negative repeats are not allowed")
+        length, counts = a.shape[ax] * int(repeats), []
+        inputs = [a]
+    else:
+        r = asarray(repeats)
+        if not dt.is_int(r.dtype) or r.ndim > 1 or r.shape[0] not in (1, a.shape[ax]):
+            raise ValueError(f"repeat: repeats must be an int or a 1-d integer array of length 1 or "
+                             f"{a.shape[ax]}, not {r.dtype}{list(r.shape)}")
+        length = int(r.sum()) * (a.shape[ax] if r.shape[0] == 1 else 1)
+        counts, inputs = [r], [a, r]
+    shape = tuple(length if i == ax else d for i, d in enumerate(a.shape))
+    fixed = None if counts else int(repeats)
+    return host("repeat", lambda v, *k: np.repeat(v, k[0] if k else fixed, axis=ax), inputs, shape, a.dtype)
+
+
+def roll(x: Any, /, shift: Any, *, axis: Any = None) -> ndarray:
+    a = asarray(x)
+    if axis is not None:
+        axis = tuple(_axis(v, a.ndim) for v in np.atleast_1d(axis))
+        shift = tuple(int(v) for v in np.atleast_1d(shift))
+        if len(shift) != len(axis) and len(shift) != 1:
+            raise ValueError("roll: 'shift' and 'axis' should be scalars or 1D sequences of one length")
+    else:
+        shift = int(shift) if isinstance(shift, (int, np.integer)) else tuple(int(v) for v in shift)
+    return host("roll", lambda v: np.roll(v, shift, axis=axis), [a], a.shape, a.dtype)
+
+
+def tile(x: Any, repetitions: Any, /) -> ndarray:
+    a = asarray(x)
+    reps = tuple(int(r) for r in np.atleast_1d(repetitions))
+    if builtins.any(r < 0 for r in reps):
+        raise ValueError("tile: negative repetitions are not allowed")
+    rank = builtins.max(len(reps), a.ndim)
+    reps = (1,) * (rank - len(reps)) + reps
+    shape = tuple(d * r for d, r in zip((1,) * (rank - a.ndim) + a.shape, reps))
+    return host("tile", lambda v: np.tile(v, reps), [a], shape, a.dtype)
+
+
+def unstack(x: Any, /, *, axis: int = 0) -> tuple[ndarray, ...]:
+    a = asarray(x)
+    if a.ndim == 0:
+        raise ValueError("unstack needs an array of rank 1 or more")
+    ax = _axis(axis, a.ndim)
+    return tuple(a[(slice(None),) * ax + (i,)] for i in range(a.shape[ax]))

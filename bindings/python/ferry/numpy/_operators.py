@@ -23,7 +23,7 @@ from ._interop import array_function, array_ufunc
 _BINARY = {
     "add": e.add, "sub": e.subtract, "mul": e.multiply, "truediv": e.divide, "floordiv": e.floor_divide,
     "mod": e.remainder, "pow": e.pow, "matmul": p.matmul, "and": e.bitwise_and, "or": e.bitwise_or,
-    "xor": e.bitwise_xor,
+    "xor": e.bitwise_xor, "lshift": e.bitwise_left_shift, "rshift": e.bitwise_right_shift,
 }
 _COMPARISONS = {"lt": e.less, "le": e.less_equal, "gt": e.greater, "ge": e.greater_equal, "eq": e.equal,
                 "ne": e.not_equal}

@@ -1,15 +1,18 @@
 """Products: matmul (one gemm task per tile of the left operand, or per
-matrix of a batch), dot, vdot, vecdot, tensordot (2-D cases), outer."""
+matrix of a batch; complex matrices and broadcast batches NumPy's in a
+Python task), dot, vdot, vecdot, tensordot (2-D cases fused or gemm, the
+rest NumPy's in a Python task), outer."""
 
 from __future__ import annotations
 
+import builtins
 from typing import Any
 
 import numpy as np
 
 from . import _dtypes as dt
 from ._array import ndarray, wrap
-from ._builders import asarray, astype, cast, node
+from ._builders import asarray, astype, cast, host, node
 from ._elementwise import conj, multiply
 from ._graph import MatMul, Node, Reshape, Transposed
 from ._manipulation import reshape
@@ -24,7 +27,7 @@ def matmul(a: Any, b: Any) -> ndarray:
         raise ValueError("matmul: an operand is 0-d; use multiply or *")
     t = dt.result_type(wrap(x), wrap(y))
     if dt.is_complex(t):
-        raise TypeError("ferry.numpy's matmul takes real types; complex matrices are not supported yet")
+        return _matmul_by_numpy(x, y, t)
     work = t if dt.is_float(t) else dt.float64
     if len(x.shape) == 2 and len(y.shape) == 2 and x.shape[1] == y.shape[0]:
         # x.T @ y and x @ y.T: gemm reads the matrix under .T with its
@@ -54,7 +57,7 @@ def matmul(a: Any, b: Any) -> ndarray:
         out = MatMul(Reshape(x, (b, m, k)), Reshape(y, (b, k, n)), (b, m, n))
         out = Reshape(out, (*batch_x, m, n))
     else:
-        raise NotImplementedError(f"matmul with broadcast batch dimensions {batch_x} and {batch_y}")
+        return _matmul_by_numpy(node(a), node(b), t)
     out_shape = out.shape
     if squeeze_a:
         out_shape = out_shape[:-2] + out_shape[-1:]
@@ -63,6 +66,20 @@ def matmul(a: Any, b: Any) -> ndarray:
     if out_shape != out.shape:
         out = Reshape(out, out_shape)
     return astype(wrap(out), t)
+
+
+def _matmul_by_numpy(x: Node, y: Node, t: np.dtype) -> ndarray:
+    """NumPy's matmul in a Python task on the CPU workers, for what gemm
+    tasks do not take: complex matrices (the gemm kernels are real) and
+    batches that broadcast against each other."""
+    xm = x.shape if len(x.shape) > 1 else (1, *x.shape)
+    ym = y.shape if len(y.shape) > 1 else (*y.shape, 1)
+    if xm[-1] != ym[-2]:
+        raise ValueError(f"matmul: Input operand 1 has a mismatch in its core dimension 0 "
+                         f"(size {ym[-2]} is different from {xm[-1]})")
+    batch = np.broadcast_shapes(xm[:-2], ym[:-2])
+    shape = (*batch, *xm[-2:-1][:len(x.shape) - 1], *ym[-1:][:len(y.shape) - 1])
+    return host("matmul", np.matmul, [wrap(cast(x, t)), wrap(cast(y, t))], shape, t)
 
 
 def dot(a: Any, b: Any) -> ndarray:
@@ -104,7 +121,19 @@ def tensordot(a: Any, b: Any, /, *, axes: Any = 2) -> ndarray:
             return sum(multiply(x, y), dtype=dt.result_type(x, y))
         if axes == 0:
             return multiply(reshape(x, (*x.shape, 1, 1)), reshape(y, (1, 1, *y.shape)))
-    raise NotImplementedError(f"tensordot beyond the 2-D cases (axes={axes!r})")
+    # Other cases: NumPy's tensordot in a Python task on the CPU workers.
+    if isinstance(axes, (int, np.integer)):
+        if axes < 0 or axes > builtins.min(x.ndim, y.ndim):
+            raise ValueError(f"tensordot: axes={axes} is out of range for ranks {x.ndim} and {y.ndim}")
+        ax, ay = list(range(x.ndim - axes, x.ndim)), list(range(int(axes)))
+    else:
+        ax, ay = [list(np.atleast_1d(v).astype(int)) for v in axes]
+        ax, ay = [int(v) % builtins.max(x.ndim, 1) for v in ax], [int(v) % builtins.max(y.ndim, 1) for v in ay]
+    if len(ax) != len(ay) or builtins.any(x.shape[i] != y.shape[j] for i, j in zip(ax, ay)):
+        raise ValueError(f"tensordot: shape mismatch for sum over axes {ax} of {x.shape} and {ay} of {y.shape}")
+    t = dt.result_type(x, y)
+    shape = (*(d for i, d in enumerate(x.shape) if i not in ax), *(d for j, d in enumerate(y.shape) if j not in ay))
+    return host("tensordot", lambda v, w: np.tensordot(v, w, axes=(ax, ay)), [astype(x, t), astype(y, t)], shape, t)
 
 
 def outer(a: Any, b: Any) -> ndarray:

@@ -53,7 +53,7 @@ def _extreme(fold: str, x: Any, axis: Any, keepdims: bool) -> ndarray:
     n = node(x)
     _ordered(n, fold)
     axes = axes_of(axis, len(n.shape))
-    if n.size == 0 or _count(n.shape, axes) == 0:
+    if _count(n.shape, axes) == 0:  # (an empty array reduced along non-empty axes is an empty result)
         raise ValueError(f"zero-size array to reduction operation {'minimum' if fold == 'min' else 'maximum'} "
                          "which has no identity")
     return wrap(Reduce(fold, n, axes, keepdims, n.dtype))
