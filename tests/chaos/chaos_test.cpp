@@ -1,0 +1,384 @@
+// The chaos harness: a pool of three loopback ferryd runs the mixed DAG
+// (mixed_dag.hpp) again and again while a fault injector, at a random
+// point of each run, kills a host (-9), stops one (SIGSTOP) for longer
+// than the liveness limit and resumes it, or kills one and restarts it on
+// the same port. Asserted: every run's outputs equal, bit for bit, those
+// of the same graph on the CPU alone; no run outlives its bound (a hang
+// fails the harness, naming the run and its fault); a stopped host that
+// comes back is used again or retired, never half-trusted (a task pinned
+// to it either runs there and is right, or runs elsewhere). Printed, not
+// asserted (timings depend on the machine): how long each fault took to be
+// noticed (the distribution), and each run's makespan beside the
+// fault-free one.
+//
+//   chaos_test [--runs N] [--seed S] [--faults kill,stop,restart]
+//              [--liveness-ms MS] [--bound-s S]
+//
+// ctest runs a bounded form (a few runs of each fault); by hand, --runs 200.
+#include <gtest/gtest.h>
+
+#include <signal.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <future>
+#include <map>
+#include <memory>
+#include <optional>
+#include <random>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ferry/ferry.hpp"
+#include "ferryd_process.hpp"
+#include "mixed_dag.hpp"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using ferry::test::FerrydProcess;
+using namespace std::chrono_literals;
+
+struct Args {
+  int runs = 9;
+  std::uint64_t seed = 0;  // 0: from the clock (printed, so a failure can be replayed)
+  std::vector<std::string> faults{"kill", "stop", "restart"};
+  std::chrono::milliseconds liveness{1000};
+  std::chrono::seconds bound{90};  // one run, fault and recovery included
+};
+Args args;
+
+double seconds_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+// Three ferryd on fixed ports, so that one restarted is where it was.
+class Pool {
+ public:
+  enum class State { up, dead, stopped };
+
+  explicit Pool(std::size_t n) {
+    std::set<std::uint16_t> ports;
+    while (hosts_.size() < n) {
+      const auto port = ferry::test::stable_port();
+      if (!ports.insert(port).second) continue;
+      hosts_.push_back(std::make_unique<FerrydProcess>(std::vector<std::string>{}, FerrydProcess::default_token, port));
+      states_.push_back(State::up);
+    }
+  }
+
+  std::size_t size() const { return hosts_.size(); }
+  FerrydProcess& host(std::size_t i) { return *hosts_[i]; }
+  std::vector<std::string> addresses() const {
+    std::vector<std::string> out;
+    for (const auto& h : hosts_) out.push_back(h->address());
+    return out;
+  }
+
+  void kill(std::size_t i) {
+    hosts_[i]->stop(SIGKILL);
+    states_[i] = State::dead;
+  }
+  void stop(std::size_t i) {
+    hosts_[i]->signal(SIGSTOP);
+    states_[i] = State::stopped;
+  }
+  void resume(std::size_t i) {
+    hosts_[i]->signal(SIGCONT);
+    states_[i] = State::up;
+  }
+  void restart(std::size_t i) {
+    hosts_[i]->restart();
+    states_[i] = State::up;
+  }
+
+  // Every host up again before the next run.
+  void heal() {
+    for (std::size_t i = 0; i < hosts_.size(); ++i) {
+      if (states_[i] == State::stopped) resume(i);
+      if (states_[i] == State::dead) restart(i);
+    }
+  }
+
+  // For a hang: nothing left stopped or running behind the harness.
+  void kill_all_now() {
+    for (auto& h : hosts_) {
+      h->signal(SIGCONT);
+      h->signal(SIGKILL);
+    }
+  }
+
+ private:
+  std::vector<std::unique_ptr<FerrydProcess>> hosts_;
+  std::vector<State> states_;
+};
+
+ferry::Runtime::Options cpu_options() {
+  ferry::Runtime::Options o;
+  o.workers = 2;
+  o.persist_perf_models = false;
+  o.read_environment = false;
+  o.gpus = "none";
+  return o;
+}
+
+ferry::Runtime::Options pool_options(Pool& pool) {
+  auto o = cpu_options();
+  o.remotes = pool.addresses();
+  o.token_file = pool.host(0).token_file();
+  // A lost host's work goes to the others or the CPU; under require a
+  // task pinned to a dead host would fail, which is not what is tested.
+  o.remote_policy = ferry::RemotePolicy::prefer;
+  o.remote_liveness = args.liveness;
+  return o;
+}
+
+bool available(const ferry::Runtime& rt, const std::string& address) {
+  for (const auto& d : rt.devices())
+    if (d.name == "remote:" + address) return d.available;
+  return false;
+}
+
+struct Record {
+  int run = 0;
+  std::string fault;
+  std::size_t host = 0;
+  double injected_at = 0;           // seconds into the graph
+  std::optional<double> detected;   // seconds from the fault to the host seen down
+  std::optional<double> back;       // seconds from resume/restart to the host in service again
+  std::string after;                // a stopped host: "used again" or "retired"
+  double makespan = 0;
+  bool wrong = false;
+};
+
+// Polls the runtime's view of host `i` until `down` (or not), for at most `limit`.
+std::optional<double> wait_until(const ferry::Runtime& rt, const std::string& address, bool down,
+                                 Clock::time_point from, std::chrono::milliseconds limit) {
+  const auto deadline = Clock::now() + limit;
+  while (Clock::now() < deadline) {
+    if (available(rt, address) != down) return seconds_between(from, Clock::now());
+    std::this_thread::sleep_for(1ms);
+  }
+  return std::nullopt;
+}
+
+// Injects `fault` on host `h` after `delay`, and watches the runtime notice.
+void inject(ferry::Runtime& rt, Pool& pool, Record& rec, Clock::time_point graph_start, std::chrono::milliseconds delay) {
+  std::this_thread::sleep_for(delay);
+  const std::string address = pool.host(rec.host).address();
+  const auto t0 = Clock::now();
+  rec.injected_at = seconds_between(graph_start, t0);
+  if (rec.fault == "kill") {
+    pool.kill(rec.host);
+    rec.detected = wait_until(rt, address, true, t0, 10s);
+  } else if (rec.fault == "restart") {
+    pool.kill(rec.host);
+    rec.detected = wait_until(rt, address, true, t0, 10s);
+    pool.restart(rec.host);  // as a supervisor would, on the same port
+    rec.back = wait_until(rt, address, false, Clock::now(), 15s);
+  } else if (rec.fault == "stop") {
+    pool.stop(rec.host);
+    // Held past the liveness limit, by a margin: a host stopped only
+    // briefly is a slow host, not a lost one.
+    const auto hold = args.liveness * 2 + 500ms;
+    rec.detected = wait_until(rt, address, true, t0, hold);
+    std::this_thread::sleep_until(t0 + hold);
+    pool.resume(rec.host);
+    // Used again once reconnected; a host that does not come back within
+    // the bound is retired for this runtime.
+    rec.back = wait_until(rt, address, false, Clock::now(), 15s);
+  }
+}
+
+// After a stopped host resumed: a task pinned to it is either run there
+// (the host reconnected, trusted afresh) or elsewhere (retired); its result
+// is right either way.
+void check_after_stop(ferry::Runtime& rt, Pool& pool, Record& rec) {
+  const std::string address = pool.host(rec.host).address();
+  auto x = rt.buffer<double>(4096);
+  std::ranges::fill(x.host(), 0.5);
+  auto task = rt.submit("sum", ferry::read(x), ferry::on(ferry::remote(address)));
+  const double sum = task.result();
+  EXPECT_EQ(sum, 2048.0) << "run " << rec.run << ": a task on the resumed host " << address << " ran on "
+                         << task.device();
+  if (sum != 2048.0) rec.wrong = true;
+  rec.after = task.device() == "remote:" + address ? "used again" : "retired";
+}
+
+bool same_outputs(const ferry::chaos::Outputs& got, const ferry::chaos::Outputs& expected, const Record& rec) {
+  bool same = got.results == expected.results && got.buffers.size() == expected.buffers.size();
+  for (std::size_t b = 0; same && b < got.buffers.size(); ++b) {
+    if (got.buffers[b] == expected.buffers[b]) continue;
+    same = false;
+    const auto& g = got.buffers[b];
+    const auto& e = expected.buffers[b];
+    std::size_t i = 0;
+    while (i < std::min(g.size(), e.size()) && g[i] == e[i]) ++i;
+    ADD_FAILURE() << "run " << rec.run << " (" << rec.fault << " on host " << rec.host << " at " << rec.injected_at
+                  << " s): output " << b << " differs from the CPU's at element " << i << " of " << e.size() << ": "
+                  << (i < g.size() ? g[i] : 0.0) << " against " << (i < e.size() ? e[i] : 0.0);
+  }
+  if (got.results != expected.results)
+    ADD_FAILURE() << "run " << rec.run << " (" << rec.fault << "): a task's result differs from the CPU's";
+  return same;
+}
+
+std::string percentiles(std::vector<double> v) {
+  if (v.empty()) return "none";
+  std::sort(v.begin(), v.end());
+  auto at = [&](double q) { return v[std::min(v.size() - 1, static_cast<std::size_t>(q * static_cast<double>(v.size())))]; };
+  std::ostringstream s;
+  s.precision(3);
+  s << std::fixed << "n=" << v.size() << " min " << v.front() << " p50 " << at(0.5) << " p90 " << at(0.9) << " p99 "
+    << at(0.99) << " max " << v.back();
+  return s.str();
+}
+
+void print_summary(const std::vector<Record>& records, double baseline) {
+  std::printf("\nchaos: %zu runs, fault-free makespan %.3f s\n", records.size(), baseline);
+  std::map<std::string, std::vector<const Record*>> by_fault;
+  for (const auto& r : records) by_fault[r.fault].push_back(&r);
+  std::vector<double> all_detect;
+  for (const auto& [fault, rs] : by_fault) {
+    std::vector<double> detect, back, ratio;
+    int undetected = 0, wrong = 0, used = 0, retired = 0;
+    for (const auto* r : rs) {
+      if (r->detected) detect.push_back(*r->detected), all_detect.push_back(*r->detected);
+      else ++undetected;
+      if (r->back) back.push_back(*r->back);
+      ratio.push_back(r->makespan / baseline);
+      wrong += r->wrong;
+      used += r->after == "used again";
+      retired += r->after == "retired";
+    }
+    std::printf("  %-8s runs %zu, wrong %d, not seen down %d\n", fault.c_str(), rs.size(), wrong, undetected);
+    std::printf("           detection (s): %s\n", percentiles(detect).c_str());
+    if (!back.empty()) std::printf("           back in service (s): %s\n", percentiles(back).c_str());
+    std::printf("           makespan / fault-free: %s\n", percentiles(ratio).c_str());
+    if (fault == "stop") std::printf("           resumed host: used again %d, retired %d\n", used, retired);
+  }
+  std::printf("  all faults, detection (s): %s\n", percentiles(all_detect).c_str());
+  std::printf("  per run: run fault host injected_at detected back makespan\n");
+  for (const auto& r : records)
+    std::printf("    %3d %-8s %zu %.3f %s %s %.3f%s\n", r.run, r.fault.c_str(), r.host, r.injected_at,
+                r.detected ? std::to_string(*r.detected).c_str() : "-", r.back ? std::to_string(*r.back).c_str() : "-",
+                r.makespan, r.wrong ? " WRONG" : "");
+}
+
+TEST(Chaos, TheMixedDagIsRightThroughFaults) {
+  const std::uint64_t seed =
+      args.seed != 0 ? args.seed : static_cast<std::uint64_t>(Clock::now().time_since_epoch().count());
+  std::printf("chaos: seed %llu (--seed to replay), %d runs, faults", static_cast<unsigned long long>(seed), args.runs);
+  for (const auto& f : args.faults) std::printf(" %s", f.c_str());
+  std::printf(", liveness %lld ms\n", static_cast<long long>(args.liveness.count()));
+  std::mt19937_64 rng(seed);
+
+  ferry::chaos::Outputs expected;
+  {
+    ferry::Runtime cpu(cpu_options());
+    expected = ferry::chaos::run_mixed_dag(cpu, ferry::chaos::on_cpu(3));
+  }
+  Pool pool(3);
+  const auto where = ferry::chaos::on_pool(pool.addresses());
+
+  // The fault-free makespan, the best of two (the first also warms caches).
+  double baseline = 1e9;
+  for (int i = 0; i < 2; ++i) {
+    ferry::Runtime rt(pool_options(pool));
+    const auto start = Clock::now();
+    const auto got = ferry::chaos::run_mixed_dag(rt, where);
+    baseline = std::min(baseline, seconds_between(start, Clock::now()));
+    Record rec;
+    rec.run = -1 - i;
+    rec.fault = "none";
+    ASSERT_TRUE(same_outputs(got, expected, rec)) << "wrong without a fault";
+  }
+
+  std::vector<Record> records;
+  for (int run = 0; run < args.runs; ++run) {
+    Record rec;
+    rec.run = run;
+    rec.fault = args.faults[static_cast<std::size_t>(run) % args.faults.size()];
+    rec.host = static_cast<std::size_t>(rng() % pool.size());
+    const auto delay = std::chrono::milliseconds(
+        static_cast<std::int64_t>(std::uniform_real_distribution<double>(0.05, 0.8)(rng) * baseline * 1000));
+    auto done = std::async(std::launch::async, [&] {
+      ferry::Runtime rt(pool_options(pool));
+      const auto start = Clock::now();
+      std::thread injector([&] { inject(rt, pool, rec, start, delay); });
+      ferry::chaos::Outputs got;
+      try {
+        got = ferry::chaos::run_mixed_dag(rt, where);
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << "run " << run << " (" << rec.fault << " on host " << rec.host << "): " << e.what();
+        rec.wrong = true;
+      }
+      rec.makespan = seconds_between(start, Clock::now());
+      injector.join();
+      if (!rec.wrong && !same_outputs(got, expected, rec)) rec.wrong = true;
+      if (rec.fault == "stop") check_after_stop(rt, pool, rec);
+    });
+    if (done.wait_for(args.bound) != std::future_status::ready) {
+      std::fprintf(stderr, "chaos: run %d (%s on host %zu at %.3f s) did not finish in %lld s: a hang\n", run,
+                   rec.fault.c_str(), rec.host, rec.injected_at, static_cast<long long>(args.bound.count()));
+      print_summary(records, baseline);
+      pool.kill_all_now();
+      std::fflush(nullptr);
+      std::_Exit(3);  // the run's threads cannot be joined
+    }
+    done.get();
+    records.push_back(rec);
+    std::printf("chaos: run %d %s host %zu at %.3f s: detected %s, makespan %.3f s%s\n", run, rec.fault.c_str(),
+                rec.host, rec.injected_at, rec.detected ? std::to_string(*rec.detected).c_str() : "no",
+                rec.makespan, rec.wrong ? " WRONG" : "");
+    std::fflush(stdout);
+    pool.heal();
+  }
+  print_summary(records, baseline);
+  const auto wrong = std::count_if(records.begin(), records.end(), [](const Record& r) { return r.wrong; });
+  EXPECT_EQ(wrong, 0) << "runs with wrong results";
+}
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  for (std::string part; std::getline(in, part, ',');)
+    if (!part.empty()) out.push_back(part);
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  testing::InitGoogleTest(&argc, argv);  // takes the --gtest_* flags out first
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    const char* value = i + 1 < argc ? argv[i + 1] : nullptr;
+    if (value == nullptr) {
+      std::fprintf(stderr, "chaos_test: %s needs a value\n", a.c_str());
+      return 2;
+    }
+    if (a == "--runs") args.runs = std::atoi(value);
+    else if (a == "--seed") args.seed = std::strtoull(value, nullptr, 10);
+    else if (a == "--faults") args.faults = split(value);
+    else if (a == "--liveness-ms") args.liveness = std::chrono::milliseconds(std::atoi(value));
+    else if (a == "--bound-s") args.bound = std::chrono::seconds(std::atoi(value));
+    else {
+      std::fprintf(stderr, "chaos_test: unknown argument %s\n", a.c_str());
+      return 2;
+    }
+    ++i;
+  }
+  for (const auto& f : args.faults)
+    if (f != "kill" && f != "stop" && f != "restart") {
+      std::fprintf(stderr, "chaos_test: unknown fault %s (kill, stop, restart)\n", f.c_str());
+      return 2;
+    }
+  if (args.runs < 0 || args.faults.empty()) return 2;
+  return RUN_ALL_TESTS();
+}
