@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <future>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -275,6 +276,41 @@ TEST(Remote, ReconnectsAndUsesTheHostAgain) {
   auto t = rt.submit("sum", ferry::read(x), remote(server));
   EXPECT_EQ(t.result(), 1024.0);
   EXPECT_EQ(t.device(), "remote:" + server.address());
+}
+
+// A stopped ferryd (SIGSTOP; or hung, or behind a partition) keeps its TCP
+// connection open, so UCX never reports it, and a task or fetch on it used
+// to wait until it was resumed (the chaos harness found it: tests/chaos).
+// Past the liveness limit it is lost like a dead host: the task runs
+// elsewhere, the data only it held is recomputed; resumed, it is dialled
+// afresh and used again, trusted only for what it is sent from then on.
+TEST(Remote, AStoppedHostIsLostAtTheLivenessLimitAndUsedAfreshOnceResumed) {
+  FerrydProcess server;
+  auto options = remote_options(server);
+  options.remote_policy = ferry::RemotePolicy::prefer;
+  options.remote_liveness = std::chrono::milliseconds(500);
+  ferry::Runtime rt(options);
+  auto y = rt.buffer<double>(4096);
+  rt.submit("fill", ferry::write(y), 2.0, remote(server)).wait();  // y is only there
+  server.signal(SIGSTOP);
+  auto sum = std::async(std::launch::async, [&] { return rt.submit("sum", ferry::read(y), remote(server)).result(); });
+  const bool finished = sum.wait_for(std::chrono::seconds(30)) == std::future_status::ready;
+  if (!finished) server.signal(SIGCONT);  // lets the test end
+  ASSERT_TRUE(finished) << "a task on the stopped host waited for it";
+  EXPECT_EQ(sum.get(), 8192.0);
+  const auto stats = rt.remote_stats(server.address());
+  EXPECT_FALSE(stats.connected);
+  EXPECT_NE(stats.down_reason.find("liveness"), std::string::npos) << stats.down_reason;
+  server.signal(SIGCONT);
+  bool back = false;
+  for (int i = 0; i < 150 && !back; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    back = rt.remote_stats(server.address()).connected;
+  }
+  ASSERT_TRUE(back) << "the resumed host was not dialled again within 15 s";
+  auto again = rt.submit("sum", ferry::read(y), remote(server));
+  EXPECT_EQ(again.result(), 8192.0);
+  EXPECT_EQ(again.device(), "remote:" + server.address());
 }
 
 TEST(Remote, WrongTokenLeavesTheHostUnusedAndSaysWhy) {
