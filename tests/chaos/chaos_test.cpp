@@ -11,13 +11,18 @@
 // noticed (the distribution), and each run's makespan beside the
 // fault-free one.
 //
-//   chaos_test [--runs N] [--seed S] [--faults kill,stop,restart]
-//              [--liveness-ms MS] [--bound-s S]
+//   chaos_test [--runs N] [--seed S] [--faults kill,stop,restart,partition]
+//              [--liveness-ms MS] [--bound-s S] [--netns] [--host-to-host 0]
 //
 // ctest runs a bounded form (a few runs of each fault); by hand, --runs 200.
+// --netns: each ferryd in a network namespace of its own behind a shaped
+// link (tests/integration/pool_hosts.sh --hosts-only runs this inside its
+// client namespace), and one more fault, a partition: nftables drops
+// everything on the host's link, then lets it through again.
 #include <gtest/gtest.h>
 
 #include <signal.h>
+#include <sys/wait.h>
 
 #include <algorithm>
 #include <chrono>
@@ -48,6 +53,8 @@ struct Args {
   int runs = 9;
   std::uint64_t seed = 0;  // 0: from the clock (printed, so a failure can be replayed)
   std::vector<std::string> faults{"kill", "stop", "restart"};
+  bool netns = false;
+  bool host_to_host = true;  // --host-to-host 0: every edge through the client (to tell which path a failure took)
   std::chrono::milliseconds liveness{1000};
   std::chrono::seconds bound{90};  // one run, fault and recovery included
 };
@@ -57,20 +64,54 @@ double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-// Three ferryd on fixed ports, so that one restarted is where it was.
+std::vector<std::string> words(const char* text) {
+  std::vector<std::string> out;
+  std::stringstream in(text != nullptr ? text : "");
+  for (std::string w; in >> w;) out.push_back(w);
+  return out;
+}
+
+int shell(const std::string& command) {
+  const int status = std::system(command.c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// The namespace variant's hosts, as pool_hosts.sh --hosts-only made them.
+struct Namespaces {
+  std::vector<std::string> hosts, names, devices;
+  static Namespaces from_environment() {
+    return {words(std::getenv("FERRY_POOL_HOSTS")), words(std::getenv("FERRY_POOL_NAMESPACES")),
+            words(std::getenv("FERRY_POOL_DEVICES"))};
+  }
+};
+
+// Three ferryd on fixed ports, so that one restarted is where it was; with
+// namespaces, each in its own (netns_ferryd.sh starts it there).
 class Pool {
  public:
-  enum class State { up, dead, stopped };
+  enum class State { up, dead, stopped, partitioned };
 
-  explicit Pool(std::size_t n) {
+  Pool(std::size_t n, std::optional<Namespaces> ns) : ns_(std::move(ns)) {
+    if (ns_) {
+      ::setenv("FERRY_TEST_FERRYD", CHAOS_NETNS_FERRYD, 1);
+      ::setenv("FERRY_CHAOS_FERRYD", FERRYD_PATH, 1);
+    }
     std::set<std::uint16_t> ports;
     while (hosts_.size() < n) {
       const auto port = ferry::test::stable_port();
       if (!ports.insert(port).second) continue;
-      hosts_.push_back(std::make_unique<FerrydProcess>(std::vector<std::string>{}, FerrydProcess::default_token, port));
+      std::vector<std::string> extra;
+      if (ns_) extra = {"--listen", ns_->hosts.at(hosts_.size()) + ":" + std::to_string(port)};
+      hosts_.push_back(std::make_unique<FerrydProcess>(extra, FerrydProcess::default_token, port));
       states_.push_back(State::up);
     }
   }
+  ~Pool() {
+    for (std::size_t i = 0; i < hosts_.size(); ++i)
+      if (states_[i] == State::partitioned) reconnect(i);
+  }
+  Pool(const Pool&) = delete;
+  Pool& operator=(const Pool&) = delete;
 
   std::size_t size() const { return hosts_.size(); }
   FerrydProcess& host(std::size_t i) { return *hosts_[i]; }
@@ -96,11 +137,28 @@ class Pool {
     hosts_[i]->restart();
     states_[i] = State::up;
   }
+  // Everything on the host's link dropped, both ways, at its end: the
+  // process runs, its TCP connections stay open, nothing gets through.
+  void partition(std::size_t i) {
+    const std::string dev = ns_->devices.at(i);
+    const int rc = shell("ip netns exec " + ns_->names.at(i) + " nft 'add table inet chaos_partition; " +
+                         "add chain inet chaos_partition input { type filter hook input priority -10; policy accept; }; " +
+                         "add chain inet chaos_partition output { type filter hook output priority -10; policy accept; }; " +
+                         "add rule inet chaos_partition input iifname " + dev + " drop; " +
+                         "add rule inet chaos_partition output oifname " + dev + " drop'");
+    if (rc != 0) throw std::runtime_error("nft could not partition " + ns_->names.at(i));
+    states_[i] = State::partitioned;
+  }
+  void reconnect(std::size_t i) {
+    shell("ip netns exec " + ns_->names.at(i) + " nft delete table inet chaos_partition");
+    states_[i] = State::up;
+  }
 
   // Every host up again before the next run.
   void heal() {
     for (std::size_t i = 0; i < hosts_.size(); ++i) {
       if (states_[i] == State::stopped) resume(i);
+      if (states_[i] == State::partitioned) reconnect(i);
       if (states_[i] == State::dead) restart(i);
     }
   }
@@ -114,6 +172,7 @@ class Pool {
   }
 
  private:
+  std::optional<Namespaces> ns_;
   std::vector<std::unique_ptr<FerrydProcess>> hosts_;
   std::vector<State> states_;
 };
@@ -135,6 +194,7 @@ ferry::Runtime::Options pool_options(Pool& pool) {
   // task pinned to a dead host would fail, which is not what is tested.
   o.remote_policy = ferry::RemotePolicy::prefer;
   o.remote_liveness = args.liveness;
+  o.host_to_host = args.host_to_host;
   return o;
 }
 
@@ -181,14 +241,17 @@ void inject(ferry::Runtime& rt, Pool& pool, Record& rec, Clock::time_point graph
     rec.detected = wait_until(rt, address, true, t0, 10s);
     pool.restart(rec.host);  // as a supervisor would, on the same port
     rec.back = wait_until(rt, address, false, Clock::now(), 15s);
-  } else if (rec.fault == "stop") {
-    pool.stop(rec.host);
+  } else if (rec.fault == "stop" || rec.fault == "partition") {
+    const bool stop = rec.fault == "stop";
+    if (stop) pool.stop(rec.host);
+    else pool.partition(rec.host);
     // Held past the liveness limit, by a margin: a host stopped only
     // briefly is a slow host, not a lost one.
     const auto hold = args.liveness * 2 + 500ms;
     rec.detected = wait_until(rt, address, true, t0, hold);
     std::this_thread::sleep_until(t0 + hold);
-    pool.resume(rec.host);
+    if (stop) pool.resume(rec.host);
+    else pool.reconnect(rec.host);
     // Used again once reconnected; a host that does not come back within
     // the bound is retired for this runtime.
     rec.back = wait_until(rt, address, false, Clock::now(), 15s);
@@ -211,20 +274,33 @@ void check_after_stop(ferry::Runtime& rt, Pool& pool, Record& rec) {
 }
 
 bool same_outputs(const ferry::chaos::Outputs& got, const ferry::chaos::Outputs& expected, const Record& rec) {
-  bool same = got.results == expected.results && got.buffers.size() == expected.buffers.size();
-  for (std::size_t b = 0; same && b < got.buffers.size(); ++b) {
-    if (got.buffers[b] == expected.buffers[b]) continue;
-    same = false;
+  const std::string run = "run " + std::to_string(rec.run) + " (" + rec.fault + " on host " + std::to_string(rec.host) +
+                          " at " + std::to_string(rec.injected_at) + " s): ";
+  bool same = got.results.size() == expected.results.size() && got.buffers.size() == expected.buffers.size();
+  if (!same) ADD_FAILURE() << run << "outputs missing";
+  for (std::size_t t = 0; same && t < got.results.size(); ++t)
+    if (got.results[t] != expected.results[t]) {
+      same = false;
+      ADD_FAILURE() << run << "task result " << t << " is " << got.results[t] << ", the CPU's "
+                    << expected.results[t];
+    }
+  for (std::size_t b = 0; b < std::min(got.buffers.size(), expected.buffers.size()); ++b) {
     const auto& g = got.buffers[b];
     const auto& e = expected.buffers[b];
-    std::size_t i = 0;
+    if (g == e) continue;
+    same = false;
+    std::size_t i = 0, differ = 0;
     while (i < std::min(g.size(), e.size()) && g[i] == e[i]) ++i;
-    ADD_FAILURE() << "run " << rec.run << " (" << rec.fault << " on host " << rec.host << " at " << rec.injected_at
-                  << " s): output " << b << " differs from the CPU's at element " << i << " of " << e.size() << ": "
-                  << (i < g.size() ? g[i] : 0.0) << " against " << (i < e.size() ? e[i] : 0.0);
+    for (std::size_t j = 0; j < std::min(g.size(), e.size()); ++j) differ += g[j] != e[j];
+    ADD_FAILURE() << run << "output " << b << " differs from the CPU's in " << differ << " of " << e.size()
+                  << " elements, first at " << i << ": " << (i < g.size() ? g[i] : 0.0) << " against "
+                  << (i < e.size() ? e[i] : 0.0);
   }
-  if (got.results != expected.results)
-    ADD_FAILURE() << "run " << rec.run << " (" << rec.fault << "): a task's result differs from the CPU's";
+  if (!same) {
+    std::string story;
+    for (const auto& d : got.edge_devices) story += " " + d;
+    ADD_FAILURE() << run << "the edges' tasks ran at" << story;
+  }
   return same;
 }
 
@@ -260,7 +336,8 @@ void print_summary(const std::vector<Record>& records, double baseline) {
     std::printf("           detection (s): %s\n", percentiles(detect).c_str());
     if (!back.empty()) std::printf("           back in service (s): %s\n", percentiles(back).c_str());
     std::printf("           makespan / fault-free: %s\n", percentiles(ratio).c_str());
-    if (fault == "stop") std::printf("           resumed host: used again %d, retired %d\n", used, retired);
+    if (fault == "stop" || fault == "partition")
+      std::printf("           host back: used again %d, retired %d\n", used, retired);
   }
   std::printf("  all faults, detection (s): %s\n", percentiles(all_detect).c_str());
   std::printf("  per run: run fault host injected_at detected back makespan\n");
@@ -283,12 +360,19 @@ TEST(Chaos, TheMixedDagIsRightThroughFaults) {
     ferry::Runtime cpu(cpu_options());
     expected = ferry::chaos::run_mixed_dag(cpu, ferry::chaos::on_cpu(3));
   }
-  Pool pool(3);
+  std::optional<Namespaces> ns;
+  if (args.netns) {
+    ns = Namespaces::from_environment();
+    ASSERT_EQ(ns->hosts.size(), 3u) << "--netns runs inside tests/integration/pool_hosts.sh --hosts-only with 3 rates";
+    ASSERT_EQ(ns->names.size(), 3u);
+    ASSERT_EQ(ns->devices.size(), 3u);
+  }
+  Pool pool(3, ns);
   const auto where = ferry::chaos::on_pool(pool.addresses());
 
-  // The fault-free makespan, the best of two (the first also warms caches).
+  // The fault-free makespan, the best of three (the first also warms caches).
   double baseline = 1e9;
-  for (int i = 0; i < 2; ++i) {
+  for (int i = 0; i < 3; ++i) {
     ferry::Runtime rt(pool_options(pool));
     const auto start = Clock::now();
     const auto got = ferry::chaos::run_mixed_dag(rt, where);
@@ -306,7 +390,7 @@ TEST(Chaos, TheMixedDagIsRightThroughFaults) {
     rec.fault = args.faults[static_cast<std::size_t>(run) % args.faults.size()];
     rec.host = static_cast<std::size_t>(rng() % pool.size());
     const auto delay = std::chrono::milliseconds(
-        static_cast<std::int64_t>(std::uniform_real_distribution<double>(0.05, 0.8)(rng) * baseline * 1000));
+        static_cast<std::int64_t>(std::uniform_real_distribution<double>(0.02, 0.7)(rng) * baseline * 1000));
     auto done = std::async(std::launch::async, [&] {
       ferry::Runtime rt(pool_options(pool));
       const auto start = Clock::now();
@@ -321,7 +405,7 @@ TEST(Chaos, TheMixedDagIsRightThroughFaults) {
       rec.makespan = seconds_between(start, Clock::now());
       injector.join();
       if (!rec.wrong && !same_outputs(got, expected, rec)) rec.wrong = true;
-      if (rec.fault == "stop") check_after_stop(rt, pool, rec);
+      if (rec.fault == "stop" || rec.fault == "partition") check_after_stop(rt, pool, rec);
     });
     if (done.wait_for(args.bound) != std::future_status::ready) {
       std::fprintf(stderr, "chaos: run %d (%s on host %zu at %.3f s) did not finish in %lld s: a hang\n", run,
@@ -358,6 +442,10 @@ int main(int argc, char** argv) {
   testing::InitGoogleTest(&argc, argv);  // takes the --gtest_* flags out first
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
+    if (a == "--netns") {
+      args.netns = true;
+      continue;
+    }
     const char* value = i + 1 < argc ? argv[i + 1] : nullptr;
     if (value == nullptr) {
       std::fprintf(stderr, "chaos_test: %s needs a value\n", a.c_str());
@@ -366,6 +454,7 @@ int main(int argc, char** argv) {
     if (a == "--runs") args.runs = std::atoi(value);
     else if (a == "--seed") args.seed = std::strtoull(value, nullptr, 10);
     else if (a == "--faults") args.faults = split(value);
+    else if (a == "--host-to-host") args.host_to_host = std::atoi(value) != 0;
     else if (a == "--liveness-ms") args.liveness = std::chrono::milliseconds(std::atoi(value));
     else if (a == "--bound-s") args.bound = std::chrono::seconds(std::atoi(value));
     else {
@@ -375,8 +464,8 @@ int main(int argc, char** argv) {
     ++i;
   }
   for (const auto& f : args.faults)
-    if (f != "kill" && f != "stop" && f != "restart") {
-      std::fprintf(stderr, "chaos_test: unknown fault %s (kill, stop, restart)\n", f.c_str());
+    if (f != "kill" && f != "stop" && f != "restart" && (f != "partition" || !args.netns)) {
+      std::fprintf(stderr, "chaos_test: unknown fault %s (kill, stop, restart; partition with --netns)\n", f.c_str());
       return 2;
     }
   if (args.runs < 0 || args.faults.empty()) return 2;

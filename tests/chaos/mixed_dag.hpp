@@ -40,6 +40,8 @@ struct Outputs {
   std::vector<std::vector<double>> buffers;
   std::vector<double> results;
   std::size_t tasks = 0;
+  // Where each edge's tasks ran, to tell a wrong result's story.
+  std::vector<std::string> edge_devices;
 };
 
 // Sizes small enough that a run takes about a second on a loaded
@@ -86,13 +88,15 @@ inline Outputs run_mixed_dag(Runtime& rt, const Placement& where, const Shape& s
   // Host-to-host edges: written on host i, copied on host i+1, scaled on
   // host i+2, summed on host i again.
   std::vector<Buffer<double>> edges;
+  std::vector<Task> edge_tasks;
   const std::size_t hosts = where.host.size();
   for (std::size_t i = 0; i < hosts; ++i) {
     auto u = rt.buffer<double>(shape.edge_doubles), v = rt.buffer<double>(shape.edge_doubles);
-    rt.submit("fill", write(u), 1.0 + static_cast<double>(i), where.host[i]);
-    rt.submit("copy", read(u), write(v), where.host[(i + 1) % hosts]);
-    rt.submit("scal", readwrite(v), 1.5, where.host[(i + 2) % hosts]);
+    edge_tasks.push_back(rt.submit("fill", write(u), 1.0 + static_cast<double>(i), where.host[i]));
+    edge_tasks.push_back(rt.submit("copy", read(u), write(v), where.host[(i + 1) % hosts]));
+    edge_tasks.push_back(rt.submit("scal", readwrite(v), 1.5, where.host[(i + 2) % hosts]));
     results.push_back(rt.submit("sum", read(v), where.host[i]));
+    edge_tasks.push_back(results.back());
     out.tasks += 4;
     edges.push_back(std::move(u));
     edges.push_back(std::move(v));
@@ -110,6 +114,7 @@ inline Outputs run_mixed_dag(Runtime& rt, const Placement& where, const Shape& s
 
   rt.wait();
   for (auto& t : results) out.results.push_back(t.result());
+  for (auto& t : edge_tasks) out.edge_devices.push_back(t.name() + "@" + t.device());
   out.buffers.push_back(bytes_of(a));
   out.buffers.push_back(bytes_of(cy));
   for (const auto& e : edges) out.buffers.push_back(bytes_of(e));
