@@ -13,6 +13,7 @@
 //
 //   chaos_test [--runs N] [--seed S] [--faults kill,stop,restart,partition]
 //              [--liveness-ms MS] [--bound-s S] [--netns] [--host-to-host 0]
+//              [--parts cholesky,chain,edges,chunked]
 //
 // ctest runs a bounded form (a few runs of each fault); by hand, --runs 200.
 // --netns: each ferryd in a network namespace of its own behind a shaped
@@ -54,7 +55,8 @@ struct Args {
   std::uint64_t seed = 0;  // 0: from the clock (printed, so a failure can be replayed)
   std::vector<std::string> faults{"kill", "stop", "restart"};
   bool netns = false;
-  bool host_to_host = true;  // --host-to-host 0: every edge through the client (to tell which path a failure took)
+  bool host_to_host = true;
+  ferry::chaos::Shape shape;  // --parts cholesky,chain,edges,chunked: which parts of the DAG run  // --host-to-host 0: every edge through the client (to tell which path a failure took)
   std::chrono::milliseconds liveness{1000};
   std::chrono::seconds bound{90};  // one run, fault and recovery included
 };
@@ -300,6 +302,9 @@ bool same_outputs(const ferry::chaos::Outputs& got, const ferry::chaos::Outputs&
     std::string story;
     for (const auto& d : got.edge_devices) story += " " + d;
     ADD_FAILURE() << run << "the edges' tasks ran at" << story;
+    std::string chain;
+    for (const auto& d : got.chain_devices) chain += " " + d;
+    ADD_FAILURE() << run << "the chain ran at" << chain;
   }
   return same;
 }
@@ -358,7 +363,7 @@ TEST(Chaos, TheMixedDagIsRightThroughFaults) {
   ferry::chaos::Outputs expected;
   {
     ferry::Runtime cpu(cpu_options());
-    expected = ferry::chaos::run_mixed_dag(cpu, ferry::chaos::on_cpu(3));
+    expected = ferry::chaos::run_mixed_dag(cpu, ferry::chaos::on_cpu(3), args.shape);
   }
   std::optional<Namespaces> ns;
   if (args.netns) {
@@ -375,7 +380,7 @@ TEST(Chaos, TheMixedDagIsRightThroughFaults) {
   for (int i = 0; i < 3; ++i) {
     ferry::Runtime rt(pool_options(pool));
     const auto start = Clock::now();
-    const auto got = ferry::chaos::run_mixed_dag(rt, where);
+    const auto got = ferry::chaos::run_mixed_dag(rt, where, args.shape);
     baseline = std::min(baseline, seconds_between(start, Clock::now()));
     Record rec;
     rec.run = -1 - i;
@@ -397,7 +402,7 @@ TEST(Chaos, TheMixedDagIsRightThroughFaults) {
       std::thread injector([&] { inject(rt, pool, rec, start, delay); });
       ferry::chaos::Outputs got;
       try {
-        got = ferry::chaos::run_mixed_dag(rt, where);
+        got = ferry::chaos::run_mixed_dag(rt, where, args.shape);
       } catch (const std::exception& e) {
         ADD_FAILURE() << "run " << run << " (" << rec.fault << " on host " << rec.host << "): " << e.what();
         rec.wrong = true;
@@ -454,7 +459,14 @@ int main(int argc, char** argv) {
     if (a == "--runs") args.runs = std::atoi(value);
     else if (a == "--seed") args.seed = std::strtoull(value, nullptr, 10);
     else if (a == "--faults") args.faults = split(value);
-    else if (a == "--host-to-host") args.host_to_host = std::atoi(value) != 0;
+    else if (a == "--parts") {
+      const auto parts = split(value);
+      const auto has = [&](const char* p) { return std::find(parts.begin(), parts.end(), p) != parts.end(); };
+      args.shape.cholesky = has("cholesky");
+      args.shape.chained = has("chain");
+      args.shape.edged = has("edges");
+      args.shape.chunked = has("chunked");
+    } else if (a == "--host-to-host") args.host_to_host = std::atoi(value) != 0;
     else if (a == "--liveness-ms") args.liveness = std::chrono::milliseconds(std::atoi(value));
     else if (a == "--bound-s") args.bound = std::chrono::seconds(std::atoi(value));
     else {

@@ -42,6 +42,7 @@ struct Outputs {
   std::size_t tasks = 0;
   // Where each edge's tasks ran, to tell a wrong result's story.
   std::vector<std::string> edge_devices;
+  std::vector<std::string> chain_devices;
 };
 
 // Sizes small enough that a run takes about a second on a loaded
@@ -51,6 +52,8 @@ struct Shape {
   int chain = 400;
   std::size_t edge_doubles = std::size_t{1} << 18;   // 2 MiB per edge
   std::size_t chunked_doubles = std::size_t{1} << 22;  // 32 MiB: split into pieces
+  // Which parts run (all by default; fewer to narrow a failure down).
+  bool cholesky = true, chained = true, edged = true, chunked = true;
 };
 
 template <typename T>
@@ -73,16 +76,17 @@ inline Outputs run_mixed_dag(Runtime& rt, const Placement& where, const Shape& s
   auto a = rt.buffer<double>(shape.cholesky_n, shape.cholesky_n);
   samples::fill_spd(a, 17);
   const auto tiles = a.tiles(shape.cholesky_tile, shape.cholesky_tile);
-  out.tasks += samples::submit_tiled_cholesky(rt, tiles, where.any);
+  if (shape.cholesky) out.tasks += samples::submit_tiled_cholesky(rt, tiles, where.any);
 
   // A readwrite chain: its tasks follow one another to one host, forwarded
   // before their predecessors finish.
   auto cx = rt.buffer<double>(3000), cy = rt.buffer<double>(3000);
   fill_uniform(cx, 5, -1, 1);
   fill_uniform(cy, 6, -1, 1);
-  for (int i = 0; i < shape.chain; ++i, ++out.tasks) {
-    if (i % 2 == 0) rt.submit("axpy", read(cx), readwrite(cy), 0.25 + i * 1e-3, where.any);
-    else rt.submit("scal", readwrite(cy), 0.999, where.any);
+  std::vector<Task> chain;
+  for (int i = 0; shape.chained && i < shape.chain; ++i, ++out.tasks) {
+    if (i % 2 == 0) chain.push_back(rt.submit("axpy", read(cx), readwrite(cy), 0.25 + i * 1e-3, where.any));
+    else chain.push_back(rt.submit("scal", readwrite(cy), 0.999, where.any));
   }
 
   // Host-to-host edges: written on host i, copied on host i+1, scaled on
@@ -90,7 +94,7 @@ inline Outputs run_mixed_dag(Runtime& rt, const Placement& where, const Shape& s
   std::vector<Buffer<double>> edges;
   std::vector<Task> edge_tasks;
   const std::size_t hosts = where.host.size();
-  for (std::size_t i = 0; i < hosts; ++i) {
+  for (std::size_t i = 0; shape.edged && i < hosts; ++i) {
     auto u = rt.buffer<double>(shape.edge_doubles), v = rt.buffer<double>(shape.edge_doubles);
     edge_tasks.push_back(rt.submit("fill", write(u), 1.0 + static_cast<double>(i), where.host[i]));
     edge_tasks.push_back(rt.submit("copy", read(u), write(v), where.host[(i + 1) % hosts]));
@@ -107,14 +111,23 @@ inline Outputs run_mixed_dag(Runtime& rt, const Placement& where, const Shape& s
   auto r = rt.buffer<double>(shape.chunked_doubles);
   fill_uniform(p, 9, -4, 4);
   fill_uniform(r, 10, -1, 1);
-  rt.submit("map", read(p), write(q), "sigmoid", where.any);
-  rt.submit("axpy", read(q), readwrite(r), 0.5, where.any);
-  results.push_back(rt.submit("sum", read(r), where.any));
-  out.tasks += 3;
+  if (shape.chunked) {
+    rt.submit("map", read(p), write(q), "sigmoid", where.any);
+    rt.submit("axpy", read(q), readwrite(r), 0.5, where.any);
+    results.push_back(rt.submit("sum", read(r), where.any));
+    out.tasks += 3;
+  }
 
   rt.wait();
   for (auto& t : results) out.results.push_back(t.result());
   for (auto& t : edge_tasks) out.edge_devices.push_back(t.name() + "@" + t.device());
+  // The chain's hosts in runs: "remote:A x37, remote:B x5, ...".
+  for (std::size_t i = 0; i < chain.size();) {
+    std::size_t j = i;
+    while (j < chain.size() && chain[j].device() == chain[i].device()) ++j;
+    out.chain_devices.push_back(chain[i].device() + " x" + std::to_string(j - i));
+    i = j;
+  }
   out.buffers.push_back(bytes_of(a));
   out.buffers.push_back(bytes_of(cy));
   for (const auto& e : edges) out.buffers.push_back(bytes_of(e));

@@ -278,6 +278,40 @@ TEST(Remote, ReconnectsAndUsesTheHostAgain) {
   EXPECT_EQ(t.device(), "remote:" + server.address());
 }
 
+// A readwrite task's inputs are prefetched to its host while its
+// predecessor, the region's writer before it, still runs on another host:
+// the host's bytes were the old version then, and that copy, landing after
+// the predecessor's result was recorded, passed for one as good as the
+// host's; the task ran on it and the predecessor's step was lost (the chaos
+// harness found it: a chain hopping between hosts one step short, an edge
+// reading zeros). Each round a write on A, then one on B.
+TEST(Remote, AWriterOnAnotherHostSeesItsPredecessorsResult) {
+  // Over TCP, whose ships are slower than a fill there: the window is wide.
+  setenv("FERRY_SHARED_MEMORY", "0", 1);  // read when the runtime dials
+  FerrydProcess a, b;
+  auto options = remote_options(a);
+  options.remotes.push_back(b.address());
+  options.host_to_host = false;  // the path through the client, where prefetch ships from
+  options.auto_chunk = false;    // whole tasks: one region, one copy per host
+  ferry::Runtime rt(options);
+  // 64 MiB: the prefetch's ship outlasts the first write (a fill).
+  const std::size_t n = std::size_t{8} << 20;
+  int wrong = 0;
+  for (int round = 0; round < 10; ++round) {
+    auto y = rt.buffer<double>(n);
+    std::ranges::fill(y.host(), 1.0);
+    // A holds the host's version: the first write there starts at once, and
+    // nothing is in flight when the second write's inputs are prefetched to B.
+    EXPECT_EQ(rt.submit("sum", ferry::read(y), remote(a)).result(), static_cast<double>(n));
+    rt.submit("fill", ferry::write(y), 2.0, remote(a));
+    rt.submit("scal", ferry::readwrite(y), 3.0, remote(b)).wait();
+    auto h = y.host_read();
+    wrong += h[0] != 6.0 || h[n - 1] != 6.0;
+  }
+  EXPECT_EQ(wrong, 0) << "rounds where the second write did not see the first";
+  unsetenv("FERRY_SHARED_MEMORY");
+}
+
 // A stopped ferryd (SIGSTOP; or hung, or behind a partition) keeps its TCP
 // connection open, so UCX never reports it, and a task or fetch on it used
 // to wait until it was resumed (the chaos harness found it: tests/chaos).
