@@ -13,7 +13,12 @@
 //
 //   chaos_test [--runs N] [--seed S] [--faults kill,stop,restart,partition]
 //              [--liveness-ms MS] [--bound-s S] [--netns] [--host-to-host 0]
-//              [--parts cholesky,chain,edges,chunked]
+//              [--parts cholesky,chain,edges,chunked] [--lane-kills N]
+//
+// --lane-kills N: the same-host shared-memory lane (docs/protocol.md) with
+// a ferryd killed -9 N times while 32 MiB payloads are in flight on it
+// (Chaos.SharedMemoryLaneSurvivesKills): a kill that wedged the client's
+// UCX worker would hang the run, which the bound turns into a failure.
 //
 // ctest runs a bounded form (a few runs of each fault); by hand, --runs 200.
 // --netns: each ferryd in a network namespace of its own behind a shaped
@@ -56,6 +61,7 @@ struct Args {
   std::vector<std::string> faults{"kill", "stop", "restart"};
   bool netns = false;
   bool host_to_host = true;
+  int lane_kills = 0;  // --lane-kills N: Chaos.SharedMemoryLaneSurvivesKills's kills
   ferry::chaos::Shape shape;  // --parts cholesky,chain,edges,chunked: which parts of the DAG run  // --host-to-host 0: every edge through the client (to tell which path a failure took)
   std::chrono::milliseconds liveness{1000};
   std::chrono::seconds bound{90};  // one run, fault and recovery included
@@ -431,6 +437,57 @@ TEST(Chaos, TheMixedDagIsRightThroughFaults) {
   print_summary(records, baseline);
   const auto wrong = std::count_if(records.begin(), records.end(), [](const Record& r) { return r.wrong; });
   EXPECT_EQ(wrong, 0) << "runs with wrong results";
+}
+
+// One ferryd on this host, the lane on, a kill -9 while payloads cross it.
+TEST(Chaos, SharedMemoryLaneSurvivesKills) {
+  if (args.lane_kills <= 0) GTEST_SKIP() << "--lane-kills N runs it";
+  ::unsetenv("FERRY_SHARED_MEMORY");  // the lane, as a same-host client gets it
+  std::mt19937_64 rng(args.seed != 0 ? args.seed : 1);
+  FerrydProcess server({}, FerrydProcess::default_token, ferry::test::stable_port());
+  std::vector<double> notice;
+  int wrong = 0;
+  for (int kill = 0; kill < args.lane_kills; ++kill) {
+    auto done = std::async(std::launch::async, [&] {
+      auto o = cpu_options();
+      o.remotes = {server.address()};
+      o.token_file = server.token_file();
+      o.remote_policy = ferry::RemotePolicy::prefer;
+      o.remote_liveness = args.liveness;
+      o.auto_chunk = false;  // one payload of 32 MiB per ship
+      ferry::Runtime rt(o);
+      const std::size_t n = std::size_t{4} << 20;  // 32 MiB
+      auto x = rt.buffer<double>(n);
+      std::ranges::fill(x.host(), 1.0);
+      const auto at = std::chrono::microseconds(std::uniform_int_distribution<int>(0, 40000)(rng));
+      std::thread killer([&] {
+        std::this_thread::sleep_for(at);
+        const auto t0 = Clock::now();
+        server.stop(SIGKILL);
+        if (auto seen = wait_until(rt, server.address(), true, t0, 10s)) notice.push_back(*seen);
+      });
+      for (int i = 0; i < 8; ++i) {
+        (void)x.host();  // ships again: each task's 32 MiB crosses the lane
+        rt.submit("scal", ferry::readwrite(x), 2.0, ferry::on(ferry::remote()));
+      }
+      rt.wait();
+      killer.join();
+      auto h = x.host_read();
+      if (h[0] != 256.0 || h[n - 1] != 256.0) ++wrong;
+    });
+    if (done.wait_for(args.bound) != std::future_status::ready) {
+      std::fprintf(stderr, "chaos: lane kill %d did not finish in %lld s: the client wedged\n", kill,
+                   static_cast<long long>(args.bound.count()));
+      std::fflush(nullptr);
+      std::_Exit(3);
+    }
+    done.get();
+    server.restart();
+  }
+  std::printf("chaos: %d kill -9s of a same-host ferryd with payloads on the shared-memory lane: 0 wedges, %d wrong; "
+              "loss noticed (s): %s\n",
+              args.lane_kills, wrong, percentiles(notice).c_str());
+  EXPECT_EQ(wrong, 0);
 }
 
 std::vector<std::string> split(const std::string& s) {

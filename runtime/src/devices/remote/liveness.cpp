@@ -9,8 +9,8 @@
 // So, with a liveness limit: while requests wait on the host, and nothing
 // came from it for half the limit, a ping goes out (ferryd answers pings on
 // its progress thread, beside kernels that run for minutes); nothing for the
-// whole limit, ping included, and the host is lost as if its connection had
-// failed: its work is placed again, its data recomputed from lineage, and
+// whole limit, and nothing for half of it since the ping, and the host is
+// lost as if its connection had failed: its work is placed again, its data recomputed from lineage, and
 // the reconnect loop dials it afresh, so a host that comes back starts a
 // new connection, trusted only for what it is sent from then on. A host
 // nothing waits on is never judged: its silence costs nothing.
@@ -37,6 +37,7 @@ void RemoteDevice::watch_liveness() {
   const auto tick = std::max(limit / 8, steady_clock::duration(std::chrono::milliseconds(5)));
   std::optional<std::future<protocol::Message>> ping;  // the one out, unanswered
   std::uint64_t ping_epoch = 0;
+  steady_clock::time_point ping_sent;
   std::unique_lock lock(liveness_mutex_);
   while (!stopping_.load()) {
     liveness_cv_.wait_for(lock, tick, [&] { return stopping_.load(); });
@@ -48,14 +49,19 @@ void RemoteDevice::watch_liveness() {
     if (!alive()) continue;
     const auto silent = steady_clock::now() - steady_clock::time_point(steady_clock::duration(last_heard_.load()));
     if (silent < limit / 2) continue;
-    if (rpc_.waiting() <= (ping ? 1u : 0u)) continue;  // nothing waits on it but the ping
+    // Nothing waits on it but the ping: neither this runtime's requests nor
+    // another host's move out of it (host_to_host.cpp).
+    if (rpc_.waiting() + static_cast<std::size_t>(lent_.load()) <= (ping ? 1u : 0u)) continue;
     if (!ping) {
       const std::uint64_t id = next_request();
       ping = request(id, protocol::Ping{id}, nullptr, 0);
       ping_epoch = epoch;
+      ping_sent = steady_clock::now();
       continue;
     }
-    if (silent < limit) continue;
+    // A host idle for long is silent for long through no fault of its own:
+    // the ping it was just sent gets half the limit to come back.
+    if (silent < limit || steady_clock::now() - ping_sent < limit / 2) continue;
     lock.unlock();
     lost(fmt::format("not heard from in {} ms while requests waited on it (the liveness limit, "
                      "FERRY_REMOTE_LIVENESS)",

@@ -373,6 +373,9 @@ class RemoteDevice final : public Device, public NodeLink {
   void watch_liveness();
   void heard_from() noexcept;
   std::atomic<std::int64_t> last_heard_{0};  // steady_clock ticks of the last message from the host
+  // Host-to-host moves out of this host in flight: another host waits on
+  // it, so its silence counts as if this runtime's requests waited.
+  std::atomic<int> lent_{0};
   std::mutex liveness_mutex_;
   std::condition_variable liveness_cv_;
   std::thread liveness_;
