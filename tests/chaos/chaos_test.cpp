@@ -524,6 +524,7 @@ int main(int argc, char** argv) {
       args.shape.edged = has("edges");
       args.shape.chunked = has("chunked");
     } else if (a == "--host-to-host") args.host_to_host = std::atoi(value) != 0;
+    else if (a == "--lane-kills") args.lane_kills = std::atoi(value);
     else if (a == "--liveness-ms") args.liveness = std::chrono::milliseconds(std::atoi(value));
     else if (a == "--bound-s") args.bound = std::chrono::seconds(std::atoi(value));
     else {
