@@ -1,8 +1,8 @@
 // The chaos harness: a pool of three loopback ferryd runs the mixed DAG
 // (mixed_dag.hpp) again and again while a fault injector, at a random
 // point of each run, kills a host (-9), stops one (SIGSTOP) for longer
-// than the liveness limit and resumes it, or kills one and restarts it on
-// the same port. Asserted: every run's outputs equal, bit for bit, those
+// than the liveness limit and resumes it, kills one and restarts it on
+// the same port, or fills one to its memory limit from another client. Asserted: every run's outputs equal, bit for bit, those
 // of the same graph on the CPU alone; no run outlives its bound (a hang
 // fails the harness, naming the run and its fault); a stopped host that
 // comes back is used again or retired, never half-trusted (a task pinned
@@ -11,7 +11,7 @@
 // noticed (the distribution), and each run's makespan beside the
 // fault-free one.
 //
-//   chaos_test [--runs N] [--seed S] [--faults kill,stop,restart,partition]
+//   chaos_test [--runs N] [--seed S] [--faults kill,stop,restart,fill,partition]
 //              [--liveness-ms MS] [--bound-s S] [--netns] [--host-to-host 0]
 //              [--parts cholesky,chain,edges,chunked] [--lane-kills N]
 //
@@ -48,6 +48,7 @@
 #include "ferry/ferry.hpp"
 #include "ferryd_process.hpp"
 #include "mixed_dag.hpp"
+#include "test_client.hpp"
 
 namespace {
 
@@ -58,7 +59,7 @@ using namespace std::chrono_literals;
 struct Args {
   int runs = 9;
   std::uint64_t seed = 0;  // 0: from the clock (printed, so a failure can be replayed)
-  std::vector<std::string> faults{"kill", "stop", "restart"};
+  std::vector<std::string> faults{"kill", "stop", "restart", "fill"};
   bool netns = false;
   bool host_to_host = true;
   int lane_kills = 0;  // --lane-kills N: Chaos.SharedMemoryLaneSurvivesKills's kills
@@ -108,8 +109,10 @@ class Pool {
     while (hosts_.size() < n) {
       const auto port = ferry::test::stable_port();
       if (!ports.insert(port).second) continue;
-      std::vector<std::string> extra;
-      if (ns_) extra = {"--listen", ns_->hosts.at(hosts_.size()) + ":" + std::to_string(port)};
+      // A memory limit another client can fill (the `fill` fault) and the
+      // run's own data nearly does (its largest buffers are 32 MiB).
+      std::vector<std::string> extra{"--memory-limit", "160MiB"};
+      if (ns_) extra.insert(extra.end(), {"--listen", ns_->hosts.at(hosts_.size()) + ":" + std::to_string(port)});
       hosts_.push_back(std::make_unique<FerrydProcess>(extra, FerrydProcess::default_token, port));
       states_.push_back(State::up);
     }
@@ -235,8 +238,27 @@ std::optional<double> wait_until(const ferry::Runtime& rt, const std::string& ad
   return std::nullopt;
 }
 
+// Another client takes what the host's memory limit leaves (32 MiB
+// replicas until one is refused) and holds it until `release`: the run's
+// own copies there must make room or go elsewhere. A raw protocol client,
+// which keeps what it put (a runtime would evict its own replicas instead).
+// Returns the MiB it held.
+std::size_t fill_host(Pool& pool, std::size_t host, const std::atomic<bool>& release) {
+  ferry::test::TestClient hog(pool.host(host).port(), "chaos-hog");
+  hog.authenticate(FerrydProcess::default_token);
+  const std::vector<double> block(std::size_t{4} << 20, 1.0);
+  std::size_t held = 0;
+  for (std::uint64_t id = 1; id <= 64; ++id, held += 32) {
+    const auto ack = hog.put(id, ferry::protocol::DType::f64, 1, block.size(), block.data(), block.size() * sizeof(double));
+    if (ack.status != ferry::protocol::Status::ok) break;  // full
+  }
+  while (!release.load()) std::this_thread::sleep_for(5ms);
+  return held;
+}
+
 // Injects `fault` on host `h` after `delay`, and watches the runtime notice.
-void inject(ferry::Runtime& rt, Pool& pool, Record& rec, Clock::time_point graph_start, std::chrono::milliseconds delay) {
+void inject(ferry::Runtime& rt, Pool& pool, Record& rec, Clock::time_point graph_start, std::chrono::milliseconds delay,
+            const std::atomic<bool>& graph_done) {
   std::this_thread::sleep_for(delay);
   const std::string address = pool.host(rec.host).address();
   const auto t0 = Clock::now();
@@ -263,6 +285,8 @@ void inject(ferry::Runtime& rt, Pool& pool, Record& rec, Clock::time_point graph
     // Used again once reconnected; a host that does not come back within
     // the bound is retired for this runtime.
     rec.back = wait_until(rt, address, false, Clock::now(), 15s);
+  } else if (rec.fault == "fill") {
+    rec.after = "filled with " + std::to_string(fill_host(pool, rec.host, graph_done)) + " MiB";  // not a loss
   }
 }
 
@@ -343,8 +367,12 @@ void print_summary(const std::vector<Record>& records, double baseline) {
       used += r->after == "used again";
       retired += r->after == "retired";
     }
-    std::printf("  %-8s runs %zu, wrong %d, not seen down %d\n", fault.c_str(), rs.size(), wrong, undetected);
-    std::printf("           detection (s): %s\n", percentiles(detect).c_str());
+    if (fault == "fill") {  // a full host is not a lost one: nothing to detect
+      std::printf("  %-8s runs %zu, wrong %d\n", fault.c_str(), rs.size(), wrong);
+    } else {
+      std::printf("  %-8s runs %zu, wrong %d, not seen down %d\n", fault.c_str(), rs.size(), wrong, undetected);
+      std::printf("           detection (s): %s\n", percentiles(detect).c_str());
+    }
     if (!back.empty()) std::printf("           back in service (s): %s\n", percentiles(back).c_str());
     std::printf("           makespan / fault-free: %s\n", percentiles(ratio).c_str());
     if (fault == "stop" || fault == "partition")
@@ -405,7 +433,8 @@ TEST(Chaos, TheMixedDagIsRightThroughFaults) {
     auto done = std::async(std::launch::async, [&] {
       ferry::Runtime rt(pool_options(pool));
       const auto start = Clock::now();
-      std::thread injector([&] { inject(rt, pool, rec, start, delay); });
+      std::atomic<bool> graph_done{false};
+      std::thread injector([&] { inject(rt, pool, rec, start, delay, graph_done); });
       ferry::chaos::Outputs got;
       try {
         got = ferry::chaos::run_mixed_dag(rt, where, args.shape);
@@ -414,6 +443,7 @@ TEST(Chaos, TheMixedDagIsRightThroughFaults) {
         rec.wrong = true;
       }
       rec.makespan = seconds_between(start, Clock::now());
+      graph_done.store(true);
       injector.join();
       if (!rec.wrong && !same_outputs(got, expected, rec)) rec.wrong = true;
       if (rec.fault == "stop" || rec.fault == "partition") check_after_stop(rt, pool, rec);
@@ -428,9 +458,9 @@ TEST(Chaos, TheMixedDagIsRightThroughFaults) {
     }
     done.get();
     records.push_back(rec);
-    std::printf("chaos: run %d %s host %zu at %.3f s: detected %s, makespan %.3f s%s\n", run, rec.fault.c_str(),
+    std::printf("chaos: run %d %s host %zu at %.3f s: detected %s, makespan %.3f s%s%s\n", run, rec.fault.c_str(),
                 rec.host, rec.injected_at, rec.detected ? std::to_string(*rec.detected).c_str() : "no",
-                rec.makespan, rec.wrong ? " WRONG" : "");
+                rec.makespan, rec.after.empty() ? "" : (", " + rec.after).c_str(), rec.wrong ? " WRONG" : "");
     std::fflush(stdout);
     pool.heal();
   }
@@ -534,8 +564,9 @@ int main(int argc, char** argv) {
     ++i;
   }
   for (const auto& f : args.faults)
-    if (f != "kill" && f != "stop" && f != "restart" && (f != "partition" || !args.netns)) {
-      std::fprintf(stderr, "chaos_test: unknown fault %s (kill, stop, restart; partition with --netns)\n", f.c_str());
+    if (f != "kill" && f != "stop" && f != "restart" && (f != "fill" || args.netns) && (f != "partition" || !args.netns)) {
+      std::fprintf(stderr, "chaos_test: unknown fault %s (kill, stop, restart, fill; partition with --netns, fill without)\n",
+                   f.c_str());
       return 2;
     }
   if (args.runs < 0 || args.faults.empty()) return 2;
