@@ -31,6 +31,8 @@
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -94,6 +96,20 @@ struct Namespaces {
   }
 };
 
+// The pool's processes, for a harness stopped by hand (Ctrl-C, a CI
+// timeout): a ferryd left behind would keep its port, or stay stopped.
+// (One being restarted at that moment is not listed yet, and is left.)
+std::array<std::atomic<pid_t>, 4> pool_pids{};
+
+extern "C" void kill_pool_and_exit(int signo) {
+  for (auto& pid : pool_pids)
+    if (const pid_t p = pid.load(); p > 0) {
+      ::kill(p, SIGCONT);
+      ::kill(p, SIGKILL);
+    }
+  ::_exit(128 + signo);
+}
+
 // Three ferryd on fixed ports, so that one restarted is where it was; with
 // namespaces, each in its own (netns_ferryd.sh starts it there).
 class Pool {
@@ -115,7 +131,10 @@ class Pool {
       if (ns_) extra.insert(extra.end(), {"--listen", ns_->hosts.at(hosts_.size()) + ":" + std::to_string(port)});
       hosts_.push_back(std::make_unique<FerrydProcess>(extra, FerrydProcess::default_token, port));
       states_.push_back(State::up);
+      note_pid(hosts_.size() - 1);
     }
+    ::signal(SIGINT, kill_pool_and_exit);
+    ::signal(SIGTERM, kill_pool_and_exit);
   }
   ~Pool() {
     for (std::size_t i = 0; i < hosts_.size(); ++i)
@@ -147,6 +166,7 @@ class Pool {
   void restart(std::size_t i) {
     hosts_[i]->restart();
     states_[i] = State::up;
+    note_pid(i);
   }
   // Everything on the host's link dropped, both ways, at its end: the
   // process runs, its TCP connections stay open, nothing gets through.
@@ -183,6 +203,10 @@ class Pool {
   }
 
  private:
+  void note_pid(std::size_t i) {
+    if (i < pool_pids.size()) pool_pids[i].store(hosts_[i]->pid());
+  }
+
   std::optional<Namespaces> ns_;
   std::vector<std::unique_ptr<FerrydProcess>> hosts_;
   std::vector<State> states_;
