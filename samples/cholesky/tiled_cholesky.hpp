@@ -23,19 +23,20 @@ inline std::vector<double> fill_spd(const Buffer<double>& a, unsigned seed) {
   return std::vector<double>(h.begin(), h.end());
 }
 
-template <typename T>
-std::size_t submit_tiled_cholesky(Runtime& rt, const TileGrid<T>& a) {
+// `where`: placement options given to every task (none: the scheduler's choice).
+template <typename T, typename... Where>
+std::size_t submit_tiled_cholesky(Runtime& rt, const TileGrid<T>& a, const Where&... where) {
   const std::size_t nt = a.rows();
   std::size_t tasks = 0;
   for (std::size_t k = 0; k < nt; ++k) {
-    rt.submit("potrf", readwrite(a(k, k)));
+    rt.submit("potrf", readwrite(a(k, k)), where...);
     ++tasks;
-    for (std::size_t i = k + 1; i < nt; ++i, ++tasks) rt.submit("trsm", read(a(k, k)), readwrite(a(i, k)));
+    for (std::size_t i = k + 1; i < nt; ++i, ++tasks) rt.submit("trsm", read(a(k, k)), readwrite(a(i, k)), where...);
     for (std::size_t i = k + 1; i < nt; ++i) {
-      rt.submit("syrk", read(a(i, k)), readwrite(a(i, i)));
+      rt.submit("syrk", read(a(i, k)), readwrite(a(i, i)), where...);
       ++tasks;
       for (std::size_t j = k + 1; j < i; ++j, ++tasks)
-        rt.submit("gemm", read(a(i, k)), read(a(j, k)), readwrite(a(i, j)), -1.0, 1.0, 0, 1);
+        rt.submit("gemm", read(a(i, k)), read(a(j, k)), readwrite(a(i, j)), -1.0, 1.0, 0, 1, where...);
     }
   }
   return tasks;

@@ -152,7 +152,15 @@ class FerrydProcess {
     }
   }
 
-  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+  // Where it listens: 127.0.0.1, or the host of the test's own --listen
+  // (another loopback address, an address inside a network namespace).
+  std::string address() const {
+    std::string host = "127.0.0.1";
+    const auto listen = std::find(extra_args_.begin(), extra_args_.end(), "--listen");
+    if (listen != extra_args_.end() && listen + 1 != extra_args_.end())
+      host = listen[1].substr(0, listen[1].rfind(':'));
+    return host + ":" + std::to_string(port_);
+  }
 
   // A ferryd that died by itself, or that a sanitizer reported on, fails
   // the test with its log: the log's folder goes with this object, and a

@@ -5,6 +5,8 @@
 // and a runtime moving an edge between two hosts with no byte through the
 // client, including when the source is killed during the move.
 #include <gtest/gtest.h>
+
+#include <future>
 #include <signal.h>
 
 #include <atomic>
@@ -671,6 +673,37 @@ TEST(HostToHost, TheSourceKilledDuringTheMoveStillGivesTheRightResult) {
   EXPECT_EQ(rt.submit("sum", ferry::read(x), on(b)).result(), 5.0 * static_cast<double>(n));
   // B, whose fetch failed half-way, still stops cleanly (under ASan: without leaks).
   EXPECT_EQ(b.stop(SIGTERM), 0) << b.log();
+}
+
+// The source stopped (SIGSTOP; or hung, or cut off) while B fetches from it:
+// B waits on it, this runtime waits on B, and nothing waited on A, so its
+// liveness was never judged and the edge waited for good (the chaos harness
+// found it: a stopped host's edges held the graph until it was resumed).
+// The source is watched while a move out of it is in flight; lost, the move
+// is given up and the data recomputed from its lineage.
+TEST(HostToHost, TheSourceStoppedDuringTheMoveIsLostAndTheResultIsRight) {
+  FerrydProcess a, b;
+  auto options = two_remotes(a, b);
+  options.remote_policy = ferry::RemotePolicy::prefer;
+  options.remote_liveness = 500ms;
+  ferry::Runtime rt(options);
+  const std::size_t n = std::size_t{16} << 20;  // 128 MiB of doubles: the move takes a while
+  auto x = rt.buffer<double>(n);
+  rt.submit("fill", ferry::write(x), 5.0, on(a)).wait();
+  std::atomic<bool> stop{false};
+  std::thread stopper([&] {
+    while (!stop.load() && a.log().find("capability:") == std::string::npos) std::this_thread::sleep_for(1ms);
+    a.signal(SIGSTOP);
+  });
+  auto sum = std::async(std::launch::async, [&] { return rt.submit("sum", ferry::read(x), on(b)).result(); });
+  const bool finished = sum.wait_for(30s) == std::future_status::ready;
+  stop.store(true);
+  stopper.join();
+  a.signal(SIGCONT);  // lets the test end either way
+  ASSERT_TRUE(finished) << "the edge waited on its stopped source";
+  EXPECT_EQ(sum.get(), 5.0 * static_cast<double>(n));
+  auto h = x.host_read();
+  EXPECT_TRUE(std::all_of(h.begin(), h.end(), [](double v) { return v == 5.0; }));
 }
 
 }  // namespace

@@ -5,7 +5,8 @@
 # ferryd serves in each host namespace; the command runs in the client's.
 #
 #   pool_hosts.sh [--rates 1gbit,200mbit,50mbit] [--workers 2] [--plugin LIB]
-#                 [--host-cpus LIST --client-cpus LIST] FERRYD -- command...
+#                 [--host-cpus LIST --client-cpus LIST]
+#                 [--prefix ferry-pool] [--hosts-only] FERRYD -- command...
 #
 # --host-cpus/--client-cpus (taskset lists) keep the hosts' kernels off the
 # client's cores, so that on one box a host is capacity beside the client's
@@ -13,10 +14,16 @@
 #
 # The command sees FERRY_REMOTES (every host, in --rates order), FERRY_TOKEN_FILE
 # and FERRY_POOL_HOSTS (the hosts' addresses, space-separated, same order).
+# --hosts-only: no ferryd is started; the command starts (and kills, and
+# restarts) its own, one in each host namespace, as tests/chaos does. It
+# sees FERRY_POOL_NAMESPACES and FERRY_POOL_DEVICES (each host's namespace
+# and its end of the link, in the same order) and no FERRY_REMOTES.
+# --prefix names the namespaces (PREFIX-client, PREFIX-hostN), the links
+# and the lock, so two users of this script do not share them.
 # Exit 77 (ctest's skip) when it cannot run here: not root, or no `ip netns`.
 set -euo pipefail
 
-RATES=1gbit,200mbit,50mbit WORKERS=2 PLUGIN="" HOST_CPUS="" CLIENT_CPUS="" CMD=()
+RATES=1gbit,200mbit,50mbit WORKERS=2 PLUGIN="" HOST_CPUS="" CLIENT_CPUS="" CMD=() PREFIX=ferry-pool HOSTS_ONLY=0
 while (($#)); do
   case $1 in
     --rates) RATES=$2; shift 2 ;;
@@ -24,12 +31,16 @@ while (($#)); do
     --plugin) PLUGIN=$2; shift 2 ;;
     --host-cpus) HOST_CPUS=$2; shift 2 ;;
     --client-cpus) CLIENT_CPUS=$2; shift 2 ;;
+    --prefix) PREFIX=$2; shift 2 ;;
+    --hosts-only) HOSTS_ONLY=1; shift ;;
     --) shift; CMD=("$@"); break ;;
     -*) echo "pool_hosts: unknown argument '$1'" >&2; exit 2 ;;
     *) FERRYD=$1; shift ;;
   esac
 done
-[[ -n ${FERRYD:-} && ${#CMD[@]} -gt 0 ]] || { sed -n '2,16p' "${BASH_SOURCE[0]}" >&2; exit 2; }
+[[ -n ${FERRYD:-} && ${#CMD[@]} -gt 0 ]] || { sed -n '2,23p' "${BASH_SOURCE[0]}" >&2; exit 2; }
+[[ $PREFIX =~ ^[a-z]+-[a-z]+$ && ${#PREFIX} -le 12 ]] || { echo "pool_hosts: --prefix is word-word, 12 letters at most" >&2; exit 2; }
+DEV=${PREFIX%%-*}-p  # link names: DEVcN / DEVhN, within the kernel's 15 characters
 pin_host=() pin_client=()
 [[ -n $HOST_CPUS ]] && pin_host=(taskset -c "$HOST_CPUS")
 [[ -n $CLIENT_CPUS ]] && pin_client=(taskset -c "$CLIENT_CPUS")
@@ -42,16 +53,16 @@ skip() { echo "pool_hosts: SKIP: $*" >&2; exit 77; }
 [[ $(id -u) == 0 ]] || skip "needs root (network namespaces, veth, tc)"
 command -v ip >/dev/null && ip netns list >/dev/null 2>&1 || skip "'ip netns' is not available"
 command -v tc >/dev/null || skip "no tc (iproute2)"
-ip netns add ferry-probe-$$ 2>/dev/null && ip netns del ferry-probe-$$ || skip "cannot create network namespaces here"
+ip netns add "${PREFIX%%-*}-probe-$$" 2>/dev/null && ip netns del "${PREFIX%%-*}-probe-$$" || skip "cannot create network namespaces here"
 [[ -x $FERRYD ]] || { echo "pool_hosts: no ferryd at $FERRYD" >&2; exit 2; }
 
 # Fixed names (prefixed, never anyone else's): one run at a time.
-NS_CLIENT=ferry-pool-client
-exec 9>/run/ferry-pool-hosts.lock
-flock -w 600 9 || { echo "pool_hosts: another run holds /run/ferry-pool-hosts.lock" >&2; exit 1; }
+NS_CLIENT=$PREFIX-client
+exec 9>"/run/$PREFIX-hosts.lock"
+flock -w 600 9 || { echo "pool_hosts: another run holds /run/$PREFIX-hosts.lock" >&2; exit 1; }
 
 tmp="" pids=()
-namespaces() { echo "$NS_CLIENT"; for i in "${!rates[@]}"; do echo "ferry-pool-host$i"; done; }
+namespaces() { echo "$NS_CLIENT"; for i in "${!rates[@]}"; do echo "$PREFIX-host$i"; done; }
 cleanup() {
   local rc=$?
   set +e
@@ -71,7 +82,7 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 # Stale namespaces of a run killed -9: ours by name, and only what runs inside them.
-for ns in $(namespaces) ferry-pool-host{0..7}; do
+for ns in $(namespaces) "$PREFIX"-host{0..7}; do
   if ip netns list | grep -qw "^$ns"; then
     for pid in $(ip netns pids "$ns"); do kill -KILL "$pid" 2>/dev/null || true; done
     ip netns del "$ns"
@@ -91,7 +102,7 @@ ip -n "$NS_CLIENT" link set lo up
 ip netns exec "$NS_CLIENT" sysctl -qw net.ipv4.ip_forward=1
 client_devs=() hosts=()
 for i in "${!rates[@]}"; do
-  ns=ferry-pool-host$i dev_c=ferry-pc$i dev_h=ferry-ph$i
+  ns=$PREFIX-host$i dev_c=${DEV}c$i dev_h=${DEV}h$i
   ip_c=10.78.$((i + 1)).1 ip_h=10.78.$((i + 1)).2
   ip netns add "$ns"
   ip -n "$ns" link set lo up
@@ -122,11 +133,20 @@ chmod 700 "$tmp"
 
 # UCX_TLS=tcp: shared memory would join the processes on this box directly,
 # bypassing the links; UCX_NET_DEVICES pins each ferryd to its veth end.
-remotes=()
+remotes=() host_devs=()
+for i in "${!hosts[@]}"; do host_devs+=("${DEV}h$i"); done
+if ((HOSTS_ONLY)); then
+  rc=0
+  ip netns exec "$NS_CLIENT" env UCX_TLS=tcp UCX_NET_DEVICES="$(IFS=,; echo "${client_devs[*]}")" \
+    FERRY_POOL_HOSTS="${hosts[*]}" FERRY_POOL_NAMESPACES="$(namespaces | tail -n +2 | tr '\n' ' ')" \
+    FERRY_POOL_DEVICES="${host_devs[*]}" "${pin_client[@]}" "${CMD[@]}" || rc=$?
+  say "command exited with $rc"
+  exit "$rc"
+fi
 for i in "${!hosts[@]}"; do
   extra=()
   [[ -n $PLUGIN ]] && extra=(--plugin "$PLUGIN")
-  ip netns exec "ferry-pool-host$i" env UCX_TLS=tcp UCX_NET_DEVICES="ferry-ph$i" \
+  ip netns exec "$PREFIX-host$i" env UCX_TLS=tcp UCX_NET_DEVICES="${DEV}h$i" \
     "${pin_host[@]}" "$FERRYD" --listen "${hosts[$i]}:0" --token-file "$tmp/token" --port-file "$tmp/port$i" \
     --workers "$WORKERS" --gpus none "${extra[@]}" >"$tmp/ferryd$i.log" 2>&1 &
   pids+=($!)

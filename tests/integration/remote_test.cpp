@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <future>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -290,6 +291,75 @@ TEST(Remote, ReconnectsAndUsesTheHostAgain) {
   auto t = rt.submit("sum", ferry::read(x), remote(server));
   EXPECT_EQ(t.result(), 1024.0);
   EXPECT_EQ(t.device(), "remote:" + server.address());
+}
+
+// A readwrite task's inputs are prefetched to its host while its
+// predecessor, the region's writer before it, still runs on another host:
+// the host's bytes were the old version then, and that copy, landing after
+// the predecessor's result was recorded, passed for one as good as the
+// host's; the task ran on it and the predecessor's step was lost (the chaos
+// harness found it: a chain hopping between hosts one step short, an edge
+// reading zeros). Each round a write on A, then one on B.
+TEST(Remote, AWriterOnAnotherHostSeesItsPredecessorsResult) {
+  // Over TCP, whose ships are slower than a fill there: the window is wide.
+  setenv("FERRY_SHARED_MEMORY", "0", 1);  // read when the runtime dials
+  FerrydProcess a, b;
+  auto options = remote_options(a);
+  options.remotes.push_back(b.address());
+  options.host_to_host = false;  // the path through the client, where prefetch ships from
+  options.auto_chunk = false;    // whole tasks: one region, one copy per host
+  ferry::Runtime rt(options);
+  // 64 MiB: the prefetch's ship outlasts the first write (a fill).
+  const std::size_t n = std::size_t{8} << 20;
+  int wrong = 0;
+  for (int round = 0; round < 10; ++round) {
+    auto y = rt.buffer<double>(n);
+    std::ranges::fill(y.host(), 1.0);
+    // A holds the host's version: the first write there starts at once, and
+    // nothing is in flight when the second write's inputs are prefetched to B.
+    EXPECT_EQ(rt.submit("sum", ferry::read(y), remote(a)).result(), static_cast<double>(n));
+    rt.submit("fill", ferry::write(y), 2.0, remote(a));
+    rt.submit("scal", ferry::readwrite(y), 3.0, remote(b)).wait();
+    auto h = y.host_read();
+    wrong += h[0] != 6.0 || h[n - 1] != 6.0;
+  }
+  EXPECT_EQ(wrong, 0) << "rounds where the second write did not see the first";
+  unsetenv("FERRY_SHARED_MEMORY");
+}
+
+// A stopped ferryd (SIGSTOP; or hung, or behind a partition) keeps its TCP
+// connection open, so UCX never reports it, and a task or fetch on it used
+// to wait until it was resumed (the chaos harness found it: tests/chaos).
+// Past the liveness limit it is lost like a dead host: the task runs
+// elsewhere, the data only it held is recomputed; resumed, it is dialled
+// afresh and used again, trusted only for what it is sent from then on.
+TEST(Remote, AStoppedHostIsLostAtTheLivenessLimitAndUsedAfreshOnceResumed) {
+  FerrydProcess server;
+  auto options = remote_options(server);
+  options.remote_policy = ferry::RemotePolicy::prefer;
+  options.remote_liveness = std::chrono::milliseconds(500);
+  ferry::Runtime rt(options);
+  auto y = rt.buffer<double>(4096);
+  rt.submit("fill", ferry::write(y), 2.0, remote(server)).wait();  // y is only there
+  server.signal(SIGSTOP);
+  auto sum = std::async(std::launch::async, [&] { return rt.submit("sum", ferry::read(y), remote(server)).result(); });
+  const bool finished = sum.wait_for(std::chrono::seconds(30)) == std::future_status::ready;
+  if (!finished) server.signal(SIGCONT);  // lets the test end
+  ASSERT_TRUE(finished) << "a task on the stopped host waited for it";
+  EXPECT_EQ(sum.get(), 8192.0);
+  const auto stats = rt.remote_stats(server.address());
+  EXPECT_FALSE(stats.connected);
+  EXPECT_NE(stats.down_reason.find("liveness"), std::string::npos) << stats.down_reason;
+  server.signal(SIGCONT);
+  bool back = false;
+  for (int i = 0; i < 150 && !back; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    back = rt.remote_stats(server.address()).connected;
+  }
+  ASSERT_TRUE(back) << "the resumed host was not dialled again within 15 s";
+  auto again = rt.submit("sum", ferry::read(y), remote(server));
+  EXPECT_EQ(again.result(), 8192.0);
+  EXPECT_EQ(again.device(), "remote:" + server.address());
 }
 
 TEST(Remote, WrongTokenLeavesTheHostUnusedAndSaysWhy) {

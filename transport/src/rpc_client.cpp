@@ -138,6 +138,16 @@ void RpcClient::fail_all(const std::string& reason) {
     p->reply.set_exception(std::make_exception_ptr(RemoteError(fmt::format("remote {}: {}", peer_, reason))));
 }
 
+std::size_t RpcClient::waiting() {
+  std::size_t n = 0;
+  {
+    std::lock_guard lock(mutex_);
+    n += pending_.size();
+  }
+  std::lock_guard lock(receiving_->mutex);
+  return n + receiving_->requests.size();
+}
+
 protocol::Message RpcClient::await(std::future<protocol::Message>& reply, const char* what,
                                    Connection* sent_on) const {
   if (sent_on != nullptr)

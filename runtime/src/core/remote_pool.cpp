@@ -174,6 +174,7 @@ void RemotePool::add_host(const std::string& address, bool discovered) {
   // Discovered hosts come and go with the name: never fatal.
   remote.policy = discovered ? RemotePolicy::prefer : options.remote_policy;
   remote.timeout = options.remote_timeout;
+  remote.liveness = options.remote_liveness;
   try {
     core_.add_device([&](DeviceId id) {
       auto device = std::make_unique<RemoteDevice>(core_, id, static_cast<MemoryNodeId>(id), remote, core_.worker());
@@ -288,6 +289,7 @@ void RemotePool::welcome_host(transport::Dialed dialed) {
     remote.window = options.chunk_window;
     remote.policy = RemotePolicy::prefer;
     remote.timeout = options.remote_timeout;
+    remote.liveness = options.remote_liveness;
     try {
       device = static_cast<RemoteDevice*>(&core_.add_device([&](DeviceId id) {
         auto made = std::make_unique<RemoteDevice>(core_, id, static_cast<MemoryNodeId>(id), remote, core_.worker());

@@ -83,6 +83,13 @@ void apply_environment(Runtime::Options& o) {
       throw UsageError(fmt::format("FERRY_REMOTE_TIMEOUT={} is not a number of seconds (above 0, at most 3600)", v));
     o.remote_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000));
   }
+  if (const char* v = env("FERRY_REMOTE_LIVENESS")) {
+    char* end = nullptr;
+    const double seconds = std::strtod(v, &end);
+    if (end == v || *end != '\0' || !(seconds == 0 || (seconds >= 0.05 && seconds <= 3600)))
+      throw UsageError(fmt::format("FERRY_REMOTE_LIVENESS={} is not a number of seconds (0: off, or 0.05 to 3600)", v));
+    o.remote_liveness = std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000));
+  }
   if (const char* v = env("FERRY_COMPILE_LIMIT")) {
     char* end = nullptr;
     const double seconds = std::strtod(v, &end);

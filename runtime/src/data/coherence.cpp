@@ -559,6 +559,10 @@ void written_on_node(const BufferState& view, NodeLink& link, std::uint64_t id, 
   std::shared_ptr<RemoteCopy> mine;
   {
     RootLock lock(root.transfer_mutex);
+    // A ship of the region still on its way (a prefetch) carries the
+    // version this write replaces, and its copy is listed only once it
+    // lands: waited for, so that it is found stale below, not after.
+    root.shipped.wait(lock, [&] { return !shipping_overlaps(root, view.region); });
     const auto is_mine = [&](const RemoteCopy& copy) { return copy.link == &link && copy.id == id; };
     bool stale = false;
     for (const auto& copy : root.copies) {

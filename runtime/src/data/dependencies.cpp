@@ -131,10 +131,19 @@ void clear_history(BufferRoot& root) {
 
 bool prefetch_too_early(const BufferState& view, const TaskRecord* task) {
   bool pending = false;
+  bool writes_it = false;
   for (const Use& use : users_of(view)) {
     pending = pending || (use.writes && use.task != task && !use.task->done.load(std::memory_order_acquire));
+    writes_it = writes_it || (use.writes && use.task == task);
     release(use.task);
   }
+  // A task that writes the region is its record's writer: the writer before
+  // it, its predecessor, is listed no more, and may still be running. The
+  // host's bytes are then an old version; shipped ahead, they once landed
+  // beside the predecessor's result as a copy as good as the host's, and
+  // the task ran on them (a readwrite chain hopping between hosts lost a
+  // step; an edge read zeros). Its predecessors done, the data is final.
+  if (writes_it && task->pending.load(std::memory_order_acquire) > 0) pending = true;
   return pending || task->done.load(std::memory_order_acquire);
 }
 

@@ -134,6 +134,14 @@ class Runtime {
     bool plaintext = false;
     RemotePolicy remote_policy = RemotePolicy::require;           // FERRY_REMOTE_POLICY=require|prefer
     std::chrono::milliseconds remote_timeout{10000};              // FERRY_REMOTE_TIMEOUT=seconds
+    // A connected host not heard from this long while tasks or transfers
+    // wait on it is lost as if its connection had failed (its work placed
+    // again, its data recomputed) and dialled afresh: a stopped or hung
+    // ferryd, or one behind a partition, keeps its TCP connection open and
+    // would otherwise hold those tasks for good. A ping goes out after half
+    // of it. Too short, and a host merely slow to answer is dropped and its
+    // work redone. 0: off.                                        FERRY_REMOTE_LIVENESS=seconds
+    std::chrono::milliseconds remote_liveness{5000};
     // How long NVRTC may take to compile a CUDA source kernel when it is
     // defined (cuda_kernel, add_kernel), for all of this runtime's GPUs;
     // the definition fails with a CompileError past it.   FERRY_COMPILE_LIMIT=seconds

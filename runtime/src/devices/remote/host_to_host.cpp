@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <future>
 
 #include "devices/device_host.hpp"
 #include "devices/remote/remote_device.hpp"
@@ -70,6 +71,24 @@ std::uint64_t RemoteDevice::fetch_from(RemoteDevice& source, std::uint64_t capab
   protocol::Fetch fetch{req,     id,       wire(shape.dtype), shape.rows, shape.cols, 0, shape.bytes(), address,
                         host_key, capability, secret,          source_id,  0};
   auto reply = request(req, fetch, nullptr, 0);
+  // This host waits on the source, and would wait for good on one that was
+  // stopped or cut off (its connection up, nothing coming). The source is
+  // watched meanwhile (lent_: its liveness limit applies) and, once it is
+  // lost, the move is given up: the replica dropped here ends this host's
+  // fetch, and the data comes from its lineage instead.
+  struct Lent {
+    std::atomic<int>& n;
+    explicit Lent(std::atomic<int>& count) : n(count) { ++n; }
+    ~Lent() { --n; }
+  } lent(source.lent_);
+  const std::uint64_t source_epoch = source.epoch();
+  while (reply.wait_for(std::chrono::milliseconds(20)) != std::future_status::ready) {
+    if (!alive()) break;  // await fails it with this host's loss
+    if (!source.alive() || source.epoch() != source_epoch) {
+      drop(id);
+      throw RemoteError(fmt::format("its source {} was lost during the move", source.address()));
+    }
+  }
   const protocol::Message answer = await(reply, "fetch");
   const auto* ack = std::get_if<protocol::PutAck>(&answer);
   // A fetch that failed after the host made the replica leaves it there: drop it.

@@ -106,6 +106,7 @@ void RemoteDevice::start() {
   }
   for (unsigned slot = 0; slot < options_.proxies; ++slot) proxies_.emplace_back([this, slot] { proxy_loop(slot); });
   reconnector_ = std::thread([this] { reconnect_loop(); });
+  if (options_.liveness.count() > 0) liveness_ = std::thread([this] { watch_liveness(); });
 }
 
 RemoteDevice::~RemoteDevice() {
@@ -122,8 +123,13 @@ RemoteDevice::~RemoteDevice() {
   stopping_.store(true);
   queue_cv_.notify_all();
   reconnect_cv_.notify_all();
+  {
+    std::lock_guard lock(liveness_mutex_);  // the watch checks stopping_ under it before it sleeps
+  }
+  liveness_cv_.notify_all();
   for (auto& thread : proxies_) thread.join();
   if (reconnector_.joinable()) reconnector_.join();
+  if (liveness_.joinable()) liveness_.join();
   if (adopted_ && adopted_->connection) adopted_->connection->close();  // a call never used
   std::shared_ptr<transport::Connection> connection;
   {
@@ -209,6 +215,7 @@ void RemoteDevice::use(transport::Dialed& dialed) {
   quota_ = welcome->memory_quota;
   gpus_.store(welcome->gpus, std::memory_order_relaxed);
   wait_wired(*dialed.connection);
+  heard_from();  // the welcome: a new connection is not judged by the old one's silence
   epoch_.fetch_add(1, std::memory_order_acq_rel);
   alive_.store(true, std::memory_order_release);
   measure_link();
@@ -410,6 +417,7 @@ protocol::Message RemoteDevice::await(std::future<protocol::Message>& reply, con
 }
 
 void RemoteDevice::on_message(transport::Incoming& incoming) {
+  heard_from();
   protocol::Message message;
   try {
     message = protocol::decode(incoming.header());

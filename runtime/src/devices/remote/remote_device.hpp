@@ -67,6 +67,9 @@ struct RemoteOptions {
   bool host_to_host = true;  // pull copies other remotes hold from them directly (host_to_host.cpp)
   RemotePolicy policy = RemotePolicy::require;
   std::chrono::milliseconds timeout{10000};  // to connect and authenticate under require
+  // A connected host not heard from this long while requests wait on it is
+  // lost (liveness.cpp); 0: only a failed connection loses it.
+  std::chrono::milliseconds liveness{0};
   // The host dials this runtime (ferryd --connect): `address` names it (its
   // host key's fingerprint); connections come through adopt().
   bool reverse = false;
@@ -367,6 +370,17 @@ class RemoteDevice final : public Device, public NodeLink {
   std::condition_variable reconnect_cv_;
   std::optional<transport::Dialed> adopted_;  // reverse: the host's newest call, not yet in use
   std::thread reconnector_;
+
+  // liveness.cpp: a host that stops answering while its connection stays up.
+  void watch_liveness();
+  void heard_from() noexcept;
+  std::atomic<std::int64_t> last_heard_{0};  // steady_clock ticks of the last message from the host
+  // Host-to-host moves out of this host in flight: another host waits on
+  // it, so its silence counts as if this runtime's requests waited.
+  std::atomic<int> lent_{0};
+  std::mutex liveness_mutex_;
+  std::condition_variable liveness_cv_;
+  std::thread liveness_;
 };
 
 }  // namespace ferry::detail

@@ -79,6 +79,9 @@ class RpcClient {
   // on an endpoint without error handling never completes that receive).
   void fail_all(const std::string& reason);
 
+  // Requests sent and not yet answered (or answered, their payload still landing).
+  std::size_t waiting();
+
   // The reply, or RemoteError naming `what` when none comes within the limit.
   // With the connection it was sent on, this thread may take the reply in
   // itself before it blocks (Connection::wait_here).
