@@ -23,10 +23,11 @@
 //   ferry_bench_metg [--width=8] [--steps=1000] [--reps=3] [--cores=2]
 //     [--grains=32768,...,1 | --max-iterations=32768 --min-iterations=1]
 //     [--only=ferry,starpu,openmp,remote-tcp,remote-shm] [--starpu=lws,dmda]
-//     [--remote=HOST:PORT --token-file=F --plugin=libferry_metg_plugin.so]
+//     [--remote=HOST:PORT --token-file=F --plugin=libferry_metg_plugin.so [--ferryd-pid=PID]]
 //     [--out=bench-metg.json]
 // bench/run_metg_bench.sh starts the ferryd and passes the remote options.
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -37,6 +38,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -71,6 +73,7 @@ struct Config {
   std::vector<std::string> only;  // empty: every system that can run
   std::vector<std::string> starpu = {"lws", "dmda"};
   std::string remote, token_file, plugin, out = "bench-metg.json";
+  long ferryd_pid = 0;  // to count ferryd's CPU per task
 
   // The remote rows in the pair layout (each task a round trip, ~10 s a
   // round) run only when --only names them.
@@ -109,6 +112,7 @@ Config parse(int argc, char** argv) {
     else if (auto v = value("--remote=")) c.remote = *v;
     else if (auto v = value("--token-file=")) c.token_file = *v;
     else if (auto v = value("--plugin=")) c.plugin = *v;
+    else if (auto v = value("--ferryd-pid=")) c.ferryd_pid = std::stol(*v);
     else if (auto v = value("--out=")) c.out = *v;
     else throw std::invalid_argument("unknown argument " + a + " (see the top of metg_bench.cpp)");
   }
@@ -120,6 +124,23 @@ Config parse(int argc, char** argv) {
   if (!c.remote.empty() && (c.token_file.empty() || c.plugin.empty()))
     throw std::invalid_argument("--remote needs --token-file and --plugin (the ferryd must load the same plugin)");
   return c;
+}
+
+// User plus system CPU seconds of process `pid` so far (/proc/PID/stat
+// fields 14 and 15); -1 when unreadable.
+double process_cpu_seconds(long pid) {
+  if (pid <= 0) return -1;
+  std::ifstream stat(fmt::format("/proc/{}/stat", pid));
+  std::string text;
+  std::getline(stat, text);
+  const auto close = text.rfind(')');  // the name may hold spaces
+  if (close == std::string::npos) return -1;
+  std::istringstream fields(text.substr(close + 2));
+  std::string field;
+  double ticks = 0;
+  for (int i = 3; i <= 15 && fields >> field; ++i)
+    if (i >= 14) ticks += std::stod(field);
+  return ticks / static_cast<double>(::sysconf(_SC_CLK_TCK));
 }
 
 // One system, set up once per round: run() executes the whole stencil graph
@@ -206,6 +227,7 @@ class FerryStencil final : public Stencil {
       rt_->submit("fill", ferry::write(rows_[0][i]), metg::initial(i), ferry::on(place_));
     rt_->wait();
     fills_ += c_.width;
+    const double client_before = process_cpu_seconds(::getpid()), server_before = process_cpu_seconds(c_.ferryd_pid);
     const auto start = Clock::now();
     for (std::size_t t = 0; t < c_.steps; ++t) {
       const auto& before = rows_[t % rows_.size()];
@@ -218,17 +240,28 @@ class FerryStencil final : public Stencil {
     }
     rt_->wait();
     seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    const double per_task = 1e6 / static_cast<double>(c_.tasks());
+    client_cpu_us_ = (process_cpu_seconds(::getpid()) - client_before) * per_task;
+    const double server_after = process_cpu_seconds(c_.ferryd_pid);
+    server_cpu_us_ = server_before >= 0 && server_after >= 0 ? (server_after - server_before) * per_task : -1;
+    last_iterations_ = iterations;
     tasks_ += c_.tasks();
   }
 
-  // Whether the graph went out as it was submitted: a task held back until
-  // its predecessors finished costs a round trip.
+  // Where the last run's time went (the round's last run is its smallest
+  // grain, where the runtime's own cost shows), and, for a remote, whether
+  // the graph went out as it was submitted: a task held back until its
+  // predecessors finished costs a round trip.
   std::string note() const override {
-    if (c_.remote.empty() || place_.kind != ferry::Place::Kind::remote) return {};
+    const bool remote = place_.kind == ferry::Place::Kind::remote;
+    std::string out = fmt::format("CPU per task at {} iterations: this process {:.1f} µs", last_iterations_,
+                                  client_cpu_us_);
+    if (remote && server_cpu_us_ >= 0) out += fmt::format(", ferryd {:.1f} µs", server_cpu_us_);
+    if (!remote) return out;
     const auto s = rt_->remote_stats(c_.remote);
-    return fmt::format("{} of {} tasks forwarded behind their predecessors, {} lineage checkpoints, "
-                       "link latency at connect {:.1f} µs",
-                       s.tasks_forwarded, tasks_ + fills_, s.lineage_checkpoints, s.latency_seconds * 1e6);
+    return out + fmt::format("; {} of {} tasks forwarded behind their predecessors, {} lineage checkpoints, "
+                             "link latency at connect {:.1f} µs",
+                             s.tasks_forwarded, tasks_ + fills_, s.lineage_checkpoints, s.latency_seconds * 1e6);
   }
 
   std::vector<double> row() override {
@@ -253,6 +286,8 @@ class FerryStencil final : public Stencil {
   ferry::KernelRef kernel_;
   ferry::Place place_;
   std::size_t tasks_ = 0, fills_ = 0;
+  long last_iterations_ = 0;
+  double client_cpu_us_ = 0, server_cpu_us_ = -1;
   std::vector<std::vector<ferry::Buffer<double>>> rows_;  // step t reads rows_[t % size], writes the next
 };
 

@@ -23,7 +23,7 @@ ferryd_pid=$!
 for _ in {1..100}; do [[ -s $tmp/port ]] && break; sleep 0.1; done
 [[ -s $tmp/port ]] || { echo "run_metg_bench: ferryd wrote no port" >&2; cat "$tmp/ferryd.log" >&2; exit 1; }
 rc=0
-"$bench" --remote="127.0.0.1:$(cat "$tmp/port")" --token-file="$tmp/token" --plugin="$plugin" --cores="$cores" \
+"$bench" --remote="127.0.0.1:$(cat "$tmp/port")" --token-file="$tmp/token" --plugin="$plugin" --ferryd-pid="$ferryd_pid" --cores="$cores" \
   --out="$build/bench/bench-metg.json" "$@" || rc=$?
 ((rc == 0)) || { echo "run_metg_bench: ferry_bench_metg failed ($rc); ferryd's log:" >&2; tail -50 "$tmp/ferryd.log" >&2; }
 exit "$rc"
