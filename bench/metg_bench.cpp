@@ -27,18 +27,19 @@
 //     [--out=bench-metg.json]
 // bench/run_metg_bench.sh starts the ferryd and passes the remote options.
 #include <fmt/format.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -126,21 +127,28 @@ Config parse(int argc, char** argv) {
   return c;
 }
 
-// User plus system CPU seconds of process `pid` so far (/proc/PID/stat
-// fields 14 and 15); -1 when unreadable.
+// CPU seconds this process has run so far, every thread's (getrusage: to
+// the nanosecond on Linux, where /proc's tick counts would round a whole
+// run of small tasks to a few 10 ms ticks).
+double own_cpu_seconds() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
+}
+
+// CPU seconds the live threads of process `pid` have run so far, from each
+// one's /proc/PID/task/TID/schedstat (nanoseconds); -1 when unreadable.
 double process_cpu_seconds(long pid) {
   if (pid <= 0) return -1;
-  std::ifstream stat(fmt::format("/proc/{}/stat", pid));
-  std::string text;
-  std::getline(stat, text);
-  const auto close = text.rfind(')');  // the name may hold spaces
-  if (close == std::string::npos) return -1;
-  std::istringstream fields(text.substr(close + 2));
-  std::string field;
-  double ticks = 0;
-  for (int i = 3; i <= 15 && fields >> field; ++i)
-    if (i >= 14) ticks += std::stod(field);
-  return ticks / static_cast<double>(::sysconf(_SC_CLK_TCK));
+  std::error_code ec;
+  double ns = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(fmt::format("/proc/{}/task", pid), ec)) {
+    std::ifstream stat(entry.path() / "schedstat");
+    double thread_ns = 0;
+    if (stat >> thread_ns) ns += thread_ns;
+  }
+  return ec ? -1 : ns * 1e-9;
 }
 
 // One system, set up once per round: run() executes the whole stencil graph
@@ -153,7 +161,39 @@ class Stencil {
   virtual std::vector<double> row() = 0;
   // What a reader needs to judge the row besides its times (empty: nothing).
   virtual std::string note() const { return {}; }
-  double seconds = 0;  // the last run's graph, submission to the last task's end
+
+  // The last run: its graph's wall time, submission to the last task's end,
+  // and the CPU this process (and ferryd, when one runs the tasks) spent
+  // meanwhile, per task. CPU per task does not move with other load on the
+  // machine as the wall time does; at the smallest grain it is the
+  // runtime's own cost, idle workers' spinning included.
+  double seconds = 0, cpu_us = 0, ferryd_cpu_us = -1;
+  long iterations = 0;
+
+ protected:
+  // Brackets the timed part of run().
+  class Stopwatch {
+   public:
+    Stopwatch(Stencil& s, long iterations, std::size_t tasks, long ferryd_pid = 0)
+        : s_(s), iterations_(iterations), tasks_(tasks), ferryd_pid_(ferryd_pid),
+          cpu_(own_cpu_seconds()), ferryd_cpu_(process_cpu_seconds(ferryd_pid)) {}
+    void stop() {
+      s_.seconds = std::chrono::duration<double>(Clock::now() - start_).count();
+      const double per_task = 1e6 / static_cast<double>(tasks_);
+      s_.cpu_us = (own_cpu_seconds() - cpu_) * per_task;
+      const double ferryd_after = process_cpu_seconds(ferryd_pid_);
+      s_.ferryd_cpu_us = ferryd_cpu_ >= 0 && ferryd_after >= 0 ? (ferryd_after - ferryd_cpu_) * per_task : -1;
+      s_.iterations = iterations_;
+    }
+
+   private:
+    Stencil& s_;
+    long iterations_;
+    std::size_t tasks_;
+    long ferryd_pid_;
+    double cpu_, ferryd_cpu_;
+    Clock::time_point start_ = Clock::now();
+  };
 };
 
 // A system's last row differed from the serial computation's.
@@ -227,8 +267,7 @@ class FerryStencil final : public Stencil {
       rt_->submit("fill", ferry::write(rows_[0][i]), metg::initial(i), ferry::on(place_));
     rt_->wait();
     fills_ += c_.width;
-    const double client_before = process_cpu_seconds(::getpid()), server_before = process_cpu_seconds(c_.ferryd_pid);
-    const auto start = Clock::now();
+    Stopwatch clock(*this, iterations, c_.tasks(), remote() ? c_.ferryd_pid : 0);
     for (std::size_t t = 0; t < c_.steps; ++t) {
       const auto& before = rows_[t % rows_.size()];
       auto& after = rows_[(t + 1) % rows_.size()];
@@ -239,29 +278,18 @@ class FerryStencil final : public Stencil {
       }
     }
     rt_->wait();
-    seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    const double per_task = 1e6 / static_cast<double>(c_.tasks());
-    client_cpu_us_ = (process_cpu_seconds(::getpid()) - client_before) * per_task;
-    const double server_after = process_cpu_seconds(c_.ferryd_pid);
-    server_cpu_us_ = server_before >= 0 && server_after >= 0 ? (server_after - server_before) * per_task : -1;
-    last_iterations_ = iterations;
+    clock.stop();
     tasks_ += c_.tasks();
   }
 
-  // Where the last run's time went (the round's last run is its smallest
-  // grain, where the runtime's own cost shows), and, for a remote, whether
-  // the graph went out as it was submitted: a task held back until its
-  // predecessors finished costs a round trip.
+  // Whether the graph went out as it was submitted: a task held back until
+  // its predecessors finished costs a round trip.
   std::string note() const override {
-    const bool remote = place_.kind == ferry::Place::Kind::remote;
-    std::string out = fmt::format("CPU per task at {} iterations: this process {:.1f} µs", last_iterations_,
-                                  client_cpu_us_);
-    if (remote && server_cpu_us_ >= 0) out += fmt::format(", ferryd {:.1f} µs", server_cpu_us_);
-    if (!remote) return out;
+    if (!remote()) return {};
     const auto s = rt_->remote_stats(c_.remote);
-    return out + fmt::format("; {} of {} tasks forwarded behind their predecessors, {} lineage checkpoints, "
-                             "link latency at connect {:.1f} µs",
-                             s.tasks_forwarded, tasks_ + fills_, s.lineage_checkpoints, s.latency_seconds * 1e6);
+    return fmt::format("{} of {} tasks forwarded behind their predecessors, {} lineage checkpoints, "
+                       "link latency at connect {:.1f} µs",
+                       s.tasks_forwarded, tasks_ + fills_, s.lineage_checkpoints, s.latency_seconds * 1e6);
   }
 
   std::vector<double> row() override {
@@ -274,6 +302,8 @@ class FerryStencil final : public Stencil {
   }
 
  private:
+  bool remote() const { return place_.kind == ferry::Place::Kind::remote; }
+
   std::vector<ferry::Buffer<double>> make_row() {
     std::vector<ferry::Buffer<double>> row;
     for (std::size_t i = 0; i < c_.width; ++i) row.push_back(rt_->buffer<double>(metg::values_per_point));
@@ -286,8 +316,6 @@ class FerryStencil final : public Stencil {
   ferry::KernelRef kernel_;
   ferry::Place place_;
   std::size_t tasks_ = 0, fills_ = 0;
-  long last_iterations_ = 0;
-  double client_cpu_us_ = 0, server_cpu_us_ = -1;
   std::vector<std::vector<ferry::Buffer<double>>> rows_;  // step t reads rows_[t % size], writes the next
 };
 
@@ -356,7 +384,7 @@ class StarpuStencil final : public Stencil {
       starpu_data_release(handles_[0][i]);
       args_[i].iterations = iterations;
     }
-    const auto start = Clock::now();
+    Stopwatch clock(*this, iterations, c_.tasks());
     for (std::size_t t = 0; t < c_.steps; ++t) {
       const auto& before = handles_[t % 2];
       const auto& after = handles_[(t + 1) % 2];
@@ -379,7 +407,7 @@ class StarpuStencil final : public Stencil {
       }
     }
     starpu_check(starpu_task_wait_for_all(), "starpu_task_wait_for_all");
-    seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    clock.stop();
   }
 
   std::vector<double> row() override {
@@ -411,7 +439,7 @@ class OpenmpStencil final : public Stencil {
 
   void run(long iterations) override {
     for (std::size_t i = 0; i < c_.width; ++i) value(0, i)[0] = value(0, i)[1] = metg::initial(i);
-    const auto start = Clock::now();
+    Stopwatch clock(*this, iterations, c_.tasks());
     const std::size_t width = c_.width, steps = c_.steps;
     // One thread creates the tasks (Task Bench's OpenMP version does the
     // same); the team runs them, the creator too when the queue is full.
@@ -427,7 +455,7 @@ class OpenmpStencil final : public Stencil {
         metg::point(iterations, left, mid, right, out);
       }
     }
-    seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    clock.stop();
   }
 
   std::vector<double> row() override {
@@ -449,6 +477,8 @@ struct System {
   std::function<std::unique_ptr<Stencil>()> make;
   std::vector<std::vector<double>> runs;  // per grain, seconds of each round
   std::string note;                       // the last round's
+  // Each round's CPU per task at the smallest grain (its last run): this process's, ferryd's (-1: none).
+  std::vector<double> cpu_us, ferryd_cpu_us;
   double best(std::size_t grain) const {
     return runs[grain].empty() ? 0.0 : *std::ranges::min_element(runs[grain]);
   }
@@ -475,6 +505,8 @@ void round(const Config& c, const Expected& expected, System& s) {
                                            s.name, c.grains[g]));
   }
   s.note = stencil->note();
+  s.cpu_us.push_back(stencil->cpu_us);
+  s.ferryd_cpu_us.push_back(stencil->ferryd_cpu_us);
 }
 
 volatile double kernel_sink;  // keeps the timed calls
@@ -634,12 +666,17 @@ int main(int argc, char** argv) try {
     fmt::print("\n");
   }
 
-  fmt::print("\nMETG(50%)\n");
+  fmt::print("\n{:<36} {:>12}   CPU µs per task at {} iterations (least of the rounds)\n", "METG(50%)", "",
+             c.grains.back());
   std::vector<Metg> metgs;
   for (std::size_t k = 0; k < systems.size(); ++k) {
     metgs.push_back(metg_50(granularity[k], efficiency[k]));
-    fmt::print("  {:<34} {:>12}{}\n", systems[k].name, metg_text(metgs.back()),
-               systems[k].note.empty() ? "" : "   (" + systems[k].note + ")");
+    const double cpu = *std::ranges::min_element(systems[k].cpu_us);
+    const double ferryd_cpu = *std::ranges::min_element(systems[k].ferryd_cpu_us);
+    std::string cpu_text = fmt::format("{:.2f}", cpu);
+    if (ferryd_cpu >= 0) cpu_text += fmt::format(" + ferryd {:.2f}", ferryd_cpu);
+    fmt::print("  {:<34} {:>12}   {:<22}{}\n", systems[k].name, metg_text(metgs.back()), cpu_text,
+               systems[k].note.empty() ? "" : "  (" + systems[k].note + ")");
     nlohmann::json runs = nlohmann::json::array();
     for (const auto& r : systems[k].runs) runs.push_back(r);
     report["systems"].push_back({{"key", systems[k].key},
@@ -649,7 +686,9 @@ int main(int argc, char** argv) try {
                                  {"granularity_us", granularity[k]},
                                  {"efficiency", efficiency[k]},
                                  {"runs_seconds", runs},
-                                 {"note", systems[k].note}});
+                                 {"note", systems[k].note},
+                                 {"cpu_us_per_task_smallest_grain", cpu},
+                                 {"ferryd_cpu_us_per_task_smallest_grain", ferryd_cpu}});
   }
 
   // A key names one system; "starpu" the best of its schedulers.
