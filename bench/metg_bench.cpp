@@ -151,6 +151,27 @@ double process_cpu_seconds(long pid) {
   return ec ? -1 : ns * 1e-9;
 }
 
+// Voluntary context switches so far: each one a thread that went to sleep
+// and had to be woken, the hand-offs a task pays for. This process's come
+// from getrusage (exited threads included), another's from its live
+// threads' /proc status; -1 when unreadable.
+long own_switches() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  return u.ru_nvcsw;
+}
+long process_switches(long pid) {
+  if (pid <= 0) return -1;
+  std::error_code ec;
+  long total = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(fmt::format("/proc/{}/task", pid), ec)) {
+    std::ifstream status(entry.path() / "status");
+    for (std::string line; std::getline(status, line);)
+      if (line.starts_with("voluntary_ctxt_switches:")) total += std::stol(line.substr(24));
+  }
+  return ec ? -1 : total;
+}
+
 // One system, set up once per round: run() executes the whole stencil graph
 // at one grain and returns when every task has finished; row() gives the
 // last step's points for the check.
@@ -168,6 +189,7 @@ class Stencil {
   // machine as the wall time does; at the smallest grain it is the
   // runtime's own cost, idle workers' spinning included.
   double seconds = 0, cpu_us = 0, ferryd_cpu_us = -1;
+  double switches = 0, ferryd_switches = -1;  // voluntary context switches per task
   long iterations = 0;
 
  protected:
@@ -176,13 +198,19 @@ class Stencil {
    public:
     Stopwatch(Stencil& s, long iterations, std::size_t tasks, long ferryd_pid = 0)
         : s_(s), iterations_(iterations), tasks_(tasks), ferryd_pid_(ferryd_pid),
-          cpu_(own_cpu_seconds()), ferryd_cpu_(process_cpu_seconds(ferryd_pid)) {}
+          cpu_(own_cpu_seconds()), ferryd_cpu_(process_cpu_seconds(ferryd_pid)), switches_(own_switches()),
+          ferryd_switches_(process_switches(ferryd_pid)) {}
     void stop() {
       s_.seconds = std::chrono::duration<double>(Clock::now() - start_).count();
       const double per_task = 1e6 / static_cast<double>(tasks_);
       s_.cpu_us = (own_cpu_seconds() - cpu_) * per_task;
       const double ferryd_after = process_cpu_seconds(ferryd_pid_);
       s_.ferryd_cpu_us = ferryd_cpu_ >= 0 && ferryd_after >= 0 ? (ferryd_after - ferryd_cpu_) * per_task : -1;
+      s_.switches = static_cast<double>(own_switches() - switches_) / static_cast<double>(tasks_);
+      const long ferryd_switches_after = process_switches(ferryd_pid_);
+      s_.ferryd_switches = ferryd_switches_ >= 0 && ferryd_switches_after >= 0
+                               ? static_cast<double>(ferryd_switches_after - ferryd_switches_) / static_cast<double>(tasks_)
+                               : -1;
       s_.iterations = iterations_;
     }
 
@@ -192,6 +220,7 @@ class Stencil {
     std::size_t tasks_;
     long ferryd_pid_;
     double cpu_, ferryd_cpu_;
+    long switches_, ferryd_switches_;
     Clock::time_point start_ = Clock::now();
   };
 };
@@ -479,6 +508,7 @@ struct System {
   std::string note;                       // the last round's
   // Each round's CPU per task at the smallest grain (its last run): this process's, ferryd's (-1: none).
   std::vector<double> cpu_us, ferryd_cpu_us;
+  std::vector<double> switches, ferryd_switches;  // voluntary context switches per task, the same runs
   double best(std::size_t grain) const {
     return runs[grain].empty() ? 0.0 : *std::ranges::min_element(runs[grain]);
   }
@@ -507,6 +537,8 @@ void round(const Config& c, const Expected& expected, System& s) {
   s.note = stencil->note();
   s.cpu_us.push_back(stencil->cpu_us);
   s.ferryd_cpu_us.push_back(stencil->ferryd_cpu_us);
+  s.switches.push_back(stencil->switches);
+  s.ferryd_switches.push_back(stencil->ferryd_switches);
 }
 
 volatile double kernel_sink;  // keeps the timed calls
@@ -666,16 +698,21 @@ int main(int argc, char** argv) try {
     fmt::print("\n");
   }
 
-  fmt::print("\n{:<36} {:>12}   CPU µs per task at {} iterations (least of the rounds)\n", "METG(50%)", "",
-             c.grains.back());
+  fmt::print("\n{:<36} {:>12}   at {} iterations, least of the rounds: CPU µs per task; voluntary context "
+             "switches per task\n",
+             "METG(50%)", "", c.grains.back());
   std::vector<Metg> metgs;
   for (std::size_t k = 0; k < systems.size(); ++k) {
     metgs.push_back(metg_50(granularity[k], efficiency[k]));
     const double cpu = *std::ranges::min_element(systems[k].cpu_us);
     const double ferryd_cpu = *std::ranges::min_element(systems[k].ferryd_cpu_us);
+    const double switches = *std::ranges::min_element(systems[k].switches);
+    const double ferryd_switches = *std::ranges::min_element(systems[k].ferryd_switches);
     std::string cpu_text = fmt::format("{:.2f}", cpu);
     if (ferryd_cpu >= 0) cpu_text += fmt::format(" + ferryd {:.2f}", ferryd_cpu);
-    fmt::print("  {:<34} {:>12}   {:<22}{}\n", systems[k].name, metg_text(metgs.back()), cpu_text,
+    std::string switch_text = fmt::format("{:.2f}", switches);
+    if (ferryd_switches >= 0) switch_text += fmt::format(" + ferryd {:.2f}", ferryd_switches);
+    fmt::print("  {:<34} {:>12}   {:<22} {:<20}{}\n", systems[k].name, metg_text(metgs.back()), cpu_text, switch_text,
                systems[k].note.empty() ? "" : "  (" + systems[k].note + ")");
     nlohmann::json runs = nlohmann::json::array();
     for (const auto& r : systems[k].runs) runs.push_back(r);
@@ -688,7 +725,9 @@ int main(int argc, char** argv) try {
                                  {"runs_seconds", runs},
                                  {"note", systems[k].note},
                                  {"cpu_us_per_task_smallest_grain", cpu},
-                                 {"ferryd_cpu_us_per_task_smallest_grain", ferryd_cpu}});
+                                 {"ferryd_cpu_us_per_task_smallest_grain", ferryd_cpu},
+                                 {"switches_per_task_smallest_grain", switches},
+                                 {"ferryd_switches_per_task_smallest_grain", ferryd_switches}});
   }
 
   // A key names one system; "starpu" the best of its schedulers.
