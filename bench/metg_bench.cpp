@@ -628,7 +628,10 @@ int main(int argc, char** argv) try {
   if (c.wanted("starpu")) fmt::print("StarPU: not installed (libstarpu-dev), its rows are left out\n");
 #endif
   if (c.wanted("openmp"))
-    add("openmp", fmt::format("OpenMP tasks ({} threads)", c.cores), [&c] { return std::make_unique<OpenmpStencil>(c); });
+    add("openmp",
+        fmt::format("OpenMP tasks ({} threads, {})", c.cores,
+                    std::getenv("OMP_WAIT_POLICY") ? std::getenv("OMP_WAIT_POLICY") : "default wait"),
+        [&c] { return std::make_unique<OpenmpStencil>(c); });
   // The lane is chosen when the runtime dials, from FERRY_SHARED_MEMORY.
   const auto remote = [&c](bool shared_memory, Layout layout) {
     if (shared_memory) ::unsetenv("FERRY_SHARED_MEMORY");

@@ -6,6 +6,11 @@
 # ferry_bench_metg (--width= --steps= --reps= --grains= --only= ...).
 #   run_metg_bench.sh BUILD_DIR [ferry_bench_metg args...]
 # Env: METG_CORES (2): workers of every system, ferryd's included.
+# OMP_WAIT_POLICY (passive): libgomp reads it when it loads, before main.
+# Its default lets idle threads spin, which on a 2-core machine shared with
+# other work kept OpenMP below 50 % efficiency even at 60 µs tasks;
+# passive gave it a METG of 30 µs in the same minutes, so the peer runs
+# with its better setting.
 # JSON lands in BUILD_DIR/bench/bench-metg.json unless --out= says otherwise.
 set -euo pipefail
 build=$(cd "${1:?usage: $0 BUILD_DIR [args...]}" && pwd); shift
@@ -22,6 +27,7 @@ trap '[[ -n $ferryd_pid ]] && kill "$ferryd_pid" 2>/dev/null && wait "$ferryd_pi
 ferryd_pid=$!
 for _ in {1..100}; do [[ -s $tmp/port ]] && break; sleep 0.1; done
 [[ -s $tmp/port ]] || { echo "run_metg_bench: ferryd wrote no port" >&2; cat "$tmp/ferryd.log" >&2; exit 1; }
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 rc=0
 "$bench" --remote="127.0.0.1:$(cat "$tmp/port")" --token-file="$tmp/token" --plugin="$plugin" --ferryd-pid="$ferryd_pid" --cores="$cores" \
   --out="$build/bench/bench-metg.json" "$@" || rc=$?
