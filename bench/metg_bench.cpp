@@ -11,18 +11,24 @@
 // Systems, one at a time on the same cores, the whole round repeated
 // --reps times (best wall per grain: other work on the machine only slows):
 //   ferry        Ferry's local CPU workers; dependencies inferred from
-//                read()/write() as a user writes them, a lambda kernel
+//                read()/write() as a user writes them, a lambda kernel; two
+//                rows of buffers used in turn (Task Bench's program)
+//   ferry-fresh  the same with a row of buffers per step (see Layout)
 //   starpu       StarPU 1.3, data handles with STARPU_R / STARPU_W (lws, dmda)
 //   openmp       OpenMP tasks with depend(in:)/depend(out:) clauses (libgomp)
 //   remote-tcp   every task on a loopback ferryd (--remote), the metg_point
 //   remote-shm   plugin kernel, over TCP (FERRY_SHARED_MEMORY=0) and over the
-//                shared-memory lane
+//                shared-memory lane, a row per step
+//   remote-tcp-pair, remote-shm-pair   the same in two rows (only on request:
+//                each task a round trip)
+// Beside METG: CPU per task and voluntary context switches per task at the
+// smallest grain, for this process and ferryd, which other load moves less.
 // Every run's last row is checked against a serial computation; a mismatch
 // fails the program (timings are printed, never judged by the exit code).
 //
 //   ferry_bench_metg [--width=8] [--steps=1000] [--reps=3] [--cores=2]
 //     [--grains=32768,...,1 | --max-iterations=32768 --min-iterations=1]
-//     [--only=ferry,starpu,openmp,remote-tcp,remote-shm] [--starpu=lws,dmda]
+//     [--only=ferry,ferry-fresh,starpu,openmp,remote,remote-tcp,remote-shm,remote-shm-pair] [--starpu=lws,dmda]
 //     [--remote=HOST:PORT --token-file=F --plugin=libferry_metg_plugin.so [--ferryd-pid=PID]]
 //     [--out=bench-metg.json]
 // bench/run_metg_bench.sh starts the ferryd and passes the remote options.
