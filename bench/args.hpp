@@ -26,4 +26,15 @@ std::vector<T> list(const std::string& s) {
   return out;
 }
 
+// "a,b,,c" -> {"a", "b", "c"}
+inline std::vector<std::string> words(const std::string& s) {
+  std::vector<std::string> out;
+  for (std::size_t b = 0; b <= s.size();) {
+    const std::size_t e = std::min(s.find(',', b), s.size());
+    if (e > b) out.push_back(s.substr(b, e - b));
+    b = e + 1;
+  }
+  return out;
+}
+
 }  // namespace ferry::bench

@@ -56,13 +56,19 @@
 
 #include "args.hpp"
 #include "machine.hpp"
+#include "process_stats.hpp"
 #include "metg_stencil.hpp"
 
 #if FERRY_BENCH_WITH_STARPU
-#include <starpu.h>
+#include "starpu_support.hpp"
 #endif
 
 namespace {
+
+using ferry::bench::own_cpu_seconds;
+using ferry::bench::own_switches;
+using ferry::bench::process_cpu_seconds;
+using ferry::bench::process_switches;
 
 namespace metg = ferry::bench::metg;
 using Clock = std::chrono::steady_clock;
@@ -92,16 +98,6 @@ struct Config {
   std::size_t tasks() const { return width * steps; }
 };
 
-std::vector<std::string> names(const std::string& s) {
-  std::vector<std::string> out;
-  for (std::size_t b = 0; b <= s.size();) {
-    const std::size_t e = std::min(s.find(',', b), s.size());
-    if (e > b) out.push_back(s.substr(b, e - b));
-    b = e + 1;
-  }
-  return out;
-}
-
 Config parse(int argc, char** argv) {
   Config c;
   for (int i = 1; i < argc; ++i) {
@@ -114,8 +110,8 @@ Config parse(int argc, char** argv) {
     else if (auto v = value("--grains=")) c.grains = ferry::bench::list<long>(*v);
     else if (auto v = value("--max-iterations=")) c.max_iterations = std::stol(*v);
     else if (auto v = value("--min-iterations=")) c.min_iterations = std::stol(*v);
-    else if (auto v = value("--only=")) c.only = names(*v);
-    else if (auto v = value("--starpu=")) c.starpu = names(*v);
+    else if (auto v = value("--only=")) c.only = ferry::bench::words(*v);
+    else if (auto v = value("--starpu=")) c.starpu = ferry::bench::words(*v);
     else if (auto v = value("--remote=")) c.remote = *v;
     else if (auto v = value("--token-file=")) c.token_file = *v;
     else if (auto v = value("--plugin=")) c.plugin = *v;
@@ -131,51 +127,6 @@ Config parse(int argc, char** argv) {
   if (!c.remote.empty() && (c.token_file.empty() || c.plugin.empty()))
     throw std::invalid_argument("--remote needs --token-file and --plugin (the ferryd must load the same plugin)");
   return c;
-}
-
-// CPU seconds this process has run so far, every thread's (getrusage: to
-// the nanosecond on Linux, where /proc's tick counts would round a whole
-// run of small tasks to a few 10 ms ticks).
-double own_cpu_seconds() {
-  rusage u{};
-  ::getrusage(RUSAGE_SELF, &u);
-  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
-         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
-}
-
-// CPU seconds the live threads of process `pid` have run so far, from each
-// one's /proc/PID/task/TID/schedstat (nanoseconds); -1 when unreadable.
-double process_cpu_seconds(long pid) {
-  if (pid <= 0) return -1;
-  std::error_code ec;
-  double ns = 0;
-  for (const auto& entry : std::filesystem::directory_iterator(fmt::format("/proc/{}/task", pid), ec)) {
-    std::ifstream stat(entry.path() / "schedstat");
-    double thread_ns = 0;
-    if (stat >> thread_ns) ns += thread_ns;
-  }
-  return ec ? -1 : ns * 1e-9;
-}
-
-// Voluntary context switches so far: each one a thread that went to sleep
-// and had to be woken, the hand-offs a task pays for. This process's come
-// from getrusage (exited threads included), another's from its live
-// threads' /proc status; -1 when unreadable.
-long own_switches() {
-  rusage u{};
-  ::getrusage(RUSAGE_SELF, &u);
-  return u.ru_nvcsw;
-}
-long process_switches(long pid) {
-  if (pid <= 0) return -1;
-  std::error_code ec;
-  long total = 0;
-  for (const auto& entry : std::filesystem::directory_iterator(fmt::format("/proc/{}/task", pid), ec)) {
-    std::ifstream status(entry.path() / "status");
-    for (std::string line; std::getline(status, line);)
-      if (line.starts_with("voluntary_ctxt_switches:")) total += std::stol(line.substr(24));
-  }
-  return ec ? -1 : total;
 }
 
 // One system, set up once per round: run() executes the whole stencil graph
@@ -357,9 +308,7 @@ class FerryStencil final : public Stencil {
 // ---- StarPU ----------------------------------------------------------------
 
 #if FERRY_BENCH_WITH_STARPU
-void starpu_check(int rc, const char* what) {
-  if (rc != 0) throw std::runtime_error(fmt::format("StarPU: {} failed ({})", what, rc));
-}
+using ferry::bench::starpu_check;
 
 // What a task needs besides its buffers: the grain, and which neighbours
 // exist (an edge point's task has two inputs, as in Task Bench).
@@ -380,18 +329,7 @@ void starpu_point(void** buffers, void* arg) {
 class StarpuStencil final : public Stencil {
  public:
   StarpuStencil(const Config& c, const std::string& sched) : c_(c), args_(c.width), data_(2 * c.width * metg::values_per_point) {
-    starpu_conf conf;
-    starpu_conf_init(&conf);
-    conf.sched_policy_name = sched.c_str();
-    conf.precedence_over_environment_variables = 1;  // a user's STARPU_SCHED must not change the row
-    conf.ncpus = static_cast<int>(c.cores);
-    conf.ncuda = 0;
-    conf.nopencl = 0;
-    conf.nmic = 0;
-    conf.nmpi_ms = 0;
-    conf.calibrate = 0;
-    conf.bus_calibrate = 0;
-    starpu_check(starpu_init(&conf), "starpu_init");
+    ferry::bench::start_starpu_on_cpus(sched.c_str(), static_cast<int>(c.cores));
     starpu_codelet_init(&cl_);
     cl_.where = STARPU_CPU;
     cl_.cpu_funcs[0] = starpu_point;

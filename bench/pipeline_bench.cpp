@@ -59,16 +59,6 @@ Config parse(int argc, char** argv) {
   return c;
 }
 
-std::vector<std::string> list_remotes(const std::string& s) {
-  std::vector<std::string> out;
-  for (std::size_t b = 0; b <= s.size();) {
-    const std::size_t e = std::min(s.find(',', b), s.size());
-    if (e > b) out.push_back(s.substr(b, e - b));
-    b = e + 1;
-  }
-  return out;
-}
-
 // One runtime per window: the window is fixed when a remote connects. The
 // environment is read here, not by the runtime, so that the sweep's window wins.
 ferry::Runtime::Options options(unsigned window, bool trace, const Config& c, bool auto_chunk = false) {
@@ -76,7 +66,7 @@ ferry::Runtime::Options options(unsigned window, bool trace, const Config& c, bo
   o.read_environment = false;
   o.auto_chunk = auto_chunk;  // off for the hand-split rows: they measure split() alone
   o.persist_perf_models = false;  // every task is pinned; nothing to learn
-  if (const char* r = std::getenv("FERRY_REMOTES")) o.remotes = list_remotes(r);
+  if (const char* r = std::getenv("FERRY_REMOTES")) o.remotes = ferry::bench::words(r);
   if (const char* t = std::getenv("FERRY_TOKEN_FILE")) o.token_file = t;
   if (const char* t = std::getenv("FERRY_TOKEN")) o.token = t;
   if (const char* b = std::getenv("FERRY_CHUNK_BYTES")) o.chunk_bytes = std::stoul(b);

@@ -33,7 +33,7 @@
 #include "machine.hpp"
 
 #if FERRY_BENCH_WITH_STARPU
-#include <starpu.h>
+#include "starpu_support.hpp"
 #endif
 
 // Heap allocations (malloc and what calls it: operator new, oneTBB's task
@@ -184,23 +184,10 @@ Row run_tbb(const Config& c) {
 #if FERRY_BENCH_WITH_STARPU
 void starpu_empty(void** /*buffers*/, void* /*cl_arg*/) {}
 
-void starpu_check(int rc, const char* what) {
-  if (rc != 0) throw std::runtime_error(fmt::format("StarPU: {} failed ({})", what, rc));
-}
+using ferry::bench::starpu_check;
 
 Row run_starpu(const Config& c, const char* sched) {
-  starpu_conf conf;
-  starpu_conf_init(&conf);
-  conf.sched_policy_name = sched;
-  conf.precedence_over_environment_variables = 1;  // a user's STARPU_SCHED must not change the row
-  conf.ncpus = 2;
-  conf.ncuda = 0;
-  conf.nopencl = 0;
-  conf.nmic = 0;
-  conf.nmpi_ms = 0;
-  conf.calibrate = 0;
-  conf.bus_calibrate = 0;
-  starpu_check(starpu_init(&conf), "starpu_init");
+  ferry::bench::start_starpu_on_cpus(sched, 2);
 
   starpu_codelet independent_cl;
   starpu_codelet_init(&independent_cl);

@@ -36,8 +36,14 @@
 
 #include "args.hpp"
 #include "machine.hpp"
+#include "process_stats.hpp"
 
 namespace {
+
+using ferry::bench::own_cpu_seconds;
+using ferry::bench::own_switches;
+using ferry::bench::process_cpu_seconds;
+using ferry::bench::process_switches;
 
 using Clock = std::chrono::steady_clock;
 constexpr double mib = 1024.0 * 1024.0;
@@ -162,26 +168,6 @@ struct Latency {
   double client_switches = 0, ferryd_switches = -1;
 };
 
-long own_switches() {
-  rusage u{};
-  ::getrusage(RUSAGE_SELF, &u);  // all threads of this process
-  return u.ru_nvcsw;
-}
-
-// Sum over ferryd's threads of voluntary_ctxt_switches; -1 when unreadable.
-long process_switches(long pid) {
-  if (pid <= 0) return -1;
-  long total = 0;
-  std::error_code ec;
-  const std::filesystem::path tasks = fmt::format("/proc/{}/task", pid);
-  for (const auto& entry : std::filesystem::directory_iterator(tasks, ec)) {
-    std::ifstream status(entry.path() / "status");
-    for (std::string line; std::getline(status, line);)
-      if (line.rfind("voluntary_ctxt_switches:", 0) == 0) total += std::stol(line.substr(24));
-  }
-  return ec ? -1 : total;
-}
-
 // Sequential submit + wait of scal on a 1-element buffer that stays on the remote.
 Latency round_trips(const Config& c) {
   ferry::Runtime rt(options(c, 0, 0, false));
@@ -205,29 +191,6 @@ Latency round_trips(const Config& c) {
   l.median_us = us[us.size() / 2];
   l.p99_us = us[us.size() * 99 / 100];
   return l;
-}
-
-double cpu_seconds() {
-  rusage u{};
-  ::getrusage(RUSAGE_SELF, &u);
-  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
-         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
-}
-
-// ferryd's user+system CPU seconds (/proc/PID/stat fields 14 and 15); -1 when unreadable.
-double process_cpu_seconds(long pid) {
-  if (pid <= 0) return -1;
-  std::ifstream stat(fmt::format("/proc/{}/stat", pid));
-  std::string text;
-  std::getline(stat, text);
-  const auto close = text.rfind(')');  // the name may hold spaces
-  if (close == std::string::npos) return -1;
-  std::istringstream fields(text.substr(close + 2));
-  std::string field;
-  double ticks = 0;
-  for (int i = 3; i <= 15 && fields >> field; ++i)
-    if (i >= 14) ticks += std::stod(field);
-  return ticks / static_cast<double>(::sysconf(_SC_CLK_TCK));
 }
 
 // Heap allocations (operator new, from this program and every library it
@@ -276,7 +239,7 @@ Chain chain_us_per_task(const Config& c, bool on_remote) {
   Chain best;
   best.us_per_task = 1e300;
   for (int r = 0; r < std::min(c.reps, 3); ++r) {
-    const double client_before = cpu_seconds(), ferryd_before = process_cpu_seconds(c.ferryd_pid);
+    const double client_before = own_cpu_seconds(), ferryd_before = process_cpu_seconds(c.ferryd_pid);
     const long switches_before = own_switches(), ferryd_switches_before = process_switches(c.ferryd_pid);
     const auto t = Clock::now();
     for (int i = 0; i < c.chain; ++i) rt.submit("scal", ferry::readwrite(y), 1.0, where);
@@ -284,7 +247,7 @@ Chain chain_us_per_task(const Config& c, bool on_remote) {
     const double us = std::chrono::duration<double, std::micro>(Clock::now() - t).count() / c.chain;
     if (us >= best.us_per_task) continue;
     best.us_per_task = us;
-    best.client_cpu_us = (cpu_seconds() - client_before) * 1e6 / c.chain;
+    best.client_cpu_us = (own_cpu_seconds() - client_before) * 1e6 / c.chain;
     best.client_switches = static_cast<double>(own_switches() - switches_before) / c.chain;
     const long ferryd_switches_after = process_switches(c.ferryd_pid);
     best.ferryd_switches = on_remote && ferryd_switches_before >= 0 && ferryd_switches_after >= 0
@@ -313,10 +276,10 @@ double idle_percent(const Config& c) {
   auto y = rt.buffer<float>(1);
   rt.submit("scal", ferry::readwrite(y), 1.0, ferry::on(ferry::remote())).wait();  // connected and used
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  const double cpu0 = cpu_seconds();
+  const double cpu0 = own_cpu_seconds();
   const auto t = Clock::now();
   std::this_thread::sleep_for(std::chrono::duration<double>(c.idle_s));
-  return 100 * (cpu_seconds() - cpu0) / std::chrono::duration<double>(Clock::now() - t).count();
+  return 100 * (own_cpu_seconds() - cpu0) / std::chrono::duration<double>(Clock::now() - t).count();
 }
 
 double gbps(std::size_t mib_size, double seconds) { return static_cast<double>(mib_size << 20) / seconds / 1e9; }

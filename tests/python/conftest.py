@@ -44,6 +44,20 @@ def tiny_tile_runtime():
         fnp.set_options(tile_bytes=DEFAULT_TILE_BYTES)
 
 
+@pytest.fixture(scope="module", params=["eager", "fused"])
+def eager_and_fused_runtime(request):
+    """tiny_tile_runtime twice: small arrays computed at once with NumPy
+    (the eager path), then every one through fused programs on tiny tiles
+    (eager_bytes=0), so both paths face the same checks."""
+    import ferry.numpy as fnp
+    from ferry.numpy._tiles import DEFAULT_TILE_BYTES
+
+    with ferry.Runtime(workers=2, persist_perf_models=False) as runtime, fnp.using(runtime):
+        fnp.set_options(tile_bytes=256, eager_bytes=0 if request.param == "fused" else None)
+        yield runtime
+        fnp.set_options(tile_bytes=DEFAULT_TILE_BYTES, eager_bytes=None)
+
+
 @pytest.fixture
 def rt():
     with ferry.Runtime(workers=2, gpus="none") as runtime:

@@ -19,9 +19,7 @@ hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import given, settings, strategies as st  # noqa: E402
 from hypothesis.extra import numpy as hnp  # noqa: E402
 
-import ferry  # noqa: E402
 import ferry.numpy as fnp  # noqa: E402
-from ferry.numpy._tiles import DEFAULT_TILE_BYTES  # noqa: E402
 
 INTS = [np.int8, np.int16, np.int32, np.int64]
 UINTS = [np.uint8, np.uint16, np.uint32, np.uint64]
@@ -32,12 +30,9 @@ EXAMPLES = settings(max_examples=15, deadline=None, derandomize=True)
 shapes2 = hnp.mutually_broadcastable_shapes(num_shapes=2, min_dims=0, max_dims=3, min_side=0, max_side=5)
 
 
-@pytest.fixture(scope="module", autouse=True, params=["eager", "fused"])
-def runtime(request):
-    with ferry.Runtime(workers=2, persist_perf_models=False) as rt, fnp.using(rt):
-        fnp.set_options(tile_bytes=256, eager_bytes=0 if request.param == "fused" else None)
-        yield rt
-        fnp.set_options(tile_bytes=DEFAULT_TILE_BYTES, eager_bytes=None)
+@pytest.fixture(scope="module", autouse=True)
+def runtime(eager_and_fused_runtime):
+    return eager_and_fused_runtime
 
 
 def values(dtype, shape, seed):

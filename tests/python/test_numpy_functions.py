@@ -15,9 +15,7 @@ hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import given, settings, strategies as st  # noqa: E402
 from hypothesis.extra import numpy as hnp  # noqa: E402
 
-import ferry  # noqa: E402
 import ferry.numpy as fnp  # noqa: E402
-from ferry.numpy._tiles import DEFAULT_TILE_BYTES  # noqa: E402
 
 REALS = [np.float32, np.float64]
 COMPLEX = [np.complex64, np.complex128]
@@ -30,12 +28,9 @@ UNARY = {"tan": np.tan, "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan,
 BINARY = {"atan2": np.arctan2, "copysign": np.copysign, "hypot": np.hypot, "logaddexp": np.logaddexp}
 
 
-@pytest.fixture(scope="module", autouse=True, params=["eager", "fused"])
-def runtime(request):
-    with ferry.Runtime(workers=2, persist_perf_models=False) as rt, fnp.using(rt):
-        fnp.set_options(tile_bytes=256, eager_bytes=0 if request.param == "fused" else None)
-        yield rt
-        fnp.set_options(tile_bytes=DEFAULT_TILE_BYTES, eager_bytes=None)
+@pytest.fixture(scope="module", autouse=True)
+def runtime(eager_and_fused_runtime):
+    return eager_and_fused_runtime
 
 
 def reals(t, shape, seed):
