@@ -11,7 +11,7 @@
 
 #include "ferry/cuda_probe.hpp"
 #include "ferry/ferry.hpp"
-#include "builtin_comparison.hpp"
+#include "../support/builtin_conformance.hpp"
 #include "ferryd_process.hpp"
 #include "test_client.hpp"
 #include "metrics_port.hpp"
@@ -76,7 +76,9 @@ TEST(FerrydGpu, EveryBuiltinKernelMatchesTheCpuWithinRounding) {
   FerrydProcess server({"--gpus", "all"});
   ASSERT_TRUE(server.wait_for_log("GPUs: cuda:0", FerrydProcess::gpu_start_timeout)) << server.log();
   ferry::Runtime rt(client_options(server));
-  ferry::test::expect_every_builtin_matches_the_cpu(rt, server.address(), 1e-10);
+  EXPECT_EQ(ferry::test::expect_every_builtin_conforms(
+                rt, {ferry::on(ferry::remote(server.address())), "remote:" + server.address(), 1e-10}),
+            ferry::test::builtins_checked);
 }
 
 // A chain of GPU runs on one replica: what each run writes stays on the

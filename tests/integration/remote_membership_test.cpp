@@ -9,7 +9,7 @@
 #include <cstring>
 #include <sstream>
 
-#include "builtin_comparison.hpp"
+#include "../support/builtin_conformance.hpp"
 #include "ferry/ferry.hpp"
 #include "ferryd_process.hpp"
 #include "ferry/transport/identity.hpp"
@@ -68,7 +68,9 @@ TEST(ReverseConnection, FerrydDialsAListeningRuntimeAndRunsTasksLikeTheCpu) {
   const std::string name = wait_for_remote(rt);
   ASSERT_FALSE(name.empty()) << "ferryd never joined; its log:\n" << server.log();
   EXPECT_TRUE(name.starts_with("remote:SHA256:")) << name << ": a host that dials in is named by its host key";
-  ferry::test::expect_every_builtin_matches_the_cpu(rt, name.substr(std::string("remote:").size()), 0.0);
+  EXPECT_EQ(ferry::test::expect_every_builtin_conforms(
+                rt, {ferry::on(ferry::remote(name.substr(std::string("remote:").size()))), name, 0.0}),
+            ferry::test::builtins_checked);
   EXPECT_TRUE(server.wait_for_log("connected to the client listening at 127.0.0.1:")) << server.log();
   const std::string fingerprint = name.substr(std::string("remote:").size());
   rt.remove_remote(fingerprint);

@@ -13,7 +13,7 @@
 #include <random>
 
 #include "ferry/ferry.hpp"
-#include "builtin_comparison.hpp"
+#include "../support/builtin_conformance.hpp"
 #include "ferryd_process.hpp"
 
 namespace {
@@ -39,7 +39,8 @@ ferry::OnOption remote(FerrydProcess& server) { return ferry::on(ferry::remote(s
 TEST(Remote, EveryBuiltinKernelMatchesTheCpu) {
   FerrydProcess server;  // on its CPUs: the same code on the same machine, so results match exactly
   ferry::Runtime rt(remote_options(server));
-  ferry::test::expect_every_builtin_matches_the_cpu(rt, server.address(), 0.0);
+  EXPECT_EQ(ferry::test::expect_every_builtin_conforms(rt, {remote(server), "remote:" + server.address(), 0.0}),
+            ferry::test::builtins_checked);
 }
 
 TEST(Remote, SecondTaskOnTheSameInputMovesNoBytes) {
