@@ -144,3 +144,25 @@ def test_result_takes_its_own_reply_as_cpp_wait_does(server):
         per_task = (resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw - before) / tasks
         assert per_task < 3.5, f"{per_task:.1f} context switches per remote result()"
         np.testing.assert_array_equal(x.numpy(), [1.0])
+
+
+def test_a_stopped_host_is_lost_at_the_liveness_limit(server):
+    # A SIGSTOPped ferryd keeps its connection open: without the liveness
+    # limit the task would wait for it for good. With 0.5 s it is lost, the
+    # task runs here (prefer), and x is recomputed from its lineage.
+    import signal
+
+    with pytest.raises(ferry.UsageError, match="remote_liveness"):
+        ferry.Runtime(remotes=[server.address], token=server.token, workers=1, remote_liveness=-1)
+    with ferry.Runtime(remotes=[server.address], token=server.token, workers=1, remote_policy="prefer",
+                       remote_liveness=0.5) as rt:
+        x = rt.array(np.ones(1000))
+        rt.scal(x, 2.0, on="remote").result()  # x = 2 there only
+        server.process.send_signal(signal.SIGSTOP)
+        try:
+            f = rt.scal(x, 2.0, on="remote")
+            f.result(timeout=30)
+            assert f.device == "cpu"
+            np.testing.assert_array_equal(x.numpy(), np.full(1000, 4.0))
+        finally:
+            server.process.send_signal(signal.SIGCONT)

@@ -72,6 +72,9 @@ class Runtime(_ferry._Runtime):
            authenticates within remote_timeout seconds) or "prefer" (an
            unusable host is warned about once and its tasks run here)
            (FERRY_REMOTE_POLICY, FERRY_REMOTE_TIMEOUT).
+    remote_liveness: seconds a connected host may stay silent while work
+           waits on it before it is treated as lost (a stopped, hung or
+           cut-off ferryd; default 5, 0 turns it off; FERRY_REMOTE_LIVENESS).
     identity: sign in with this private key (`ferry keygen FILE`; ferryd
            admits it with --authorized-keys) instead of a token
            (FERRY_IDENTITY).
@@ -107,6 +110,7 @@ class Runtime(_ferry._Runtime):
         gpu_memory_limit: int | None = None,
         remote_policy: str | None = None,
         remote_timeout: float | None = None,
+        remote_liveness: float | None = None,
         identity: str | os.PathLike[str] | None = None,
         known_hosts: str | os.PathLike[str] | None = None,
         strict_host_keys: bool | None = None,
@@ -123,7 +127,7 @@ class Runtime(_ferry._Runtime):
             chunk_window=chunk_window, persist_perf_models=persist_perf_models,
             perf_model_dir=str(perf_model_dir) if perf_model_dir is not None else None,
             read_environment=read_environment, gpus=gpus, gpu_memory_limit=gpu_memory_limit,
-            remote_policy=remote_policy, remote_timeout=remote_timeout,
+            remote_policy=remote_policy, remote_timeout=remote_timeout, remote_liveness=remote_liveness,
             identity=os.path.expanduser(os.fspath(identity)) if identity is not None else None,
             known_hosts=os.path.expanduser(os.fspath(known_hosts)) if known_hosts is not None else None,
             strict_host_keys=strict_host_keys, plaintext=plaintext, encrypt_loopback=encrypt_loopback)

@@ -202,7 +202,7 @@ void bind_runtime(nb::module_& m) {
               std::optional<bool> persist_perf_models, std::optional<std::string> perf_model_dir,
               bool read_environment, std::optional<std::string> gpus, std::optional<std::size_t> gpu_memory_limit,
               std::optional<std::string> remote_policy, std::optional<double> remote_timeout,
-              std::optional<std::string> identity, std::optional<std::string> known_hosts,
+              std::optional<double> remote_liveness, std::optional<std::string> identity, std::optional<std::string> known_hosts,
               std::optional<bool> strict_host_keys, std::optional<bool> plaintext,
               std::optional<bool> encrypt_loopback) {
              Runtime::Options o;
@@ -230,6 +230,12 @@ void bind_runtime(nb::module_& m) {
                if (!(*remote_timeout > 0)) throw UsageError("remote_timeout must be a positive number of seconds");
                o.remote_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(*remote_timeout * 1000));
              }
+             if (remote_liveness) {
+               const double s = *remote_liveness;
+               if (!(s == 0 || (s >= 0.05 && s <= 3600)))
+                 throw UsageError(fmt::format("remote_liveness={}: seconds from 0.05 to 3600, or 0 for off", s));
+               o.remote_liveness = std::chrono::milliseconds(static_cast<std::int64_t>(s * 1000));
+             }
              // The link's security settings; FERRY_IDENTITY, FERRY_KNOWN_HOSTS,
              // FERRY_STRICT_HOST_KEYS, FERRY_PLAINTEXT and FERRY_ENCRYPT_LOOPBACK,
              // where set, override them (Runtime::read_link_environment).
@@ -246,7 +252,8 @@ void bind_runtime(nb::module_& m) {
            nb::arg("chunk_window") = nb::none(), nb::arg("persist_perf_models") = nb::none(),
            nb::arg("perf_model_dir") = nb::none(), nb::arg("read_environment") = true, nb::arg("gpus") = nb::none(),
            nb::arg("gpu_memory_limit") = nb::none(), nb::arg("remote_policy") = nb::none(),
-           nb::arg("remote_timeout") = nb::none(), nb::arg("identity") = nb::none(),
+           nb::arg("remote_timeout") = nb::none(), nb::arg("remote_liveness") = nb::none(),
+           nb::arg("identity") = nb::none(),
            nb::arg("known_hosts") = nb::none(), nb::arg("strict_host_keys") = nb::none(),
            nb::arg("plaintext") = nb::none(), nb::arg("encrypt_loopback") = nb::none())
       .def("close", &RuntimeHandle::close, "Waits for every task, then releases the runtime's devices and memory")
