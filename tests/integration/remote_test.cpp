@@ -363,6 +363,29 @@ TEST(Remote, AStoppedHostIsLostAtTheLivenessLimitAndUsedAfreshOnceResumed) {
   EXPECT_EQ(again.device(), "remote:" + server.address());
 }
 
+// remote_stats() asks the host for its figures: a host that stops
+// answering meanwhile is reported as lost (connected false, why), not
+// thrown at the caller, who only asked. (A host killed between the alive
+// check and the question threw "connection ... failed" at a test's polling
+// loop.)
+TEST(Remote, StatsOfAHostThatStopsAnsweringSayItIsLost) {
+  FerrydProcess server;
+  auto options = remote_options(server);
+  options.remote_policy = ferry::RemotePolicy::prefer;
+  options.remote_liveness = std::chrono::milliseconds(500);
+  ferry::Runtime rt(options);
+  ASSERT_TRUE(rt.remote_stats(server.address()).connected);
+  server.signal(SIGSTOP);
+  auto stats = std::async(std::launch::async, [&] { return rt.remote_stats(server.address()); });
+  const bool answered = stats.wait_for(std::chrono::seconds(30)) == std::future_status::ready;
+  server.signal(SIGCONT);
+  ASSERT_TRUE(answered) << "remote_stats waited for a stopped host";
+  ferry::Runtime::RemoteStats s;
+  ASSERT_NO_THROW(s = stats.get());
+  EXPECT_FALSE(s.connected);
+  EXPECT_FALSE(s.down_reason.empty());
+}
+
 TEST(Remote, WrongTokenLeavesTheHostUnusedAndSaysWhy) {
   FerrydProcess server({}, "the-right-token-for-this-test");
   auto options = remote_options(server);

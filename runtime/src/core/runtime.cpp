@@ -288,12 +288,20 @@ Runtime::RemoteStats Runtime::remote_stats(const std::string& address) const {
   out.tasks_forwarded = remote->tasks_forwarded();
   out.lineage_checkpoints = remote->lineage_checkpoints();
   if (out.connected) {
-    const auto s = remote->stats();
-    out.server_bytes_in = s.bytes_in;
-    out.server_bytes_out = s.bytes_out;
-    out.server_tasks = s.tasks;
-    out.server_replicas = s.replicas;
-    out.server_memory_in_use = s.memory_in_use;
+    // A host that dies while it is asked is reported as lost, not thrown:
+    // asking after a host is a question, and the answer is that it is gone.
+    try {
+      const auto s = remote->stats();
+      out.server_bytes_in = s.bytes_in;
+      out.server_bytes_out = s.bytes_out;
+      out.server_tasks = s.tasks;
+      out.server_replicas = s.replicas;
+      out.server_memory_in_use = s.memory_in_use;
+    } catch (const RemoteError& e) {
+      out.connected = false;
+      out.down_reason = remote->down_reason();
+      if (out.down_reason.empty()) out.down_reason = e.what();
+    }
   }
   return out;
 }
