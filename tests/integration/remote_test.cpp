@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <fstream>
 #include <future>
 #include <sstream>
 
@@ -376,6 +377,17 @@ TEST(Remote, StatsOfAHostThatStopsAnsweringSayItIsLost) {
   ferry::Runtime rt(options);
   ASSERT_TRUE(rt.remote_stats(server.address()).connected);
   server.signal(SIGSTOP);
+  // kill() returns before the process has stopped: a question asked at once
+  // could still be answered.
+  const auto state = [&] {
+    std::ifstream stat("/proc/" + std::to_string(server.pid()) + "/stat");
+    std::string text;
+    std::getline(stat, text);
+    const auto close = text.rfind(')');
+    return close == std::string::npos || close + 2 >= text.size() ? '?' : text[close + 2];
+  };
+  for (int i = 0; i < 500 && state() != 'T'; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  ASSERT_EQ(state(), 'T') << "ferryd did not stop";
   auto stats = std::async(std::launch::async, [&] { return rt.remote_stats(server.address()); });
   const bool answered = stats.wait_for(std::chrono::seconds(30)) == std::future_status::ready;
   server.signal(SIGCONT);
