@@ -219,6 +219,25 @@ class FerrydProcess {
     kill(pid_, signo);
   }
 
+  // SIGSTOP, and returns once ferryd is stopped: kill() returns before it
+  // is, and a request sent at once could still be answered. False if it
+  // was not stopped within a second.
+  bool pause() {
+    signal(SIGSTOP);
+    const auto state = [this] {
+      std::ifstream stat("/proc/" + std::to_string(pid_) + "/stat");
+      std::string text;
+      std::getline(stat, text);
+      const auto close = text.rfind(')');
+      return close == std::string::npos || close + 2 >= text.size() ? '?' : text[close + 2];
+    };
+    for (int i = 0; i < 500; ++i) {
+      if (state() == 'T') return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    return false;
+  }
+
   // The exit status, or 128 + signal; -1 after `timeout` (the process is then killed).
   int wait_exit(std::chrono::milliseconds timeout) {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
