@@ -13,7 +13,7 @@
 //
 //   chaos_test [--runs N] [--seed S] [--faults kill,stop,restart,fill,partition]
 //              [--liveness-ms MS] [--bound-s S] [--netns] [--host-to-host 0]
-//              [--parts cholesky,chain,edges,chunked] [--lane-kills N]
+//              [--parts cholesky,chain,edges,chunked,numpy] [--lane-kills N]
 //
 // --lane-kills N: the same-host shared-memory lane (docs/protocol.md) with
 // a ferryd killed -9 N times while 32 MiB payloads are in flight on it
@@ -50,6 +50,7 @@
 #include "ferry/ferry.hpp"
 #include "ferryd_process.hpp"
 #include "mixed_dag.hpp"
+#include "numpy_client.hpp"
 #include "test_client.hpp"
 
 namespace {
@@ -65,7 +66,10 @@ struct Args {
   bool netns = false;
   bool host_to_host = true;
   int lane_kills = 0;  // --lane-kills N: Chaos.SharedMemoryLaneSurvivesKills's kills
-  ferry::chaos::Shape shape;  // --parts cholesky,chain,edges,chunked: which parts of the DAG run  // --host-to-host 0: every edge through the client (to tell which path a failure took)
+  // --parts cholesky,chain,edges,chunked,numpy: which parts of the DAG run
+  // (numpy: numpy_pipeline.py in a Python process of its own, beside it).
+  ferry::chaos::Shape shape;
+  bool numpy = true;
   std::chrono::milliseconds liveness{1000};
   std::chrono::seconds bound{90};  // one run, fault and recovery included
 };
@@ -96,8 +100,9 @@ struct Namespaces {
   }
 };
 
-// The pool's processes, for a harness stopped by hand (Ctrl-C, a CI
-// timeout): a ferryd left behind would keep its port, or stay stopped.
+// The pool's processes and the ferry.numpy client, for a harness stopped by
+// hand (Ctrl-C, a CI timeout): a ferryd left behind would keep its port, or
+// stay stopped.
 // (One being restarted at that moment is not listed yet, and is left.)
 std::array<std::atomic<pid_t>, 4> pool_pids{};
 
@@ -135,6 +140,9 @@ class Pool {
     }
     ::signal(SIGINT, kill_pool_and_exit);
     ::signal(SIGTERM, kill_pool_and_exit);
+    // A ferry.numpy client that died makes its run fail (NumpyClient says
+    // so), not the harness end on a write to its pipe, leaving the pool.
+    ::signal(SIGPIPE, SIG_IGN);
   }
   ~Pool() {
     for (std::size_t i = 0; i < hosts_.size(); ++i)
@@ -248,6 +256,10 @@ struct Record {
   std::optional<double> back;       // seconds from resume/restart to the host in service again
   std::string after;                // a stopped host: "used again" or "retired"
   double makespan = 0;
+  // Work done again for the fault (Runtime::recovery()), seconds of runs.
+  double redone = 0;
+  std::uint64_t placed_again = 0, replays = 0;
+  double numpy_seconds = 0;  // the ferry.numpy pipeline's run beside the DAG
   bool wrong = false;
 };
 
@@ -380,13 +392,18 @@ void print_summary(const std::vector<Record>& records, double baseline) {
   for (const auto& r : records) by_fault[r.fault].push_back(&r);
   std::vector<double> all_detect;
   for (const auto& [fault, rs] : by_fault) {
-    std::vector<double> detect, back, ratio;
+    // The measure: the makespan against the fault-free one plus the
+    // work done again; and the same with the time the loss took to be seen.
+    std::vector<double> detect, back, ratio, against_redone, against_redone_and_detection, redone;
     int undetected = 0, wrong = 0, used = 0, retired = 0;
     for (const auto* r : rs) {
       if (r->detected) detect.push_back(*r->detected), all_detect.push_back(*r->detected);
       else ++undetected;
       if (r->back) back.push_back(*r->back);
       ratio.push_back(r->makespan / baseline);
+      redone.push_back(r->redone);
+      against_redone.push_back(r->makespan / (baseline + r->redone));
+      against_redone_and_detection.push_back(r->makespan / (baseline + r->redone + r->detected.value_or(0)));
       wrong += r->wrong;
       used += r->after == "used again";
       retired += r->after == "retired";
@@ -399,15 +416,54 @@ void print_summary(const std::vector<Record>& records, double baseline) {
     }
     if (!back.empty()) std::printf("           back in service (s): %s\n", percentiles(back).c_str());
     std::printf("           makespan / fault-free: %s\n", percentiles(ratio).c_str());
+    std::printf("           work done again (s): %s\n", percentiles(redone).c_str());
+    std::printf("           makespan / (fault-free + done again): %s\n", percentiles(against_redone).c_str());
+    if (fault != "fill")
+      std::printf("           makespan / (fault-free + done again + detection): %s\n",
+                  percentiles(against_redone_and_detection).c_str());
     if (fault == "stop" || fault == "partition")
       std::printf("           host back: used again %d, retired %d\n", used, retired);
   }
   std::printf("  all faults, detection (s): %s\n", percentiles(all_detect).c_str());
-  std::printf("  per run: run fault host injected_at detected back makespan\n");
+  std::printf("  per run: run fault host injected_at detected back makespan placed_again replays redone_s numpy_s\n");
   for (const auto& r : records)
-    std::printf("    %3d %-8s %zu %.3f %s %s %.3f%s\n", r.run, r.fault.c_str(), r.host, r.injected_at,
-                r.detected ? std::to_string(*r.detected).c_str() : "-", r.back ? std::to_string(*r.back).c_str() : "-",
-                r.makespan, r.wrong ? " WRONG" : "");
+    std::printf("    %3d %-8s %zu %.3f %s %s %.3f %llu %llu %.3f %.3f%s\n", r.run, r.fault.c_str(), r.host,
+                r.injected_at, r.detected ? std::to_string(*r.detected).c_str() : "-",
+                r.back ? std::to_string(*r.back).c_str() : "-", r.makespan,
+                static_cast<unsigned long long>(r.placed_again), static_cast<unsigned long long>(r.replays), r.redone,
+                r.numpy_seconds, r.wrong ? " WRONG" : "");
+}
+
+// The ferry.numpy client on the pool, unless --parts leaves it out. A
+// Python without the ferry package cannot run it: said, not hidden (the
+// README's test command installs the package before ctest runs).
+std::unique_ptr<ferry::chaos::NumpyClient> start_numpy_client(Pool& pool) {
+  if (!args.numpy) return nullptr;
+  const std::string python = CHAOS_PYTHON;
+  if (python.empty() || shell("'" + python + "' -c 'import ferry.numpy' 2>/dev/null") != 0) {
+    std::printf("chaos: the ferry.numpy pipeline does not run: %s has no ferry package (scripts/python-env.sh)\n",
+                python.empty() ? "no Python" : python.c_str());
+    return nullptr;
+  }
+  auto client = std::make_unique<ferry::chaos::NumpyClient>(python, CHAOS_NUMPY_PIPELINE, pool.addresses(),
+                                                            pool.host(0).token_file().string(),
+                                                            std::chrono::duration<double>(args.liveness).count());
+  pool_pids[3].store(client->pid());
+  return client;
+}
+
+// The pipeline's answer for the run it started: right, or a failure saying what.
+bool numpy_right(ferry::chaos::NumpyClient& numpy, Record& rec) {
+  const std::string answer = numpy.result();
+  double seconds = 0;
+  unsigned long long on_pool = 0;
+  if (std::sscanf(answer.c_str(), "ok %lf %llu", &seconds, &on_pool) == 2) {
+    rec.numpy_seconds = seconds;
+    return true;
+  }
+  ADD_FAILURE() << "run " << rec.run << " (" << rec.fault << " on host " << rec.host << "): the ferry.numpy pipeline: "
+                << answer;
+  return false;
 }
 
 TEST(Chaos, TheMixedDagIsRightThroughFaults) {
@@ -432,17 +488,22 @@ TEST(Chaos, TheMixedDagIsRightThroughFaults) {
   }
   Pool pool(3, ns);
   const auto where = ferry::chaos::on_pool(pool.addresses());
+  auto numpy = start_numpy_client(pool);
 
   // The fault-free makespan, the best of three (the first also warms caches).
   double baseline = 1e9;
   for (int i = 0; i < 3; ++i) {
+    if (numpy) numpy->start();  // its runtime connected, before this one's clock starts
     ferry::Runtime rt(pool_options(pool));
     const auto start = Clock::now();
     const auto got = ferry::chaos::run_mixed_dag(rt, where, args.shape);
-    baseline = std::min(baseline, seconds_between(start, Clock::now()));
     Record rec;
     rec.run = -1 - i;
     rec.fault = "none";
+    if (numpy) {
+      ASSERT_TRUE(numpy_right(*numpy, rec)) << "wrong without a fault";
+    }
+    baseline = std::min(baseline, seconds_between(start, Clock::now()));
     ASSERT_TRUE(same_outputs(got, expected, rec)) << "wrong without a fault";
   }
 
@@ -455,6 +516,8 @@ TEST(Chaos, TheMixedDagIsRightThroughFaults) {
     const auto delay = std::chrono::milliseconds(
         static_cast<std::int64_t>(std::uniform_real_distribution<double>(0.02, 0.7)(rng) * baseline * 1000));
     auto done = std::async(std::launch::async, [&] {
+      // Both clients connected before the fault can come (numpy_pipeline.py says why).
+      if (numpy) numpy->start();
       ferry::Runtime rt(pool_options(pool));
       const auto start = Clock::now();
       std::atomic<bool> graph_done{false};
@@ -466,7 +529,12 @@ TEST(Chaos, TheMixedDagIsRightThroughFaults) {
         ADD_FAILURE() << "run " << run << " (" << rec.fault << " on host " << rec.host << "): " << e.what();
         rec.wrong = true;
       }
+      if (numpy && !numpy_right(*numpy, rec)) rec.wrong = true;
       rec.makespan = seconds_between(start, Clock::now());
+      const auto recovery = rt.recovery();
+      rec.placed_again = recovery.tasks_placed_again;
+      rec.replays = recovery.lineage_replays;
+      rec.redone = recovery.placed_again_seconds + recovery.replay_seconds;
       graph_done.store(true);
       injector.join();
       if (!rec.wrong && !same_outputs(got, expected, rec)) rec.wrong = true;
@@ -477,6 +545,7 @@ TEST(Chaos, TheMixedDagIsRightThroughFaults) {
                    rec.fault.c_str(), rec.host, rec.injected_at, static_cast<long long>(args.bound.count()));
       print_summary(records, baseline);
       pool.kill_all_now();
+      if (numpy) ::kill(numpy->pid(), SIGKILL);
       std::fflush(nullptr);
       std::_Exit(3);  // the run's threads cannot be joined
     }
@@ -577,6 +646,7 @@ int main(int argc, char** argv) {
       args.shape.chained = has("chain");
       args.shape.edged = has("edges");
       args.shape.chunked = has("chunked");
+      args.numpy = has("numpy");
     } else if (a == "--host-to-host") args.host_to_host = std::atoi(value) != 0;
     else if (a == "--lane-kills") args.lane_kills = std::atoi(value);
     else if (a == "--liveness-ms") args.liveness = std::chrono::milliseconds(std::atoi(value));

@@ -444,4 +444,41 @@ TEST(HostilePeer, GarbageWorkerAddressIsRefusedAndFerrydServesOthers) {
   EXPECT_TRUE(host.wait_for_log("worker address is unusable"));
 }
 
+// A well-formed worker address whose owner is gone (its TCP port closed)
+// between the handshake's messages: a client that died while connecting,
+// or a tenant that hands ferryd a door to nowhere on purpose. ferryd's
+// endpoint to it fails as it connects; ferryd must go on serving.
+TEST(HostilePeer, AWorkerAddressThatLeadsNowhereLeavesFerrydServing) {
+  FerrydProcess host;
+  TestClient bystander(host.port());
+  bystander.authenticate(FerrydProcess::default_token);
+  const auto kept = pattern(8192, 5);
+  bystander.put_all(1, proto::DType::u8, 1, kept.size(), kept.data(), kept.size(), 1 << 20);
+
+  auto worker = transport::Worker::create({"vanishing-client"});
+  std::vector<std::uint8_t> nowhere;
+  {
+    auto gone = transport::Worker::create({"gone"});
+    nowhere = gone->address();
+  }  // its worker and TCP listener closed: the address now leads nowhere
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    transport::DialOptions options;
+    options.client = "vanishing-client";
+    options.token = FerrydProcess::default_token;
+    const std::string where = "127.0.0.1:" + std::to_string(host.port());
+    transport::ClientHandshake handshake(options, where, false);
+    Bootstrap socket(host.port());
+    socket.write_frame(handshake.hello());
+    socket.write_frame(handshake.on_challenge(socket.read_frame(), socket.fd(), nowhere));
+    (void)socket.read_frame();  // welcomed or refused: either is fine, dying is not
+    std::this_thread::sleep_for(200ms);  // its endpoint's connect refused meanwhile
+  }
+  // A ferryd that died fails here with its log (FerrydProcess's destructor says so too).
+  const auto back = bystander.get(1, 0, kept.size());
+  ASSERT_EQ(back.size(), kept.size());
+  EXPECT_EQ(std::memcmp(back.data(), kept.data(), kept.size()), 0);
+  TestClient later(host.port());
+  EXPECT_NO_THROW(later.authenticate(FerrydProcess::default_token));
+}
+
 }  // namespace

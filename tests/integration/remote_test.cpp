@@ -165,8 +165,10 @@ TEST(Remote, AnOverwrittenInputKeepsTheVersionALostResultWasMadeFrom) {
       auto hx = x.host_read();
       EXPECT_EQ(hx[0], 2.0);
     }
+    EXPECT_EQ(rt.recovery().lineage_replays, 0u) << "nothing lost yet";
     server.stop(SIGKILL);
     auto hy = y.host_read();  // recomputed on the host from x as it was: 1.0, not 2.0
+    EXPECT_GE(rt.recovery().lineage_replays, 1u) << "y was not recomputed";
     EXPECT_EQ(hy[0], 1.5);
     EXPECT_EQ(hy[n - 1], 1.5);
     auto hx = x.host_read();
@@ -232,6 +234,32 @@ TEST(Remote, RecomputationSeesTheInputsTheLostTaskSaw) {
   auto h = y.host();
   EXPECT_EQ(h[0], 5.0);
   EXPECT_EQ(h[n - 1], 5.0);
+}
+
+// A result only on the host, computed from an intermediate that was also
+// only there and that the program has freed since (ferry.numpy drops its
+// temporaries at once): the host lost, the result must still come back
+// right. Its recomputation could no longer read the freed input (once a
+// null buffer handed to the kernel: a segfault in the chaos harness's
+// ferry.numpy client); freeing the input now brings such results home first.
+TEST(Remote, AResultWhoseFreedInputWasOnlyOnALostHostComesBackRight) {
+  FerrydProcess server;
+  auto options = remote_options(server);
+  options.remote_policy = ferry::RemotePolicy::prefer;
+  ferry::Runtime rt(options);
+  const std::size_t n = 4096;
+  auto x = rt.buffer<double>(n), z = rt.buffer<double>(n);
+  std::ranges::fill(x.host(), 1.0);
+  {
+    auto y = rt.buffer<double>(n);
+    rt.submit("copy", ferry::read(x), ferry::write(y), remote(server));
+    rt.submit("scal", ferry::readwrite(y), 3.0, remote(server));
+    rt.submit("copy", ferry::read(y), ferry::write(z), remote(server)).wait();  // z = 3, only there
+  }  // y freed: z's lineage read it
+  server.stop(SIGKILL);
+  auto h = z.host_read();
+  EXPECT_EQ(h[0], 3.0);
+  EXPECT_EQ(h[n - 1], 3.0);
 }
 
 // Whether the runtime has seen the host go (polled up to 10 s).
@@ -349,6 +377,11 @@ TEST(Remote, AStoppedHostIsLostAtTheLivenessLimitAndUsedAfreshOnceResumed) {
   if (!finished) server.signal(SIGCONT);  // lets the test end
   ASSERT_TRUE(finished) << "a task on the stopped host waited for it";
   EXPECT_EQ(sum.get(), 8192.0);
+  // What the loss cost, as Runtime::recovery() counts it.
+  const auto redone = rt.recovery();
+  EXPECT_EQ(redone.tasks_placed_again, 1u) << "the sum, sent to the stopped host, runs elsewhere";
+  EXPECT_EQ(redone.lineage_replays, 1u) << "the fill that made y, recomputed on the host";
+  EXPECT_GT(redone.replay_seconds, 0.0);
   const auto stats = rt.remote_stats(server.address());
   EXPECT_FALSE(stats.connected);
   EXPECT_NE(stats.down_reason.find("liveness"), std::string::npos) << stats.down_reason;
@@ -362,6 +395,30 @@ TEST(Remote, AStoppedHostIsLostAtTheLivenessLimitAndUsedAfreshOnceResumed) {
   auto again = rt.submit("sum", ferry::read(y), remote(server));
   EXPECT_EQ(again.result(), 8192.0);
   EXPECT_EQ(again.device(), "remote:" + server.address());
+}
+
+// A runtime ending while a host it lost stays stopped: its reconnect
+// thread is dialling the host, whose kernel accepted the connection for the
+// stopped process, and the handshake waits for an answer, up to the dial's
+// timeout (20 s). The runtime ends without waiting for it (it waited that
+// out, or until the host was resumed: 14 s to close the chaos harness's
+// ferry.numpy client; 21 s here before the fix).
+TEST(Remote, ARuntimeEndsWithoutWaitingForAStoppedHost) {
+  FerrydProcess server;
+  auto options = remote_options(server);
+  options.remote_policy = ferry::RemotePolicy::prefer;
+  options.remote_liveness = std::chrono::milliseconds(300);
+  auto rt = std::make_unique<ferry::Runtime>(options);
+  auto y = rt->buffer<double>(1024);
+  rt->submit("fill", ferry::write(y), 1.0, remote(server)).wait();
+  ASSERT_TRUE(server.pause()) << "ferryd did not stop";
+  EXPECT_EQ(rt->submit("sum", ferry::read(y), remote(server)).result(), 1024.0);  // elsewhere, once lost
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the reconnect thread is dialling it now
+  auto ended = std::async(std::launch::async, [&] { rt.reset(); });
+  const bool in_time = ended.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
+  server.signal(SIGCONT);  // lets a waiting destructor end, so the test does
+  EXPECT_TRUE(in_time) << "the runtime's end waited for the stopped host";
+  ended.wait();
 }
 
 // remote_stats() asks the host for its figures: a host that stops

@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -27,7 +28,8 @@ using Clock = std::chrono::steady_clock;
 
 class Socket {
  public:
-  Socket(const std::string& host, std::uint16_t port, Clock::time_point deadline) : deadline_(deadline) {
+  Socket(const std::string& host, std::uint16_t port, Clock::time_point deadline, const std::atomic<bool>* cancel)
+      : deadline_(deadline), cancel_(cancel) {
     sockaddr_storage address{};
     socklen_t length = 0;
     try {
@@ -95,8 +97,10 @@ class Socket {
     for (;;) {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - Clock::now()).count();
       if (left <= 0) fail(fmt::format("{} {}: no answer in time", doing, name_), UCS_ERR_TIMED_OUT);
+      if (cancel_ != nullptr && cancel_->load(std::memory_order_acquire))
+        fail(fmt::format("{} {}: given up (shutting down)", doing, name_), UCS_ERR_CANCELED);
       pollfd fd{fd_, events, 0};
-      const int n = ::poll(&fd, 1, static_cast<int>(left));
+      const int n = ::poll(&fd, 1, static_cast<int>(cancel_ != nullptr ? std::min<long long>(left, 100) : left));
       if (n > 0) return;
       if (n < 0 && errno != EINTR) throw_system_error("poll", errno);
     }
@@ -125,6 +129,7 @@ class Socket {
   std::string name_;
   const char* what_ = "answer";
   Clock::time_point deadline_;
+  const std::atomic<bool>* cancel_ = nullptr;
 };
 
 }  // namespace
@@ -133,7 +138,7 @@ Dialed dial(const std::shared_ptr<Worker>& worker, const std::string& host, std:
             const DialOptions& options, Connection::MessageHandler on_message, Connection::ErrorHandler on_error) {
   if (worker->on_progress_thread()) throw UsageError("dial() blocks; not on the progress thread");
   const auto deadline = Clock::now() + options.timeout;
-  Socket socket(host, port, deadline);
+  Socket socket(host, port, deadline, options.cancel);
   ClientHandshake handshake(options,
                             host.find(':') != std::string::npos ? fmt::format("[{}]:{}", host, port)
                                                                 : fmt::format("{}:{}", host, port),

@@ -355,6 +355,16 @@ void bind_runtime(nb::module_& m) {
         d["lineage_checkpoints"] = s.lineage_checkpoints;
         return d;
       }, nb::arg("address"))
+      .def("recovery", [](RuntimeHandle& h) {
+        const auto r = h.rt().recovery();
+        nb::dict d;
+        d["tasks_placed_again"] = r.tasks_placed_again;
+        d["placed_again_seconds"] = r.placed_again_seconds;
+        d["lineage_replays"] = r.lineage_replays;
+        d["replay_seconds"] = r.replay_seconds;
+        return d;
+      }, "Work done again because a device was lost: tasks placed again elsewhere and lineage replays, "
+         "with their runs' seconds added up")
       .def_prop_ro("remotes", [](RuntimeHandle& h) { return h.rt().options().remotes; })
       .def_prop_ro("policy", [](RuntimeHandle& h) { return std::string(to_string(h.rt().options().policy)); })
       .def("host_memory", [](RuntimeHandle& h) {

@@ -19,6 +19,7 @@ namespace detail {
 
 BufferRoot::~BufferRoot() {
   clear_history(*this);
+  keep_lineage_inputs(*this);
   // Copies elsewhere would otherwise hold GPU or remote memory until evicted.
   drop_copies(*this);
   if (host != nullptr) memory->deallocate(host, bytes);

@@ -264,6 +264,7 @@ std::shared_ptr<MemoryResource> RuntimeCore::unified_memory() {
 
 void RuntimeCore::reschedule(TaskRecord* task, Device& from) {
   from.unassigned(task->estimate_ns, task->link_ns, task->counted_ready);
+  task->placed_again = true;
   task->counted_ready = false;
   task->estimate_ns = 0;
   task->link_ns = 0;
@@ -286,6 +287,15 @@ void RuntimeCore::reschedule(TaskRecord* task, Device& from) {
   cpu.assigned(0);
   count_ready(task);
   cpu.enqueue(task);
+}
+
+Runtime::Recovery RuntimeCore::recovery() const noexcept {
+  Runtime::Recovery r;
+  r.tasks_placed_again = placed_again_.load(std::memory_order_relaxed);
+  r.placed_again_seconds = static_cast<double>(placed_again_ns_.load(std::memory_order_relaxed)) * 1e-9;
+  r.lineage_replays = replays_.load(std::memory_order_relaxed);
+  r.replay_seconds = static_cast<double>(replay_ns_.load(std::memory_order_relaxed)) * 1e-9;
+  return r;
 }
 
 Device* RuntimeCore::find_device(std::string_view name) const noexcept {
@@ -688,6 +698,10 @@ TaskRecord* RuntimeCore::finish(TaskRecord* task, Device* current) {
   std::vector<TaskRecord*> skipped;
   for (;;) {
     if (task->failed_input.load(std::memory_order_acquire) != nullptr && !task->error) fail_skipped(task);
+    if (task->placed_again) [[unlikely]] {
+      placed_again_.fetch_add(1, std::memory_order_relaxed);
+      placed_again_ns_.fetch_add(task->end_ns - task->start_ns, std::memory_order_relaxed);
+    }
     TaskRecord::Edges successors;
     TaskRecord::Continuations continuations;
     {

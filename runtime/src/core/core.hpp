@@ -107,6 +107,12 @@ class RuntimeCore final : public DeviceHost, public std::enable_shared_from_this
   HostAcquisitions& host_views() noexcept { return host_views_; }
   // A host view ended: the tasks that waited only for it become ready.
   void release_successors(TaskRecord::Edges successors);
+  // Work done again because a device was lost (Runtime::recovery()).
+  void count_replay(std::int64_t ns) noexcept {
+    replays_.fetch_add(1, std::memory_order_relaxed);
+    replay_ns_.fetch_add(ns, std::memory_order_relaxed);
+  }
+  Runtime::Recovery recovery() const noexcept;
 
  private:
   // prepare()'s three phases: the arguments read and checked against the
@@ -154,6 +160,8 @@ class RuntimeCore final : public DeviceHost, public std::enable_shared_from_this
   std::atomic<std::uint64_t> next_buffer_id_{1};
   std::atomic<std::size_t> in_flight_{0};
   std::atomic<int> waiters_{0};
+  std::atomic<std::uint64_t> placed_again_{0}, replays_{0};
+  std::atomic<std::int64_t> placed_again_ns_{0}, replay_ns_{0};
   std::mutex wait_mutex_;
   std::condition_variable wait_cv_;
   std::mutex error_mutex_;

@@ -3,8 +3,10 @@
 // unified root's pages come home through the CUDA module.
 #include "core/data_services.hpp"
 
+#include <chrono>
 #include <optional>
 
+#include "core/core.hpp"
 #include "cuda_port/cuda_module.hpp"
 #include "data/data_host.hpp"
 
@@ -14,9 +16,14 @@ namespace {
 
 class CoreDataHost final : public DataHost {
  public:
-  void run_on_host(const KernelDef& kernel, KernelArgs& args, const std::string& name) const override {
+  void run_on_host(const KernelDef& kernel, KernelArgs& args, const std::string& name,
+                   const std::weak_ptr<RuntimeCore>& runtime) const override {
     ExecContext context{args, name, -1, nullptr, -1, std::nullopt};
+    const auto start = std::chrono::steady_clock::now();
     kernel.cpu(context);
+    if (auto core = runtime.lock())
+      core->count_replay(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
+                             .count());
   }
 
   void unified_to_host(const void* data, std::size_t bytes, int device) const override {

@@ -266,6 +266,8 @@ void Runtime::import_device_data(const BufferBase& buffer, int gpu, const void* 
                                config::with_cuda ? "see FERRY_GPUS and ferry info" : "built without CUDA"));
 }
 
+Runtime::Recovery Runtime::recovery() const noexcept { return core_->recovery(); }
+
 Runtime::RemoteStats Runtime::remote_stats(const std::string& address) const {
   const std::string bare = address.starts_with("ucx://") ? address.substr(6) : address;
   auto* remote = dynamic_cast<detail::RemoteDevice*>(core_->find_device("remote:" + bare));

@@ -84,11 +84,11 @@ void replay(LineageEntry& entry) {
   std::vector<std::shared_ptr<const std::vector<std::byte>>> versions;  // kept until the kernel ran
   for (std::size_t i = 0; i < entry.buffer_args.size(); ++i) {
     auto root = entry.roots[i].lock();
-    if (!root) continue;  // the buffer is gone: nobody can read the result
+    BufferArg& arg = buffer_arg(args, entry.buffer_args, i);
+    if (!root && writes(arg.mode)) continue;  // an output that is gone: nobody can read the result
     BufferState view;
     view.root = root;
     view.region = entry.regions[i];
-    BufferArg& arg = buffer_arg(args, entry.buffer_args, i);
     if (!writes(arg.mode)) {
       // The version it read, not the input as it is now: copied aside, or
       // the host's bytes, unchanged since (or they would have been copied
@@ -102,7 +102,7 @@ void replay(LineageEntry& entry) {
         host_version = i < entry.host_version.size() && entry.host_version[i] != 0;
       };
       taken();
-      if (!snapshot && host_version) {
+      if (!snapshot && host_version && root) {
         std::unique_lock lock(root->transfer_mutex);
         taken();
         if (!snapshot) snapshot = packed_copy(*root, entry.regions[i]);
@@ -111,9 +111,18 @@ void replay(LineageEntry& entry) {
         arg.data = const_cast<std::byte*>(snapshot->data());  // read-only to the kernel
         arg.ld = arg.cols;
         versions.push_back(std::move(snapshot));
-        held.push_back(std::move(root));
+        if (root) held.push_back(std::move(root));
         continue;
       }
+    }
+    if (!root) {
+      // An input freed while what was computed from it stayed only on the
+      // lost node, and keep_lineage_inputs could not keep what it read: the
+      // kernel must not run on a null buffer.
+      entry.replayed.store(false, std::memory_order_release);
+      throw RemoteError(fmt::format("{} wrote data held only by a lost node, and its input {} was freed: it "
+                                    "cannot be recomputed",
+                                    task_label(entry.name, entry.kernel->name), i));
     }
     acquire_on_host(view, reads(arg.mode) ? AccessMode::read : AccessMode::write);
     arg.data = host_region(*root, entry.regions[i]).data;
@@ -127,7 +136,8 @@ void replay(LineageEntry& entry) {
                     "recompute it on the host",
                     task_label(entry.name, entry.kernel->name)));
   log().debug("recomputing {} on the host", task_label(entry.name, entry.kernel->name));
-  data_host().run_on_host(*entry.kernel, args, entry.name);
+  data_host().run_on_host(*entry.kernel, args, entry.name,
+                          held.empty() ? std::weak_ptr<RuntimeCore>{} : held.front()->runtime);
 }
 
 // Whether replaying the copy's lineage would read the host's data of its
@@ -726,6 +736,24 @@ std::vector<MemoryNodeId> valid_nodes(const BufferState& view, const std::vector
   if (host_valid) nodes.push_back(host_node);
   if (host_valid && root.unified) nodes.insert(nodes.end(), in_place.begin(), in_place.end());
   return nodes;
+}
+
+void keep_lineage_inputs(BufferRoot& root) noexcept {
+  if (!root.has_lineage_readers.load(std::memory_order_acquire)) return;
+  const Region whole{0, 0, root.rows, root.cols};
+  try {
+    // A replay of those readers could no longer reach this root (its weak
+    // references are expired from here on): the copies whose lineage read a
+    // newer version than the host's come home now, while the data they read
+    // still lives; the host's bytes are copied aside for the others.
+    settle_lineage_readers(root, whole);
+    RootLock lock(root.transfer_mutex);
+    preserve_host_bytes(root, whole);
+  } catch (const std::exception& e) {
+    log().warn("a buffer freed while results computed from it were only on a remote: keeping what they read "
+               "failed ({}); recomputing them, if their host is lost, fails",
+               e.what());
+  }
 }
 
 void drop_copies(BufferRoot& root) noexcept {

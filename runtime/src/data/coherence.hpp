@@ -165,6 +165,10 @@ void discard_on_node(const BufferState& view, NodeLink& link, std::uint64_t id);
 // are settled as for host use (modified ones come home; a write drops them),
 // without moving the root's pages, which the GPU prefetches itself.
 void acquire_unified(const BufferState& view, AccessMode mode);
+// A root going away: lineage that read it keeps what it read (the host's
+// bytes copied aside; a copy made from a newer version elsewhere brought
+// home), as before an overwrite. Then drop_copies.
+void keep_lineage_inputs(BufferRoot& root) noexcept;
 // A root going away: every copy of it on a live node is dropped there.
 void drop_copies(BufferRoot& root) noexcept;
 

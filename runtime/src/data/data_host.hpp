@@ -7,16 +7,21 @@
 
 #include <atomic>
 #include <cstddef>
+#include <memory>
 #include <string>
 
 #include "ferry/runtime/kernel.hpp"
 
 namespace ferry::detail {
 
+class RuntimeCore;
+
 class DataHost {
  public:
-  // Runs `kernel`'s CPU variant on this thread on `args` (buffers filled in), as task `name`.
-  virtual void run_on_host(const KernelDef& kernel, KernelArgs& args, const std::string& name) const = 0;
+  // Runs `kernel`'s CPU variant on this thread on `args` (buffers filled in),
+  // as task `name`, for `runtime` (which counts the work done again).
+  virtual void run_on_host(const KernelDef& kernel, KernelArgs& args, const std::string& name,
+                           const std::weak_ptr<RuntimeCore>& runtime) const = 0;
   // Moves the pages of `bytes` at `data`, last used by GPU `device`, to the
   // host; returns once they are there.
   virtual void unified_to_host(const void* data, std::size_t bytes, int device) const = 0;

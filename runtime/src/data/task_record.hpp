@@ -66,6 +66,9 @@ struct TaskRecord {
   std::int64_t estimate_ns = 0;  // counted in the device's expected backlog until done
   std::int64_t link_ns = 0;      // counted in a remote's link backlog until done
   bool counted_ready = false;    // estimate_ns counted in its device's ready backlog too
+  // Placed again because its device was lost (RuntimeCore::reschedule): its
+  // run there, if it ran, was lost; Runtime::recovery() counts this one.
+  bool placed_again = false;
   // When placement expected it done (steady clock, ns; 0: not estimated):
   // its readers' inputs are ready then, not at once.
   std::int64_t expected_finish_ns = 0;

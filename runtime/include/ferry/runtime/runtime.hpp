@@ -336,6 +336,17 @@ class Runtime {
     std::uint64_t lineage_checkpoints = 0;
   };
   RemoteStats remote_stats(const std::string& address) const;
+  // Work this runtime did again because a device was lost, since it began:
+  // tasks placed again elsewhere (what ran on the lost host was lost with it)
+  // and lineage replays (data only the lost host held, recomputed on the
+  // host). Seconds are the runs' own durations, added up.
+  struct Recovery {
+    std::uint64_t tasks_placed_again = 0;
+    double placed_again_seconds = 0;
+    std::uint64_t lineage_replays = 0;
+    double replay_seconds = 0;
+  };
+  Recovery recovery() const noexcept;
   const Options& options() const noexcept;
   // Where host replicas live (the runtime's pinned pool unless Options chose).
   std::shared_ptr<MemoryResource> host_memory() const noexcept;

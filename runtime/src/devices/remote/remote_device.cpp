@@ -189,6 +189,7 @@ void RemoteDevice::connect() {
   // Authenticated, keyed and welcomed on the bootstrap socket; UCX connects only then.
   auto dial = options_.dial;
   dial.client = client_name();
+  dial.cancel = &stopping_;  // the destructor joins the thread that dials
   transport::Dialed dialed;
   try {
     dialed = transport::dial(

@@ -20,6 +20,7 @@
 // order and who proves what stay as above.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
@@ -186,6 +187,10 @@ struct DialOptions {
   Pinning pinning = Pinning::trust_on_first_use;
   protocol::Privacy privacy = protocol::Privacy::automatic;
   std::chrono::milliseconds timeout{20000};
+  // Set by another thread: the handshake gives up within 100 ms (a runtime
+  // shutting down must not wait out the timeout on a host that accepted the
+  // connection and then went silent: stopped, hung, cut off).
+  const std::atomic<bool>* cancel = nullptr;
   // Offer a shared-memory lane when the server is a process of this user
   // on this host (docs/protocol.md). A ferryd fetching from another ferryd
   // does not: a lane has no peer error handling, and a source killed
