@@ -92,9 +92,9 @@ std::string cuda_text(cudaError_t status) {
 }  // namespace
 
 CudaDevice::CudaDevice(DeviceHost& runtime, DeviceId id, MemoryNodeId node, CudaDeviceOptions options)
-    : Device(id, fmt::format("cuda:{}", options.ordinal), DeviceKind::cuda, node, perf_key_of(options.ordinal),
-             gpu_probe(options.ordinal, peak_of(options.ordinal))),
-      runtime_(runtime),
+    : OffloadDevice(runtime, id, fmt::format("cuda:{}", options.ordinal), DeviceKind::cuda, node,
+                    perf_key_of(options.ordinal), gpu_probe(options.ordinal, peak_of(options.ordinal)),
+                    DeviceHealth::Keep::first, /*up=*/true),
       options_(options) {
   const CurrentDevice current(options_.ordinal);
   const cuda::DeviceInfo info = cuda::device_info(options_.ordinal);
@@ -112,12 +112,10 @@ CudaDevice::CudaDevice(DeviceHost& runtime, DeviceId id, MemoryNodeId node, Cuda
     lanes_.push_back(std::make_unique<Lane>());
     lanes_.back()->index = i;
   }
-  if (Trace* trace = runtime_.trace()) {
+  if (Trace* trace = runtime.trace())
     for (std::size_t i = 0; i < lanes_.size(); ++i)
       lanes_[i]->trace_lane = trace->lane(fmt::format("{} stream {}", name(), i), name());
-    trace_in_ = trace->lane(fmt::format("link host -> {}", name()), "link");
-    trace_out_ = trace->lane(fmt::format("link {} -> host", name()), "link");
-  }
+  open_link_lanes();
   measure_link();
   executor_ = std::thread([this] { executor_loop(); });
   prefetcher_ = std::thread([this] { prefetch_loop(); });
@@ -129,13 +127,7 @@ CudaDevice::CudaDevice(DeviceHost& runtime, DeviceId id, MemoryNodeId node, Cuda
 CudaDevice::~CudaDevice() {
   drain();
   // Bring home what only this GPU holds: buffers may outlive the runtime.
-  for (auto& root : held_.snapshot()) {
-    try {
-      forget_node(*root, *this);
-    } catch (const std::exception& e) {
-      log().error("{}: could not bring a buffer home at shutdown: {}", name(), e.what());
-    }
-  }
+  bring_home("at shutdown");
   {
     std::lock_guard lock(queue_mutex_);
     stopping_.store(true);
@@ -243,20 +235,9 @@ void* CudaDevice::pointer(std::uint64_t id) const {
   return it->second.ptr;
 }
 
-std::size_t CudaDevice::evict(std::size_t bytes) {
-  const std::size_t freed = evict_from_node(*this, held_.snapshot(), bytes);
-  log().debug("{}: evicted {} to make room for {}", name(), format_bytes(freed), format_bytes(bytes));
-  return freed;
-}
-
-void CudaDevice::hold(const std::shared_ptr<BufferRoot>& root) {
-  held_.hold(root);
-}
-
 std::uint64_t CudaDevice::ship(const HostRegion& source) {
   const CurrentDevice current(options_.ordinal);
-  const auto start = Clock::now();
-  const std::int64_t start_ns = runtime_.trace() ? runtime_.trace()->now_ns() : 0;
+  const CopyStart start = copy_starts();
   const auto [id, ptr] = allocate_block(source.bytes());
   try {
     copier_->to_device(ptr, source);
@@ -264,9 +245,7 @@ std::uint64_t CudaDevice::ship(const HostRegion& source) {
     drop(id);
     throw;
   }
-  record_transfer(runtime_, *this, bytes_in_,
-                  {.from = host_node, .to = node(), .bytes = source.bytes(), .start = start,
-                   .to_device = true, .lane = trace_in_, .trace_start_ns = start_ns});
+  copied_in(bytes_in_, start, source.bytes());
   return id;
 }
 
@@ -288,12 +267,9 @@ std::uint64_t CudaDevice::allocate(const HostRegion& shape) {
 
 void CudaDevice::fetch(std::uint64_t id, const HostRegion& dest) {
   const CurrentDevice current(options_.ordinal);
-  const auto start = Clock::now();
-  const std::int64_t start_ns = runtime_.trace() ? runtime_.trace()->now_ns() : 0;
+  const CopyStart start = copy_starts();
   copier_->to_host(dest, pointer(id));
-  record_transfer(runtime_, *this, bytes_out_,
-                  {.from = node(), .to = host_node, .bytes = dest.bytes(), .start = start,
-                   .to_device = false, .lane = trace_out_, .trace_start_ns = start_ns});
+  copied_out(bytes_out_, start, dest.bytes());
 }
 
 void CudaDevice::open_peer(CudaDevice& source) {
@@ -335,8 +311,7 @@ std::optional<std::uint64_t> CudaDevice::copy_from(NodeLink& source, std::uint64
   auto* peer = dynamic_cast<CudaDevice*>(&source);
   if (peer == nullptr || peer == this || !alive() || !peer->alive() || shape.bytes() == 0) return std::nullopt;
   const CurrentDevice current(options_.ordinal);
-  const auto start = Clock::now();
-  const std::int64_t start_ns = runtime_.trace() ? runtime_.trace()->now_ns() : 0;
+  const CopyStart start = copy_starts();
   try {
     open_peer(*peer);
     const void* from = peer->pointer(source_id);
@@ -355,9 +330,7 @@ std::optional<std::uint64_t> CudaDevice::copy_from(NodeLink& source, std::uint64
       throw;
     }
     // What the link model learns of this pair: placement weighs it like any link.
-    record_transfer(runtime_, *this, bytes_peer_,
-                    {.from = peer->node(), .to = node(), .bytes = shape.bytes(), .start = start,
-                     .to_device = true, .lane = trace_in_, .trace_start_ns = start_ns});
+    copied_in(bytes_peer_, start, shape.bytes(), peer->node());
     return id;
   } catch (const std::exception& e) {
     cudaGetLastError();
@@ -393,15 +366,7 @@ void CudaDevice::measure_link() {
     check_cuda(cudaHostAlloc(&host, bytes, cudaHostAllocPortable), "cudaHostAlloc (link probe)");
     const auto [id, ptr] = allocate_block(bytes);
     HostRegion region{host, DType::u8, 1, bytes, bytes};
-    const auto time = [&](auto&& copy) {
-      double best = 1e9;
-      for (int round = 0; round < 3; ++round) {
-        const auto start = Clock::now();
-        copy();
-        best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count());
-      }
-      return best;
-    };
+    const auto time = [](const std::function<void()>& copy) { return fastest(3, copy); };
     HostRegion tiny{host, DType::u8, 1, 8, 8};
     const double latency = time([&] { copier_->to_device(ptr, tiny); });
     to = Link{latency, static_cast<double>(bytes) / std::max(time([&] { copier_->to_device(ptr, region); }) - latency, 1e-9)};
@@ -412,14 +377,13 @@ void CudaDevice::measure_link() {
     cudaGetLastError();
   }
   if (host != nullptr) cudaFreeHost(host);
-  runtime_.links().set(host_node, node(), to);
-  runtime_.links().set(node(), host_node, from);
+  set_link(to, from);
 }
 
 // ---- tasks ----
 
 void CudaDevice::enqueue(TaskRecord* task) {
-  active_.fetch_add(1, std::memory_order_relaxed);
+  work().started();
   {
     std::lock_guard lock(queue_mutex_);
     ready_.push_back(task);
@@ -430,12 +394,7 @@ void CudaDevice::enqueue(TaskRecord* task) {
 void CudaDevice::prefetch(TaskRecord* task) {
   if (!alive()) return;
   Prefetch job;
-  for (std::size_t i = 0; i < task->buffers.size(); ++i)
-    if (reads(task->buffer_arg(i).mode) && !task->buffers[i]->root->unified) job.inputs.push_back(task->buffers[i]);
-  if (job.inputs.empty()) return;
-  retain(task);
-  job.task = task;
-  active_.fetch_add(1, std::memory_order_relaxed);
+  if (!take_prefetch(task, job)) return;
   {
     std::lock_guard lock(queue_mutex_);
     prefetches_.push_back(std::move(job));
@@ -443,33 +402,11 @@ void CudaDevice::prefetch(TaskRecord* task) {
   prefetch_cv_.notify_one();
 }
 
-void CudaDevice::drain() {
-  std::unique_lock lock(queue_mutex_);
-  idle_cv_.wait(lock, [&] { return active_.load(std::memory_order_acquire) == 0; });
-}
-
-void CudaDevice::one_done() {
-  if (active_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-    std::lock_guard lock(queue_mutex_);
-    idle_cv_.notify_all();
-  }
-}
-
 void CudaDevice::lost(const std::string& reason) {
-  {
-    std::lock_guard lock(lost_mutex_);
-    if (lost_reason_.empty()) lost_reason_ = reason;
-  }
-  if (alive_.exchange(false, std::memory_order_acq_rel))
+  if (health().lost(reason))
     log().error("{} is unusable after a CUDA error ({}); its tasks run on the CPU from now on, and data only it held "
                 "is lost",
                 name(), reason);
-}
-
-std::string CudaDevice::down_reason() const {
-  if (alive()) return {};
-  std::lock_guard lock(lost_mutex_);
-  return lost_reason_;
 }
 
 void CudaDevice::executor_loop() {
@@ -544,29 +481,14 @@ void CudaDevice::prefetch_loop() {
       job = std::move(prefetches_.front());
       prefetches_.pop_front();
     }
-    if (alive()) prefetch_inputs(job);
-    TaskRecord* task = std::exchange(job.task, nullptr);
-    job.inputs.clear();  // before one_done(): a drained device holds nothing of the job
-    release(task);
-    one_done();
+    run_prefetch(job);
+    finish_prefetch(job);
   }
 }
 
-void CudaDevice::prefetch_inputs(const Prefetch& job) {
-  TaskRecord* task = job.task;
-  const TaskLabelScope transfers_for(task->name);
-  for (const auto& input : job.inputs) {
-    if (!alive() || task->done.load(std::memory_order_acquire)) return;  // too late to help
-    const BufferState& view = *input;
-    // A guess about the future does not evict what is here now.
-    const auto stats = pool_->stats();
-    if (stats.bytes_in_use + host_region(view).bytes() > stats.bound_bytes) continue;
-    try {
-      prefetch_on_node(view, *this, [&] { return prefetch_too_early(view, task); });
-    } catch (const std::exception& e) {
-      log().debug("{}: prefetch skipped: {}", name(), e.what());
-    }
-  }
+bool CudaDevice::room_for_prefetch(const BufferState& view) const {
+  const auto stats = pool_->stats();
+  return stats.bytes_in_use + host_region(view).bytes() <= stats.bound_bytes;
 }
 
 void CudaDevice::restore_host_args(TaskRecord* task) {
@@ -587,8 +509,14 @@ void CudaDevice::finish_unlaunched(TaskRecord* task, const std::vector<std::uint
   wait_for_order(task);
   const std::int64_t now = now_ns();
   task->start_ns = task->end_ns = now;
-  runtime_.finish(task, nullptr);
-  one_done();
+  runtime().finish(task, nullptr);
+  work().finished();
+}
+
+void CudaDevice::hand_back(TaskRecord* task, const std::function<std::string()>& failure) {
+  wait_for_order(task);
+  if (fall_back(task, failure)) work().finished();
+  else finish_unlaunched(task, {});
 }
 
 bool CudaDevice::stage_buffers(TaskRecord* task, InFlight& flight, Lane& lane) {
@@ -615,16 +543,13 @@ bool CudaDevice::stage_buffers(TaskRecord* task, InFlight& flight, Lane& lane) {
   } catch (const OutOfMemory& e) {
     unpin(task, flight.ids);
     restore_host_args(task);
-    if (task->kernel->cpu) {
+    if (task->kernel->cpu)
       log().warn("{}: its data does not fit on {} ({}); running it on the CPU", task->label(), name(), e.what());
-      wait_for_order(task);
-      runtime_.reschedule(task, *this);
-      one_done();
-      return false;
-    }
-    task->error = std::make_exception_ptr(
-        KernelError(fmt::format("{}: its data does not fit on {}, and the kernel has no CPU implementation: {}",
-                                task->label(), name(), e.what())));
+    hand_back(task, [&] {
+      return fmt::format("{}: its data does not fit on {}, and the kernel has no CPU implementation: {}",
+                         task->label(), name(), e.what());
+    });
+    return false;
   } catch (const std::exception& e) {
     unpin(task, flight.ids);
     restore_host_args(task);
@@ -689,15 +614,10 @@ void CudaDevice::release_ordered(TaskRecord* task, const Lane& lane) {
 
 void CudaDevice::launch(TaskRecord* task) {
   if (!alive()) {
-    if (task->kernel->cpu) {
-      wait_for_order(task);
-      runtime_.reschedule(task, *this);
-      one_done();
-    } else {
-      task->error = std::make_exception_ptr(KernelError(fmt::format(
-          "{} cannot run: {} failed earlier and the kernel has no CPU implementation", task->label(), name())));
-      finish_unlaunched(task, {});
-    }
+    hand_back(task, [&] {
+      return fmt::format("{} cannot run: {} failed earlier and the kernel has no CPU implementation", task->label(),
+                         name());
+    });
     return;
   }
   Lane& lane = lane_for(task);
@@ -834,14 +754,14 @@ void CudaDevice::complete(InFlight& flight, Lane& lane, cudaError_t status) {
   }
   const std::int64_t end_ns = now_ns();
   // Timed by the stream's events where they could be read; else from its launch.
-  record_run(runtime_, *this, *task,
+  record_run(runtime(), *this, *task,
              {.start_ns = seconds > 0 ? end_ns - static_cast<std::int64_t>(seconds * 1e9) : flight.launched_ns,
               .end_ns = end_ns,
               .cost_seconds = seconds > 0 ? std::optional<double>(seconds) : std::nullopt,
               .lane = lane.trace_lane,
               .trace_start_ns = std::nullopt});
-  runtime_.finish(task, nullptr);
-  one_done();
+  runtime().finish(task, nullptr);
+  work().finished();
 }
 
 }  // namespace ferry::detail
