@@ -160,6 +160,8 @@ class CudaDevice final : public OffloadDevice {
   bool prefetchable(const BufferState& view) const override { return !view.root->unified; }
   bool room_for_prefetch(const BufferState& view) const override;
   void lost(const std::string& reason);
+  // A CUDA error as people read it: its text and its name.
+  static std::string cuda_text(cudaError_t status);
   // Trims the memory pool; the bytes that went back to the GPU.
   std::size_t give_back_reserve(const char* why) noexcept;
 
