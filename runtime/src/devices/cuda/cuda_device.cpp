@@ -85,16 +85,16 @@ bool sticky(cudaError_t status) {
   return cudaDeviceSynchronize() != cudaSuccess && status != cudaSuccess;
 }
 
-std::string cuda_text(cudaError_t status) {
+}  // namespace
+
+std::string CudaDevice::cuda_text(cudaError_t status) {
   return fmt::format("{} ({})", cudaGetErrorString(status), cudaGetErrorName(status));
 }
 
-}  // namespace
-
 CudaDevice::CudaDevice(DeviceHost& runtime, DeviceId id, MemoryNodeId node, CudaDeviceOptions options)
-    : Device(id, fmt::format("cuda:{}", options.ordinal), DeviceKind::cuda, node, perf_key_of(options.ordinal),
-             gpu_probe(options.ordinal, peak_of(options.ordinal))),
-      runtime_(runtime),
+    : OffloadDevice(runtime, id, fmt::format("cuda:{}", options.ordinal), DeviceKind::cuda, node,
+                    perf_key_of(options.ordinal), gpu_probe(options.ordinal, peak_of(options.ordinal)),
+                    DeviceHealth::Keep::first, /*up=*/true),
       options_(options) {
   const CurrentDevice current(options_.ordinal);
   const cuda::DeviceInfo info = cuda::device_info(options_.ordinal);
@@ -112,12 +112,10 @@ CudaDevice::CudaDevice(DeviceHost& runtime, DeviceId id, MemoryNodeId node, Cuda
     lanes_.push_back(std::make_unique<Lane>());
     lanes_.back()->index = i;
   }
-  if (Trace* trace = runtime_.trace()) {
+  if (Trace* trace = runtime.trace())
     for (std::size_t i = 0; i < lanes_.size(); ++i)
       lanes_[i]->trace_lane = trace->lane(fmt::format("{} stream {}", name(), i), name());
-    trace_in_ = trace->lane(fmt::format("link host -> {}", name()), "link");
-    trace_out_ = trace->lane(fmt::format("link {} -> host", name()), "link");
-  }
+  open_link_lanes();
   measure_link();
   executor_ = std::thread([this] { executor_loop(); });
   prefetcher_ = std::thread([this] { prefetch_loop(); });
@@ -129,13 +127,7 @@ CudaDevice::CudaDevice(DeviceHost& runtime, DeviceId id, MemoryNodeId node, Cuda
 CudaDevice::~CudaDevice() {
   drain();
   // Bring home what only this GPU holds: buffers may outlive the runtime.
-  for (auto& root : held_.snapshot()) {
-    try {
-      forget_node(*root, *this);
-    } catch (const std::exception& e) {
-      log().error("{}: could not bring a buffer home at shutdown: {}", name(), e.what());
-    }
-  }
+  bring_home("at shutdown");
   {
     std::lock_guard lock(queue_mutex_);
     stopping_.store(true);
@@ -183,243 +175,10 @@ std::string CudaDevice::describe() const {
                      format_bytes(s.bytes_in_use), format_bytes(s.bound_bytes), alive() ? "" : ", failed");
 }
 
-// ---- memory node ----
-
-std::pair<std::uint64_t, void*> CudaDevice::allocate_block(std::size_t bytes) {
-  if (bytes > pool_->stats().bound_bytes)
-    throw OutOfMemory(fmt::format("{}: {} is more than all the memory replicas may take here ({})", name(),
-                                  format_bytes(bytes), pool_->describe()),
-                      bytes);
-  for (int attempt = 0;; ++attempt) {
-    try {
-      // Stream-ordered on the host-to-device stream, where the copy into it
-      // follows; frees go there too, so freed memory is reused at once.
-      void* ptr = pool_->allocate(bytes, default_alignment, StreamRef{copier_->h2d()});
-      const std::uint64_t id = next_block_.fetch_add(1, std::memory_order_relaxed);
-      try {
-        std::lock_guard lock(blocks_mutex_);
-        blocks_.emplace(id, Block{ptr, bytes});
-      } catch (...) {
-        pool_->deallocate(ptr, bytes, StreamRef{copier_->h2d()});
-        throw;
-      }
-      return {id, ptr};
-    } catch (const OutOfMemory&) {
-      // The pool's reclaim hook skipped copies busy in other threads at
-      // that moment; a second look may find them free.
-      if (attempt == 2 || evict(bytes) == 0) throw;
-    }
-  }
-}
-
-void CudaDevice::adopt(const BufferState& view, const void* source) {
-  const CurrentDevice current(options_.ordinal);
-  const std::uint64_t id = acquire_on_node(view, AccessMode::write, *this);
-  try {
-    const HostRegion shape = host_region(view);
-    // On a stream of Ferry's own, ordered after the legacy default stream
-    // (where the producer made the data ready, see import_device_data), and
-    // finished before the replica is published: the lanes and copy streams
-    // are non-blocking and would not wait for a copy on the legacy stream.
-    const cudaStream_t stream = copier_->h2d();
-    Event produced;
-    produced.record(cudaStreamLegacy);
-    check_cuda(cudaStreamWaitEvent(stream, produced.get(), 0), "cudaStreamWaitEvent (adopt)");
-    check_cuda(cudaMemcpyAsync(pointer(id), source, shape.bytes(), cudaMemcpyDeviceToDevice, stream),
-               "cudaMemcpyAsync (adopt)");
-    check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize (adopt)");
-    written_on_node(view, *this, id, nullptr);
-  } catch (...) {
-    release_on_node(view, *this, id);
-    throw;
-  }
-  release_on_node(view, *this, id);
-}
-
-void* CudaDevice::pointer(std::uint64_t id) const {
-  std::lock_guard lock(blocks_mutex_);
-  const auto it = blocks_.find(id);
-  if (it == blocks_.end()) throw Error(fmt::format("{}: no copy {} on this GPU (already dropped)", name(), id));
-  return it->second.ptr;
-}
-
-std::size_t CudaDevice::evict(std::size_t bytes) {
-  const std::size_t freed = evict_from_node(*this, held_.snapshot(), bytes);
-  log().debug("{}: evicted {} to make room for {}", name(), format_bytes(freed), format_bytes(bytes));
-  return freed;
-}
-
-void CudaDevice::hold(const std::shared_ptr<BufferRoot>& root) {
-  held_.hold(root);
-}
-
-std::uint64_t CudaDevice::ship(const HostRegion& source) {
-  const CurrentDevice current(options_.ordinal);
-  const auto start = Clock::now();
-  const std::int64_t start_ns = runtime_.trace() ? runtime_.trace()->now_ns() : 0;
-  const auto [id, ptr] = allocate_block(source.bytes());
-  try {
-    copier_->to_device(ptr, source);
-  } catch (...) {
-    drop(id);
-    throw;
-  }
-  record_transfer(runtime_, *this, bytes_in_,
-                  {.from = host_node, .to = node(), .bytes = source.bytes(), .start = start,
-                   .to_device = true, .lane = trace_in_, .trace_start_ns = start_ns});
-  return id;
-}
-
-std::uint64_t CudaDevice::allocate(const HostRegion& shape) {
-  const CurrentDevice current(options_.ordinal);
-  const auto block = allocate_block(shape.bytes());
-  // The allocation is ordered on the copy stream; a kernel on a compute
-  // stream may use the memory only once it has happened.
-  try {
-    Event allocated;
-    allocated.record(copier_->h2d());
-    allocated.wait();
-  } catch (...) {
-    drop(block.first);
-    throw;
-  }
-  return block.first;
-}
-
-void CudaDevice::fetch(std::uint64_t id, const HostRegion& dest) {
-  const CurrentDevice current(options_.ordinal);
-  const auto start = Clock::now();
-  const std::int64_t start_ns = runtime_.trace() ? runtime_.trace()->now_ns() : 0;
-  copier_->to_host(dest, pointer(id));
-  record_transfer(runtime_, *this, bytes_out_,
-                  {.from = node(), .to = host_node, .bytes = dest.bytes(), .start = start,
-                   .to_device = false, .lane = trace_out_, .trace_start_ns = start_ns});
-}
-
-void CudaDevice::open_peer(CudaDevice& source) {
-  std::lock_guard lock(peers_mutex_);
-  if (peers_.contains(source.ordinal())) return;
-  int can = 0;
-  if (cudaDeviceCanAccessPeer(&can, options_.ordinal, source.ordinal()) != cudaSuccess) {
-    cudaGetLastError();
-    can = 0;
-  }
-  bool direct = can != 0;
-  if (direct) {
-    // This GPU's context maps the source's memory (the caller made this GPU
-    // current); the source's pool lets this GPU at its blocks.
-    const cudaError_t enabled = cudaDeviceEnablePeerAccess(source.ordinal(), 0);
-    if (enabled != cudaSuccess && enabled != cudaErrorPeerAccessAlreadyEnabled) {
-      log().warn("{}: peer access to {} failed ({}); copies between them go through the driver", name(),
-                 source.name(), cuda_text(enabled));
-      direct = false;
-    }
-    cudaGetLastError();  // an "already enabled" is an answer, not an error for the next call
-    if (direct) {
-      try {
-        source.pool_->grant_access(options_.ordinal);
-      } catch (const std::exception& e) {
-        log().warn("{}: {}'s memory pool cannot be opened to it ({}); copies go through the driver", name(),
-                   source.name(), e.what());
-        cudaGetLastError();
-        direct = false;
-      }
-    }
-  }
-  peers_.emplace(source.ordinal(), direct);
-  log().info("{}: copies from {} go {}", name(), source.name(),
-             direct ? "peer to peer" : "through the copy engines by the driver (no peer access between them)");
-}
-
-std::optional<std::uint64_t> CudaDevice::copy_from(NodeLink& source, std::uint64_t source_id, const HostRegion& shape) {
-  auto* peer = dynamic_cast<CudaDevice*>(&source);
-  if (peer == nullptr || peer == this || !alive() || !peer->alive() || shape.bytes() == 0) return std::nullopt;
-  const CurrentDevice current(options_.ordinal);
-  const auto start = Clock::now();
-  const std::int64_t start_ns = runtime_.trace() ? runtime_.trace()->now_ns() : 0;
-  try {
-    open_peer(*peer);
-    const void* from = peer->pointer(source_id);
-    const auto [id, ptr] = allocate_block(shape.bytes());
-    try {
-      // On this GPU's copy stream, where its allocation is ordered; the
-      // source copy is complete (coherence hands over only settled copies).
-      const cudaStream_t stream = copier_->h2d();
-      check_cuda(cudaMemcpyPeerAsync(ptr, options_.ordinal, from, peer->ordinal(), shape.bytes(), stream),
-                 "cudaMemcpyPeerAsync");
-      Event done;
-      done.record(stream);
-      done.wait();
-    } catch (...) {
-      drop(id);
-      throw;
-    }
-    // What the link model learns of this pair: placement weighs it like any link.
-    record_transfer(runtime_, *this, bytes_peer_,
-                    {.from = peer->node(), .to = node(), .bytes = shape.bytes(), .start = start,
-                     .to_device = true, .lane = trace_in_, .trace_start_ns = start_ns});
-    return id;
-  } catch (const std::exception& e) {
-    cudaGetLastError();
-    log().warn("{}: a copy from {} failed ({}); it goes through the host instead", name(), peer->name(), e.what());
-    return std::nullopt;
-  }
-}
-
-void CudaDevice::drop(std::uint64_t id) noexcept {
-  Block block;
-  {
-    std::lock_guard lock(blocks_mutex_);
-    const auto it = blocks_.find(id);
-    if (it == blocks_.end()) return;
-    block = it->second;
-    blocks_.erase(it);
-  }
-  try {
-    const CurrentDevice current(options_.ordinal);
-    pool_->deallocate(block.ptr, block.bytes, StreamRef{copier_->h2d()});
-  } catch (const std::exception& e) {
-    log().error("{}: freeing a replica of {} failed: {}", name(), format_bytes(block.bytes), e.what());
-  }
-}
-
-void CudaDevice::measure_link() {
-  // One chunk each way (the first pays for mapping): where a transfer of
-  // real data would take it. Real transfers refine the figures.
-  const std::size_t bytes = std::min<std::size_t>(options_.chunk_bytes, std::size_t{4} << 20);
-  Link to{10e-6, 20e9}, from{10e-6, 20e9};
-  void* host = nullptr;
-  try {
-    check_cuda(cudaHostAlloc(&host, bytes, cudaHostAllocPortable), "cudaHostAlloc (link probe)");
-    const auto [id, ptr] = allocate_block(bytes);
-    HostRegion region{host, DType::u8, 1, bytes, bytes};
-    const auto time = [&](auto&& copy) {
-      double best = 1e9;
-      for (int round = 0; round < 3; ++round) {
-        const auto start = Clock::now();
-        copy();
-        best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count());
-      }
-      return best;
-    };
-    HostRegion tiny{host, DType::u8, 1, 8, 8};
-    const double latency = time([&] { copier_->to_device(ptr, tiny); });
-    to = Link{latency, static_cast<double>(bytes) / std::max(time([&] { copier_->to_device(ptr, region); }) - latency, 1e-9)};
-    from = Link{latency, static_cast<double>(bytes) / std::max(time([&] { copier_->to_host(region, ptr); }) - latency, 1e-9)};
-    drop(id);
-  } catch (const std::exception& e) {
-    log().debug("{}: link probe failed ({}); assuming 20 GB/s until transfers tell", name(), e.what());
-    cudaGetLastError();
-  }
-  if (host != nullptr) cudaFreeHost(host);
-  runtime_.links().set(host_node, node(), to);
-  runtime_.links().set(node(), host_node, from);
-}
-
 // ---- tasks ----
 
 void CudaDevice::enqueue(TaskRecord* task) {
-  active_.fetch_add(1, std::memory_order_relaxed);
+  work().started();
   {
     std::lock_guard lock(queue_mutex_);
     ready_.push_back(task);
@@ -430,12 +189,7 @@ void CudaDevice::enqueue(TaskRecord* task) {
 void CudaDevice::prefetch(TaskRecord* task) {
   if (!alive()) return;
   Prefetch job;
-  for (std::size_t i = 0; i < task->buffers.size(); ++i)
-    if (reads(task->buffer_arg(i).mode) && !task->buffers[i]->root->unified) job.inputs.push_back(task->buffers[i]);
-  if (job.inputs.empty()) return;
-  retain(task);
-  job.task = task;
-  active_.fetch_add(1, std::memory_order_relaxed);
+  if (!take_prefetch(task, job)) return;
   {
     std::lock_guard lock(queue_mutex_);
     prefetches_.push_back(std::move(job));
@@ -443,33 +197,11 @@ void CudaDevice::prefetch(TaskRecord* task) {
   prefetch_cv_.notify_one();
 }
 
-void CudaDevice::drain() {
-  std::unique_lock lock(queue_mutex_);
-  idle_cv_.wait(lock, [&] { return active_.load(std::memory_order_acquire) == 0; });
-}
-
-void CudaDevice::one_done() {
-  if (active_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-    std::lock_guard lock(queue_mutex_);
-    idle_cv_.notify_all();
-  }
-}
-
 void CudaDevice::lost(const std::string& reason) {
-  {
-    std::lock_guard lock(lost_mutex_);
-    if (lost_reason_.empty()) lost_reason_ = reason;
-  }
-  if (alive_.exchange(false, std::memory_order_acq_rel))
+  if (health().lost(reason))
     log().error("{} is unusable after a CUDA error ({}); its tasks run on the CPU from now on, and data only it held "
                 "is lost",
                 name(), reason);
-}
-
-std::string CudaDevice::down_reason() const {
-  if (alive()) return {};
-  std::lock_guard lock(lost_mutex_);
-  return lost_reason_;
 }
 
 void CudaDevice::executor_loop() {
@@ -544,29 +276,14 @@ void CudaDevice::prefetch_loop() {
       job = std::move(prefetches_.front());
       prefetches_.pop_front();
     }
-    if (alive()) prefetch_inputs(job);
-    TaskRecord* task = std::exchange(job.task, nullptr);
-    job.inputs.clear();  // before one_done(): a drained device holds nothing of the job
-    release(task);
-    one_done();
+    run_prefetch(job);
+    finish_prefetch(job);
   }
 }
 
-void CudaDevice::prefetch_inputs(const Prefetch& job) {
-  TaskRecord* task = job.task;
-  const TaskLabelScope transfers_for(task->name);
-  for (const auto& input : job.inputs) {
-    if (!alive() || task->done.load(std::memory_order_acquire)) return;  // too late to help
-    const BufferState& view = *input;
-    // A guess about the future does not evict what is here now.
-    const auto stats = pool_->stats();
-    if (stats.bytes_in_use + host_region(view).bytes() > stats.bound_bytes) continue;
-    try {
-      prefetch_on_node(view, *this, [&] { return prefetch_too_early(view, task); });
-    } catch (const std::exception& e) {
-      log().debug("{}: prefetch skipped: {}", name(), e.what());
-    }
-  }
+bool CudaDevice::room_for_prefetch(const BufferState& view) const {
+  const auto stats = pool_->stats();
+  return stats.bytes_in_use + host_region(view).bytes() <= stats.bound_bytes;
 }
 
 void CudaDevice::restore_host_args(TaskRecord* task) {
@@ -587,8 +304,14 @@ void CudaDevice::finish_unlaunched(TaskRecord* task, const std::vector<std::uint
   wait_for_order(task);
   const std::int64_t now = now_ns();
   task->start_ns = task->end_ns = now;
-  runtime_.finish(task, nullptr);
-  one_done();
+  runtime().finish(task, nullptr);
+  work().finished();
+}
+
+void CudaDevice::hand_back(TaskRecord* task, const std::function<std::string()>& failure) {
+  wait_for_order(task);
+  if (fall_back(task, failure)) work().finished();
+  else finish_unlaunched(task, {});
 }
 
 bool CudaDevice::stage_buffers(TaskRecord* task, InFlight& flight, Lane& lane) {
@@ -615,16 +338,13 @@ bool CudaDevice::stage_buffers(TaskRecord* task, InFlight& flight, Lane& lane) {
   } catch (const OutOfMemory& e) {
     unpin(task, flight.ids);
     restore_host_args(task);
-    if (task->kernel->cpu) {
+    if (task->kernel->cpu)
       log().warn("{}: its data does not fit on {} ({}); running it on the CPU", task->label(), name(), e.what());
-      wait_for_order(task);
-      runtime_.reschedule(task, *this);
-      one_done();
-      return false;
-    }
-    task->error = std::make_exception_ptr(
-        KernelError(fmt::format("{}: its data does not fit on {}, and the kernel has no CPU implementation: {}",
-                                task->label(), name(), e.what())));
+    hand_back(task, [&] {
+      return fmt::format("{}: its data does not fit on {}, and the kernel has no CPU implementation: {}",
+                         task->label(), name(), e.what());
+    });
+    return false;
   } catch (const std::exception& e) {
     unpin(task, flight.ids);
     restore_host_args(task);
@@ -689,15 +409,10 @@ void CudaDevice::release_ordered(TaskRecord* task, const Lane& lane) {
 
 void CudaDevice::launch(TaskRecord* task) {
   if (!alive()) {
-    if (task->kernel->cpu) {
-      wait_for_order(task);
-      runtime_.reschedule(task, *this);
-      one_done();
-    } else {
-      task->error = std::make_exception_ptr(KernelError(fmt::format(
-          "{} cannot run: {} failed earlier and the kernel has no CPU implementation", task->label(), name())));
-      finish_unlaunched(task, {});
-    }
+    hand_back(task, [&] {
+      return fmt::format("{} cannot run: {} failed earlier and the kernel has no CPU implementation", task->label(),
+                         name());
+    });
     return;
   }
   Lane& lane = lane_for(task);
@@ -834,14 +549,14 @@ void CudaDevice::complete(InFlight& flight, Lane& lane, cudaError_t status) {
   }
   const std::int64_t end_ns = now_ns();
   // Timed by the stream's events where they could be read; else from its launch.
-  record_run(runtime_, *this, *task,
+  record_run(runtime(), *this, *task,
              {.start_ns = seconds > 0 ? end_ns - static_cast<std::int64_t>(seconds * 1e9) : flight.launched_ns,
               .end_ns = end_ns,
               .cost_seconds = seconds > 0 ? std::optional<double>(seconds) : std::nullopt,
               .lane = lane.trace_lane,
               .trace_start_ns = std::nullopt});
-  runtime_.finish(task, nullptr);
-  one_done();
+  runtime().finish(task, nullptr);
+  work().finished();
 }
 
 }  // namespace ferry::detail

@@ -24,6 +24,10 @@
 // Unified buffers are not copied: the executor prefetches their pages to
 // the GPU on the task's compute stream and the kernel gets the managed pointer.
 //
+// Held buffers, work accounting, prefetching, falling back to the CPU, the
+// link's trace lanes and measurement are every offload device's
+// (devices/offload_device.hpp).
+//
 // Only for translation units built with FERRY_WITH_CUDA.
 #pragma once
 
@@ -32,6 +36,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -40,11 +45,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "data/coherence.hpp"
-#include "data/held_roots.hpp"
 #include "devices/cuda/cuda_copy.hpp"
 #include "devices/cuda/cuda_handles.hpp"
-#include "devices/device.hpp"
+#include "devices/offload_device.hpp"
 #include "ferry/allocator/device_pool.hpp"
 
 namespace ferry::detail {
@@ -65,26 +68,20 @@ struct CudaDeviceOptions {
   std::chrono::steady_clock::duration idle_trim_after = std::chrono::seconds(2);
 };
 
-class CudaDevice final : public Device, public NodeLink {
+class CudaDevice final : public OffloadDevice {
  public:
   CudaDevice(DeviceHost& runtime, DeviceId id, MemoryNodeId node, CudaDeviceOptions options);
   ~CudaDevice() override;
 
   bool can_run(const KernelDef& kernel) const override { return static_cast<bool>(kernel.cuda); }
-  bool available() const noexcept override { return alive(); }
-  // The CUDA error that made it unusable; empty while alive.
-  std::string down_reason() const override;
+  // The CUDA error that made it unusable (a sticky error); empty while alive.
+  std::string down_reason() const override { return health().reason(); }
   unsigned lanes() const override { return static_cast<unsigned>(lanes_.size()); }
   void enqueue(TaskRecord* task) override;
   void prefetch(TaskRecord* task) override;
-  void drain() override;
 
   // NodeLink
-  MemoryNodeId node() const noexcept override { return Device::node(); }
-  // False after a CUDA error that leaves the GPU unusable (a sticky error).
-  bool alive() const noexcept override { return alive_.load(std::memory_order_acquire); }
   std::uint64_t epoch() const noexcept override { return 1; }
-  void hold(const std::shared_ptr<BufferRoot>& root) override;
   std::uint64_t ship(const HostRegion& source) override;
   std::uint64_t allocate(const HostRegion& shape) override;
   void fetch(std::uint64_t id, const HostRegion& dest) override;
@@ -122,13 +119,6 @@ class CudaDevice final : public Device, public NodeLink {
     std::unique_ptr<Event> start, end;
     std::int64_t launched_ns = 0;
   };
-  // A task's inputs to ship early, taken when it is assigned: by the time
-  // the prefetcher gets to them the task may be running or finished, and
-  // finishing releases the task's own list.
-  struct Prefetch {
-    TaskRecord* task = nullptr;  // referenced
-    std::vector<std::shared_ptr<BufferState>> inputs;
-  };
   struct Lane {
     std::size_t index = 0;
     Stream stream;
@@ -158,30 +148,31 @@ class CudaDevice final : public Device, public NodeLink {
   // been handed to the CPU, or finished as failed).
   bool stage_buffers(TaskRecord* task, InFlight& flight, Lane& lane);
   void complete(InFlight& flight, Lane& lane, cudaError_t status);
+  // A task that cannot run here: to the CPU, or failed with `failure()`
+  // (offload_device.hpp), after its predecessor on a stream is settled.
+  void hand_back(TaskRecord* task, const std::function<std::string()>& failure);
   // Finishes a task that never reached a stream.
   void finish_unlaunched(TaskRecord* task, const std::vector<std::uint64_t>& ids);
   void restore_host_args(TaskRecord* task);
   void unpin(TaskRecord* task, const std::vector<std::uint64_t>& ids);
   void settle_outputs(TaskRecord* task, const std::vector<std::uint64_t>& ids);
-  void prefetch_inputs(const Prefetch& job);
-  void one_done();
+  // Unified buffers are not copied ahead: their pages move with the task.
+  bool prefetchable(const BufferState& view) const override { return !view.root->unified; }
+  bool room_for_prefetch(const BufferState& view) const override;
   void lost(const std::string& reason);
+  // A CUDA error as people read it: its text and its name.
+  static std::string cuda_text(cudaError_t status);
   // Trims the memory pool; the bytes that went back to the GPU.
   std::size_t give_back_reserve(const char* why) noexcept;
 
   std::pair<std::uint64_t, void*> allocate_block(std::size_t bytes);
   void* pointer(std::uint64_t id) const;
-  std::size_t evict(std::size_t bytes);
   // Once per source GPU: peer access from this GPU, if the pair has it.
   void open_peer(CudaDevice& source);
   void measure_link();
 
-  DeviceHost& runtime_;
   CudaDeviceOptions options_;
   std::string model_;
-  std::atomic<bool> alive_{true};
-  mutable std::mutex lost_mutex_;
-  std::string lost_reason_;  // the first, set before alive_ turns false
   std::atomic<bool> stopping_{false};
   std::atomic<std::size_t> bytes_in_{0}, bytes_out_{0};
   std::atomic<std::size_t> bytes_peer_{0};  // copied in from another local GPU
@@ -193,15 +184,11 @@ class CudaDevice final : public Device, public NodeLink {
   std::unordered_map<std::uint64_t, Block> blocks_;
   std::atomic<std::uint64_t> next_block_{1};
 
-  HeldRoots held_;
-
   std::mutex queue_mutex_;
   std::condition_variable queue_cv_;     // the executor's
   std::condition_variable prefetch_cv_;  // the prefetcher's
   std::deque<TaskRecord*> ready_;
   std::deque<Prefetch> prefetches_;
-  std::atomic<std::size_t> active_{0};  // tasks and prefetches handed to this device, not yet done with
-  std::condition_variable idle_cv_;
 
   std::mutex peers_mutex_;
   std::unordered_map<int, bool> peers_;  // source ordinal -> peer to peer
@@ -211,7 +198,6 @@ class CudaDevice final : public Device, public NodeLink {
 
   std::vector<std::unique_ptr<Lane>> lanes_;
   unsigned next_lane_ = 0;  // executor only
-  int trace_in_ = 0, trace_out_ = 0;
   std::thread executor_;
   std::thread prefetcher_;
 };

@@ -40,7 +40,7 @@ std::future<protocol::Message> RemoteDevice::send_run(TaskRecord* task, const pr
   std::lock_guard order(forward_order_mutex_);
   std::lock_guard lock(forward_mutex_);
   sent_[task->id] = Sent{run.request, epoch()};
-  auto reply = request_run(run);
+  auto reply = requests_.request_run(run);
   // Its successors held back may follow it now.
   if (!held_behind_.empty()) forward_held(task->id);
   return reply;
@@ -115,7 +115,7 @@ void RemoteDevice::checkpoint_before_forwarding(TaskRecord* task) {
     for (std::uint64_t id : task->waits_on)
       if (auto it = sent_.find(id); it == sent_.end() || it->second.epoch != now) return;
   }
-  runtime_.push_held();  // the predecessors' forwards may be gathered still
+  runtime().push_held();  // the predecessors' forwards may be gathered still
   // Its launch holds one count of `pending` until it returns; the rest are
   // unfinished predecessors, finished by proxies and waiters, not by this
   // thread. Blocked on, not spun: they may take as long as their kernels.
@@ -206,9 +206,9 @@ bool RemoteDevice::try_forward(TaskRecord* task, bool map_held) {
   }
 
   try {
-    marshal(task, forwarded->views, m);  // `after` stays
+    marshal(task, forwarded->views, *this, requests_.next_id(), m);  // `after` stays
     forwarded->start = std::chrono::steady_clock::now();
-    forwarded->start_ns = runtime_.trace() ? runtime_.trace()->now_ns() : 0;
+    forwarded->start_ns = runtime().trace() ? runtime().trace()->now_ns() : 0;
     {
       auto lock = maps();
       sent_[task->id] = Sent{m.run.request, now};
@@ -216,14 +216,14 @@ bool RemoteDevice::try_forward(TaskRecord* task, bool map_held) {
     // It waits there for runs sent before it: it may wait a moment here to
     // leave with the runs submitted after it, one system call for many.
     const bool soon = !m.run.after.empty();
-    forwarded->reply = request_run(m.run, soon);
+    forwarded->reply = requests_.request_run(m.run, soon);
     forwarded->ids = std::move(m.ids);
   } catch (const std::exception& e) {
     {
       auto lock = maps();
       sent_.erase(task->id);
     }
-    unpin(forwarded->views, m.ids);
+    unpin(forwarded->views, m.ids, *this);
     log().debug("{} not forwarded to {}: {}", task->label(), name(), e.what());
     return false;
   }
@@ -282,10 +282,10 @@ std::shared_ptr<RemoteDevice::Forwarded> RemoteDevice::claim(TaskRecord* task) {
 bool RemoteDevice::finish_forwarded(TaskRecord* task, Forwarded& forwarded, unsigned slot) {
   protocol::Message reply;
   try {
-    reply = await(forwarded.reply, "run");
+    reply = requests_.await(forwarded.reply, "run");
   } catch (const RemoteError& e) {
     sent_done(task);
-    unpin(forwarded.views, forwarded.ids);
+    unpin(forwarded.views, forwarded.ids, *this);
     log().debug("{}: its forwarded run was lost ({}); running it again", task->label(), e.what());
     return false;
   }
@@ -294,7 +294,7 @@ bool RemoteDevice::finish_forwarded(TaskRecord* task, Forwarded& forwarded, unsi
   if (done == nullptr || (done->status != protocol::Status::ok && done->status != protocol::Status::kernel_failed)) {
     // Refused there (e.g. behind a refused predecessor): nothing ran, so it
     // runs again the ordinary way, from wherever its inputs now are.
-    unpin(forwarded.views, forwarded.ids);
+    unpin(forwarded.views, forwarded.ids, *this);
     log().debug("{}: its forwarded run was refused ({}); running it again", task->label(),
                 done ? done->message : "no run reply");
     return false;
@@ -305,7 +305,7 @@ bool RemoteDevice::finish_forwarded(TaskRecord* task, Forwarded& forwarded, unsi
   // DeviceSnapshot::round_trip).
   std::optional<double> cost;
   if (done->status == protocol::Status::ok) cost = done->seconds;
-  unpin(forwarded.views, forwarded.ids);
+  unpin(forwarded.views, forwarded.ids, *this);
   report_run(task, slot, forwarded.start, forwarded.start_ns, cost);
   return true;
 }
@@ -320,7 +320,7 @@ void RemoteDevice::forget_forwarded(std::uint64_t task_id) {
     forwarded = std::move(it->second);
     forwarded_.erase(it);
   }
-  unpin(forwarded->views, forwarded->ids);
+  unpin(forwarded->views, forwarded->ids, *this);
 }
 
 }  // namespace ferry::detail

@@ -34,8 +34,6 @@ constexpr std::uint32_t grant_lifetime_ms = 300'000;
 // timeout otherwise).
 constexpr std::chrono::seconds retry_direct_after{30};
 
-protocol::DType wire(DType t) { return static_cast<protocol::DType>(static_cast<std::uint8_t>(t)); }
-
 void expect_ok(const protocol::Message& reply, const std::string& host, const char* what) {
   const auto* ack = std::get_if<protocol::PutAck>(&reply);
   if (ack != nullptr && (ack->status == protocol::Status::quota_exceeded || ack->status == protocol::Status::out_of_memory))
@@ -49,28 +47,27 @@ void expect_ok(const protocol::Message& reply, const std::string& host, const ch
 }  // namespace
 
 std::pair<std::string, transport::PublicKey> RemoteDevice::peer_address() const {
-  std::lock_guard lock(connection_mutex_);
   const std::string address = host_.find(':') != std::string::npos ? fmt::format("[{}]:{}", host_, port_)
                                                                    : fmt::format("{}:{}", host_, port_);
-  return {address, host_key_};
+  return {address, requests_.host_key()};
 }
 
 void RemoteDevice::grant_read(std::uint64_t capability, const protocol::Secret& secret,
                               const transport::PublicKey& reader, std::uint64_t id, std::size_t bytes) {
-  const std::uint64_t req = next_request();
-  auto reply = request(
+  const std::uint64_t req = requests_.next_id();
+  auto reply = requests_.request(
       req, protocol::GrantRead{req, capability, secret, reader, id, 0, bytes, grant_lifetime_ms}, nullptr, 0);
-  expect_ok(await(reply, "grant"), options_.address, "grant");
+  expect_ok(requests_.await(reply, "grant"), options_.address, "grant");
 }
 
 std::uint64_t RemoteDevice::fetch_from(RemoteDevice& source, std::uint64_t capability, const protocol::Secret& secret,
                                        std::uint64_t source_id, const HostRegion& shape) {
   const auto [address, host_key] = source.peer_address();
-  const std::uint64_t id = next_copy_.fetch_add(1);
-  const std::uint64_t req = next_request();
+  const std::uint64_t id = memory_.new_id();
+  const std::uint64_t req = requests_.next_id();
   protocol::Fetch fetch{req,     id,       wire(shape.dtype), shape.rows, shape.cols, 0, shape.bytes(), address,
                         host_key, capability, secret,          source_id,  0};
-  auto reply = request(req, fetch, nullptr, 0);
+  auto reply = requests_.request(req, fetch, nullptr, 0);
   // This host waits on the source, and would wait for good on one that was
   // stopped or cut off (its connection up, nothing coming). The source is
   // watched meanwhile (lent_: its liveness limit applies) and, once it is
@@ -89,7 +86,7 @@ std::uint64_t RemoteDevice::fetch_from(RemoteDevice& source, std::uint64_t capab
       throw RemoteError(fmt::format("its source {} was lost during the move", source.address()));
     }
   }
-  const protocol::Message answer = await(reply, "fetch");
+  const protocol::Message answer = requests_.await(reply, "fetch");
   const auto* ack = std::get_if<protocol::PutAck>(&answer);
   // A fetch that failed after the host made the replica leaves it there: drop it.
   if (ack != nullptr && ack->status != protocol::Status::ok) drop(id);
@@ -115,7 +112,7 @@ std::optional<std::uint64_t> RemoteDevice::copy_from(NodeLink& source, std::uint
   const transport::Nonce more = transport::random_nonce();
   std::memcpy(secret.data(), more.data(), secret.size());
 
-  const std::int64_t start_ns = runtime_.trace() ? runtime_.trace()->now_ns() : 0;
+  const std::int64_t start_ns = runtime().trace() ? runtime().trace()->now_ns() : 0;
   const auto start = std::chrono::steady_clock::now();
   try {
     // For this host only, as its last handshake with us showed its key.
@@ -125,16 +122,16 @@ std::optional<std::uint64_t> RemoteDevice::copy_from(NodeLink& source, std::uint
     bytes_from_hosts_.fetch_add(shape.bytes(), std::memory_order_relaxed);
     // The scheduler prices data between these two hosts by this direct
     // link from now on (one hop), not by both hops through this process.
-    runtime_.links().record(peer->node(), node(), shape.bytes(),
+    runtime().links().record(peer->node(), node(), shape.bytes(),
                          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-    if (auto* trace = runtime_.trace()) {
+    if (auto* trace = runtime().trace()) {
       TransferSpan span;
       const TransferLabel& label = current_transfer_label;
       if (label.buffer != nullptr) span.buffer = *label.buffer;
       if (label.task != nullptr) span.task = *label.task;
       span.what = span.buffer.empty() ? "host-to-host" : "host-to-host " + span.buffer;
       span.link = peer->name() + "->" + name();
-      span.lane = lane_in_;
+      span.lane = link_lane(/*to_device=*/false);
       span.start_ns = start_ns;
       span.end_ns = trace->now_ns();
       span.bytes = shape.bytes();

@@ -51,10 +51,10 @@ void RemoteDevice::watch_liveness() {
     if (silent < limit / 2) continue;
     // Nothing waits on it but the ping: neither this runtime's requests nor
     // another host's move out of it (host_to_host.cpp).
-    if (rpc_.waiting() + static_cast<std::size_t>(lent_.load()) <= (ping ? 1u : 0u)) continue;
+    if (requests_.waiting() + static_cast<std::size_t>(lent_.load()) <= (ping ? 1u : 0u)) continue;
     if (!ping) {
-      const std::uint64_t id = next_request();
-      ping = request(id, protocol::Ping{id}, nullptr, 0);
+      const std::uint64_t id = requests_.next_id();
+      ping = requests_.request(id, protocol::Ping{id}, nullptr, 0);
       ping_epoch = epoch;
       ping_sent = steady_clock::now();
       continue;

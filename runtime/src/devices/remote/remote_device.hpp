@@ -19,6 +19,17 @@
 // A host that dials us (ferryd --connect) is never dialled: the same thread
 // waits for it to call again (adopt). A host removed from the pool (retire,
 // remote_membership.cpp) is drained and left alone until it rejoins.
+//
+// Held buffers, work accounting, prefetching, falling back to the CPU, the
+// link's trace lanes and measurement are every offload device's
+// (devices/offload_device.hpp). The parts this class composes, a header
+// each: the connection in use and its requests (remote_requests.hpp), bulk
+// data in chunks (bulk_channel.hpp), the host's copies (remote_memory.hpp),
+// what the host offers (host_offer.hpp), the proxies' queue
+// (proxy_queue.hpp) and a task as a run message (run_message.hpp). Its
+// own files: connecting and what comes in (remote_connection.cpp), running
+// tasks (remote_device.cpp), chains, host-to-host moves, liveness and
+// membership (below).
 #pragma once
 
 #include <atomic>
@@ -39,24 +50,23 @@
 #include <vector>
 
 #include "data/task_record.hpp"
-#include "data/coherence.hpp"
-#include "data/held_roots.hpp"
-#include "devices/device.hpp"
+#include "devices/offload_device.hpp"
+#include "devices/remote/bulk_channel.hpp"
+#include "devices/remote/forwarded_run.hpp"
+#include "devices/remote/host_offer.hpp"
+#include "devices/remote/proxy_queue.hpp"
+#include "devices/remote/remote_memory.hpp"
+#include "devices/remote/remote_requests.hpp"
+#include "devices/remote/run_message.hpp"
 #include "ferry/transport/bootstrap.hpp"
 #include "ferry/transport/connection.hpp"
 #include "ferry/runtime/runtime.hpp"
 #include "ferry/transport/protocol.hpp"
-#include "ferry/transport/rpc_client.hpp"
 #include "ferry/transport/worker.hpp"
 
 namespace ferry::detail {
 
 class DeviceHost;
-
-// The remote refused data for lack of room (quota or memory): eviction may help.
-struct NoRoom : RemoteError {
-  using RemoteError::RemoteError;
-};
 
 struct RemoteOptions {
   std::string address;  // host:port
@@ -75,7 +85,7 @@ struct RemoteOptions {
   bool reverse = false;
 };
 
-class RemoteDevice final : public Device, public NodeLink {
+class RemoteDevice final : public OffloadDevice {
  public:
   RemoteDevice(DeviceHost& runtime, DeviceId id, MemoryNodeId node, RemoteOptions options,
                std::shared_ptr<transport::Worker> worker);
@@ -93,16 +103,12 @@ class RemoteDevice final : public Device, public NodeLink {
   unsigned lanes() const override { return options_.proxies; }
   void enqueue(TaskRecord* task) override;
   void prefetch(TaskRecord* task) override;
-  void drain() override;
   bool run_for_waiter(TaskRecord* task, std::chrono::steady_clock::time_point deadline =
                                             std::chrono::steady_clock::time_point::max()) override;
   void push() override;
 
   // NodeLink
-  MemoryNodeId node() const noexcept override { return Device::node(); }
-  bool alive() const noexcept override { return alive_.load(std::memory_order_acquire); }
   std::uint64_t epoch() const noexcept override { return epoch_.load(std::memory_order_acquire); }
-  void hold(const std::shared_ptr<BufferRoot>& root) override;
   std::uint64_t ship(const HostRegion& source) override;
   std::uint64_t allocate(const HostRegion& shape) override;
   void fetch(std::uint64_t id, const HostRegion& dest) override;
@@ -116,21 +122,15 @@ class RemoteDevice final : public Device, public NodeLink {
   // The server's counters for this client (tests and the demo).
   protocol::StatsReply stats();
   const std::string& address() const noexcept { return options_.address; }
-  // What the host said in its last welcome, and why it is down when it is.
-  struct Offer {
-    std::string server;
-    std::vector<std::string> kernels, devices;
-    std::uint64_t quota = 0;
-    std::string device_key;
-    double peak_flops = 0, peak_bytes = 0;  // the host's device probe
-  };
-  Offer offer() const;
+  // What the host said in its last welcome.
+  using Offer = RemoteOffer;
+  Offer offer() const { return offer_.offer(); }
   // Warns when the host lacks any of these kernels (a plugin loaded here only).
   void warn_missing(const std::vector<std::string>& kernels) const;
   std::string down_reason() const override;
   bool pinned_tasks_fail_while_down() const noexcept override { return options_.policy == RemotePolicy::require; }
   // What seals the link: the AEAD's name, or "plaintext"; empty before the first connection.
-  std::string cipher() const;
+  std::string cipher() const { return offer_.cipher(); }
   // ---- membership (remote_membership.cpp) ----
   // Progress thread: a connection from the host, which dialled in; replaces
   // the one it had, if any.
@@ -153,61 +153,24 @@ class RemoteDevice final : public Device, public NodeLink {
   std::size_t bytes_from_hosts() const noexcept { return bytes_from_hosts_.load(std::memory_order_relaxed); }
 
  private:
-  struct Forwarded;
-  struct Job {
-    TaskRecord* task = nullptr;
-    bool prefetch = false;  // ship the task's inputs early, do not run it
-    // For a prefetch: the views it reads, taken at assignment, because the
-    // task may finish (and drop its buffer list) while the prefetch still runs.
-    std::vector<std::shared_ptr<BufferState>> inputs;
-    // A forwarded task whose reply had not come when it was queued: no proxy
-    // is woken for it until the reply comes (or `since` is long ago), since
-    // a proxy would only wake to wait for the reply (or the waiter takes it).
-    std::shared_ptr<Forwarded> forwarded;
-    std::chrono::steady_clock::time_point since{};
-  };
-  // Under queue_mutex_: a proxy may take it now.
-  static bool takeable(const Job& job, std::chrono::steady_clock::time_point now);
-  // A reply came (or every reply failed): wake a proxy for a deferred job.
-  void reply_came(bool all);
+  using Forwarded = ForwardedRun;
 
   void connect();
   // A connection authenticated either way: ready for tasks once measured.
   void use(transport::Dialed& dialed);
-  // Fetches what only this host holds (its held roots) to the host.
-  void bring_home(const char* when);
   // Connects, retrying transient failures until `deadline`; a refusal is thrown at once.
   void connect_until(std::chrono::steady_clock::time_point deadline);
   void welcomed(const protocol::Welcome& welcome);
   // Remembers why the host cannot be used; true the first time (to warn once).
   bool note_down(const std::string& why, bool refused);
-  // Whether the host runs this kernel by name (true when it did not say).
-  bool offers(const std::string& kernel) const;
   // Waits (options_.timeout) until every endpoint of `connection` is wired up; throws RemoteError.
   void wait_wired(transport::Connection& connection);
   void measure_link();
   void reconnect_loop();
   void lost(const std::string& reason);
 
-  std::shared_ptr<transport::Connection> current_connection() const;
-  // On the current connection (rpc_ matches the replies).
-  std::future<protocol::Message> request(std::uint64_t id, const protocol::Message& message, const void* payload,
-                                         std::size_t bytes, transport::RpcClient::Destination dest = {},
-                                         bool soon = false);
-  // A task's run, encoded straight from it (no copy into a Message).
-  std::future<protocol::Message> request_run(const protocol::Run& run, bool soon = false);
-  // The reply; this thread takes it in itself when it comes soon (Connection::wait_here).
-  protocol::Message await(std::future<protocol::Message>& reply, const char* what);
-  std::uint64_t next_request() noexcept { return rpc_.next_id(); }
-  std::size_t chunk_for(std::size_t bytes) const noexcept;
-  // Bulk data either way, in chunks with a window of them in flight: `send`
-  // issues the request for [offset, offset + length), `check` judges its reply.
-  template <typename Send, typename Check>
-  void in_chunks(std::size_t bytes, const char* what, Send send, Check check);
-  void put_chunks(std::uint64_t id, const HostRegion& shape, const std::byte* data, std::size_t bytes);
   // Runs `put`; when the host has no room, evicts the LRU way and runs it once more.
   std::uint64_t with_room(std::size_t bytes, const std::function<std::uint64_t()>& put);
-  std::uint64_t ship_now(const HostRegion& source);
   // ---- host-to-host (host_to_host.cpp) ----
   // Lets the host with key `reader`, signing in with `secret`, read [0, bytes) of copy `id` here.
   void grant_read(std::uint64_t capability, const protocol::Secret& secret, const transport::PublicKey& reader,
@@ -217,21 +180,7 @@ class RemoteDevice final : public Device, public NodeLink {
                            std::uint64_t source_id, const HostRegion& shape);
   // Where another ferryd dials this host, and the host key it must present.
   std::pair<std::string, transport::PublicKey> peer_address() const;
-  void get_chunks(std::uint64_t id, std::byte* dest, std::size_t bytes);
 
-  // A task's run message, its buffers acquired here (pinned) as it is made.
-  struct Marshalled {
-    protocol::Run run;
-    RecordVector<std::uint64_t> ids;  // per buffer; 0 where not acquired (yet)
-  };
-  // A run sent before its task was ready (chain_forwarding.cpp).
-  struct Forwarded {
-    std::future<protocol::Message> reply;
-    TaskViews views;  // the task drops its own at finish
-    RecordVector<std::uint64_t> ids;
-    std::chrono::steady_clock::time_point start;
-    std::int64_t start_ns = 0;
-  };
   struct Sent {
     std::uint64_t request = 0;
     std::uint64_t epoch = 0;
@@ -240,8 +189,6 @@ class RemoteDevice final : public Device, public NodeLink {
   void proxy_loop(unsigned slot);
   // Runs the task there; false when it was handed to another device instead.
   bool run_here(TaskRecord* task, unsigned slot);
-  void marshal(TaskRecord* task, std::span<const std::shared_ptr<BufferState>> views, Marshalled& out);
-  void unpin(std::span<const std::shared_ptr<BufferState>> views, std::span<const std::uint64_t> ids) noexcept;
   // A run's reply: lineage and coherence for ok, the task's error for
   // kernel_failed; throws RemoteError for anything else.
   void settle(TaskRecord* task, const protocol::Done& done, std::span<const std::uint64_t> ids);
@@ -289,18 +236,19 @@ class RemoteDevice final : public Device, public NodeLink {
   void define_kernel(const KernelDef& kernel);
   // Hands the task to the CPU (true), or fails it naming why (false) when
   // it has no CPU implementation, as a CUDA source kernel has not.
-  bool fall_back(TaskRecord* task, const std::string& why);
-  void prefetch_inputs(TaskRecord* task, std::span<const std::shared_ptr<BufferState>> inputs);
+  bool fall_back_because(TaskRecord* task, const std::string& why);
   void on_message(transport::Incoming& incoming);
 
-  DeviceHost& runtime_;
   RemoteOptions options_;
-  transport::RpcClient rpc_;
+  RemoteRequests requests_;
+  BulkChannel bulk_;
+  RemoteMemory memory_;
+  HostOffer offer_;
+  ProxyQueue jobs_;
   std::shared_ptr<transport::Worker> worker_;
   std::string host_;
   std::uint16_t port_ = 0;
 
-  std::atomic<bool> alive_{false};
   std::atomic<std::uint64_t> epoch_{0};
   std::atomic<std::size_t> bytes_shipped_{0};
   std::atomic<std::size_t> bytes_fetched_{0};
@@ -310,40 +258,17 @@ class RemoteDevice final : public Device, public NodeLink {
   // dial that will fail.
   std::mutex direct_mutex_;
   std::map<const RemoteDevice*, std::chrono::steady_clock::time_point> no_direct_until_;
-  transport::PublicKey host_key_{};  // from the last handshake (connection_mutex_)
   std::atomic<bool> stopping_{false};
-  mutable std::mutex connection_mutex_;
-  std::shared_ptr<transport::Connection> connection_;
-  std::size_t max_payload_ = 0;
   std::uint64_t quota_ = 0;
   std::atomic<std::uint32_t> gpus_{0};  // as the last welcome said
   std::atomic<bool> refused_{false};    // permanently: never retried
-
-  mutable std::mutex offer_mutex_;
-  Offer offer_;                     // from the last welcome
-  std::set<std::string> kernels_;   // offer_.kernels, for lookups
-  std::string down_reason_;         // empty while connected
-  std::string cipher_;              // of the last connection (cipher())
-  bool warned_ = false;             // the one warning per host is said
-  bool told_missing_ = false;       // the warning about kernels it lacks is said
 
   std::mutex defined_mutex_;
   std::uint64_t defined_epoch_ = 0;  // the connection defined_ is about
   std::set<std::string> defined_;    // kernels defined there
 
-  std::atomic<std::uint64_t> next_copy_{1};
-
-  std::mutex queue_mutex_;
-  std::condition_variable queue_cv_;
-  // Apart from queue_cv_: telling drain() that the last job finished must not
-  // wake every idle proxy (each round trip paid one wake-up per proxy).
-  std::condition_variable drained_cv_;
-  std::deque<Job> queue_;
-  std::size_t queued_forwarded_ = 0;  // jobs in queue_ with `forwarded` set: reply_came need not scan
-  std::atomic<std::size_t> active_{0};
   std::vector<std::thread> proxies_;
   std::vector<int> lanes_;
-  int lane_out_ = 0, lane_in_ = 0;  // trace lanes of the link's two directions
 
   // Chains: runs sent and not yet answered, by task id; runs forwarded and
   // not yet claimed; tasks waiting for their predecessors to be sent, in
@@ -362,8 +287,6 @@ class RemoteDevice final : public Device, public NodeLink {
   std::unordered_map<std::uint64_t, std::uint64_t> held_under_;                // held task -> that predecessor
   std::atomic<std::uint64_t> forwarded_count_{0};
   std::atomic<std::uint64_t> checkpoints_{0};
-
-  HeldRoots held_;
 
   std::atomic<bool> retiring_{false};
   std::mutex reconnect_mutex_;

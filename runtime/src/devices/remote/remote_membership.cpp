@@ -15,12 +15,7 @@ void RemoteDevice::adopt(transport::Dialed dialed) {
   dialed.connection->set_handlers([this](transport::Connection&, transport::Incoming& in) { on_message(in); },
                                   [this, raw = dialed.connection.get()](transport::Connection&, const std::string& why) {
                                     // Only the connection in use: an older one closing says nothing.
-                                    bool current;
-                                    {
-                                      std::lock_guard lock(connection_mutex_);
-                                      current = connection_.get() == raw;
-                                    }
-                                    if (current) lost(why);
+                                    if (requests_.in_use(raw)) lost(why);
                                   });
   // It dialled again: the connection we had is dead, or about to be.
   if (alive()) lost("the host dialled in again");
@@ -32,17 +27,6 @@ void RemoteDevice::adopt(transport::Dialed dialed) {
   reconnect_cv_.notify_all();
 }
 
-void RemoteDevice::bring_home(const char* when) {
-  for (auto& root : held_.take()) {
-    try {
-      forget_node(*root, *this);
-    } catch (const std::exception& e) {
-      // Its lineage recomputes it where it is needed (data/coherence.hpp).
-      log().error("remote {}: could not bring a buffer home {}: {}", options_.address, when, e.what());
-    }
-  }
-}
-
 void RemoteDevice::retire() {
   if (retiring_.exchange(true, std::memory_order_acq_rel)) return;
   log().info("remote {}: leaving the pool; its queued tasks move to the CPU, data only it holds comes home",
@@ -50,31 +34,20 @@ void RemoteDevice::retire() {
   // Queued tasks reach run_here and move at once; runs sent already finish there.
   drain();
   bring_home("as it leaves the pool");
-  std::shared_ptr<transport::Connection> connection;
-  {
-    std::lock_guard lock(connection_mutex_);
-    connection = std::move(connection_);
-  }
-  alive_.store(false, std::memory_order_release);
-  {
-    std::lock_guard lock(offer_mutex_);
-    down_reason_ = "removed from the pool";
-  }
+  std::shared_ptr<transport::Connection> connection = requests_.take();
+  health().lost("removed from the pool");
   if (connection) {
     connection->send(protocol::encode(protocol::Bye{protocol::Status::ok, "removed from the client's pool"}));
     connection->close();
   }
   // After the close, as in lost(): a request made meanwhile fails itself.
-  rpc_.fail_all("removed from the pool");
-  reply_came(true);
+  requests_.fail_all("removed from the pool");
+  jobs_.reply_came(true);
 }
 
 void RemoteDevice::rejoin() {
   if (!retiring_.exchange(false, std::memory_order_acq_rel)) return;
-  {
-    std::lock_guard lock(offer_mutex_);
-    warned_ = false;
-  }
+  offer_.rejoined();
   log().info("remote {}: back in the pool", options_.address);
   reconnect_cv_.notify_all();
 }
