@@ -17,12 +17,8 @@ using protocol::Status;
 
 namespace {
 
-constexpr std::uint64_t element_bytes(protocol::DType dtype) {
-  return size_of(static_cast<DType>(dtype));  // the two enums share their order
-}
-
-std::string describe_shape(protocol::DType dtype, std::uint64_t rows, std::uint64_t cols) {
-  return fmt::format("{} x {} {}", rows, cols, to_string(static_cast<DType>(dtype)));
+std::string describe_shape(DType dtype, std::uint64_t rows, std::uint64_t cols) {
+  return fmt::format("{} x {} {}", rows, cols, to_string(dtype));
 }
 
 }  // namespace
@@ -39,7 +35,7 @@ void Session::on_put(const protocol::Put& put, transport::Incoming& incoming) {
   std::pair<Status, std::string> refusal;
   if (!shape_allowed(put.buffer, put.dtype, put.rows, put.cols, "put", refusal))
     return refuse(refusal.first, std::move(refusal.second));
-  const std::uint64_t bytes = put.rows * put.cols * element_bytes(put.dtype);
+  const std::uint64_t bytes = put.rows * put.cols * size_of(put.dtype);
   // A payload that does not fit is the client's bug, not a refusal: stop it early.
   if (put.offset > bytes || payload > bytes - put.offset)
     return fail(Status::malformed, fmt::format("put of {} bytes at offset {} overruns buffer {} of {} bytes", payload,
@@ -76,7 +72,7 @@ bool Session::shape_allowed(std::uint64_t id, protocol::DType dtype, std::uint64
   }
   const std::uint64_t elements = rows * cols;
   const bool overflows = cols != 0 && elements / cols != rows;
-  if (overflows || elements > protocol::max_buffer_bytes / element_bytes(dtype) || elements == 0) {
+  if (overflows || elements > protocol::max_buffer_bytes / size_of(dtype) || elements == 0) {
     refusal = {Status::bad_arguments,
                fmt::format("buffer {}: a {} buffer cannot be made", id, describe_shape(dtype, rows, cols))};
     return false;
@@ -89,7 +85,7 @@ std::shared_ptr<Replica> Session::replica_for(std::uint64_t id, protocol::DType 
                                               std::pair<Status, std::string>& refusal) {
   if (!shape_allowed(id, dtype, rows, cols, request, refusal)) return nullptr;
   if (auto it = replicas_.find(id); it != replicas_.end()) return it->second;
-  const std::uint64_t bytes = rows * cols * element_bytes(dtype);
+  const std::uint64_t bytes = rows * cols * size_of(dtype);
   if (auto refused = admit(bytes, fmt::format("buffer {}", id), request)) {
     refusal = std::move(*refused);
     return nullptr;
@@ -100,7 +96,7 @@ std::shared_ptr<Replica> Session::replica_for(std::uint64_t id, protocol::DType 
     // double the memory traffic. Whatever a put leaves unwritten is zeroed
     // before it is read (Replica::written), so another client's data that
     // the pool's memory held never shows.
-    replica->buffer = server_.runtime.buffer(static_cast<DType>(dtype), rows, cols, ferry::Runtime::Fill::none);
+    replica->buffer = server_.runtime.buffer(dtype, rows, cols, ferry::Runtime::Fill::none);
     // Taken once: the buffer is new, so no task uses it and this does not wait.
     replica->host = static_cast<std::byte*>(replica->buffer.host_data());
   } catch (const OutOfMemory& e) {

@@ -38,24 +38,6 @@ constexpr bool in_range(E value) noexcept {
   return static_cast<std::underlying_type_t<E>>(value) <= static_cast<std::underlying_type_t<E>>(last_value<E>());
 }
 
-std::uint64_t element_bytes(DType dtype) noexcept {
-  switch (dtype) {
-    case DType::f32: return 4;
-    case DType::f64: return 8;
-    case DType::i32: return 4;
-    case DType::i64: return 8;
-    case DType::u8: return 1;
-    case DType::i8: return 1;
-    case DType::i16: return 2;
-    case DType::u16: return 2;
-    case DType::u32: return 4;
-    case DType::u64: return 8;
-    case DType::b8: return 1;
-    case DType::c64: return 8;
-    case DType::c128: return 16;
-  }
-  return 0;  // unreachable once in_range() has passed
-}
 
 // Where a problem is, as "type.field" or "run.args[3].field", so a log line
 // alone says what the peer got wrong.
@@ -112,7 +94,7 @@ std::uint64_t shape_bytes(DType dtype, std::uint64_t rows, std::uint64_t cols, c
   if (cols != 0 && rows > max / cols)
     at.fail("rows*cols", std::to_string(rows) + " x " + std::to_string(cols) + " overflows");
   const std::uint64_t elements = rows * cols;
-  const std::uint64_t elem = element_bytes(dtype);
+  const std::uint64_t elem = size_of(dtype);
   if (elements > max / elem)
     at.fail("rows*cols", std::to_string(elements) + " elements of " + std::to_string(elem) + " bytes overflows");
   const std::uint64_t bytes = elements * elem;

@@ -45,7 +45,7 @@ void BulkChannel::put(std::uint64_t id, const HostRegion& shape, const std::byte
       bytes, "put",
       [&](std::size_t offset, std::size_t len) {
         const std::uint64_t req = requests_.next_id();
-        return requests_.request(req, protocol::Put{req, id, wire(shape.dtype), shape.rows, shape.cols, offset},
+        return requests_.request(req, protocol::Put{req, id, shape.dtype, shape.rows, shape.cols, offset},
                                  data + offset, len);
       },
       [&](const protocol::Message& reply) {

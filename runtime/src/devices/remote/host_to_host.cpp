@@ -65,7 +65,7 @@ std::uint64_t RemoteDevice::fetch_from(RemoteDevice& source, std::uint64_t capab
   const auto [address, host_key] = source.peer_address();
   const std::uint64_t id = memory_.new_id();
   const std::uint64_t req = requests_.next_id();
-  protocol::Fetch fetch{req,     id,       wire(shape.dtype), shape.rows, shape.cols, 0, shape.bytes(), address,
+  protocol::Fetch fetch{req,     id,       shape.dtype, shape.rows, shape.cols, 0, shape.bytes(), address,
                         host_key, capability, secret,          source_id,  0};
   auto reply = requests_.request(req, fetch, nullptr, 0);
   // This host waits on the source, and would wait for good on one that was

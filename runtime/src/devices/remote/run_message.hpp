@@ -14,9 +14,8 @@
 
 namespace ferry::detail {
 
-// The wire's names for the runtime's element types and access modes (the
-// same values: protocol.hpp mirrors them).
-inline protocol::DType wire(DType t) { return static_cast<protocol::DType>(static_cast<std::uint8_t>(t)); }
+// The wire's name for an access mode (the same values: protocol.hpp mirrors
+// them; element types are one enumeration, ferry/dtype.hpp).
 inline protocol::Mode wire(AccessMode m) { return static_cast<protocol::Mode>(static_cast<std::uint8_t>(m)); }
 
 // A task's run message, its buffers acquired (pinned) as it is made.

@@ -15,6 +15,8 @@
 #include <variant>
 #include <vector>
 
+#include "ferry/dtype.hpp"
+
 namespace ferry::protocol {
 
 inline constexpr std::uint32_t magic = 0x59525246;  // "FRRY" as little-endian bytes
@@ -83,7 +85,7 @@ enum class Status : std::uint16_t {
 };
 const char* to_string(Status status) noexcept;
 
-enum class DType : std::uint8_t { f32 = 0, f64, i32, i64, u8, i8, i16, u16, u32, u64, b8, c64, c128 };  // same order as ferry::DType
+using DType = ferry::DType;  // sent as the enumerator's value (ferry/dtype.hpp)
 enum class Mode : std::uint8_t { read = 0, write, readwrite };    // same order as ferry::AccessMode
 
 using Key = std::array<std::uint8_t, key_bytes>;
