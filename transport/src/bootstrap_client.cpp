@@ -41,6 +41,25 @@ class Socket {
     name_ = format_sockaddr(address);
     fd_ = ::socket(address.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd_ < 0) throw_system_error("socket", errno);
+    // Closed by hand where the constructor throws (a refused connect, no
+    // answer in time): ~Socket does not run then. Every refused redial of a
+    // lost host used to leave one socket open in the client (the soak).
+    try {
+      connect_to(address, length);
+    } catch (...) {
+      ::close(fd_);
+      throw;
+    }
+  }
+  ~Socket() { ::close(fd_); }
+  Socket(const Socket&) = delete;
+  Socket& operator=(const Socket&) = delete;
+
+  const std::string& name() const { return name_; }
+  int fd() const { return fd_; }
+
+ private:
+  void connect_to(const sockaddr_storage& address, socklen_t length) {
     const int one = 1;
     ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     if (::connect(fd_, reinterpret_cast<const sockaddr*>(&address), length) != 0 && errno != EINPROGRESS)
@@ -51,13 +70,8 @@ class Socket {
     ::getsockopt(fd_, SOL_SOCKET, SO_ERROR, &error, &size);
     if (error != 0) fail(fmt::format("cannot connect to {}: {}", name_, std::strerror(error)));
   }
-  ~Socket() { ::close(fd_); }
-  Socket(const Socket&) = delete;
-  Socket& operator=(const Socket&) = delete;
 
-  const std::string& name() const { return name_; }
-  int fd() const { return fd_; }
-
+ public:
   void write_frame(std::span<const std::byte> body) {
     const auto frame = handshake::frame(body);
     std::size_t done = 0;

@@ -1,6 +1,8 @@
 // The bootstrap listener: a taken port, and a stop from its own accept handler.
 #include <gtest/gtest.h>
 
+#include <dirent.h>
+
 #include <atomic>
 
 #include "ferry/error.hpp"
@@ -22,6 +24,31 @@ TEST(Bootstrap, TakenPortThrowsNamingTheAddress) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("127.0.0.1:" + std::to_string(port)), std::string::npos) << e.what();
   }
+}
+
+int open_fds() {
+  int n = 0;
+  if (DIR* d = ::opendir("/proc/self/fd")) {
+    while (::readdir(d) != nullptr) ++n;
+    ::closedir(d);
+  }
+  return n;
+}
+
+// A dial that a host refuses (it is down: nothing listens on its port)
+// leaves no socket behind: a runtime redials a lost host every few seconds
+// for as long as it is gone (the soak saw one more open fd per refused dial).
+TEST(Bootstrap, ARefusedDialLeavesNoSocketOpen) {
+  auto worker = Worker::create({"client"});
+  std::uint16_t port = 0;
+  {
+    Server gone;
+    port = gone.listener->port();
+  }  // nothing listens there now
+  const int before = open_fds();
+  for (int i = 0; i < 10; ++i)
+    EXPECT_THROW(dial(worker, "127.0.0.1", port, DialOptions{}, nullptr, nullptr), UcxError);
+  EXPECT_EQ(open_fds(), before);
 }
 
 TEST(Bootstrap, StopFromTheAcceptHandlerStopsAccepting) {
