@@ -4,7 +4,7 @@
 #   bash tests/soak/run_soak.sh build --minutes 60 --plot bench/soak
 # BUILD: a build tree with ferryd, ferry and soak_client; the clients' Python
 # is FERRY_PYTHON, or .venv/bin/python (scripts/python-env.sh). Defaults for
-# the hour: a fault every 3 minutes, a 5-minute warm-up, 5-minute windows;
+# the hour: a fault every 3 minutes, a 3-minute warm-up, 3-minute windows;
 # later arguments override them. Prints the tables (summary.md in --out) and,
 # with --plot DIR, writes DIR/rss.png and DIR/fds.png.
 set -euo pipefail
@@ -13,4 +13,4 @@ shift
 here=$(cd "$(dirname "$0")" && pwd)
 python=${FERRY_PYTHON:-$here/../../.venv/bin/python}
 exec "$python" "$here/soak.py" --build "$build" --python "$python" \
-  --fault-every-s 180 --warmup-s 300 --window-s 300 --sample-s 10 "$@"
+  --fault-every-s 180 --warmup-s 180 --window-s 180 --sample-s 10 "$@"
