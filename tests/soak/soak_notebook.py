@@ -1,7 +1,8 @@
 """Runs soak_notebook.ipynb on a real Jupyter kernel (nbclient) with no cell
 timeout: the notebook's loop ends at its deadline. The kernel inherits this
 process's environment (FERRY_SOAK_DIR, FERRY_SOAK_ARGS) and its stderr, where
-the runtime's log lines go. Usage: soak_notebook.py NOTEBOOK"""
+the runtime's log lines go (once: the cells' outputs, which hold them again,
+are not printed). Usage: soak_notebook.py NOTEBOOK"""
 
 import sys
 
@@ -17,10 +18,6 @@ def main() -> int:
     except nbclient.exceptions.CellExecutionError as e:
         print(f"soak notebook: a cell failed:\n{e}", file=sys.stderr)
         return 1
-    for cell in nb.cells:
-        for out in cell.get("outputs", []):
-            if out.get("output_type") == "stream":
-                sys.stdout.write(out.get("text", ""))
     return 0
 
 
