@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstddef>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -43,6 +44,10 @@ struct Outputs {
   // Where each edge's tasks ran, to tell a wrong result's story.
   std::vector<std::string> edge_devices;
   std::vector<std::string> chain_devices;
+  // Tasks split into pieces (auto-chunking), by the device of their join:
+  // DeviceInfo::tasks_run counts the join there beside the pieces, though
+  // only the pieces ran on it (the soak subtracts these).
+  std::map<std::string, std::size_t> split_on;
 };
 
 // Sizes small enough that a run takes about a second on a loaded
@@ -111,16 +116,20 @@ inline Outputs run_mixed_dag(Runtime& rt, const Placement& where, const Shape& s
   auto r = rt.buffer<double>(shape.chunked_doubles);
   fill_uniform(p, 9, -4, 4);
   fill_uniform(r, 10, -1, 1);
+  std::vector<Task> chunked;
   if (shape.chunked) {
-    rt.submit("map", read(p), write(q), "sigmoid", where.any);
-    rt.submit("axpy", read(q), readwrite(r), 0.5, where.any);
+    chunked.push_back(rt.submit("map", read(p), write(q), "sigmoid", where.any));
+    chunked.push_back(rt.submit("axpy", read(q), readwrite(r), 0.5, where.any));
     results.push_back(rt.submit("sum", read(r), where.any));
+    chunked.push_back(results.back());
     out.tasks += 3;
   }
 
   rt.wait();
   for (auto& t : results) out.results.push_back(t.result());
   for (auto& t : edge_tasks) out.edge_devices.push_back(t.name() + "@" + t.device());
+  for (auto& t : chunked)
+    if (t.explain().find("automatically split") != std::string::npos) ++out.split_on[t.device()];
   // The chain's hosts in runs: "remote:A x37, remote:B x5, ...".
   for (std::size_t i = 0; i < chain.size();) {
     std::size_t j = i;
