@@ -1,5 +1,7 @@
 """A remote run through ferry.testing.local_server(): a real ferryd on loopback."""
 
+import time
+
 import numpy as np
 import pytest
 
@@ -146,6 +148,16 @@ def test_result_takes_its_own_reply_as_cpp_wait_does(server):
         np.testing.assert_array_equal(x.numpy(), [1.0])
 
 
+def _wait_until_stopped(pid: int, seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        with open(f"/proc/{pid}/stat") as f:
+            if f.read().rsplit(")", 1)[1].split()[0] == "T":
+                return
+        time.sleep(0.005)
+    raise AssertionError(f"ferryd {pid} did not stop within {seconds} s")
+
+
 def test_a_stopped_host_is_lost_at_the_liveness_limit(server):
     # A SIGSTOPped ferryd keeps its connection open: without the liveness
     # limit the task would wait for it for good. With 0.5 s it is lost, the
@@ -160,6 +172,9 @@ def test_a_stopped_host_is_lost_at_the_liveness_limit(server):
         rt.scal(x, 2.0, on="remote").result()  # x = 2 there only
         server.process.send_signal(signal.SIGSTOP)
         try:
+            # The signal is delivered later than send_signal returns: a task
+            # sent meanwhile ran on the host (as FerrydProcess::pause waits in C++).
+            _wait_until_stopped(server.process.pid)
             f = rt.scal(x, 2.0, on="remote")
             f.result(timeout=30)
             assert f.device == "cpu"
