@@ -381,7 +381,6 @@ TEST(Remote, AStoppedHostIsLostAtTheLivenessLimitAndUsedAfreshOnceResumed) {
   const auto redone = rt.recovery();
   EXPECT_EQ(redone.tasks_placed_again, 1u) << "the sum, sent to the stopped host, runs elsewhere";
   EXPECT_EQ(redone.lineage_replays, 1u) << "the fill that made y, recomputed on the host";
-  EXPECT_GT(redone.replay_seconds, 0.0);
   const auto stats = rt.remote_stats(server.address());
   EXPECT_FALSE(stats.connected);
   EXPECT_NE(stats.down_reason.find("liveness"), std::string::npos) << stats.down_reason;
