@@ -262,6 +262,44 @@ TEST(Remote, AResultWhoseFreedInputWasOnlyOnALostHostComesBackRight) {
   EXPECT_EQ(h[n - 1], 3.0);
 }
 
+// Two results only on a lost host, the second computed from the first
+// (q = copy(p), then r += q): recomputing q must not recompute r on the way
+// from q's old bytes, before q's own recomputation wrote them. The soak met
+// it: `r` of a map then an axpy wrong after a kill, whenever the lost host's
+// buffers happened to be brought home q first. Several pairs, so that some
+// come home in that order whatever order the lost host's buffers are taken in.
+// In every other pair q is also scaled after its copy, so r read the second
+// of q's two versions there: recomputing the first must not recompute r either.
+TEST(Remote, ARecomputedResultReadsItsRecomputedInputNotTheStaleOne) {
+  FerrydProcess server;
+  auto options = remote_options(server);
+  options.remote_policy = ferry::RemotePolicy::prefer;
+  ferry::Runtime rt(options);
+  const std::size_t n = 4096, pairs = 8;
+  std::vector<ferry::Buffer<double>> qs, rs;
+  for (std::size_t k = 0; k < pairs; ++k) {
+    auto p = rt.buffer<double>(n), q = rt.buffer<double>(n), r = rt.buffer<double>(n);
+    std::ranges::fill(p.host(), 2.0 + static_cast<double>(k));
+    std::ranges::fill(q.host(), -7.0);  // what q's bytes on the host hold until q comes back
+    std::ranges::fill(r.host(), 1.0);
+    rt.submit("copy", ferry::read(p), ferry::write(q), remote(server));
+    if (k % 2 == 1) rt.submit("scal", ferry::readwrite(q), 2.0, remote(server));
+    rt.submit("axpy", ferry::read(q), ferry::readwrite(r), 1.0, remote(server));
+    qs.push_back(std::move(q));
+    rs.push_back(std::move(r));
+  }
+  rt.wait();  // every q and r only on the host now
+  server.stop(SIGKILL);
+  for (std::size_t k = 0; k < pairs; ++k) {
+    const double want_q = (2.0 + static_cast<double>(k)) * (k % 2 == 1 ? 2.0 : 1.0);
+    auto q = qs[k].host_read();  // q first: its recomputation is what once recomputed r too early
+    EXPECT_EQ(q[0], want_q) << "pair " << k;
+    auto r = rs[k].host_read();
+    EXPECT_EQ(r[0], 1.0 + want_q) << "pair " << k << ": r recomputed from q's stale bytes (1 - 7 = -6)?";
+    EXPECT_EQ(r[n - 1], 1.0 + want_q) << "pair " << k;
+  }
+}
+
 // Whether the runtime has seen the host go (polled up to 10 s).
 bool lost(ferry::Runtime& rt, const FerrydProcess& server) {
   for (int i = 0; i < 100; ++i) {

@@ -80,6 +80,10 @@ struct BufferRoot {
     std::weak_ptr<LineageEntry> entry;
     std::size_t arg = 0;  // which of the entry's buffers read it
     bool host_version = false;
+    // Otherwise, the task of a node's lineage whose output it read (null
+    // when the copy it read had none): a replay of that task, or of one
+    // before it, has not made that version yet (coherence.cpp, replay).
+    std::weak_ptr<LineageEntry> version_writer;
   };
   std::vector<LineageReader> lineage_readers;
   std::atomic<bool> has_lineage_readers{false};  // lets host-only work skip the lock

@@ -37,6 +37,44 @@ void count_copies(BufferRoot& root) {
 // one needs the lock to finish) nor release the lock for one of its own.
 thread_local int replaying = 0;
 
+// A thread-local's value for the length of a scope (replays nest).
+template <typename T>
+class Scoped {
+ public:
+  Scoped(T& slot, T now) : slot_(slot), outer_(slot) { slot_ = now; }
+  Scoped(const Scoped&) = delete;
+  Scoped& operator=(const Scoped&) = delete;
+  ~Scoped() { slot_ = outer_; }
+
+ private:
+  T& slot_;
+  T outer_;
+};
+
+// The lineage a replay on this thread recomputes (bring_home), and the
+// entry of it acquiring what it writes (replay): the versions that entry
+// and the ones after it make do not exist yet.
+thread_local const std::vector<std::shared_ptr<LineageEntry>>* recomputing = nullptr;
+thread_local const LineageEntry* rewriting = nullptr;
+
+// Whether a replay on this thread may bring home the copy of a lineage
+// reader of data it is about to overwrite: only when the reader read the
+// version there now. One that read what the entry being replayed writes,
+// or what an entry after it in the same lineage writes, must wait: replayed
+// now, it would read a version that is not there yet (an axpy recomputed
+// from the stale input of the map being recomputed before it). It is
+// brought home later, by its own loss or by the next write of the data.
+bool version_made(const BufferRoot::LineageReader& reader) {
+  if (replaying == 0 || rewriting == nullptr) return true;
+  const auto writer = reader.version_writer.lock();
+  if (!writer) return true;  // its copy came home since: the host's bytes hold it, or a later write settled it
+  if (writer.get() == rewriting) return false;
+  if (recomputing == nullptr) return true;
+  const auto now = std::find_if(recomputing->begin(), recomputing->end(),
+                                [](const auto& e) { return e.get() == rewriting; });
+  return std::find(now, recomputing->end(), writer) == recomputing->end();
+}
+
 // Its node went away (or reconnected since): the copy no longer exists there.
 bool lost(const RemoteCopy& copy) noexcept { return !copy.link->alive() || copy.epoch != copy.link->epoch(); }
 
@@ -124,7 +162,10 @@ void replay(LineageEntry& entry) {
                                     "cannot be recomputed",
                                     task_label(entry.name, entry.kernel->name), i));
     }
-    acquire_on_host(view, reads(arg.mode) ? AccessMode::read : AccessMode::write);
+    {
+      const Scoped rewriting_while(rewriting, writes(arg.mode) ? &entry : rewriting);
+      acquire_on_host(view, reads(arg.mode) ? AccessMode::read : AccessMode::write);
+    }
     arg.data = host_region(*root, entry.regions[i]).data;
     held.push_back(std::move(root));
   }
@@ -256,6 +297,7 @@ void bring_home(BufferRoot& root, RemoteCopy& copy) {
   log().warn("recomputing a {} x {} region on the host from its lineage ({} tasks, from '{}'): its only copy was on "
              "a lost remote",
              copy.region.rows, copy.region.cols, lineage.size(), lineage.front()->name);
+  const Scoped recomputing_while(recomputing, &lineage);
   for (const auto& entry : lineage) replay(*entry);
 }
 
@@ -340,7 +382,7 @@ void settle_lineage_readers(BufferRoot& root, const Region& region) {
       return !copy || !copy->modified || r.root.expired();
     });
     for (const auto& r : root.lineage_readers)
-      if (r.read.overlaps(region) && !r.host_version) readers.push_back(r);
+      if (r.read.overlaps(region) && !r.host_version && version_made(r)) readers.push_back(r);
   }
   if (readers.empty()) return;
   std::lock_guard replay_guard(replay_mutex());
@@ -368,7 +410,10 @@ void note_lineage_reads(const std::shared_ptr<BufferRoot>& root, const std::shar
     bool has_read_only = false;
     for (std::size_t i = 0; i < lineage->buffer_args.size() && first && !has_read_only; ++i)
       has_read_only = !writes(lineage->buffer_arg(i).mode);
-    if (has_read_only) lineage->host_version.assign(lineage->buffer_args.size(), 0);
+    if (has_read_only) {
+      lineage->host_version.assign(lineage->buffer_args.size(), 0);
+      lineage->version_writers.assign(lineage->buffer_args.size(), {});
+    }
   }
   for (std::size_t i = 0; i < lineage->buffer_args.size(); ++i) {
     if (writes(lineage->buffer_arg(i).mode)) continue;
@@ -376,19 +421,23 @@ void note_lineage_reads(const std::shared_ptr<BufferRoot>& root, const std::shar
     if (!input || input == root) continue;
     RootLock input_lock(input->transfer_mutex);
     bool host_version = false;
+    std::weak_ptr<LineageEntry> version_writer;
     {
       // Decided once, when the task's first output is noted: nothing wrote
       // the input between its run and this (writers wait for it).
       std::lock_guard lock(lineage->versions_mutex);
       if (first) {
-        const bool newer_elsewhere = std::any_of(input->copies.begin(), input->copies.end(), [&](const auto& c) {
+        const auto newer = std::find_if(input->copies.begin(), input->copies.end(), [&](const auto& c) {
           return c->modified && c->region.overlaps(lineage->regions[i]);
         });
-        lineage->host_version[i] = newer_elsewhere ? 0 : 1;
+        lineage->host_version[i] = newer == input->copies.end() ? 1 : 0;
+        if (newer != input->copies.end() && !(*newer)->lineage.empty())
+          lineage->version_writers[i] = (*newer)->lineage.back();
       }
       host_version = lineage->host_version[i] != 0;
+      version_writer = lineage->version_writers[i];
     }
-    input->lineage_readers.push_back({root, copy, lineage->regions[i], lineage, i, host_version});
+    input->lineage_readers.push_back({root, copy, lineage->regions[i], lineage, i, host_version, version_writer});
     input->has_lineage_readers.store(true, std::memory_order_release);
   }
 }

@@ -91,6 +91,9 @@ struct LineageEntry {
   std::mutex versions_mutex;
   bool versions_noted = false;
   std::vector<char> host_version;
+  // Where it was not: the task that wrote the node's version it read (the
+  // last of that copy's lineage), decided with host_version.
+  std::vector<std::weak_ptr<LineageEntry>> version_writers;
   std::vector<std::shared_ptr<const std::vector<std::byte>>> snapshots;
 
   const BufferArg& buffer_arg(std::size_t i) const { return detail::buffer_arg(args, buffer_args, i); }
