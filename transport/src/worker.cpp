@@ -277,6 +277,13 @@ std::uint64_t Worker::batched_messages() const noexcept {
   return impl_->batched_messages.load(std::memory_order_relaxed);
 }
 
+std::chrono::nanoseconds Worker::held_up() const noexcept {
+  const std::int64_t round = impl_->round_ns.load(std::memory_order_relaxed);
+  if (round == 0) return std::chrono::nanoseconds(0);
+  return std::chrono::nanoseconds(
+      std::max<std::int64_t>(0, std::chrono::steady_clock::now().time_since_epoch().count() - round));
+}
+
 std::uint64_t Worker::pulled_payloads() const noexcept {
   return impl_->pulled_payloads.load(std::memory_order_relaxed);
 }
@@ -486,7 +493,10 @@ void Worker::Impl::flush_batches(bool all) {
 
 bool Worker::Impl::progress_until_idle() {
   bool any = false;
-  while (ucp_worker_progress(worker) != 0) any = true;
+  while (ucp_worker_progress(worker) != 0) {
+    any = true;
+    came_round();
+  }
   return any;
 }
 
@@ -545,9 +555,11 @@ bool Worker::Impl::wait(int timeout_ms, std::unique_lock<std::mutex>& serial_loc
     in_poll = true;
   }
   pollfd fd{sleep_fd, POLLIN, 0};
+  round_ns.store(0, std::memory_order_relaxed);  // asleep: hears what comes at once
   serial_lock.unlock();
   ::ppoll(&fd, 1, until, nullptr);
   serial_lock.lock();
+  came_round();
   std::lock_guard lock(mutex);
   sleeping = false;
   in_poll = false;
@@ -560,7 +572,9 @@ void Worker::Impl::run() {
   pthread_setname_np(pthread_self(), thread_name.c_str());
 
   std::unique_lock serial_lock(serial);
+  came_round();
   while (!run_posted()) {
+    came_round();
     progress_until_idle();
     flush_batches();  // corked batches whose time ran out
     if (poll_for_work()) continue;

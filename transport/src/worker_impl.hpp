@@ -125,6 +125,12 @@ struct Worker::Impl {
   std::chrono::steady_clock::time_point corked_until = std::chrono::steady_clock::time_point::max();
   std::atomic<std::uint64_t> batched_messages{0};
   std::atomic<std::uint64_t> pulled_payloads{0};  // payloads this worker copied out of a peer's memory
+  // When the progress thread last came round its loop (steady ns), 0 while
+  // it sleeps in poll(): Worker::held_up.
+  std::atomic<std::int64_t> round_ns{0};
+  void came_round() noexcept {
+    round_ns.store(std::chrono::steady_clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+  }
   // Rendezvous receives UCX has not completed. UCX 1.13 cannot cancel an AM
   // receive, and one whose sender closed mid-transfer over a lane never
   // completes; once the worker is destroyed nothing can complete them, and

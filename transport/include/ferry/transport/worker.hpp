@@ -80,6 +80,11 @@ class Worker : public std::enable_shared_from_this<Worker> {
   // Payloads this worker copied straight out of a peer's memory (pulled
   // payloads on a shared-memory lane, docs/protocol.md): for tests and benchmarks.
   std::uint64_t pulled_payloads() const noexcept;
+  // How long the progress thread has been inside one round of work (a
+  // callback, a posted job) without coming back round: zero while it
+  // sleeps waiting for messages. What arrives meanwhile is not heard, so a
+  // peer's silence over that time says nothing about the peer (liveness).
+  std::chrono::nanoseconds held_up() const noexcept;
 
   struct Impl;
   Impl& impl() noexcept { return *impl_; }
