@@ -300,6 +300,38 @@ TEST(Remote, ARecomputedResultReadsItsRecomputedInputNotTheStaleOne) {
   }
 }
 
+// The same freed input, but freed as the host dies: the result it read
+// cannot be fetched home any more and is recomputed from the freed input,
+// whose bytes (recomputed from its own lineage) are still there while its
+// end keeps what its readers read. Once the replay could not reach the
+// input and the result passed the host's old bytes off as recomputed (the
+// chaos harness's ferry.numpy client: a column sum short of a tile's part).
+TEST(Remote, AResultWhoseInputIsFreedAsItsHostDiesComesBackRight) {
+  FerrydProcess server;
+  auto options = remote_options(server);
+  options.remote_policy = ferry::RemotePolicy::prefer;
+  ferry::Runtime rt(options);
+  const std::size_t n = 4096, pairs = 8;
+  std::vector<ferry::Buffer<double>> ys, zs;
+  for (std::size_t k = 0; k < pairs; ++k) {
+    auto x = rt.buffer<double>(n), y = rt.buffer<double>(n), z = rt.buffer<double>(n);
+    std::ranges::fill(x.host(), 2.0 + static_cast<double>(k));
+    std::ranges::fill(z.host(), 1.0);
+    rt.submit("copy", ferry::read(x), ferry::write(y), remote(server));
+    rt.submit("axpy", ferry::read(y), ferry::readwrite(z), 1.0, remote(server));
+    ys.push_back(std::move(y));
+    zs.push_back(std::move(z));
+  }
+  rt.wait();  // every y and z only on the host
+  server.stop(SIGKILL);
+  ys.clear();  // before the runtime has seen the host go, for most of them
+  for (std::size_t k = 0; k < pairs; ++k) {
+    auto z = zs[k].host_read();
+    EXPECT_EQ(z[0], 3.0 + static_cast<double>(k)) << "pair " << k << ": 1 is the host's old bytes";
+    EXPECT_EQ(z[n - 1], 3.0 + static_cast<double>(k)) << "pair " << k;
+  }
+}
+
 // Whether the runtime has seen the host go (polled up to 10 s).
 bool lost(ferry::Runtime& rt, const FerrydProcess& server) {
   for (int i = 0; i < 100; ++i) {

@@ -57,6 +57,25 @@ class Scoped {
 thread_local const std::vector<std::shared_ptr<LineageEntry>>* recomputing = nullptr;
 thread_local const LineageEntry* rewriting = nullptr;
 
+// The root whose end this thread is keeping what its lineage readers read
+// (keep_lineage_inputs): their weak references to it are expired already,
+// yet a reader whose copy could not be fetched (its host lost meanwhile)
+// is recomputed from it, its bytes still there until the end is over.
+// Its (expired) weak references name it by their control block.
+struct Ending {
+  BufferRoot* root = nullptr;
+  std::weak_ptr<BufferRoot> named;
+};
+thread_local Ending ending;
+
+// `entry`'s buffer `arg` (an input, or its own lineage's output), when it
+// is the root that is ending; null otherwise.
+std::shared_ptr<BufferRoot> ending_root(const LineageEntry& entry, std::size_t arg) {
+  const std::weak_ptr<BufferRoot>& root = entry.roots[arg];
+  if (ending.root == nullptr || root.owner_before(ending.named) || ending.named.owner_before(root)) return nullptr;
+  return std::shared_ptr<BufferRoot>(std::shared_ptr<BufferRoot>{}, ending.root);  // not owning: it is being destroyed
+}
+
 // Whether a replay on this thread may bring home the copy of a lineage
 // reader of data it is about to overwrite: only when the reader read the
 // version there now. One that read what the entry being replayed writes,
@@ -116,14 +135,32 @@ void replay(LineageEntry& entry) {
   // Claimed before it runs: the same task reached again through another of
   // its outputs while its inputs are being gathered must not run twice.
   if (entry.replayed.exchange(true, std::memory_order_acq_rel)) return;
+  // Unclaimed if it does not run: a later try runs it then, rather than
+  // taking it as done.
+  struct Claim {
+    LineageEntry& entry;
+    bool ran = false;
+    ~Claim() {
+      if (!ran) entry.replayed.store(false, std::memory_order_release);
+    }
+  } claim{entry};
   // Inputs may themselves have been lost: acquiring them replays their lineage first.
   KernelArgs args = entry.args;
   std::vector<std::shared_ptr<BufferRoot>> held;
   std::vector<std::shared_ptr<const std::vector<std::byte>>> versions;  // kept until the kernel ran
   for (std::size_t i = 0; i < entry.buffer_args.size(); ++i) {
     auto root = entry.roots[i].lock();
+    if (!root) root = ending_root(entry, i);
     BufferArg& arg = buffer_arg(args, entry.buffer_args, i);
-    if (!root && writes(arg.mode)) continue;  // an output that is gone: nobody can read the result
+    if (!root && writes(arg.mode) && !reads(arg.mode)) {
+      // An output that is gone: nobody can read the result, but the kernel
+      // still writes it somewhere.
+      auto scratch = std::make_shared<std::vector<std::byte>>(arg.bytes());
+      arg.data = scratch->data();
+      arg.ld = arg.cols;
+      versions.push_back(std::move(scratch));
+      continue;
+    }
     BufferState view;
     view.root = root;
     view.region = entry.regions[i];
@@ -157,7 +194,6 @@ void replay(LineageEntry& entry) {
       // An input freed while what was computed from it stayed only on the
       // lost node, and keep_lineage_inputs could not keep what it read: the
       // kernel must not run on a null buffer.
-      entry.replayed.store(false, std::memory_order_release);
       throw RemoteError(fmt::format("{} wrote data held only by a lost node, and its input {} was freed: it "
                                     "cannot be recomputed",
                                     task_label(entry.name, entry.kernel->name), i));
@@ -179,6 +215,7 @@ void replay(LineageEntry& entry) {
   log().debug("recomputing {} on the host", task_label(entry.name, entry.kernel->name));
   data_host().run_on_host(*entry.kernel, args, entry.name,
                           held.empty() ? std::weak_ptr<RuntimeCore>{} : held.front()->runtime);
+  claim.ran = true;
 }
 
 // Whether replaying the copy's lineage would read the host's data of its
@@ -298,7 +335,15 @@ void bring_home(BufferRoot& root, RemoteCopy& copy) {
              "a lost remote",
              copy.region.rows, copy.region.cols, lineage.size(), lineage.front()->name);
   const Scoped recomputing_while(recomputing, &lineage);
-  for (const auto& entry : lineage) replay(*entry);
+  try {
+    for (const auto& entry : lineage) replay(*entry);
+  } catch (...) {
+    // Not recomputed: the data is still only on the lost node, never the
+    // host's old bytes passed off as it (whoever needs it next is told).
+    copy.modified = true;
+    copy.lineage = lineage;
+    throw;
+  }
 }
 
 }  // namespace
@@ -795,6 +840,16 @@ void keep_lineage_inputs(BufferRoot& root) noexcept {
     // references are expired from here on): the copies whose lineage read a
     // newer version than the host's come home now, while the data they read
     // still lives; the host's bytes are copied aside for the others.
+    Ending now{&root, {}};
+    {
+      RootLock lock(root.transfer_mutex);
+      for (const auto& r : root.lineage_readers)
+        if (const auto entry = r.entry.lock()) {
+          now.named = entry->roots[r.arg];
+          break;
+        }
+    }
+    const Scoped ending_while(ending, now);
     settle_lineage_readers(root, whole);
     RootLock lock(root.transfer_mutex);
     preserve_host_bytes(root, whole);
