@@ -35,6 +35,13 @@ ferry::Runtime::Options remote_options(FerrydProcess& server, std::size_t chunk 
   return o;
 }
 
+// Lost hosts' work goes elsewhere (and pinned tasks too) rather than failing.
+ferry::Runtime::Options prefer_options(FerrydProcess& server) {
+  auto options = remote_options(server);
+  options.remote_policy = ferry::RemotePolicy::prefer;
+  return options;
+}
+
 ferry::OnOption remote(FerrydProcess& server) { return ferry::on(ferry::remote(server.address())); }
 
 TEST(Remote, EveryBuiltinKernelMatchesTheCpu) {
@@ -244,9 +251,7 @@ TEST(Remote, RecomputationSeesTheInputsTheLostTaskSaw) {
 // ferry.numpy client); freeing the input now brings such results home first.
 TEST(Remote, AResultWhoseFreedInputWasOnlyOnALostHostComesBackRight) {
   FerrydProcess server;
-  auto options = remote_options(server);
-  options.remote_policy = ferry::RemotePolicy::prefer;
-  ferry::Runtime rt(options);
+  ferry::Runtime rt(prefer_options(server));
   const std::size_t n = 4096;
   auto x = rt.buffer<double>(n), z = rt.buffer<double>(n);
   std::ranges::fill(x.host(), 1.0);
@@ -262,73 +267,71 @@ TEST(Remote, AResultWhoseFreedInputWasOnlyOnALostHostComesBackRight) {
   EXPECT_EQ(h[n - 1], 3.0);
 }
 
-// Two results only on a lost host, the second computed from the first
-// (q = copy(p), then r += q): recomputing q must not recompute r on the way
-// from q's old bytes, before q's own recomputation wrote them. The soak met
-// it: `r` of a map then an axpy wrong after a kill, whenever the lost host's
-// buffers happened to be brought home q first. Several pairs, so that some
-// come home in that order whatever order the lost host's buffers are taken in.
-// In every other pair q is also scaled after its copy, so r read the second
-// of q's two versions there: recomputing the first must not recompute r either.
+// Results only on a lost host, each computed from an intermediate that is
+// only there too, in pairs (several, so that some come home in any order
+// the lost host's buffers are taken in): mid = copy(x), x = 2 + k, scaled
+// by 2 after in every other pair when `scale_odd`; out = 1 + mid.
+struct PairsOnAHost {
+  ferry::Runtime rt;
+  std::vector<ferry::Buffer<double>> mids, outs;
+  static constexpr std::size_t n = 4096, pairs = 8;
+
+  PairsOnAHost(FerrydProcess& server, bool scale_odd) : rt(prefer_options(server)) {
+    for (std::size_t k = 0; k < pairs; ++k) {
+      auto x = rt.buffer<double>(n), mid = rt.buffer<double>(n), out = rt.buffer<double>(n);
+      std::ranges::fill(x.host(), 2.0 + static_cast<double>(k));
+      std::ranges::fill(mid.host(), -7.0);  // what mid's bytes on the host hold until it comes back
+      std::ranges::fill(out.host(), 1.0);
+      rt.submit("copy", ferry::read(x), ferry::write(mid), remote(server));
+      if (scale_odd && k % 2 == 1) rt.submit("scal", ferry::readwrite(mid), 2.0, remote(server));
+      rt.submit("axpy", ferry::read(mid), ferry::readwrite(out), 1.0, remote(server));
+      mids.push_back(std::move(mid));
+      outs.push_back(std::move(out));
+    }
+    rt.wait();  // every mid and out only on the host now
+  }
+  static double mid(std::size_t k, bool scale_odd) {
+    return (2.0 + static_cast<double>(k)) * (scale_odd && k % 2 == 1 ? 2.0 : 1.0);
+  }
+};
+
+// Recomputing mid (a copy) must not recompute out (an axpy of it) on the
+// way, from mid's old bytes, before mid's own recomputation wrote them. The
+// soak met it: `r` of a map then an axpy wrong after a kill, whenever the
+// lost host's buffers happened to be brought home q first. In every other
+// pair mid is also scaled after its copy, so out read the second of mid's
+// two versions there: recomputing the first must not recompute out either.
 TEST(Remote, ARecomputedResultReadsItsRecomputedInputNotTheStaleOne) {
   FerrydProcess server;
-  auto options = remote_options(server);
-  options.remote_policy = ferry::RemotePolicy::prefer;
-  ferry::Runtime rt(options);
-  const std::size_t n = 4096, pairs = 8;
-  std::vector<ferry::Buffer<double>> qs, rs;
-  for (std::size_t k = 0; k < pairs; ++k) {
-    auto p = rt.buffer<double>(n), q = rt.buffer<double>(n), r = rt.buffer<double>(n);
-    std::ranges::fill(p.host(), 2.0 + static_cast<double>(k));
-    std::ranges::fill(q.host(), -7.0);  // what q's bytes on the host hold until q comes back
-    std::ranges::fill(r.host(), 1.0);
-    rt.submit("copy", ferry::read(p), ferry::write(q), remote(server));
-    if (k % 2 == 1) rt.submit("scal", ferry::readwrite(q), 2.0, remote(server));
-    rt.submit("axpy", ferry::read(q), ferry::readwrite(r), 1.0, remote(server));
-    qs.push_back(std::move(q));
-    rs.push_back(std::move(r));
-  }
-  rt.wait();  // every q and r only on the host now
+  PairsOnAHost on_host(server, /*scale_odd=*/true);
   server.stop(SIGKILL);
-  for (std::size_t k = 0; k < pairs; ++k) {
-    const double want_q = (2.0 + static_cast<double>(k)) * (k % 2 == 1 ? 2.0 : 1.0);
-    auto q = qs[k].host_read();  // q first: its recomputation is what once recomputed r too early
-    EXPECT_EQ(q[0], want_q) << "pair " << k;
-    auto r = rs[k].host_read();
-    EXPECT_EQ(r[0], 1.0 + want_q) << "pair " << k << ": r recomputed from q's stale bytes (1 - 7 = -6)?";
-    EXPECT_EQ(r[n - 1], 1.0 + want_q) << "pair " << k;
+  for (std::size_t k = 0; k < PairsOnAHost::pairs; ++k) {
+    const double want = PairsOnAHost::mid(k, true);
+    auto mid = on_host.mids[k].host_read();  // first: its recomputation is what once recomputed out too early
+    EXPECT_EQ(mid[0], want) << "pair " << k;
+    auto out = on_host.outs[k].host_read();
+    EXPECT_EQ(out[0], 1.0 + want) << "pair " << k << ": out recomputed from mid's stale bytes (1 - 7 = -6)?";
+    EXPECT_EQ(out[PairsOnAHost::n - 1], 1.0 + want) << "pair " << k;
   }
 }
 
-// The same freed input, but freed as the host dies: the result it read
-// cannot be fetched home any more and is recomputed from the freed input,
-// whose bytes (recomputed from its own lineage) are still there while its
-// end keeps what its readers read. Once the replay could not reach the
-// input and the result passed the host's old bytes off as recomputed (the
-// chaos harness's ferry.numpy client: a column sum short of a tile's part).
+// As AResultWhoseFreedInputWasOnlyOnALostHostComesBackRight, but the input
+// freed as the host dies: out cannot be fetched home any more and is
+// recomputed from the freed mid, whose bytes (recomputed from its own
+// lineage) are still there while its end keeps what its readers read. Once
+// the replay could not reach mid and out passed the host's old bytes off as
+// recomputed (the chaos harness's ferry.numpy client: a column sum short of
+// a tile's part).
 TEST(Remote, AResultWhoseInputIsFreedAsItsHostDiesComesBackRight) {
   FerrydProcess server;
-  auto options = remote_options(server);
-  options.remote_policy = ferry::RemotePolicy::prefer;
-  ferry::Runtime rt(options);
-  const std::size_t n = 4096, pairs = 8;
-  std::vector<ferry::Buffer<double>> ys, zs;
-  for (std::size_t k = 0; k < pairs; ++k) {
-    auto x = rt.buffer<double>(n), y = rt.buffer<double>(n), z = rt.buffer<double>(n);
-    std::ranges::fill(x.host(), 2.0 + static_cast<double>(k));
-    std::ranges::fill(z.host(), 1.0);
-    rt.submit("copy", ferry::read(x), ferry::write(y), remote(server));
-    rt.submit("axpy", ferry::read(y), ferry::readwrite(z), 1.0, remote(server));
-    ys.push_back(std::move(y));
-    zs.push_back(std::move(z));
-  }
-  rt.wait();  // every y and z only on the host
+  PairsOnAHost on_host(server, /*scale_odd=*/false);
   server.stop(SIGKILL);
-  ys.clear();  // before the runtime has seen the host go, for most of them
-  for (std::size_t k = 0; k < pairs; ++k) {
-    auto z = zs[k].host_read();
-    EXPECT_EQ(z[0], 3.0 + static_cast<double>(k)) << "pair " << k << ": 1 is the host's old bytes";
-    EXPECT_EQ(z[n - 1], 3.0 + static_cast<double>(k)) << "pair " << k;
+  on_host.mids.clear();  // before the runtime has seen the host go, for most of them
+  for (std::size_t k = 0; k < PairsOnAHost::pairs; ++k) {
+    auto out = on_host.outs[k].host_read();
+    const double want = 1.0 + PairsOnAHost::mid(k, false);
+    EXPECT_EQ(out[0], want) << "pair " << k << ": 1 is the host's old bytes";
+    EXPECT_EQ(out[PairsOnAHost::n - 1], want) << "pair " << k;
   }
 }
 
@@ -345,9 +348,7 @@ bool lost(ferry::Runtime& rt, const FerrydProcess& server) {
 // says so once (not silently).
 TEST(Remote, PinnedTasksRunElsewhereWhileTheHostIsLostUnderPrefer) {
   FerrydProcess server;
-  auto options = remote_options(server);
-  options.remote_policy = ferry::RemotePolicy::prefer;
-  ferry::Runtime rt(options);
+  ferry::Runtime rt(prefer_options(server));
   auto x = rt.buffer<double>(1024);
   std::ranges::fill(x.host(), 1.0);
   EXPECT_EQ(rt.submit("sum", ferry::read(x), remote(server)).device(), "remote:" + server.address());
