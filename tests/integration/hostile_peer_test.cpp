@@ -393,12 +393,30 @@ class Bootstrap {
   int fd_ = -1;
 };
 
+// A client whose data was on the host before the hostile peer came: ferryd
+// must go on serving it, its bytes untouched, and let a new client in.
+struct Bystander {
+  TestClient client;
+  std::vector<std::uint8_t> kept;
+
+  Bystander(FerrydProcess& host, unsigned seed) : client(host.port()), kept(pattern(8192, seed)) {
+    client.authenticate(FerrydProcess::default_token);
+    client.put_all(1, proto::DType::u8, 1, kept.size(), kept.data(), kept.size(), 1 << 20);
+  }
+
+  // A ferryd that died fails here with its log (FerrydProcess's destructor says so too).
+  void expect_served(FerrydProcess& host) {
+    const auto back = client.get(1, 0, kept.size());
+    ASSERT_EQ(back.size(), kept.size());
+    EXPECT_EQ(std::memcmp(back.data(), kept.data(), kept.size()), 0);
+    TestClient later(host.port());
+    EXPECT_NO_THROW(later.authenticate(FerrydProcess::default_token));
+  }
+};
+
 TEST(HostilePeer, GarbageWorkerAddressIsRefusedAndFerrydServesOthers) {
   FerrydProcess host;
-  TestClient bystander(host.port());
-  bystander.authenticate(FerrydProcess::default_token);
-  const auto kept = pattern(8192, 3);
-  bystander.put_all(1, proto::DType::u8, 1, kept.size(), kept.data(), kept.size(), 1 << 20);
+  Bystander bystander(host, 3);
 
   auto worker = transport::Worker::create({"garbage-address"});
   const auto real = worker->address();
@@ -436,11 +454,7 @@ TEST(HostilePeer, GarbageWorkerAddressIsRefusedAndFerrydServesOthers) {
   }
 
   // ferryd is alive, the bystander's session and bytes untouched, and a new client gets in.
-  const auto back = bystander.get(1, 0, kept.size());
-  ASSERT_EQ(back.size(), kept.size());
-  EXPECT_EQ(std::memcmp(back.data(), kept.data(), kept.size()), 0);
-  TestClient later(host.port());
-  EXPECT_NO_THROW(later.authenticate(FerrydProcess::default_token));
+  bystander.expect_served(host);
   EXPECT_TRUE(host.wait_for_log("worker address is unusable"));
 }
 
@@ -450,10 +464,7 @@ TEST(HostilePeer, GarbageWorkerAddressIsRefusedAndFerrydServesOthers) {
 // endpoint to it fails as it connects; ferryd must go on serving.
 TEST(HostilePeer, AWorkerAddressThatLeadsNowhereLeavesFerrydServing) {
   FerrydProcess host;
-  TestClient bystander(host.port());
-  bystander.authenticate(FerrydProcess::default_token);
-  const auto kept = pattern(8192, 5);
-  bystander.put_all(1, proto::DType::u8, 1, kept.size(), kept.data(), kept.size(), 1 << 20);
+  Bystander bystander(host, 5);
 
   auto worker = transport::Worker::create({"vanishing-client"});
   std::vector<std::uint8_t> nowhere;
@@ -473,12 +484,7 @@ TEST(HostilePeer, AWorkerAddressThatLeadsNowhereLeavesFerrydServing) {
     (void)socket.read_frame();  // welcomed or refused: either is fine, dying is not
     std::this_thread::sleep_for(200ms);  // its endpoint's connect refused meanwhile
   }
-  // A ferryd that died fails here with its log (FerrydProcess's destructor says so too).
-  const auto back = bystander.get(1, 0, kept.size());
-  ASSERT_EQ(back.size(), kept.size());
-  EXPECT_EQ(std::memcmp(back.data(), kept.data(), kept.size()), 0);
-  TestClient later(host.port());
-  EXPECT_NO_THROW(later.authenticate(FerrydProcess::default_token));
+  bystander.expect_served(host);
 }
 
 }  // namespace
