@@ -147,6 +147,9 @@ TEST(FerrydLifecycle, MetricsAreServedOverHttp) {
   EXPECT_NE(body.find("ferry_bytes_in_total 12"), std::string::npos) << body;
   EXPECT_NE(body.find("ferry_clients 1"), std::string::npos) << body;
   EXPECT_NE(body.find("ferry_memory_in_use_bytes 12"), std::string::npos) << body;
+  // The replica lives in the pool: it has mapped at least a slab for it.
+  ASSERT_TRUE(std::regex_search(body, match, std::regex(R"(\nferry_pool_bytes (\d+))"))) << body;
+  EXPECT_GE(std::stod(match[1]), 64.0 * 1024 * 1024) << body;
 }
 
 }  // namespace

@@ -17,8 +17,18 @@ from argparse import Namespace
 from collections import defaultdict
 from pathlib import Path
 
+SLAB = 64 << 20  # the host pool's growth unit (SlabPool::Options::slab_bytes)
 LEVEL = re.compile(r"^\[(\d\d):(\d\d):(\d\d)\.(\d{3})\] \[[^\]]*\] \[(warning|error|critical)\] ")
 ADDRESS = re.compile(r"127\.0\.0\.1:(\d+)")
+
+
+def parse_bytes(text: str) -> int:
+    """'640MiB' and the like, as ferryd's --memory-limit reads them."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B?|B)?\s*", text, re.I)
+    if not m:
+        raise ValueError(f"not a byte count: {text!r}")
+    unit = (m.group(2) or "B").upper()[0]
+    return int(float(m.group(1)) * {"B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}[unit])
 
 
 def load_state(out: Path) -> Namespace:
@@ -79,16 +89,37 @@ class Report:
                 self.failures.append(f"{c} did not end at its deadline (no final line)")
         return per
 
+    def pools(self) -> dict[str, dict[float, int]]:
+        """Each ferryd incarnation's ferry_pool_bytes in KiB, by the time of the sample it was scraped with."""
+        out: dict[str, dict[float, int]] = defaultdict(dict)
+        with open(self.out / "metrics.csv") as f:
+            for row in csv.DictReader(f):
+                if row["series"] == "ferry_pool_bytes":
+                    out[row["incarnation"]][float(row["t"])] = int(float(row["value"])) // 1024
+        return out
+
     # --- 2. flat ----------------------------------------------------------------
     def check_flat(self, samples) -> list[dict]:
         rows = []
         warm, win, tol = self.a.warmup_s, self.a.window_s, self.a.tolerance
+        pools = self.pools()
+        bound = parse_bytes(self.a.memory_limit) + 2 * SLAB
         for p in self.s.procs:
             s = samples.get(p.name, [])
+            pool = pools.get(p.name, {}) if p.role == "ferryd" else {}
+            if pool and s:
+                # Judged without the pool, sample by sample; a sample whose
+                # scrape did not answer (the host stopped) is left out.
+                if max(pool.values()) * 1024 > bound:
+                    self.failures.append(f"{p.name}: its pool mapped {max(pool.values()) / 1024:.0f} MiB, over the "
+                                         f"memory limit plus two slabs ({bound / 2**20:.0f} MiB)")
+                s = [(t, rss - pool[t], fds) for t, rss, fds in s if t in pool]
+                pool_most = max(pool.values(), default=0) / 1024
             if not s:
                 continue
             start, last = p.start, s[-1][0]
-            row = {"process": p.name, "role": p.role, "lived_min": (last - start) / 60, "judged": False,
+            name = f"{p.name} (pool at most {pool_most:.0f} MiB)" if pool else p.name
+            row = {"process": name, "role": p.role, "lived_min": (last - start) / 60, "judged": False,
                    "rss0": s[0][1], "rss1": s[-1][1], "fd0": s[0][2], "fd1": s[-1][2]}
             if last - start >= warm + 2 * win:
                 base = [x for x in s if start + warm <= x[0] < start + warm + win]
@@ -232,7 +263,9 @@ class Report:
             mm = metrics[c]
             L.append(f"| {c} | {r['iterations']} | {r['wrong']} | {r['tasks']} | {mm['checked']} | "
                      f"{mm['host_checks']} | {mm['mismatches']} |")
-        L += ["", "| process | lived (min) | RSS MiB, first window → last | change | open fds, first → last | change |",
+        L += ["", "RSS of a ferryd is without its pool (ferry_pool_bytes: whole slabs kept for reuse); its pool's "
+                  "most is beside it.", "",
+              "| process | lived (min) | RSS MiB, first window → last | change | open fds, first → last | change |",
               "|---|---:|---:|---:|---:|---:|"]
         for r in flat:
             if r["judged"]:

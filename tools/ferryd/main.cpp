@@ -362,6 +362,7 @@ int serve(const Options& options, int signal_fd) {
   if (!nvml.available()) log().info("ferryd metrics: NVML unavailable ({}); no GPU gauges", nvml.unavailable_reason());
   metrics.on_scrape([&runtime, &nvml, health = state.gpu_health](Metrics& m) {
     health->check();
+    if (auto pool = std::dynamic_pointer_cast<SlabPool>(runtime.host_memory())) m.pool_bytes(pool->stats().slab_bytes);
     for (const auto& device : runtime.devices()) {
       m.queue_depth(device.name, device.queued);
       m.device_up(device.name, device.available);

@@ -83,6 +83,10 @@ class Metrics {
   void client_connected();
   void client_gone();
   void memory_in_use(std::uint64_t bytes);
+  // What the host pool has mapped (SlabPool::Stats::slab_bytes): it grows to
+  // the replicas' high-water mark in whole slabs and keeps them, so a
+  // ferryd's RSS steps with it and otherwise stays flat.
+  void pool_bytes(std::uint64_t bytes);
   void queue_depth(const std::string& device, std::size_t tasks);
   // Bytes a GPU of the runtime copied in and out since ferryd started (its
   // DeviceInfo): results stay on the GPU, so bytes out grow with what
@@ -136,6 +140,7 @@ class Metrics {
   prometheus::Counter* protocol_errors_;
   prometheus::Gauge* clients_;
   prometheus::Gauge* memory_;
+  prometheus::Gauge* pool_;
   prometheus::Family<prometheus::Counter>* kernel_tasks_;
   prometheus::Family<prometheus::Histogram>* task_seconds_;
   prometheus::Family<prometheus::Counter>* client_tasks_;
