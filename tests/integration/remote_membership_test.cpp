@@ -235,6 +235,47 @@ TEST(ElasticPool, AHostRemovedMidRunDrainsAndResultsStayCorrect) {
   EXPECT_EQ(y.host()[0], 30.0);
 }
 
+// Sockets process `pid` has open.
+int sockets_of(pid_t pid) {
+  int n = 0;
+  for (const auto& fd : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd")) {
+    std::error_code ec;
+    n += std::filesystem::read_symlink(fd.path(), ec).string().rfind("socket:", 0) == 0;
+  }
+  return n;
+}
+
+// Both processes live on while a connection between them ends: UCX 1.13's
+// TCP transport closed such a connection's sockets only when a worker went,
+// so each removal left one per endpoint open at both ends (one more here
+// and in ferryd per cycle, with the shared-memory lane).
+TEST(ElasticPool, AHostRemovedAndAddedAgainLeavesNoSocketOpen) {
+  FerrydProcess server;
+  auto options = base_options(server.token_file());
+  options.remotes = {server.address()};
+  ferry::Runtime rt(options);
+  auto x = rt.buffer<double>(4096);
+  std::ranges::fill(x.host(), 0.5);
+  const auto on_host = ferry::on(ferry::remote(server.address()));
+  EXPECT_EQ(rt.submit("sum", ferry::read(x), on_host).result(), 2048.0);
+  const int here = sockets_of(::getpid()), there = sockets_of(server.pid());
+  for (int cycle = 0; cycle < 4; ++cycle) {
+    rt.remove_remote(server.address());
+    rt.add_remote(server.address());
+    ASSERT_FALSE(wait_for_remote(rt, server.address()).empty()) << "cycle " << cycle;
+    auto sum = rt.submit("sum", ferry::read(x), on_host);
+    EXPECT_EQ(sum.result(), 2048.0);
+    EXPECT_EQ(sum.device(), "remote:" + server.address());
+  }
+  // The last removal's sockets close as its worker goes: a moment later.
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (std::chrono::steady_clock::now() < deadline &&
+         (sockets_of(::getpid()) > here || sockets_of(server.pid()) > there))
+    std::this_thread::sleep_for(20ms);
+  EXPECT_LE(sockets_of(::getpid()), here) << "sockets left open in this process after 4 removals";
+  EXPECT_LE(sockets_of(server.pid()), there) << "sockets left open in ferryd after 4 removals";
+}
+
 // ---- discovery by name ----
 
 // A hosts file, as /etc/hosts: "IP NAME" lines; rewritten by the test as hosts come and go.

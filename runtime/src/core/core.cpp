@@ -146,12 +146,15 @@ Device& RuntimeCore::add_device(const std::function<std::unique_ptr<Device>(Devi
 
 std::shared_ptr<transport::Worker> RuntimeCore::worker() {
   std::lock_guard lock(worker_mutex_);
-  if (!worker_) {
-    worker_ = transport::Worker::create(transport::Worker::Options{"ferry-client"});
-    // Every host replica lives in this pool: registered once, it is what bulk transfers send from and land in.
-    if (auto pool = std::dynamic_pointer_cast<SlabPool>(memory_)) worker_->register_slabs(std::move(pool));
-  }
+  if (!worker_) worker_ = new_worker();
   return worker_;
+}
+
+std::shared_ptr<transport::Worker> RuntimeCore::new_worker() {
+  auto worker = transport::Worker::create(transport::Worker::Options{"ferry-client"});
+  // Every host replica lives in this pool: registered once per worker.
+  if (auto pool = std::dynamic_pointer_cast<SlabPool>(memory_)) worker->register_slabs(std::move(pool));
+  return worker;
 }
 
 namespace {

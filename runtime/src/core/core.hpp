@@ -87,8 +87,12 @@ class RuntimeCore final : public DeviceHost, public std::enable_shared_from_this
   // Makes the next device with make(id) and publishes it; throws UsageError
   // when the table (64) is full, or what make throws (nothing is added).
   Device& add_device(const std::function<std::unique_ptr<Device>(DeviceId)>& make);
-  // The UCX worker remotes share, made on first use.
+  // The UCX worker hosts that dial in arrive on (the listener's), made on
+  // first use; a host this runtime dials gets a new_worker() per connection
+  // (remote_device.hpp says why).
   std::shared_ptr<transport::Worker> worker();
+  // A UCX worker with the host pool registered: what bulk transfers send from and land in.
+  std::shared_ptr<transport::Worker> new_worker();
   RemotePool& remote_pool() noexcept { return *pool_; }
   PerfModels& models() noexcept override { return models_; }
   LinkModels& links() noexcept override { return links_; }

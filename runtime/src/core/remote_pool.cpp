@@ -177,7 +177,8 @@ void RemotePool::add_host(const std::string& address, bool discovered) {
   remote.liveness = options.remote_liveness;
   try {
     core_.add_device([&](DeviceId id) {
-      auto device = std::make_unique<RemoteDevice>(core_, id, static_cast<MemoryNodeId>(id), remote, core_.worker());
+      auto device = std::make_unique<RemoteDevice>(core_, id, static_cast<MemoryNodeId>(id), remote,
+                                                   [this] { return core_.new_worker(); });
       device->start();  // under require, throws naming the host and why it cannot be used
       return device;
     });
@@ -292,7 +293,8 @@ void RemotePool::welcome_host(transport::Dialed dialed) {
     remote.liveness = options.remote_liveness;
     try {
       device = static_cast<RemoteDevice*>(&core_.add_device([&](DeviceId id) {
-        auto made = std::make_unique<RemoteDevice>(core_, id, static_cast<MemoryNodeId>(id), remote, core_.worker());
+        auto made = std::make_unique<RemoteDevice>(core_, id, static_cast<MemoryNodeId>(id), remote,
+                                                   [this] { return core_.worker(); });
         made->start();
         return made;
       }));

@@ -58,7 +58,9 @@ void RemoteDevice::watch_liveness() {
     // Nothing waits on it but the ping: neither this runtime's requests nor
     // another host's move out of it (host_to_host.cpp).
     const bool waiting = requests_.waiting() + static_cast<std::size_t>(lent_.load()) > (ping ? 1u : 0u);
-    const auto verdict = judge.judge(now, heard, waiting, ping ? &ping_sent : nullptr, worker_->held_up(),
+    const auto worker = connection_worker();
+    const auto verdict = judge.judge(now, heard, waiting, ping ? &ping_sent : nullptr,
+                                     worker ? worker->held_up() : std::chrono::nanoseconds::zero(),
                                      std::max(now - due, steady_clock::duration::zero()));
     if (verdict == LivenessJudge::Verdict::ping) {
       const std::uint64_t id = requests_.next_id();

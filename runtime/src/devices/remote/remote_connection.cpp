@@ -78,10 +78,11 @@ void RemoteDevice::connect() {
   auto dial = options_.dial;
   dial.client = client_name();
   dial.cancel = &stopping_;  // the destructor joins the thread that dials
+  std::shared_ptr<transport::Worker> worker = workers_();
   transport::Dialed dialed;
   try {
     dialed = transport::dial(
-        worker_, host_, port_, dial, [this](transport::Connection&, transport::Incoming& in) { on_message(in); },
+        worker, host_, port_, dial, [this](transport::Connection&, transport::Incoming& in) { on_message(in); },
         [this](transport::Connection&, const std::string& reason) { lost(reason); });
   } catch (const transport::DialRefused& e) {
     // A refusal retrying cannot fix (remote_policy.hpp) is a RemoteRefused;
@@ -89,11 +90,22 @@ void RemoteDevice::connect() {
     if (permanent(e.status)) throw RemoteRefused(e.what());
     throw;
   }
-  use(dialed);
+  use(dialed, std::move(worker));
 }
 
-void RemoteDevice::use(transport::Dialed& dialed) {
+std::shared_ptr<transport::Worker> RemoteDevice::connection_worker() const {
+  std::lock_guard lock(worker_mutex_);
+  return worker_;
+}
+
+void RemoteDevice::use(transport::Dialed& dialed, std::shared_ptr<transport::Worker> worker) {
   requests_.use(dialed.connection, dialed.host_key);
+  {
+    // The previous connection's worker goes when this function returns (the
+    // connection holds it too, until it is closed): its sockets with it.
+    std::lock_guard lock(worker_mutex_);
+    std::swap(worker_, worker);
+  }
   const auto* welcome = &dialed.welcome;
   welcomed(*welcome);
   bulk_.set_max_payload(welcome->max_payload);
@@ -209,7 +221,7 @@ void RemoteDevice::reconnect_loop() {
     bool ok = false;
     try {
       if (called) {
-        use(*called);
+        use(*called, workers_());
       } else {
         connect();
       }

@@ -46,14 +46,14 @@ DevicePeak remote_peak() {
 }  // namespace
 
 RemoteDevice::RemoteDevice(DeviceHost& runtime, DeviceId id, MemoryNodeId node, RemoteOptions options,
-                           std::shared_ptr<transport::Worker> worker)
+                           WorkerSource workers)
     : OffloadDevice(runtime, id, "remote:" + options.address, DeviceKind::remote, node, "remote:" + options.address,
                     remote_peak(), DeviceHealth::Keep::latest, /*up=*/false),
       options_(checked(std::move(options))),
       requests_(options_.address),
       bulk_(requests_, options_.address, options_.chunk_bytes, options_.window),
       memory_(requests_, bulk_),
-      worker_(std::move(worker)) {
+      workers_(std::move(workers)) {
   if (!options_.reverse) std::tie(host_, port_) = transport::parse_address(options_.address);
   if (Trace* trace = runtime.trace())
     for (unsigned slot = 0; slot < options_.proxies; ++slot)

@@ -87,8 +87,17 @@ struct RemoteOptions {
 
 class RemoteDevice final : public OffloadDevice {
  public:
-  RemoteDevice(DeviceHost& runtime, DeviceId id, MemoryNodeId node, RemoteOptions options,
-               std::shared_ptr<transport::Worker> worker);
+  // The UCX worker for each connection: a device that dials gets a new one
+  // per connection and lets the old one go once the next is up, because a
+  // worker is the only thing that ends UCX 1.13's TCP connections between
+  // two processes that both live on (uct_tcp_ep_destroy keeps a socket both
+  // ends used open for receiving until the peer closes it, and neither end
+  // does): a shared worker kept every connection given up on or removed,
+  // one socket per endpoint at each end. A host that dials in arrives on
+  // the listener's worker (reverse), which this returns every time.
+  using WorkerSource = std::function<std::shared_ptr<transport::Worker>()>;
+
+  RemoteDevice(DeviceHost& runtime, DeviceId id, MemoryNodeId node, RemoteOptions options, WorkerSource workers);
   ~RemoteDevice() override;
 
   // Connects now. Under RemotePolicy::require a host that cannot be used
@@ -156,8 +165,9 @@ class RemoteDevice final : public OffloadDevice {
   using Forwarded = ForwardedRun;
 
   void connect();
-  // A connection authenticated either way: ready for tasks once measured.
-  void use(transport::Dialed& dialed);
+  // A connection authenticated either way, made on `worker`: ready for
+  // tasks once measured.
+  void use(transport::Dialed& dialed, std::shared_ptr<transport::Worker> worker);
   // Connects, retrying transient failures until `deadline`; a refusal is thrown at once.
   void connect_until(std::chrono::steady_clock::time_point deadline);
   void welcomed(const protocol::Welcome& welcome);
@@ -245,6 +255,11 @@ class RemoteDevice final : public OffloadDevice {
   RemoteMemory memory_;
   HostOffer offer_;
   ProxyQueue jobs_;
+  WorkerSource workers_;
+  // The current connection's worker (the liveness watcher asks it whether
+  // this process could listen); the previous one until the next is up.
+  std::shared_ptr<transport::Worker> connection_worker() const;
+  mutable std::mutex worker_mutex_;
   std::shared_ptr<transport::Worker> worker_;
   std::string host_;
   std::uint16_t port_ = 0;
