@@ -27,7 +27,9 @@
 // everything on the host's link, then lets it through again.
 #include <gtest/gtest.h>
 
+#include <execinfo.h>
 #include <signal.h>
+#include <unistd.h>
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -74,6 +76,21 @@ struct Args {
   std::chrono::seconds bound{90};  // one run, fault and recovery included
 };
 Args args;
+
+// The run under way, for the fatal-signal handler: a crash in CI leaves
+// only this process's output to go by.
+std::atomic<int> current_run{-1};
+
+extern "C" void on_fatal_signal(int sig) {
+  char line[96];
+  const int n = std::snprintf(line, sizeof line, "chaos_test: fatal signal %d (%s) in run %d; backtrace:\n", sig,
+                              sigdescr_np(sig), current_run.load());
+  if (n > 0) (void)!::write(STDERR_FILENO, line, static_cast<std::size_t>(n));
+  void* frames[64];
+  backtrace_symbols_fd(frames, backtrace(frames, 64), STDERR_FILENO);
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);
+}
 
 double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
@@ -509,6 +526,7 @@ TEST(Chaos, TheMixedDagIsRightThroughFaults) {
 
   std::vector<Record> records;
   for (int run = 0; run < args.runs; ++run) {
+    current_run.store(run);
     Record rec;
     rec.run = run;
     rec.fault = args.faults[static_cast<std::size_t>(run) % args.faults.size()];
@@ -664,5 +682,6 @@ int main(int argc, char** argv) {
       return 2;
     }
   if (args.runs < 0 || args.faults.empty()) return 2;
+  for (int sig : {SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL}) ::signal(sig, on_fatal_signal);
   return RUN_ALL_TESTS();
 }
