@@ -1,4 +1,5 @@
 #include "core/core.hpp"
+#include "core/heap_trim.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -704,6 +705,7 @@ TaskRecord* RuntimeCore::finish(TaskRecord* task, Device* current) {
     if (task->placed_again) [[unlikely]] {
       placed_again_.fetch_add(1, std::memory_order_relaxed);
       placed_again_ns_.fetch_add(task->end_ns - task->start_ns, std::memory_order_relaxed);
+      HeapTrim::global().recovered();
     }
     TaskRecord::Edges successors;
     TaskRecord::Continuations continuations;

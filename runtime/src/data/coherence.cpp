@@ -119,9 +119,9 @@ void unpack_rows(const std::byte* in, const HostRegion& to) {
 namespace {
 
 // The host's bytes of a region, packed; the root's lock is held.
-std::shared_ptr<const std::vector<std::byte>> packed_copy(BufferRoot& root, const Region& region) {
+std::shared_ptr<const ScratchBytes> packed_copy(BufferRoot& root, const Region& region) {
   const HostRegion from = host_region(root, region);
-  auto bytes = std::make_shared<std::vector<std::byte>>(from.bytes());
+  auto bytes = std::make_shared<ScratchBytes>(from.bytes());
   pack_rows(from, bytes->data());
   return bytes;
 }
@@ -147,7 +147,7 @@ void replay(LineageEntry& entry) {
   // Inputs may themselves have been lost: acquiring them replays their lineage first.
   KernelArgs args = entry.args;
   std::vector<std::shared_ptr<BufferRoot>> held;
-  std::vector<std::shared_ptr<const std::vector<std::byte>>> versions;  // kept until the kernel ran
+  std::vector<std::shared_ptr<const ScratchBytes>> versions;  // kept until the kernel ran
   for (std::size_t i = 0; i < entry.buffer_args.size(); ++i) {
     auto root = entry.roots[i].lock();
     if (!root) root = ending_root(entry, i);
@@ -155,7 +155,7 @@ void replay(LineageEntry& entry) {
     if (!root && writes(arg.mode) && !reads(arg.mode)) {
       // An output that is gone: nobody can read the result, but the kernel
       // still writes it somewhere.
-      auto scratch = std::make_shared<std::vector<std::byte>>(arg.bytes());
+      auto scratch = std::make_shared<ScratchBytes>(arg.bytes());
       arg.data = scratch->data();
       arg.ld = arg.cols;
       versions.push_back(std::move(scratch));
@@ -169,7 +169,7 @@ void replay(LineageEntry& entry) {
       // the host's bytes, unchanged since (or they would have been copied
       // aside first, under the root's lock, which this copy takes too: the
       // bytes may change as soon as it is released).
-      std::shared_ptr<const std::vector<std::byte>> snapshot;
+      std::shared_ptr<const ScratchBytes> snapshot;
       bool host_version = false;
       const auto taken = [&] {
         std::lock_guard lock(entry.versions_mutex);

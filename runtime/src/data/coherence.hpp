@@ -24,6 +24,7 @@
 #include "ferry/runtime/kernel.hpp"
 #include "ferry/runtime/place.hpp"
 #include "base/buffer_args.hpp"
+#include "base/scratch_bytes.hpp"
 
 namespace ferry::detail {
 
@@ -94,7 +95,7 @@ struct LineageEntry {
   // Where it was not: the task that wrote the node's version it read (the
   // last of that copy's lineage), decided with host_version.
   std::vector<std::weak_ptr<LineageEntry>> version_writers;
-  std::vector<std::shared_ptr<const std::vector<std::byte>>> snapshots;
+  std::vector<std::shared_ptr<const ScratchBytes>> snapshots;
 
   const BufferArg& buffer_arg(std::size_t i) const { return detail::buffer_arg(args, buffer_args, i); }
 };

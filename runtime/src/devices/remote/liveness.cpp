@@ -24,6 +24,7 @@
 #include <future>
 #include <optional>
 
+#include "core/heap_trim.hpp"
 #include "devices/remote/liveness_judge.hpp"
 #include "devices/remote/remote_device.hpp"
 
@@ -48,6 +49,7 @@ void RemoteDevice::watch_liveness() {
     const auto due = steady_clock::now() + tick;
     liveness_cv_.wait_for(lock, tick, [&] { return stopping_.load(); });
     if (stopping_.load()) return;
+    HeapTrim::global().tick();  // this thread ticks anyway
     const auto now = steady_clock::now();
     const std::uint64_t epoch = epoch_.load(std::memory_order_acquire);
     // Answered, or failed with its connection; one of another connection is forgotten.

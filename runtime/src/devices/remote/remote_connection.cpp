@@ -11,6 +11,7 @@
 #include <future>
 #include <thread>
 
+#include "base/scratch_bytes.hpp"
 #include "devices/device_host.hpp"
 #include "devices/remote/remote_device.hpp"
 #include "devices/remote/remote_policy.hpp"
@@ -173,8 +174,8 @@ void RemoteDevice::measure_link() {
   // One bulk transfer the size of a chunk gives the bandwidth to start from;
   // real transfers refine it (LinkModels::record).
   // Small enough to fit any sensible quota; a refusal only costs the estimate.
-  std::vector<std::byte> probe(std::min({options_.chunk_bytes, std::size_t{4} << 20,
-                                         quota_ > 0 ? static_cast<std::size_t>(quota_ / 4) : std::size_t{4} << 20}));
+  ScratchBytes probe(std::min({options_.chunk_bytes, std::size_t{4} << 20,
+                               quota_ > 0 ? static_cast<std::size_t>(quota_ / 4) : std::size_t{4} << 20}));
   HostRegion shape{probe.data(), DType::u8, 1, probe.size(), probe.size()};
   double seconds = 0;
   try {
