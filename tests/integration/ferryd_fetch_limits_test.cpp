@@ -16,6 +16,7 @@
 #include <fstream>
 #include <thread>
 
+#include "../support/proc_status.hpp"
 #include "ferry/transport/auth.hpp"
 #include "ferryd_process.hpp"
 #include "test_client.hpp"
@@ -23,6 +24,7 @@
 namespace {
 
 using ferry::test::FerrydProcess;
+using ferry::test::proc_status;
 using ferry::test::TestClient;
 namespace proto = ferry::protocol;
 using namespace std::chrono_literals;
@@ -96,15 +98,6 @@ std::string closed_address() {
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &size);
   ::close(fd);
   return "127.0.0.1:" + std::to_string(ntohs(address.sin_port));
-}
-
-// A line of /proc/PID/status, as a number ("Threads", "VmRSS" in kB).
-std::uint64_t proc_status(pid_t pid, const std::string& field) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.starts_with(field + ":")) return std::stoull(line.substr(field.size() + 1));
-  throw std::runtime_error("no " + field + " in /proc/" + std::to_string(pid) + "/status");
 }
 
 proto::Secret random_secret() {

@@ -1,15 +1,15 @@
 // HeapTrim: after a recovery, once it has been quiet for HeapTrim::quiet,
 // the heap's free pages go back, once per burst; and glibc's heap really
 // keeps what large temporaries freed until then.
-#include "core/heap_trim.hpp"
+#include "base/heap_trim.hpp"
 
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <string>
 #include <vector>
+
+#include "../support/proc_status.hpp"
 
 namespace ferry::detail {
 namespace {
@@ -41,12 +41,7 @@ TEST(HeapTrim, OnceARecoveryHasBeenQuietOncePerBurst) {
   EXPECT_EQ(trims, 2);
 }
 
-long rss_kib() {
-  std::ifstream status("/proc/self/status");
-  for (std::string line; std::getline(status, line);)
-    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
-  return -1;
-}
+using ferry::test::rss_kib;
 
 // What the trim is for: a large block freed raises glibc's mmap threshold,
 // so the next burst of temporaries comes from the heap, and freeing them

@@ -8,19 +8,14 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <optional>
-#include <string>
+
+#include "../support/proc_status.hpp"
 
 namespace ferry::detail {
 namespace {
 
-long rss_kib() {
-  std::ifstream status("/proc/self/status");
-  for (std::string line; std::getline(status, line);)
-    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
-  return -1;
-}
+using ferry::test::rss_kib;
 
 TEST(ScratchBytes, ALargeOnesPagesGoBackWhenItGoes) {
   void* (*volatile allocate)(std::size_t) = std::malloc;

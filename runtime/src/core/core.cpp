@@ -1,5 +1,4 @@
 #include "core/core.hpp"
-#include "core/heap_trim.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -12,6 +11,7 @@
 #include <optional>
 #include <thread>
 
+#include "base/heap_trim.hpp"
 #include "data/coherence.hpp"
 #include "devices/cpu/cpu_device.hpp"
 #include "devices/cuda/cuda_selection.hpp"

@@ -7,7 +7,7 @@
 #include <optional>
 
 #include "core/core.hpp"
-#include "core/heap_trim.hpp"
+#include "base/heap_trim.hpp"
 #include "cuda_port/cuda_module.hpp"
 #include "data/data_host.hpp"
 

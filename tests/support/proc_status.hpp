@@ -1,0 +1,24 @@
+// A number from a process's /proc/PID/status ("VmRSS" in KiB, "Threads").
+#pragma once
+
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <fstream>
+#include <stdexcept>
+#include <string>
+
+namespace ferry::test {
+
+inline std::uint64_t proc_status(pid_t pid, const std::string& field) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.starts_with(field + ":")) return std::stoull(line.substr(field.size() + 1));
+  throw std::runtime_error("no " + field + " in /proc/" + std::to_string(pid) + "/status");
+}
+
+inline long rss_kib() { return static_cast<long>(proc_status(::getpid(), "VmRSS")); }
+
+}  // namespace ferry::test
