@@ -107,14 +107,14 @@ class Report:
         for p in self.s.procs:
             s = samples.get(p.name, [])
             pool = pools.get(p.name, {}) if p.role == "ferryd" else {}
+            pool_most = max(pool.values(), default=0) / 1024  # MiB
             if pool and s:
                 # Judged without the pool, sample by sample; a sample whose
                 # scrape did not answer (the host stopped) is left out.
-                if max(pool.values()) * 1024 > bound:
-                    self.failures.append(f"{p.name}: its pool mapped {max(pool.values()) / 1024:.0f} MiB, over the "
+                if pool_most * 2**20 > bound:
+                    self.failures.append(f"{p.name}: its pool mapped {pool_most:.0f} MiB, over the "
                                          f"memory limit plus two slabs ({bound / 2**20:.0f} MiB)")
                 s = [(t, rss - pool[t], fds) for t, rss, fds in s if t in pool]
-                pool_most = max(pool.values(), default=0) / 1024
             if not s:
                 continue
             start, last = p.start, s[-1][0]
