@@ -375,5 +375,50 @@ TEST_F(Coherence, AWriteOnTheTwinDropsTheSource) {
   EXPECT_TRUE(host_holds(3.0));
 }
 
+
+// A chain that reads an input and moves between two hosts (each move a
+// twin carrying the chain's whole lineage): the input's list of readers
+// keeps the live ones, not one per move and lineage entry (quadratic:
+// tens of thousands after a few hundred moves, megabytes of heap). A loss
+// afterwards still recomputes the chain from the input.
+TEST_F(Coherence, AChainMovingBetweenHostsKeepsItsInputsReadersFew) {
+  Buffer<double> input = rt.buffer<double>(4, 4);
+  BufferState& in = *input.state();
+  std::fill_n(static_cast<double*>(in.root->host), 16, 0.5);
+  fill_host(1.0);
+  const KernelDef* axpy = KernelRegistry::global().find("axpy");
+  ASSERT_NE(axpy, nullptr);
+  constexpr int steps = 300;
+  for (int i = 0; i < steps; ++i) {
+    FakeNode& on = i % 2 == 0 ? node : other;
+    release_on_node(in, on, acquire_on_node(in, AccessMode::read, on));
+    const std::uint64_t id = acquire_on_node(view, AccessMode::readwrite, on);
+    auto& bytes = on.memory.at(id);
+    std::vector<double> values(16);
+    std::memcpy(values.data(), bytes.data(), bytes.size());
+    for (double& v : values) v += 1.0 * 0.5;  // axpy(alpha 1, input 0.5, x)
+    std::memcpy(bytes.data(), values.data(), bytes.size());
+    auto entry = std::make_shared<LineageEntry>();
+    entry->name = "remote axpy";
+    entry->kernel = std::shared_ptr<const KernelDef>(std::shared_ptr<const KernelDef>{}, axpy);
+    entry->args.items = {Arg{BufferArg{nullptr, DType::f64, 4, 4, 4, AccessMode::read}},
+                         Arg{BufferArg{nullptr, DType::f64, 4, 4, 4, AccessMode::readwrite}}, Arg{ScalarValue{1.0}}};
+    entry->buffer_args = {0, 1};
+    entry->roots = {in.root, view.root};
+    entry->regions = {in.region, view.region};
+    written_on_node(view, on, id, entry);
+    release_on_node(view, on, id);
+  }
+  EXPECT_LE(in.root->lineage_readers.size(), 4u * steps)
+      << "readers of copies that went stale are kept (" << in.root->lineage_readers.size() << ")";
+  EXPECT_GE(in.root->lineage_readers.size(), static_cast<std::size_t>(steps)) << "the live copy's readers are gone";
+
+  // The chain's last host lost (its twin went stale at the last write):
+  // the whole chain is recomputed from the input's bytes.
+  (steps % 2 == 0 ? other : node).lose();
+  acquire_on_host(view, AccessMode::read);
+  EXPECT_TRUE(host_holds(1.0 + 0.5 * steps)) << static_cast<const double*>(view.root->host)[0];
+}
+
 }  // namespace
 }  // namespace ferry::detail

@@ -230,6 +230,16 @@ bool lineage_reads(const BufferRoot& root, const RemoteCopy& copy) {
   return false;
 }
 
+// A reader that needs nothing any more: its task, its output's buffer or
+// its copy is gone, or the copy came home, unless it came home by
+// replaying the task, which may be reading the input right now.
+bool reader_done(const BufferRoot::LineageReader& r) {
+  const auto entry = r.entry.lock();
+  if (!entry || r.root.expired()) return true;
+  const auto copy = r.copy.lock();
+  return (!copy || !copy->modified) && !entry->replayed.load(std::memory_order_acquire);
+}
+
 // The host's bytes of `region` of `root` are about to change: lineage that
 // read them as they are (host-version readers whose copy is still only
 // elsewhere) gets them copied aside, packed, and stops depending on them.
@@ -237,12 +247,8 @@ bool lineage_reads(const BufferRoot& root, const RemoteCopy& copy) {
 void preserve_host_bytes(BufferRoot& root, const Region& region) {
   if (!root.has_lineage_readers.load(std::memory_order_acquire)) return;
   std::erase_if(root.lineage_readers, [&](const BufferRoot::LineageReader& r) {
-    auto copy = r.copy.lock();
-    auto entry = r.entry.lock();
-    if (!entry || r.root.expired()) return true;
-    // A copy that came home needs nothing any more, unless it came home by
-    // replaying this entry, which may be reading these bytes right now.
-    if ((!copy || !copy->modified) && !entry->replayed.load(std::memory_order_acquire)) return true;
+    const auto entry = r.entry.lock();  // held: reader_done found it alive
+    if (reader_done(r)) return true;
     if (!r.host_version || !r.read.overlaps(region)) return false;
     std::lock_guard lock(entry->versions_mutex);
     if (entry->snapshots.size() <= r.arg) entry->snapshots.resize(r.arg + 1);
@@ -482,7 +488,16 @@ void note_lineage_reads(const std::shared_ptr<BufferRoot>& root, const std::shar
       host_version = lineage->host_version[i] != 0;
       version_writer = lineage->version_writers[i];
     }
-    input->lineage_readers.push_back({root, copy, lineage->regions[i], lineage, i, host_version, version_writer});
+    // An input only read (a chain's `read(x)`) is written never, so nothing
+    // else clears its list: readers whose copies went stale are dropped
+    // before it would grow, or every move of the chain's copy to another
+    // host adds its whole lineage again (tens of thousands, megabytes).
+    auto& readers = input->lineage_readers;
+    if (readers.size() == readers.capacity()) {
+      std::erase_if(readers, reader_done);
+      if (readers.size() > readers.capacity() / 2) readers.reserve(2 * readers.capacity());  // amortised
+    }
+    readers.push_back({root, copy, lineage->regions[i], lineage, i, host_version, version_writer});
     input->has_lineage_readers.store(true, std::memory_order_release);
   }
 }
