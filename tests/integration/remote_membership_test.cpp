@@ -12,11 +12,13 @@
 #include "../support/builtin_conformance.hpp"
 #include "ferry/ferry.hpp"
 #include "ferryd_process.hpp"
+#include "../support/proc_status.hpp"
 #include "ferry/transport/identity.hpp"
 
 namespace {
 
 using ferry::test::FerrydProcess;
+using ferry::test::sockets_of;
 using namespace std::chrono_literals;
 
 ferry::Runtime::Options base_options(const std::filesystem::path& token_file) {
@@ -233,16 +235,6 @@ TEST(ElasticPool, AHostRemovedMidRunDrainsAndResultsStayCorrect) {
   t.wait();
   EXPECT_EQ(t.device(), "remote:" + server.address());
   EXPECT_EQ(y.host()[0], 30.0);
-}
-
-// Sockets process `pid` has open.
-int sockets_of(pid_t pid) {
-  int n = 0;
-  for (const auto& fd : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd")) {
-    std::error_code ec;
-    n += std::filesystem::read_symlink(fd.path(), ec).string().rfind("socket:", 0) == 0;
-  }
-  return n;
 }
 
 // Both processes live on while a connection between them ends: UCX 1.13's

@@ -16,11 +16,13 @@
 #include "ferry/ferry.hpp"
 #include "../support/builtin_conformance.hpp"
 #include "ferryd_process.hpp"
+#include "../support/proc_status.hpp"
 
 namespace {
 
 using ferry::test::contents;
 using ferry::test::FerrydProcess;
+using ferry::test::sockets_of;
 using ferry::test::fill_random;
 
 ferry::Runtime::Options remote_options(FerrydProcess& server, std::size_t chunk = std::size_t{4} << 20) {
@@ -496,6 +498,47 @@ TEST(Remote, ARuntimeEndsWithoutWaitingForAStoppedHost) {
   server.signal(SIGCONT);  // lets a waiting destructor end, so the test does
   EXPECT_TRUE(in_time) << "the runtime's end waited for the stopped host";
   ended.wait();
+}
+
+// A runtime ending while a host it has not judged yet is stopped (nothing
+// waited on the host, so nothing noticed its silence): the close of the
+// connection's endpoints waits for a peer that does not answer, and UCX
+// 1.13 aborts the process if the worker is destroyed under a close in
+// flight, so after 2 s the worker was left open, its sockets with it (the
+// soak's fresh-runtime client: 13 fds more at a stop). The runtime asks
+// the host first, for up to the liveness limit, and closes at once, unflushed,
+// when it does not answer.
+TEST(Remote, ARuntimeEndingBesideAStoppedHostLeavesNoSocketOpen) {
+  FerrydProcess server;
+  const int here = sockets_of(::getpid()), there = sockets_of(server.pid());
+  auto options = remote_options(server);
+  options.remote_policy = ferry::RemotePolicy::prefer;
+  options.remote_liveness = std::chrono::milliseconds(500);
+  auto rt = std::make_unique<ferry::Runtime>(options);
+  auto x = rt->buffer<double>(1024);
+  std::ranges::fill(x.host(), 1.0);
+  EXPECT_EQ(rt->submit("sum", ferry::read(x), remote(server)).result(), 1024.0);
+  ASSERT_TRUE(server.pause()) << "ferryd did not stop";
+  auto ended = std::async(std::launch::async, [&] { rt.reset(); });
+  const bool in_time = ended.wait_for(std::chrono::seconds(20)) == std::future_status::ready;
+  server.signal(SIGCONT);
+  ASSERT_TRUE(in_time) << "the runtime's end waited for the stopped host";
+  ended.wait();
+  // Sockets a closed endpoint leaves go with their worker: a moment later;
+  // ferryd, resumed, finds the connection closed.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (std::chrono::steady_clock::now() < deadline &&
+         (sockets_of(::getpid()) > here || sockets_of(server.pid()) > there))
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_LE(sockets_of(::getpid()), here) << "the runtime's sockets were left open";
+  EXPECT_LE(sockets_of(server.pid()), there) << "ferryd kept the ended connection's sockets";
+  // And it serves the next client.
+  ferry::Runtime next(options);
+  auto y = next.buffer<double>(1024);
+  std::ranges::fill(y.host(), 2.0);
+  auto sum = next.submit("sum", ferry::read(y), remote(server));
+  EXPECT_EQ(sum.result(), 2048.0);
+  EXPECT_EQ(sum.device(), "remote:" + server.address());
 }
 
 // remote_stats() asks the host for its figures: a host that stops

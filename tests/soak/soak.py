@@ -41,6 +41,10 @@ The checks (each can fail the soak; all are printed):
     mark and keeps them for reuse, a step by design; the pool itself is
     checked against its bound instead, never above --memory-limit plus two
     slabs (replicas are refused past the limit; the rest is staging).
+    cpp1, which opens and closes a runtime every iteration, is judged on
+    its own RSS and fds taken just after each close (its lines' "rest"):
+    sampled from outside, it alternates between two levels, and a window's
+    median only says which one most samples fell on.
  3. metrics: for every client iteration that no fault came near (its
     [start, end] outside every fault's [begin - 1 s, end + --settle-s]) and
     every host scraped before and after it: the growth of the host's

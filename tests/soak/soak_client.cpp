@@ -8,6 +8,13 @@
 //    "ran":{"cpu":12,"127.0.0.1:20001":40,...},
 //    "before":{"127.0.0.1:20001":113,...},"after":{...}}
 //
+// With --fresh-runtime the runtime is closed at the end of each iteration,
+// and the line has "rest":{"rss_kib":..,"fds":..}: this process's RSS and
+// open fds just after, between runtimes (the driver judges this client's
+// flatness on them: sampled from outside, its RSS and fds alternate between
+// a runtime's level and this one's, and a window's median only says which
+// level most samples fell on).
+//
 // `ran`: the tasks this runtime ran on each device in the iteration (its
 // own count, DeviceInfo::tasks_run); `before`/`after`: each host's
 // ferry_client_tasks_total{client="NAME"} (NAME: the key this client signs
@@ -24,6 +31,7 @@
 // whole soak (the client's own state over hours).
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <cstdlib>
 #include <exception>
 #include <fstream>
@@ -130,6 +138,17 @@ bool same(const ferry::chaos::Outputs& got, const ferry::chaos::Outputs& expecte
   return true;
 }
 
+// This process's RSS (KiB) and open fds, as the driver samples them from /proc.
+std::string rest_json() {
+  long rss = 0;
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.starts_with("VmRSS:")) rss = std::stol(line.substr(6));
+  long fds = -1;  // less the one that lists them
+  for ([[maybe_unused]] const auto& fd : std::filesystem::directory_iterator("/proc/self/fd")) ++fds;
+  return ",\"rest\":{\"rss_kib\":" + std::to_string(rss) + ",\"fds\":" + std::to_string(fds) + "}";
+}
+
 std::string escape(const std::string& s) {
   std::string out;
   for (char c : s) {
@@ -188,11 +207,16 @@ int run(const Args& args) {
     }
     ran += "}";
     wrong += !ok;
+    std::string rest;
+    if (args.fresh_runtime) {
+      rt.reset();
+      rest = rest_json();
+    }
     char times[96];
     std::snprintf(times, sizeof times, "\"t0\":%.3f,\"t1\":%.3f", t0, t1);
     out << "{\"client\":\"" << args.name << "\",\"iter\":" << iter << "," << times << ",\"ok\":" << (ok ? "true" : "false")
         << ",\"tasks\":" << tasks << ",\"ran\":" << ran << ",\"before\":" << before << ",\"after\":" << after
-        << (ok ? "" : ",\"why\":\"" + escape(why) + "\"") << "}" << std::endl;
+        << (ok ? "" : ",\"why\":\"" + escape(why) + "\"") << rest << "}" << std::endl;
     std::this_thread::sleep_for(args.pause);
   }
   rt.reset();

@@ -99,13 +99,24 @@ class Report:
         return out
 
     # --- 2. flat ----------------------------------------------------------------
-    def check_flat(self, samples) -> list[dict]:
-        rows = []
+    def at_rest(self, rows: list[dict]) -> dict[str, list[tuple[float, int, int]]]:
+        """A fresh-runtime client's own RSS and fds just after each runtime closed (soak_client --fresh-runtime)."""
+        out: dict[str, list[tuple[float, int, int]]] = defaultdict(list)
+        for r in rows:
+            if "rest" in r:
+                out[r["client"]].append((r["t1"], r["rest"]["rss_kib"], r["rest"]["fds"]))
+        return out
+
+    def check_flat(self, samples, rows: list[dict]) -> list[dict]:
+        out = []
         warm, win, tol = self.a.warmup_s, self.a.window_s, self.a.tolerance
         pools = self.pools()
+        rest = self.at_rest(rows)
         bound = parse_bytes(self.a.memory_limit) + 2 * SLAB
         for p in self.s.procs:
-            s = samples.get(p.name, [])
+            # A client that opens and closes a runtime every iteration is
+            # judged between runtimes: what a runtime leaves behind is there.
+            s = rest.get(p.name) or samples.get(p.name, [])
             pool = pools.get(p.name, {}) if p.role == "ferryd" else {}
             pool_most = max(pool.values(), default=0) / 1024  # MiB
             if pool and s:
@@ -119,6 +130,8 @@ class Report:
                 continue
             start, last = p.start, s[-1][0]
             name = f"{p.name} (pool at most {pool_most:.0f} MiB)" if pool else p.name
+            if p.name in rest:
+                name = f"{p.name} (between runtimes)"
             row = {"process": name, "role": p.role, "lived_min": (last - start) / 60, "judged": False,
                    "rss0": s[0][1], "rss1": s[-1][1], "fd0": s[0][2], "fd1": s[-1][2]}
             if last - start >= warm + 2 * win:
@@ -132,8 +145,8 @@ class Report:
                     if abs(pct) > tol:
                         self.failures.append(f"{p.name}: {what} changed {pct:+.1f} % after warm-up "
                                              f"(median of its first window against its last; limit {tol} %)")
-            rows.append(row)
-        return rows
+            out.append(row)
+        return out
 
     # --- 3. metrics ---------------------------------------------------------------
     def near_fault(self, t0: float, t1: float) -> bool:
@@ -227,7 +240,7 @@ class Report:
         samples = self.samples()
         rows = self.iterations()
         right = self.check_right(rows)
-        flat = self.check_flat(samples)
+        flat = self.check_flat(samples, rows)
         metrics = self.check_metrics(rows)
         logs = self.check_logs()
         with open(self.out / "faults.csv", "w", newline="") as f:

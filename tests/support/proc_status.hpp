@@ -1,10 +1,12 @@
-// A number from a process's /proc/PID/status ("VmRSS" in KiB, "Threads").
+// A number from a process's /proc/PID/status ("VmRSS" in KiB, "Threads"),
+// and the sockets it has open.
 #pragma once
 
 #include <sys/types.h>
 #include <unistd.h>
 
 #include <cstdint>
+#include <filesystem>
 #include <fstream>
 #include <stdexcept>
 #include <string>
@@ -20,5 +22,14 @@ inline std::uint64_t proc_status(pid_t pid, const std::string& field) {
 }
 
 inline long rss_kib() { return static_cast<long>(proc_status(::getpid(), "VmRSS")); }
+
+inline int sockets_of(pid_t pid) {
+  int n = 0;
+  for (const auto& fd : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd")) {
+    std::error_code ec;
+    n += std::filesystem::read_symlink(fd.path(), ec).string().rfind("socket:", 0) == 0;
+  }
+  return n;
+}
 
 }  // namespace ferry::test

@@ -24,11 +24,11 @@ ConnectionImpl::~ConnectionImpl() {
   if (impl_.on_progress_thread()) {
     fail_pulled(gone);
     // Possibly inside a UCX callback for this very endpoint: close it later.
-    if (ep_ != nullptr) impl_.post([impl = &impl_, eps = take_endpoints()] { close_endpoints(*impl, eps, false); });
+    if (ep_ != nullptr) impl_.post([impl = &impl_, eps = take_endpoints()] { close_endpoints(*impl, eps, Ending::flushed); });
     return;
   }
   worker_->call([&] {
-    close_now(false);
+    close_now(Ending::flushed);
     fail_pulled(gone);
   });
 }
@@ -58,25 +58,29 @@ void ConnectionImpl::set_handlers(MessageHandler on_message, ErrorHandler on_err
   }
 }
 
-void ConnectionImpl::close() {
+void ConnectionImpl::close() { close_from(Ending::flushed); }
+
+void ConnectionImpl::abort() { close_from(Ending::peer_silent); }
+
+void ConnectionImpl::close_from(Ending how) {
   closed_ = true;
   if (impl_.on_progress_thread()) {
     // No handler runs after close() returns; the endpoint closes once the
     // sends queued before this call are on their way.
     on_message_.reset();
     on_error_.reset();
-    impl_.post([self = self()] { self->close_now(false); });
+    impl_.post([self = self(), how] { self->close_now(how); });
   } else {
-    worker_->call([this] { close_now(false); });
+    worker_->call([this, how] { close_now(how); });
   }
 }
 
-void ConnectionImpl::close_now(bool force) {
+void ConnectionImpl::close_now(Ending how) {
   closed_ = true;
   if (ep_ == nullptr) return;
-  force = force || failed_;
-  if (!force) flush_batch();  // before the close notice, as they were queued before it
-  close_endpoints(impl_, take_endpoints(), force);
+  if (failed_ && how == Ending::flushed) how = Ending::peer_gone;
+  if (how == Ending::flushed) flush_batch();  // before the close notice, as they were queued before it
+  close_endpoints(impl_, take_endpoints(), how);
   // Handlers often capture their connection; dropping them breaks the cycle.
   on_message_.reset();
   on_error_.reset();
@@ -112,7 +116,7 @@ void ConnectionImpl::end(const std::string& reason) {
   // A failed endpoint can only be force-closed, and not from inside its own
   // error callback. With a lane, the peer is gone (the control endpoint
   // failed) or is being dropped: its lane's outstanding requests end now.
-  drop_endpoints(true);
+  drop_endpoints(Ending::peer_gone);
   // Nobody reads them any more: the peer is gone, or dropped for misbehaving.
   fail_pulled(reason);
   auto handler = std::move(on_error_);

@@ -31,6 +31,7 @@ class ConnectionImpl final : public Connection {
   void set_handlers(MessageHandler on_message, ErrorHandler on_error) override;
   void flush(std::function<void(const std::string& error)> done) override;
   void close() override;
+  void abort() override;
   bool closed() const noexcept override { return closed_.load(); }
   std::string peer() const override { return peer_; }
   bool encrypted() const noexcept override { return channel_ != nullptr; }
@@ -94,7 +95,14 @@ class ConnectionImpl final : public Connection {
   // The peer closed and what it sent on its bulk lane is all here: ends the connection.
   void settle_close();
   ucp_ep_h endpoint() const noexcept { return ep_; }
-  void close_now(bool force);
+  // How a connection's endpoints go: flushed (close()), at once where the
+  // peer is gone or failed (the lane still flushed: it cannot be forced), or
+  // at once where the peer stopped answering (abort(): the lane, which
+  // neither a flush nor a force could close, is left to its worker's end).
+  enum class Ending { flushed, peer_gone, peer_silent };
+  void close_now(Ending how);
+  // close() or abort() from any thread.
+  void close_from(Ending how);
 
   struct SendOp;  // one send in flight, owned by UCX's request until it completes
   struct BatchOp;  // header-only sends gathered into one AM
@@ -120,8 +128,8 @@ class ConnectionImpl final : public Connection {
   void flush_endpoint(ucp_ep_h ep, std::function<void(const std::string& error)> done);
   // Progress thread: flushes every endpoint from the `step`th on, then calls `done`.
   void flush_from(int step, std::function<void(const std::string& error)> done);
-  // Forgets every endpoint and closes them: `force` for a failed peer.
-  void drop_endpoints(bool force);
+  // Forgets every endpoint and closes them.
+  void drop_endpoints(Ending how);
   // Every endpoint this connection has, null where it has none.
   struct Endpoints {
     ucp_ep_h ep, lane, bulk_out, bulk_in;
@@ -131,7 +139,7 @@ class ConnectionImpl final : public Connection {
   // through them any more) and out of this object.
   Endpoints take_endpoints();
   // Progress thread: closes what take_endpoints took, in the order they must go.
-  static void close_endpoints(Worker::Impl& impl, const Endpoints& eps, bool force);
+  static void close_endpoints(Worker::Impl& impl, const Endpoints& eps, Ending how);
   std::shared_ptr<ConnectionImpl> self() { return std::static_pointer_cast<ConnectionImpl>(shared_from_this()); }
 
   std::shared_ptr<Worker> worker_;  // first: the parent outlives the child's members

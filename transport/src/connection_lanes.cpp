@@ -43,7 +43,7 @@ std::shared_ptr<Connection> Connection::to_worker(const std::shared_ptr<Worker>&
         if (status != UCS_OK) {
           for (ucp_ep_h made : lanes)
             if (made != nullptr) impl.close_endpoint(made, true, false);
-          connection->close_now(true);
+          connection->close_now(ConnectionImpl::Ending::peer_gone);
           throw_ucx(status, "ucp_ep_create (bulk lane) to the worker of " + peer);
         }
       }
@@ -59,7 +59,7 @@ std::shared_ptr<Connection> Connection::to_worker(const std::shared_ptr<Worker>&
     ucp_ep_h lane_ep = nullptr;
     const auto status = ucp_ep_create(impl.worker, &params, &lane_ep);
     if (status != UCS_OK) {
-      connection->close_now(true);
+      connection->close_now(ConnectionImpl::Ending::peer_gone);
       throw_ucx(status, "ucp_ep_create (shared-memory lane) to the worker of " + peer);
     }
     connection->attach_lane(lane_ep, accepted);
@@ -118,17 +118,21 @@ ConnectionImpl::Endpoints ConnectionImpl::take_endpoints() {
 // the control endpoint then goes without one, which could overtake them. The
 // lane is never forced: UCX refuses to force-close an endpoint without error
 // handling, which left it open for good; it closes with a flush instead (a
-// worker's shutdown bounds the wait), without the notice when the peer is gone.
-void ConnectionImpl::close_endpoints(Worker::Impl& impl, const Endpoints& eps, bool force) {
+// worker's shutdown bounds the wait), without the notice when the peer is
+// gone. A peer that stopped answering holds that flush, and UCX 1.13 aborts
+// the process if the worker is destroyed under the close: the lane is then
+// not closed at all, and ucp_worker_destroy takes it down with the worker.
+void ConnectionImpl::close_endpoints(Worker::Impl& impl, const Endpoints& eps, Ending how) {
+  const bool force = how != Ending::flushed;
   for (ucp_ep_h bulk : {eps.bulk_out, eps.bulk_in})
     if (bulk != nullptr) impl.close_endpoint(bulk, force, false);
-  if (eps.lane != nullptr) impl.close_endpoint(eps.lane, false, !force);
+  if (eps.lane != nullptr && how != Ending::peer_silent) impl.close_endpoint(eps.lane, false, !force);
   if (eps.ep != nullptr) impl.close_endpoint(eps.ep, force, eps.lane == nullptr, eps.bulk_sent);
 }
 
-void ConnectionImpl::drop_endpoints(bool force) {
+void ConnectionImpl::drop_endpoints(Ending how) {
   // Not from inside an endpoint's own error callback, hence posted.
-  impl_.post([impl = &impl_, eps = take_endpoints(), force] { close_endpoints(*impl, eps, force); });
+  impl_.post([impl = &impl_, eps = take_endpoints(), how] { close_endpoints(*impl, eps, how); });
 }
 
 }  // namespace ferry::transport

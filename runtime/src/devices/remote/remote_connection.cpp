@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <future>
+#include <optional>
 #include <thread>
 
 #include "base/scratch_bytes.hpp"
@@ -131,6 +132,39 @@ void RemoteDevice::use(transport::Dialed& dialed, std::shared_ptr<transport::Wor
 // still pending, and an endpoint nothing is sent on (the control endpoint
 // beside a shared-memory lane) stays pending until something is. A flush
 // completes once the wireup is done.
+// A host stopped (or cut off) before anything waited on it is not judged
+// lost, and closing its connection flushes it: the close waits for the
+// host, and UCX 1.13 aborts the process if the worker is destroyed under
+// it, so after the transport's 2 s the worker was left open, its sockets
+// and some MiB with it (the soak's fresh-runtime client, at a stop). A ping
+// first tells: a host that answers within the liveness limit (2 s at most)
+// is closed gracefully.
+void RemoteDevice::part(const std::string& why) {
+  std::optional<std::future<protocol::Message>> ping;
+  if (options_.liveness.count() > 0 && alive()) {
+    try {
+      const std::uint64_t id = requests_.next_id();
+      ping = requests_.request(id, protocol::Ping{id}, nullptr, 0);
+    } catch (const std::exception&) {
+      ping.reset();  // the connection failed meanwhile: closed unflushed below
+    }
+  }
+  // No longer than the transport's close would have waited for the host.
+  const auto wait = std::min<std::chrono::milliseconds>(options_.liveness, std::chrono::seconds(2));
+  const bool answers = !ping || ping->wait_for(wait) == std::future_status::ready;
+  std::shared_ptr<transport::Connection> connection = requests_.take();
+  health().lost(why);
+  if (!connection) return;
+  if (answers) {
+    connection->send(protocol::encode(protocol::Bye{protocol::Status::ok, why}));
+    connection->close();
+  } else {
+    log().info("remote {}: no answer in {} ms as its connection ends ({}); closed without waiting for it",
+               options_.address, wait.count(), why);
+    connection->abort();
+  }
+}
+
 void RemoteDevice::wait_wired(transport::Connection& connection) {
   auto wired = std::make_shared<std::promise<std::string>>();
   auto result = wired->get_future();

@@ -123,12 +123,7 @@ RemoteDevice::~RemoteDevice() {
   if (reconnector_.joinable()) reconnector_.join();
   if (liveness_.joinable()) liveness_.join();
   if (adopted_ && adopted_->connection) adopted_->connection->close();  // a call never used
-  std::shared_ptr<transport::Connection> connection = requests_.take();
-  health().lost("client shutting down");
-  if (connection) {
-    connection->send(protocol::encode(protocol::Bye{protocol::Status::ok, "client shutting down"}));
-    connection->close();
-  }
+  part("client shutting down");
 }
 
 // ---- memory node ----

@@ -178,6 +178,11 @@ class RemoteDevice final : public OffloadDevice {
   void measure_link();
   void reconnect_loop();
   void lost(const std::string& reason);
+  // The end of the connection in use, for `why` (the runtime ending, the
+  // host leaving the pool): a Bye and a close, or, where the host does not
+  // answer a ping within the liveness limit (2 s at most), a close that does
+  // not wait for it.
+  void part(const std::string& why);
 
   // Runs `put`; when the host has no room, evicts the LRU way and runs it once more.
   std::uint64_t with_room(std::size_t bytes, const std::function<std::uint64_t()>& put);

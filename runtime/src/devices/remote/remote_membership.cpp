@@ -34,12 +34,7 @@ void RemoteDevice::retire() {
   // Queued tasks reach run_here and move at once; runs sent already finish there.
   drain();
   bring_home("as it leaves the pool");
-  std::shared_ptr<transport::Connection> connection = requests_.take();
-  health().lost("removed from the pool");
-  if (connection) {
-    connection->send(protocol::encode(protocol::Bye{protocol::Status::ok, "removed from the client's pool"}));
-    connection->close();
-  }
+  part("removed from the pool");
   // After the close, as in lost(): a request made meanwhile fails itself.
   requests_.fail_all("removed from the pool");
   jobs_.reply_came(true);

@@ -101,6 +101,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   // Flushes what was sent, then closes. Thread-safe; idempotent.
   virtual void close() = 0;
+  // Closes at once, unflushed: for a peer that stopped answering, whose
+  // flush would wait for it (and UCX 1.13 cannot destroy a worker under a
+  // close in flight). What was not sent yet is dropped. Thread-safe;
+  // idempotent.
+  virtual void abort() = 0;
   virtual bool closed() const noexcept = 0;
   // "ip:port" of the other side.
   virtual std::string peer() const = 0;
