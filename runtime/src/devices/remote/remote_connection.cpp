@@ -127,11 +127,6 @@ void RemoteDevice::use(transport::Dialed& dialed, std::shared_ptr<transport::Wor
              format_bytes(static_cast<std::size_t>(runtime().links().get(host_node, node()).bytes_per_second)));
 }
 
-// Every endpoint wired before the connection is used: UCX 1.13 aborts the
-// process when an endpoint fails (its host killed, say) with its wireup
-// still pending, and an endpoint nothing is sent on (the control endpoint
-// beside a shared-memory lane) stays pending until something is. A flush
-// completes once the wireup is done.
 // A host stopped (or cut off) before anything waited on it is not judged
 // lost, and closing its connection flushes it: the close waits for the
 // host, and UCX 1.13 aborts the process if the worker is destroyed under
@@ -165,6 +160,11 @@ void RemoteDevice::part(const std::string& why) {
   }
 }
 
+// Every endpoint wired before the connection is used: UCX 1.13 aborts the
+// process when an endpoint fails (its host killed, say) with its wireup
+// still pending, and an endpoint nothing is sent on (the control endpoint
+// beside a shared-memory lane) stays pending until something is. A flush
+// completes once the wireup is done.
 void RemoteDevice::wait_wired(transport::Connection& connection) {
   auto wired = std::make_shared<std::promise<std::string>>();
   auto result = wired->get_future();
