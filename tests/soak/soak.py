@@ -27,7 +27,11 @@ with its time and host (faults.csv).
 
 Sampled every --sample-s seconds: VmRSS and the number of open fds of every
 process (each ferryd incarnation apart, each client, the notebook's kernel)
-into samples.csv; each host's /metrics into metrics.csv.
+into samples.csv; each host's /metrics into metrics.csv. What a process's
+fds are is listed too (fds/NAME-SECONDS.txt, seconds into its life: each
+fd and what it points to), at its first sample after warm-up and whenever
+their count passes its highest since (20 lists at most): what a step in
+fds is made of.
 
 The checks (each can fail the soak; all are printed):
  1. right: every client iteration right, every client done with exit 0.
@@ -59,7 +63,7 @@ The checks (each can fail the soak; all are printed):
     port) or no host at all, or it is the faulted ferryd's own. Any other is
     printed and fails the soak.
 
-Outputs in --out: samples.csv, metrics.csv, faults.csv, iterations.jsonl
+Outputs in --out: samples.csv, metrics.csv, faults.csv, fds/, iterations.jsonl
 (all clients), each process's log, summary.md (the tables); with --plot DIR,
 rss.png and fds.png (fault times marked).
 """
@@ -301,6 +305,8 @@ class Soak:
         sw, mw = csv.writer(samples), csv.writer(metrics)
         sw.writerow(["t", "process", "role", "pid", "rss_kib", "fds"])
         mw.writerow(["t", "host", "incarnation", "series", "value"])
+        fd_high: dict[str, int] = {}
+        fd_lists: dict[str, int] = {}
         next_t = time.time()
         while not self.stop_sampling.is_set():
             self.find_kernel()
@@ -314,6 +320,12 @@ class Soak:
                         p.end = now
                     continue
                 sw.writerow([f"{now:.3f}", p.name, p.role, p.pid, rss, fds])
+                warm = now - p.start >= self.args.warmup_s
+                if warm and fds > fd_high.get(p.name, -1) and fd_lists.get(p.name, 0) < 20:
+                    list_fds(self.out / "fds" / f"{p.name}-{now - p.start:.0f}.txt", p.pid)
+                    fd_lists[p.name] = fd_lists.get(p.name, 0) + 1
+                if warm:
+                    fd_high[p.name] = max(fds, fd_high.get(p.name, -1))
             samples.flush()
             for i in range(3):
                 host = self.hosts[i]
@@ -402,6 +414,21 @@ class Soak:
         (self.out / "state.json").write_text(json.dumps(state, indent=1))
         from soak_report import Report  # beside this file
         return Report(self).write()
+
+
+def list_fds(path: Path, pid: int) -> None:
+    """Each open fd of `pid` and what it points to (a socket, a shared-memory segment, a file), into `path`."""
+    lines = []
+    try:
+        for fd in sorted(os.listdir(f"/proc/{pid}/fd"), key=int):
+            try:
+                lines.append(f"{fd} -> {os.readlink(f'/proc/{pid}/fd/{fd}')}")
+            except OSError:
+                continue  # closed meanwhile
+    except OSError:
+        return  # the process ended
+    path.parent.mkdir(exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
 
 
 def read_proc(pid: int) -> tuple[int | None, int | None]:
