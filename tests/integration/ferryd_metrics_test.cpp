@@ -11,6 +11,8 @@
 #include <regex>
 #include <set>
 #include <sstream>
+#include <thread>
+#include <vector>
 
 #include "ferry/transport/identity.hpp"
 #include "ferryd_process.hpp"
@@ -61,6 +63,29 @@ TEST(FerrydMetrics, ACpuOnlyHostStaysReadyAndLiveWhenATaskFails) {
   EXPECT_NE(body.find("\nferry_device_up{device=\"cpu\"} 1"), std::string::npos) << body;
   EXPECT_EQ(body.find("ferry_device_up{device=\"cuda"), std::string::npos) << body;
   EXPECT_EQ(server.log().find("is down after a CUDA error"), std::string::npos) << server.log();
+}
+
+// What a session freed goes back to the system once the sessions have been
+// quiet for a second (HeapTrim): a long-lived ferryd serving short sessions
+// kept the pages glibc held after each (bench/README.md, the soak). None
+// before any session ended; one after. The wait is for a count, bounded.
+TEST(FerrydMetrics, TheHeapIsTrimmedAfterASessionEnds) {
+  FerrydProcess server({"--metrics", "127.0.0.1:0"});
+  const auto port = metrics_port(server);
+  const auto trims = [&] { return metric_value(scrape_metrics(port), "ferry_heap_trims_total"); };
+  ASSERT_EQ(trims(), 0.0) << scrape_metrics(port);
+  {
+    TestClient client(server.port());
+    client.authenticate(FerrydProcess::default_token);
+    std::vector<float> x(1 << 16, 1.0f);
+    ASSERT_EQ(client.put(1, proto::DType::f32, 1, x.size(), x.data(), x.size() * sizeof(float)).status, Status::ok);
+    ASSERT_EQ(client.run("sum", {TestClient::buffer(1, Mode::read)}).status, Status::ok);
+    EXPECT_EQ(trims(), 0.0) << "trimmed while the session was on";
+  }
+  std::optional<double> after;
+  for (int i = 0; i < 100 && (after = trims()).value_or(0) < 1; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(after, 1.0) << scrape_metrics(port);
 }
 
 TEST(FerrydMetrics, PortOnlyMeansLoopback) {

@@ -31,7 +31,6 @@
 // whole soak (the client's own state over hours).
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
 #include <cstdlib>
 #include <exception>
 #include <fstream>
@@ -47,6 +46,7 @@
 #include "ferry/ferry.hpp"
 #include "http_get.hpp"
 #include "mixed_dag.hpp"
+#include "proc_status.hpp"
 
 namespace {
 
@@ -140,13 +140,8 @@ bool same(const ferry::chaos::Outputs& got, const ferry::chaos::Outputs& expecte
 
 // This process's RSS (KiB) and open fds, as the driver samples them from /proc.
 std::string rest_json() {
-  long rss = 0;
-  std::ifstream status("/proc/self/status");
-  for (std::string line; std::getline(status, line);)
-    if (line.starts_with("VmRSS:")) rss = std::stol(line.substr(6));
-  long fds = -1;  // less the one that lists them
-  for ([[maybe_unused]] const auto& fd : std::filesystem::directory_iterator("/proc/self/fd")) ++fds;
-  return ",\"rest\":{\"rss_kib\":" + std::to_string(rss) + ",\"fds\":" + std::to_string(fds) + "}";
+  return ",\"rest\":{\"rss_kib\":" + std::to_string(ferry::test::rss_kib()) +
+         ",\"fds\":" + std::to_string(ferry::test::fds_of(::getpid())) + "}";
 }
 
 std::string escape(const std::string& s) {

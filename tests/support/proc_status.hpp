@@ -1,5 +1,5 @@
 // A number from a process's /proc/PID/status ("VmRSS" in KiB, "Threads"),
-// and the sockets it has open.
+// and the descriptors and sockets it has open.
 #pragma once
 
 #include <sys/types.h>
@@ -22,6 +22,13 @@ inline std::uint64_t proc_status(pid_t pid, const std::string& field) {
 }
 
 inline long rss_kib() { return static_cast<long>(proc_status(::getpid(), "VmRSS")); }
+
+// Open file descriptors, less the one that lists them when it is this process's own.
+inline int fds_of(pid_t pid) {
+  int n = 0;
+  for ([[maybe_unused]] const auto& fd : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd")) ++n;
+  return pid == ::getpid() ? n - 1 : n;
+}
 
 inline int sockets_of(pid_t pid) {
   int n = 0;

@@ -1,7 +1,7 @@
-// HeapTrim: after a recovery, once it has been quiet for HeapTrim::quiet,
+// HeapTrim: after a burst (a recovery, a session), once it has been quiet for HeapTrim::quiet,
 // the heap's free pages go back, once per burst; and glibc's heap really
 // keeps what large temporaries freed until then.
-#include "base/heap_trim.hpp"
+#include "ferry/heap_trim.hpp"
 
 #include <gtest/gtest.h>
 
@@ -11,7 +11,7 @@
 
 #include "../support/proc_status.hpp"
 
-namespace ferry::detail {
+namespace ferry {
 namespace {
 
 using namespace std::chrono_literals;
@@ -29,16 +29,35 @@ TEST(HeapTrim, NothingToGiveBackWithoutARecovery) {
 TEST(HeapTrim, OnceARecoveryHasBeenQuietOncePerBurst) {
   int trims = 0;
   HeapTrim trim([&] { ++trims; });
-  trim.recovered(t0);
-  trim.recovered(t0 + 800ms);  // still recovering: the quiet starts again
+  trim.released(t0);
+  trim.released(t0 + 800ms);  // still recovering: the quiet starts again
   EXPECT_FALSE(trim.tick(t0 + 1200ms));
   EXPECT_EQ(trims, 0);
   EXPECT_TRUE(trim.tick(t0 + 1800ms));
   EXPECT_FALSE(trim.tick(t0 + 5s)) << "trimmed twice for one burst";
   EXPECT_EQ(trims, 1);
-  trim.recovered(t0 + 6s);  // the next fault
+  trim.released(t0 + 6s);  // the next fault
   EXPECT_TRUE(trim.tick(t0 + 7s));
   EXPECT_EQ(trims, 2);
+  EXPECT_EQ(trim.trims(), 2u);
+}
+
+// Sessions that end every half second never leave a quiet second: the
+// trim still comes, `patience` after the first, and the next burst starts
+// its own count.
+TEST(HeapTrim, ABurstThatNeverGoesQuietIsTrimmedAfterPatience) {
+  int trims = 0;
+  HeapTrim trim([&] { ++trims; });
+  auto t = t0;
+  for (; t < t0 + HeapTrim::patience; t += 500ms) {
+    trim.released(t);
+    EXPECT_FALSE(trim.tick(t + 400ms)) << "trimmed " << (t - t0) / 1ms << " ms into the burst";
+  }
+  trim.released(t);
+  EXPECT_TRUE(trim.tick(t + 400ms));
+  trim.released(t + 900ms);
+  EXPECT_FALSE(trim.tick(t + 1400ms)) << "the next burst's count started at the old one's";
+  EXPECT_EQ(trims, 1);
 }
 
 using ferry::test::rss_kib;
@@ -59,7 +78,7 @@ TEST(HeapTrim, TheProcessTrimGivesBackWhatABurstOfTemporariesFreed) {
   void* above = allocate(4096);  // keeps the heap's top from shrinking on its own
   for (void* p : burst) release(p);
   const long kept = rss_kib();
-  HeapTrim::global().recovered(Clock::now() - 2 * HeapTrim::quiet);
+  HeapTrim::global().released(Clock::now() - 2 * HeapTrim::quiet);
   EXPECT_TRUE(HeapTrim::global().tick());
   const long after = rss_kib();
   release(above);
@@ -67,4 +86,4 @@ TEST(HeapTrim, TheProcessTrimGivesBackWhatABurstOfTemporariesFreed) {
 }
 
 }  // namespace
-}  // namespace ferry::detail
+}  // namespace ferry

@@ -22,6 +22,7 @@
 #include <optional>
 
 #include "ferry/config.hpp"
+#include "ferry/heap_trim.hpp"
 #include "ferry/cuda_probe.hpp"
 #include "ferry/error.hpp"
 #include "ferry/log.hpp"
@@ -90,6 +91,16 @@ std::optional<int> wait_for_stop_signal(int fd, double seconds) {
     const int n = ::poll(&readable, 1, static_cast<int>(std::min<std::int64_t>(left.count(), 60'000)));
     if (n < 0 && errno != EINTR) throw_system_error("poll(stop pipe)", errno);
     if (n > 0) return wait_for_stop_signal(fd);
+  }
+}
+
+// The main thread waits for the next stop signal a second at a time, and
+// between them gives the heap's free pages back once ended sessions have
+// been quiet (HeapTrim; each session's end is a burst, Server::accept).
+int wait_for_stop_signal_trimming(int fd) {
+  for (;;) {
+    if (const auto signo = wait_for_stop_signal(fd, 1.0)) return *signo;
+    HeapTrim::global().tick();
   }
 }
 
@@ -363,6 +374,7 @@ int serve(const Options& options, int signal_fd) {
   metrics.on_scrape([&runtime, &nvml, health = state.gpu_health](Metrics& m) {
     health->check();
     if (auto pool = std::dynamic_pointer_cast<SlabPool>(runtime.host_memory())) m.pool_bytes(pool->stats().slab_bytes);
+    m.heap_trims(HeapTrim::global().trims());
     for (const auto& device : runtime.devices()) {
       m.queue_depth(device.name, device.queued);
       m.device_up(device.name, device.available);
@@ -411,10 +423,10 @@ int serve(const Options& options, int signal_fd) {
     log().info("{}{}{}", plural(gpu_names.size(), "GPU"), gpu_names.empty() ? "" : ": ", fmt::join(gpu_names, ", "));
     metrics.set_ready(true);
 
-    int signo = wait_for_stop_signal(signal_fd);
+    int signo = wait_for_stop_signal_trimming(signal_fd);
     // SIGHUP: logrotate moved the audit log, or the operator changed
     // --authorized-keys; anything else stops ferryd.
-    for (; signo == SIGHUP; signo = wait_for_stop_signal(signal_fd)) {
+    for (; signo == SIGHUP; signo = wait_for_stop_signal_trimming(signal_fd)) {
       state.audit->reopen();
       if (!keys) {
         log().info("SIGHUP: audit log reopened; no --authorized-keys to reread");

@@ -41,6 +41,8 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
   protocol_errors_ = &counter(r, "ferry_protocol_errors_total", "Connections closed for malformed or out-of-order messages");
   clients_ = &gauge(r, "ferry_clients", "Authenticated clients connected now");
   memory_ = &gauge(r, "ferry_memory_in_use_bytes", "Bytes of replicas held for all clients");
+  heap_trims_ = &counter(r, "ferry_heap_trims_total",
+                         "Times ferryd gave the heap's free pages back to the system once client sessions had ended");
   pool_ = &gauge(r, "ferry_pool_bytes",
                  "Host memory this ferryd's pool has mapped: replicas and staging, and free slabs kept for reuse");
   kernel_tasks_ = &prometheus::BuildCounter()
@@ -237,6 +239,10 @@ void Metrics::client_connected() { clients_->Increment(); }
 void Metrics::client_gone() { clients_->Decrement(); }
 void Metrics::memory_in_use(std::uint64_t bytes) { memory_->Set(static_cast<double>(bytes)); }
 void Metrics::pool_bytes(std::uint64_t bytes) { pool_->Set(static_cast<double>(bytes)); }
+void Metrics::heap_trims(std::uint64_t total) {
+  if (total > heap_trims_counted_) heap_trims_->Increment(static_cast<double>(total - heap_trims_counted_));
+  heap_trims_counted_ = total;
+}
 void Metrics::nvml_available(bool available) { nvml_available_->Set(available ? 1 : 0); }
 
 void Metrics::gpu(unsigned index, const std::string& model, std::optional<double> utilization,

@@ -87,6 +87,8 @@ class Metrics {
   // the replicas' high-water mark in whole slabs and keeps them, so a
   // ferryd's RSS steps with it and otherwise stays flat.
   void pool_bytes(std::uint64_t bytes);
+  // The heap trims this process has done (HeapTrim::trims), at scrape time.
+  void heap_trims(std::uint64_t total);
   void queue_depth(const std::string& device, std::size_t tasks);
   // Bytes a GPU of the runtime copied in and out since ferryd started (its
   // DeviceInfo): results stay on the GPU, so bytes out grow with what
@@ -141,6 +143,8 @@ class Metrics {
   prometheus::Gauge* clients_;
   prometheus::Gauge* memory_;
   prometheus::Gauge* pool_;
+  prometheus::Counter* heap_trims_;
+  std::uint64_t heap_trims_counted_ = 0;  // under scrape_mutex_ (refresh)
   prometheus::Family<prometheus::Counter>* kernel_tasks_;
   prometheus::Family<prometheus::Histogram>* task_seconds_;
   prometheus::Family<prometheus::Counter>* client_tasks_;

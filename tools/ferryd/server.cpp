@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "ferry/error.hpp"
+#include "ferry/heap_trim.hpp"
 #include "ferry/log.hpp"
 #include "session.hpp"
 
@@ -92,6 +93,7 @@ protocol::Message Server::accept(const transport::Peer& peer, std::shared_ptr<tr
   auto session = std::make_shared<Session>(state_, std::move(connection), peer, grant,
                                            [this, dialled = peer.dialled_out, address = peer.address](Session& s) {
                                              sessions_.erase(&s);
+                                             HeapTrim::global().released();
                                              if (!dialled) return;
                                              std::lock_guard lock(dial_mutex_);
                                              dialled_live_.erase(dialled_live_.find(address));

@@ -11,7 +11,7 @@
 #include <optional>
 #include <thread>
 
-#include "base/heap_trim.hpp"
+#include "ferry/heap_trim.hpp"
 #include "data/coherence.hpp"
 #include "devices/cpu/cpu_device.hpp"
 #include "devices/cuda/cuda_selection.hpp"
@@ -705,7 +705,7 @@ TaskRecord* RuntimeCore::finish(TaskRecord* task, Device* current) {
     if (task->placed_again) [[unlikely]] {
       placed_again_.fetch_add(1, std::memory_order_relaxed);
       placed_again_ns_.fetch_add(task->end_ns - task->start_ns, std::memory_order_relaxed);
-      HeapTrim::global().recovered();
+      HeapTrim::global().released();
     }
     TaskRecord::Edges successors;
     TaskRecord::Continuations continuations;

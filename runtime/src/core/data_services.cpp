@@ -7,7 +7,7 @@
 #include <optional>
 
 #include "core/core.hpp"
-#include "base/heap_trim.hpp"
+#include "ferry/heap_trim.hpp"
 #include "cuda_port/cuda_module.hpp"
 #include "data/data_host.hpp"
 
@@ -22,7 +22,7 @@ class CoreDataHost final : public DataHost {
     ExecContext context{args, name, -1, nullptr, -1, std::nullopt};
     const auto start = std::chrono::steady_clock::now();
     kernel.cpu(context);
-    HeapTrim::global().recovered();
+    HeapTrim::global().released();
     if (auto core = runtime.lock())
       core->count_replay(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
                              .count());

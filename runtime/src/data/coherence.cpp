@@ -232,13 +232,15 @@ bool lineage_reads(const BufferRoot& root, const RemoteCopy& copy) {
 
 // A reader that needs nothing any more: its task, its output's buffer or
 // its copy is gone, or the copy came home, unless it came home by
-// replaying the task, which may be reading the input right now.
-bool reader_done(const BufferRoot::LineageReader& r) {
-  const auto entry = r.entry.lock();
-  if (!entry || r.root.expired()) return true;
+// replaying the task, which may be reading the input right now. `entry`
+// is the reader's entry, locked (null: gone).
+bool reader_done(const BufferRoot::LineageReader& r, const LineageEntry* entry) {
+  if (entry == nullptr || r.root.expired()) return true;
   const auto copy = r.copy.lock();
   return (!copy || !copy->modified) && !entry->replayed.load(std::memory_order_acquire);
 }
+
+bool reader_done(const BufferRoot::LineageReader& r) { return reader_done(r, r.entry.lock().get()); }
 
 // The host's bytes of `region` of `root` are about to change: lineage that
 // read them as they are (host-version readers whose copy is still only
@@ -247,8 +249,8 @@ bool reader_done(const BufferRoot::LineageReader& r) {
 void preserve_host_bytes(BufferRoot& root, const Region& region) {
   if (!root.has_lineage_readers.load(std::memory_order_acquire)) return;
   std::erase_if(root.lineage_readers, [&](const BufferRoot::LineageReader& r) {
-    const auto entry = r.entry.lock();  // held: reader_done found it alive
-    if (reader_done(r)) return true;
+    const auto entry = r.entry.lock();
+    if (reader_done(r, entry.get())) return true;
     if (!r.host_version || !r.read.overlaps(region)) return false;
     std::lock_guard lock(entry->versions_mutex);
     if (entry->snapshots.size() <= r.arg) entry->snapshots.resize(r.arg + 1);
@@ -494,7 +496,7 @@ void note_lineage_reads(const std::shared_ptr<BufferRoot>& root, const std::shar
     // host adds its whole lineage again (tens of thousands, megabytes).
     auto& readers = input->lineage_readers;
     if (readers.size() == readers.capacity()) {
-      std::erase_if(readers, reader_done);
+      std::erase_if(readers, [](const BufferRoot::LineageReader& r) { return reader_done(r); });
       if (readers.size() > readers.capacity() / 2) readers.reserve(2 * readers.capacity());  // amortised
     }
     readers.push_back({root, copy, lineage->regions[i], lineage, i, host_version, version_writer});

@@ -24,7 +24,7 @@
 #include <future>
 #include <optional>
 
-#include "base/heap_trim.hpp"
+#include "ferry/heap_trim.hpp"
 #include "devices/remote/liveness_judge.hpp"
 #include "devices/remote/remote_device.hpp"
 
