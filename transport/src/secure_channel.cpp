@@ -107,30 +107,38 @@ bool gcm_open(const SessionKey& key, const Nonce& nonce, const unsigned char* se
 // Debian amd64), where the CPU has AES-NI: its AVX-512/VAES code seals and
 // opens 2-3x faster than OpenSSL 3.0's (Debian 12's OpenSSL has no VAES GCM;
 // 3.2 added one), and on an encrypted link the seal is the CPU the bulk
-// data costs. Same standard format. A manager per thread: it is cheap to
-// share but its error number is per manager.
+// data costs. Same standard format.
+//
+// One manager for the process, made once and never freed (a thread may
+// still seal while statics are destroyed). The GCM calls are only its
+// function pointers, chosen for this CPU when it is made, and they are not
+// given the manager: nothing of a call is kept in it, and the errors they
+// report go to the library's one process-wide error number, which
+// imb_get_errno falls back to whichever manager it is asked about. A
+// manager per thread, as before, cost 196 KiB on every thread that ever
+// sealed or opened: one by one, as a ferryd's fetch runners and crypto
+// threads first met an encrypted link, a slow growth over the soak's hour.
 struct ImbManager {
   IMB_MGR* mgr = alloc_mb_mgr(0);
   IMB_ARCH arch = IMB_ARCH_NONE;
   ImbManager() {
     if (mgr != nullptr) init_mb_mgr_auto(mgr, &arch);
   }
-  ~ImbManager() {
-    if (mgr != nullptr) free_mb_mgr(mgr);
-  }
   ImbManager(const ImbManager&) = delete;
   ImbManager& operator=(const ImbManager&) = delete;
 };
 
-IMB_MGR* imb_manager() {
-  thread_local ImbManager holder;
-  return holder.mgr;
+const ImbManager& imb_shared() {
+  static const ImbManager* const manager = new ImbManager;
+  return *manager;
 }
+
+IMB_MGR* imb_manager() { return imb_shared().mgr; }
 
 bool imb_usable() {
   static const bool usable = [] {
-    ImbManager probe;
-    return probe.mgr != nullptr && probe.arch > IMB_ARCH_NOAESNI && imb_get_errno(probe.mgr) == 0;
+    const ImbManager& shared = imb_shared();
+    return shared.mgr != nullptr && shared.arch > IMB_ARCH_NOAESNI && imb_get_errno(shared.mgr) == 0;
   }();
   return usable;
 }
