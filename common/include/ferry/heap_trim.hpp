@@ -9,8 +9,8 @@
 // kept 35-75 MiB that way (the soak, bench/README.md). Once the bursts have
 // been quiet for a second, malloc_trim(0) returns the free pages of every
 // arena, once per burst (or every `patience` of a burst that never goes
-// quiet). The process's malloc settings are left alone:
-// they are the program's.
+// quiet). The process's malloc settings are left alone: they are the
+// program's.
 #pragma once
 
 #include <atomic>
