@@ -22,9 +22,9 @@
 #include <optional>
 
 #include "ferry/config.hpp"
-#include "ferry/heap_trim.hpp"
 #include "ferry/cuda_probe.hpp"
 #include "ferry/error.hpp"
+#include "ferry/heap_trim.hpp"
 #include "ferry/log.hpp"
 #include "ferry/allocator/slab_pool.hpp"
 #include "ferry/runtime/runtime.hpp"
