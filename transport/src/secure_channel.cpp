@@ -117,7 +117,8 @@ bool gcm_open(const SessionKey& key, const Nonce& nonce, const unsigned char* se
 // imb_get_errno falls back to whichever manager it is asked about. A
 // manager per thread, as before, cost 196 KiB on every thread that ever
 // sealed or opened: one by one, as a ferryd's fetch runners and crypto
-// threads first met an encrypted link, a slow growth over the soak's hour.
+// threads first met an encrypted link, steps of a ferryd's growth over the
+// soak's hour.
 struct ImbManager {
   IMB_MGR* mgr = alloc_mb_mgr(0);
   IMB_ARCH arch = IMB_ARCH_NONE;

@@ -44,7 +44,7 @@ TEST(SecureChannel, OpensWhatItsPeerSealedInOrderOnly) {
 // Sealing and opening keep nothing per thread: the threads that ever seal
 // (a ferryd's eight fetch runners, each worker's crypto threads) are many
 // and long-lived, and a library manager of 196 KiB each, made at a thread's
-// first seal, read as a ferryd growing all hour. Sixteen threads, each
+// first seal, added step by step to a ferryd's growth over the soak's hour. Sixteen threads, each
 // sealing and opening once, all alive when the heap is measured.
 TEST(SecureChannel, SealingOnManyThreadsKeepsNothingPerThread) {
   SessionKey one{}, two{};
