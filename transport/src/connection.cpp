@@ -24,8 +24,7 @@ ConnectionImpl::~ConnectionImpl() {
   if (impl_.on_progress_thread()) {
     fail_pulled(gone);
     // Possibly inside a UCX callback for this very endpoint: close it later.
-    if (ep_ != nullptr)
-      impl_.post([impl = &impl_, eps = take_endpoints()] { close_endpoints(*impl, eps, Ending::flushed); });
+    if (ep_ != nullptr) drop_endpoints(Ending::flushed);
     return;
   }
   worker_->call([&] {
