@@ -33,4 +33,11 @@ bool HeapTrim::tick(Clock::time_point now) {
   return true;
 }
 
+void HeapTrim::trim_now() {
+  pending_.store(false, std::memory_order_release);  // what was pending is trimmed here
+  first_.store(0, std::memory_order_relaxed);
+  trim_();
+  trims_.fetch_add(1, std::memory_order_relaxed);
+}
+
 }  // namespace ferry

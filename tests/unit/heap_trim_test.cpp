@@ -60,6 +60,17 @@ TEST(HeapTrim, ABurstThatNeverGoesQuietIsTrimmedAfterPatience) {
   EXPECT_EQ(trims, 1);
 }
 
+TEST(HeapTrim, TrimNowTrimsAndEndsTheBurst) {
+  int trims = 0;
+  HeapTrim trim([&] { ++trims; });
+  trim.trim_now();  // nothing pending: a closed runtime trims anyway
+  trim.released(t0);
+  trim.trim_now();
+  EXPECT_FALSE(trim.tick(t0 + 5s)) << "the burst trimmed at once was trimmed again";
+  EXPECT_EQ(trims, 2);
+  EXPECT_EQ(trim.trims(), 2u);
+}
+
 using ferry::test::rss_kib;
 
 // What the trim is for: a large block freed raises glibc's mmap threshold,

@@ -12,6 +12,7 @@
 
 #include <unistd.h>
 
+#include "ferry/heap_trim.hpp"
 #include "ferry/log.hpp"
 #include "runtime_test_support.hpp"
 
@@ -172,6 +173,19 @@ TEST(Runtime, ManyRuntimesComeAndGo) {
     for (int k = 0; k < 10; ++k) rt.submit(inc, ferry::readwrite(x));
     EXPECT_EQ(x.host()[0], 10);
   }
+}
+
+// A client that opens a runtime per job keeps nothing of each one's freed
+// pages: no watcher of the closed runtime is left to tick the trim.
+TEST(Runtime, ClosingTrimsTheHeap) {
+  const auto before = ferry::HeapTrim::global().trims();
+  {
+    ferry::Runtime rt(ferry::testing::quiet_options());
+    auto x = rt.buffer<float>(1000);
+    auto fill = rt.kernel("fill", [](Out<float> x) { std::ranges::fill(x, 1.0f); });
+    rt.submit(fill, ferry::write(x)).wait();
+  }
+  EXPECT_EQ(ferry::HeapTrim::global().trims(), before + 1);
 }
 
 TEST(Runtime, BufferOutlivesItsRuntime) {

@@ -9,8 +9,8 @@
 // kept 35-75 MiB that way (the soak, bench/README.md). Once the bursts have
 // been quiet for a second, malloc_trim(0) returns the free pages of every
 // arena, once per burst (or every `patience` of a burst that never goes
-// quiet). The process's malloc settings are left alone: they are the
-// program's.
+// quiet), and at once when a runtime closes. The process's malloc settings
+// are left alone: they are the program's.
 #pragma once
 
 #include <atomic>
@@ -42,6 +42,11 @@ class HeapTrim {
   // Called by threads that tick anyway (a client's liveness watchers,
   // ferryd's main thread).
   bool tick(Clock::time_point now = Clock::now());
+  // Trims at once, whether or not a burst is pending: a runtime closed, so
+  // what it held is free now and its watchers, which would have ticked,
+  // are gone (a client that opens a runtime per job would otherwise keep
+  // each one's freed pages until the next one's watchers trim).
+  void trim_now();
   // Trims done so far (ferryd's /metrics: ferry_heap_trims_total).
   std::uint64_t trims() const noexcept { return trims_.load(std::memory_order_relaxed); }
 

@@ -10,6 +10,7 @@
 #include "core/core.hpp"
 #include "data/dependencies.hpp"
 #include "ferry/config.hpp"
+#include "ferry/heap_trim.hpp"
 #include "ferry/runtime/cuda_source.hpp"
 #include "ferry/units.hpp"
 #include "cuda_port/cuda_module.hpp"
@@ -146,7 +147,13 @@ Runtime::Runtime() : Runtime(Options{}) {}
 
 Runtime::Runtime(Options options) : core_(make_core(std::move(options))) {}
 
-Runtime::~Runtime() { core_->shutdown(); }
+Runtime::~Runtime() {
+  core_->shutdown();
+  core_.reset();
+  // Its threads are joined (their caches back in the arenas) and its state
+  // freed; the watchers that tick the trim went with it.
+  HeapTrim::global().trim_now();
+}
 
 std::shared_ptr<detail::BufferState> Runtime::make_buffer(DType dtype, std::size_t rows, std::size_t cols,
                                                           detail::BufferFlags flags) {
