@@ -27,9 +27,7 @@ bool HeapTrim::tick(Clock::time_point now) {
   if (now - last < quiet && !overdue) return false;
   // One trim per burst, whichever watcher gets here first.
   if (!pending_.exchange(false, std::memory_order_acq_rel)) return false;
-  first_.store(0, std::memory_order_relaxed);
-  trim_();
-  trims_.fetch_add(1, std::memory_order_relaxed);
+  trim_now();
   return true;
 }
 
