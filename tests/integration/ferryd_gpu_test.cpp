@@ -36,7 +36,7 @@ ferry::Runtime::Options client_options(FerrydProcess& server) {
 TEST(FerrydGpu, GemmPlacedRemoteRunsOnItsGpu) {
   if (ferry::cuda::device_count() == 0) GTEST_SKIP() << ferry::cuda::unavailable_reason();
   FerrydProcess server({"--gpus", "all"});
-  ASSERT_TRUE(server.wait_for_log("GPUs: cuda:0", FerrydProcess::gpu_start_timeout)) << server.log();
+  ASSERT_TRUE(server.wait_for_gpu(0)) << server.log();
   ferry::Runtime rt(client_options(server));
   ASSERT_TRUE(rt.remote_stats(server.address()).connected) << server.log();
 
@@ -74,7 +74,7 @@ TEST(FerrydGpu, GemmPlacedRemoteRunsOnItsGpu) {
 TEST(FerrydGpu, EveryBuiltinKernelMatchesTheCpuWithinRounding) {
   if (ferry::cuda::device_count() == 0) GTEST_SKIP() << ferry::cuda::unavailable_reason();
   FerrydProcess server({"--gpus", "all"});
-  ASSERT_TRUE(server.wait_for_log("GPUs: cuda:0", FerrydProcess::gpu_start_timeout)) << server.log();
+  ASSERT_TRUE(server.wait_for_gpu(0)) << server.log();
   ferry::Runtime rt(client_options(server));
   EXPECT_EQ(ferry::test::expect_every_builtin_conforms(
                 rt, {ferry::on(ferry::remote(server.address())), "remote:" + server.address(), 1e-10}),
@@ -91,7 +91,7 @@ TEST(FerrydGpu, ResultsStayOnTheGpuUntilAGetReadsThem) {
   namespace proto = ferry::protocol;
   using ferry::test::TestClient;
   FerrydProcess server({"--gpus", "all", "--metrics", "127.0.0.1:0"});
-  ASSERT_TRUE(server.wait_for_log("GPUs: cuda:0")) << server.log();
+  ASSERT_TRUE(server.wait_for_gpu(0)) << server.log();
   const std::uint16_t metrics = ferry::test::metrics_port(server);
   TestClient client{server.port()};
   const proto::Welcome welcome = client.authenticate(FerrydProcess::default_token);
@@ -184,7 +184,7 @@ bool offers_a_gpu(const ferry::Runtime& rt, const std::string& address) {
 TEST(FerrydGpu, AStickyErrorTakesTheGpuOutOfService) {
   if (ferry::cuda::device_count() == 0) GTEST_SKIP() << ferry::cuda::unavailable_reason();
   FerrydProcess server({"--gpus", "0", "--metrics", "127.0.0.1:0"});
-  ASSERT_TRUE(server.wait_for_log("GPUs: cuda:0")) << server.log();
+  ASSERT_TRUE(server.wait_for_gpu(0)) << server.log();
   const auto port = ferry::test::metrics_port(server);
   ASSERT_NE(http_get(port, "/readyz").find("200 OK"), std::string::npos) << server.log();
   ASSERT_NE(http_get(port, "/metrics").find("ferry_device_up{device=\"cuda:0\"} 1"), std::string::npos);

@@ -24,6 +24,7 @@
 #include <chrono>
 #include <ctime>
 #include <random>
+#include <regex>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
@@ -209,6 +210,18 @@ class FerrydProcess {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     while (std::chrono::steady_clock::now() < deadline) {
       if (log().find(text) != std::string::npos) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+  }
+
+  // Waits until ferryd has said it offers CUDA device `ordinal` ("1 GPU: cuda:0",
+  // "2 GPUs: cuda:0, cuda:1"); false after `timeout`.
+  bool wait_for_gpu(int ordinal, std::chrono::milliseconds timeout = gpu_start_timeout) const {
+    const std::regex offered("\\b[0-9]+ GPUs?: (cuda:[0-9]+, )*cuda:" + std::to_string(ordinal) + "\\b");
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (std::regex_search(log(), offered)) return true;
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     return false;

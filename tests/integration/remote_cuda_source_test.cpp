@@ -39,7 +39,7 @@ class RemoteCudaSource : public ::testing::Test {
 
 TEST_F(RemoteCudaSource, SaxpyRunsOnTheRemoteGpu) {
   FerrydProcess server({"--gpus", "all"});
-  ASSERT_TRUE(server.wait_for_log("GPUs: cuda:0", FerrydProcess::gpu_start_timeout)) << server.log();
+  ASSERT_TRUE(server.wait_for_gpu(0)) << server.log();
   ferry::Runtime rt(client_options(server));
   ASSERT_TRUE(rt.remote_stats(server.address()).connected) << server.log();
   const auto k = rt.cuda_kernel(saxpy, "saxpy");
@@ -65,7 +65,7 @@ TEST_F(RemoteCudaSource, SaxpyRunsOnTheRemoteGpu) {
 // task that shipped it, with NVRTC's log.
 TEST_F(RemoteCudaSource, CompileErrorOnTheRemoteFailsTheTaskWithTheLog) {
   FerrydProcess server({"--gpus", "all"});
-  ASSERT_TRUE(server.wait_for_log("GPUs: cuda:0", FerrydProcess::gpu_start_timeout)) << server.log();
+  ASSERT_TRUE(server.wait_for_gpu(0)) << server.log();
   ferry::Runtime rt(client_options(server));
   const auto k = rt.cuda_kernel("extern \"C\" __global__ void broken(float* y) { y[0] = not_declared_anywhere; }",
                                 "broken");
@@ -81,7 +81,7 @@ TEST_F(RemoteCudaSource, CompileErrorOnTheRemoteFailsTheTaskWithTheLog) {
 
 TEST_F(RemoteCudaSource, CompileOverTheLimitIsRefusedWhileOthersRun) {
   FerrydProcess server({"--gpus", "all", "--compile-limit", "0.05"});
-  ASSERT_TRUE(server.wait_for_log("GPUs: cuda:0")) << server.log();
+  ASSERT_TRUE(server.wait_for_gpu(0)) << server.log();
   ferry::Runtime rt(client_options(server));
   // Inlining a call tree that grows by a third per level: seconds of NVRTC.
   const auto heavy = rt.cuda_kernel(ferry::testing::heavy_cuda_source(20), "heavy", {"y"});

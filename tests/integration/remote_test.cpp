@@ -5,7 +5,9 @@
 #include <functional>
 #include <fstream>
 #include <future>
+#include <optional>
 #include <sstream>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -16,6 +18,7 @@
 #include "ferry/ferry.hpp"
 #include "../support/builtin_conformance.hpp"
 #include "ferryd_process.hpp"
+#include "metrics_port.hpp"
 #include "../support/proc_status.hpp"
 
 namespace {
@@ -819,6 +822,34 @@ TEST(Remote, AReadViewKeptAcrossSubmitKeepsTheRemoteCopyAndHoldsBackWriters) {
   rt.wait();
   EXPECT_EQ(rt.remote_stats(server.address()).bytes_shipped, shipped) << "the writer shipped data the remote had";
   EXPECT_EQ(x.host_read()[7], 2.0);
+}
+
+// Every UCX endpoint a client's session had in ferryd is closed once the
+// client has left (ferry_ucx_endpoints): a close that never finished would
+// keep its endpoint, and UCX's memory for it, as long as ferryd runs. The
+// client is a real Runtime with its shared-memory lane, whose endpoint has
+// no error handling and closes with a flush.
+TEST(Remote, ClientsThatLeaveLeaveNoUcxEndpointInFerryd) {
+  FerrydProcess server({"--metrics", "127.0.0.1:0"});
+  const auto port = ferry::test::metrics_port(server);
+  const auto endpoints = [&](const std::string& state) {
+    return ferry::test::metric_value(ferry::test::scrape_metrics(port), "ferry_ucx_endpoints{state=\"" + state + "\"}");
+  };
+  ASSERT_EQ(endpoints("open"), 0.0);
+  for (int session = 0; session < 5; ++session) {
+    ferry::Runtime rt(remote_options(server));
+    auto y = rt.buffer<double>(1024);
+    rt.submit("fill", ferry::write(y), 1.0, remote(server)).wait();
+    EXPECT_GE(endpoints("open").value_or(0), 1.0) << "no endpoint counted while a client is connected";
+  }
+  std::optional<double> open, closing;
+  for (int i = 0; i < 100; ++i) {
+    open = endpoints("open"), closing = endpoints("closing");
+    if (open == 0.0 && closing == 0.0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(open, 0.0) << server.log();
+  EXPECT_EQ(closing, 0.0) << server.log();
 }
 
 }  // namespace

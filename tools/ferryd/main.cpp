@@ -371,8 +371,14 @@ int serve(const Options& options, int signal_fd) {
                  cpu_workers, state.gpus);
   metrics.nvml_available(nvml.available());
   if (!nvml.available()) log().info("ferryd metrics: NVML unavailable ({}); no GPU gauges", nvml.unavailable_reason());
-  metrics.on_scrape([&runtime, &nvml, health = state.gpu_health](Metrics& m) {
+  metrics.on_scrape([&runtime, &nvml, health = state.gpu_health,
+                     worker = std::weak_ptr<transport::Worker>(state.worker)](Metrics& m) {
     health->check();
+    // Weak: the worker stops with the server state, before the metrics end.
+    if (const auto w = worker.lock()) {
+      const auto endpoints = w->endpoints();
+      m.ucx_endpoints(endpoints.open, endpoints.closing);
+    }
     if (auto pool = std::dynamic_pointer_cast<SlabPool>(runtime.host_memory())) m.pool_bytes(pool->stats().slab_bytes);
     m.heap_trims(HeapTrim::global().trims());
     for (const auto& device : runtime.devices()) {

@@ -45,6 +45,11 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                          "Times ferryd gave the heap's free pages back to the system once client sessions had ended");
   pool_ = &gauge(r, "ferry_pool_bytes",
                  "Host memory this ferryd's pool has mapped: replicas and staging, and free slabs kept for reuse");
+  ucx_endpoints_ = &prometheus::BuildGauge()
+                       .Name("ferry_ucx_endpoints")
+                       .Help("UCX endpoints of ferryd's clients, by state (open: a connection's; closing: a close "
+                             "still in flight); back to their level when clients have left")
+                       .Register(r);
   kernel_tasks_ = &prometheus::BuildCounter()
                        .Name("ferry_kernel_tasks_total")
                        .Help("Tasks finished, by kernel and status (ok, failed)")
@@ -239,6 +244,10 @@ void Metrics::client_connected() { clients_->Increment(); }
 void Metrics::client_gone() { clients_->Decrement(); }
 void Metrics::memory_in_use(std::uint64_t bytes) { memory_->Set(static_cast<double>(bytes)); }
 void Metrics::pool_bytes(std::uint64_t bytes) { pool_->Set(static_cast<double>(bytes)); }
+void Metrics::ucx_endpoints(std::size_t open, std::size_t closing) {
+  ucx_endpoints_->Add({{"state", "open"}}).Set(static_cast<double>(open));
+  ucx_endpoints_->Add({{"state", "closing"}}).Set(static_cast<double>(closing));
+}
 void Metrics::heap_trims(std::uint64_t total) {
   if (total > heap_trims_counted_) heap_trims_->Increment(static_cast<double>(total - heap_trims_counted_));
   heap_trims_counted_ = total;

@@ -89,6 +89,8 @@ class Metrics {
   void pool_bytes(std::uint64_t bytes);
   // The heap trims this process has done (HeapTrim::trims), at scrape time.
   void heap_trims(std::uint64_t total);
+  // The server worker's UCX endpoints (Worker::endpoints), at scrape time.
+  void ucx_endpoints(std::size_t open, std::size_t closing);
   void queue_depth(const std::string& device, std::size_t tasks);
   // Bytes a GPU of the runtime copied in and out since ferryd started (its
   // DeviceInfo): results stay on the GPU, so bytes out grow with what
@@ -157,6 +159,7 @@ class Metrics {
   prometheus::Family<prometheus::Counter>* auth_failures_;
   prometheus::Counter* quota_refusals_;
   prometheus::Family<prometheus::Gauge>* queue_depth_;
+  prometheus::Family<prometheus::Gauge>* ucx_endpoints_;
   prometheus::Family<prometheus::Gauge>* gpu_copy_bytes_;
   prometheus::Family<prometheus::Gauge>* device_up_;
   prometheus::Family<prometheus::Gauge>* limits_;

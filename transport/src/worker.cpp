@@ -295,6 +295,11 @@ std::size_t Worker::registered_slabs() {
   return on_progress_thread() ? count() : call(count);
 }
 
+Worker::Endpoints Worker::endpoints() {
+  auto count = [this] { return Endpoints{impl_->connections.size(), impl_->closing}; };
+  return on_progress_thread() ? count() : call(count);
+}
+
 std::vector<std::uint8_t> Worker::address() {
   auto get = [this] {
     ucp_address_t* raw = nullptr;

@@ -129,11 +129,29 @@ void clear_history(BufferRoot& root) {
   root.records.clear();
 }
 
-bool prefetch_too_early(const BufferState& view, const TaskRecord* task) {
+namespace {
+
+// Whether `later` waits for `task`: one of its successors.
+bool waits_for(TaskRecord* task, const TaskRecord* later) {
+  std::lock_guard lock(task->mutex);
+  return std::ranges::any_of(task->successors, [&](const TaskRecord::Edge& e) { return e.task == later; });
+}
+
+}  // namespace
+
+bool prefetch_too_early(const BufferState& view, TaskRecord* task) {
   bool pending = false;
   bool writes_it = false;
+  bool written_after = false;
   for (const Use& use : users_of(view)) {
-    pending = pending || (use.writes && use.task != task && !use.task->done.load(std::memory_order_acquire));
+    if (use.writes && use.task != task && !use.task->done.load(std::memory_order_acquire)) {
+      // A writer that waits for this task runs after it: the join of a split
+      // task's pieces (which writes the whole region) or a later write of an
+      // input. It changes nothing this task reads; its pieces' prefetches
+      // were all skipped for it, and a GPU's copy engine idled between pieces.
+      if (waits_for(task, use.task)) written_after = true;
+      else pending = true;
+    }
     writes_it = writes_it || (use.writes && use.task == task);
     release(use.task);
   }
@@ -142,8 +160,9 @@ bool prefetch_too_early(const BufferState& view, const TaskRecord* task) {
   // host's bytes are then an old version; shipped ahead, they once landed
   // beside the predecessor's result as a copy as good as the host's, and
   // the task ran on them (a readwrite chain hopping between hosts lost a
-  // step; an edge read zeros). Its predecessors done, the data is final.
-  if (writes_it && task->pending.load(std::memory_order_acquire) > 0) pending = true;
+  // step; an edge read zeros). So is the writer before a later writer that
+  // superseded the record. Its predecessors done, the data is final.
+  if ((writes_it || written_after) && task->pending.load(std::memory_order_acquire) > 0) pending = true;
   return pending || task->done.load(std::memory_order_acquire);
 }
 

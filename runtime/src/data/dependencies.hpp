@@ -28,9 +28,10 @@ struct Use {
 // failed writers), each referenced: the caller releases them.
 std::vector<Use> users_of(const BufferState& view);
 // For prefetching `task`'s input `view`: whether shipping it now would be
-// wasted, because an unfinished task other than `task` still writes it (or
-// `task` is already done).
-bool prefetch_too_early(const BufferState& view, const TaskRecord* task);
+// wasted, because an unfinished task other than `task` still writes it
+// before `task` (a writer that waits for `task` does not count), or `task`
+// is already done.
+bool prefetch_too_early(const BufferState& view, TaskRecord* task);
 
 // Drops every task reference a root's history holds.
 void clear_history(BufferRoot& root);

@@ -118,7 +118,7 @@ CudaDevice::CudaDevice(DeviceHost& runtime, DeviceId id, MemoryNodeId node, Cuda
   open_link_lanes();
   measure_link();
   executor_ = std::thread([this] { executor_loop(); });
-  prefetcher_ = std::thread([this] { prefetch_loop(); });
+  for (int i = 0; i < prefetch_threads; ++i) prefetchers_.emplace_back([this] { prefetch_loop(); });
   for (auto& lane : lanes_) lane->completer = std::thread([this, l = lane.get()] { completer_loop(*l); });
   log().info("{}: {} ({}), {} for replicas, {} compute streams", name(), model_, format_bytes(info.total_bytes),
              format_bytes(pool_->stats().bound_bytes), lanes_.size());
@@ -141,7 +141,8 @@ CudaDevice::~CudaDevice() {
     lane->cv.notify_all();
   }
   if (executor_.joinable()) executor_.join();
-  if (prefetcher_.joinable()) prefetcher_.join();
+  for (auto& prefetcher : prefetchers_)
+    if (prefetcher.joinable()) prefetcher.join();
   for (auto& lane : lanes_)
     if (lane->completer.joinable()) lane->completer.join();
   // Copies forget_node let go of without dropping (it only forgets them).
@@ -190,11 +191,18 @@ void CudaDevice::prefetch(TaskRecord* task) {
   if (!alive()) return;
   Prefetch job;
   if (!take_prefetch(task, job)) return;
+  bool wake = false;
   {
     std::lock_guard lock(queue_mutex_);
     prefetches_.push_back(std::move(job));
+    // A busy prefetcher takes the next job when it is done, so its sibling
+    // is woken only for a second job waiting (worth a second ship in flight):
+    // woken for every task, a chain's submit measured 4.3-4.9 µs per task on
+    // an H200 host, against 1.7 with one prefetcher (a wake-up is a system
+    // call on the submitting thread).
+    wake = prefetching_ == 0 || prefetches_.size() > 1;
   }
-  prefetch_cv_.notify_one();
+  if (wake) prefetch_cv_.notify_one();
 }
 
 void CudaDevice::lost(const std::string& reason) {
@@ -275,9 +283,12 @@ void CudaDevice::prefetch_loop() {
       if (prefetches_.empty()) return;
       job = std::move(prefetches_.front());
       prefetches_.pop_front();
+      ++prefetching_;
     }
     run_prefetch(job);
     finish_prefetch(job);
+    std::lock_guard lock(queue_mutex_);
+    --prefetching_;
   }
 }
 

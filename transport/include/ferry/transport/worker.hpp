@@ -85,6 +85,14 @@ class Worker : public std::enable_shared_from_this<Worker> {
   // sleeps waiting for messages. What arrives meanwhile is not heard, so a
   // peer's silence over that time says nothing about the peer (liveness).
   std::chrono::nanoseconds held_up() const noexcept;
+  // The UCX endpoints this worker has: open (attached to a connection) and
+  // closing (a close still in flight). A closed connection leaves neither,
+  // so a server's counts go back to where they were when its clients leave.
+  struct Endpoints {
+    std::size_t open = 0;
+    std::size_t closing = 0;
+  };
+  Endpoints endpoints();
 
   struct Impl;
   Impl& impl() noexcept { return *impl_; }
