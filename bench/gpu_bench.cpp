@@ -28,6 +28,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "args.hpp"
@@ -179,17 +180,33 @@ double cublas_chain_seconds(std::size_t n, int length) {
   return s;
 }
 
+// n doubles on the GPU and a cuBLAS handle on a stream of its own: what a
+// bare cublasDscal, Ferry's chain task without Ferry, needs.
+struct BareScal {
+  double* x = nullptr;
+  cublasHandle_t h = nullptr;
+  cudaStream_t stream = nullptr;
+  explicit BareScal(std::size_t n) {
+    check(cudaMalloc(&x, n * sizeof(double)), "cudaMalloc");
+    check(cudaMemset(x, 0, n * sizeof(double)), "cudaMemset");
+    check(cublasCreate(&h), "cublasCreate");
+    check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+    check(cublasSetStream(h, stream), "cublasSetStream");
+  }
+  ~BareScal() {
+    cublasDestroy(h);
+    cudaStreamDestroy(stream);
+    cudaFree(x);
+  }
+  BareScal(const BareScal&) = delete;
+  BareScal& operator=(const BareScal&) = delete;
+};
+
 // A bare call and the wait for it, best of 20: with cudaStreamSynchronize
 // (the default flags spin, then yield) and with a blocking-sync event.
 std::pair<double, double> bare_round_trips(std::size_t n) {
-  double* x = nullptr;
-  check(cudaMalloc(&x, n * sizeof(double)), "cudaMalloc");
-  check(cudaMemset(x, 0, n * sizeof(double)), "cudaMemset");
-  cublasHandle_t h;
-  check(cublasCreate(&h), "cublasCreate");
-  cudaStream_t stream = nullptr;
-  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
-  check(cublasSetStream(h, stream), "cublasSetStream");
+  const BareScal bare(n);
+  auto [x, h, stream] = std::tie(bare.x, bare.h, bare.stream);
   cudaEvent_t event = nullptr;
   check(cudaEventCreateWithFlags(&event, cudaEventBlockingSync | cudaEventDisableTiming), "cudaEventCreateWithFlags");
   const double alpha = 1.0;
@@ -207,9 +224,6 @@ std::pair<double, double> bare_round_trips(std::size_t n) {
     if (i > 0) blocking = std::min(blocking, since(start));
   }
   cudaEventDestroy(event);
-  cublasDestroy(h);
-  cudaStreamDestroy(stream);
-  cudaFree(x);
   return {spin, blocking};
 }
 
@@ -218,14 +232,8 @@ std::pair<double, double> bare_round_trips(std::size_t n) {
 // chain's per-task time that are CUDA's, not Ferry's.
 std::string launch_call_costs(std::size_t n) {
   constexpr int calls = 1000;
-  double* x = nullptr;
-  check(cudaMalloc(&x, n * sizeof(double)), "cudaMalloc");
-  check(cudaMemset(x, 0, n * sizeof(double)), "cudaMemset");
-  cublasHandle_t h;
-  check(cublasCreate(&h), "cublasCreate");
-  cudaStream_t stream = nullptr;
-  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
-  check(cublasSetStream(h, stream), "cublasSetStream");
+  const BareScal bare(n);
+  auto [x, h, stream] = std::tie(bare.x, bare.h, bare.stream);
   cudaEvent_t timed = nullptr, untimed = nullptr;
   check(cudaEventCreate(&timed), "cudaEventCreate");
   check(cudaEventCreateWithFlags(&untimed, cudaEventBlockingSync | cudaEventDisableTiming), "cudaEventCreateWithFlags");
@@ -252,9 +260,6 @@ std::string launch_call_costs(std::size_t n) {
   int device = 0;
   const double get_device = per_call([&] { check(cudaGetDevice(&device), "cudaGetDevice"); });
   cudaEventDestroy(untimed), cudaEventDestroy(timed);
-  cublasDestroy(h);
-  cudaStreamDestroy(stream);
-  cudaFree(x);
   return fmt::format("cublasDscal enqueue {:.2f}, cudaEventRecord {:.2f} (timing) / {:.2f} (not), "
                      "cudaGetLastError {:.2f}, cudaEventSynchronize of a done event {:.2f}, "
                      "cudaEventElapsedTime {:.2f}, cudaGetDevice {:.2f}",

@@ -147,6 +147,7 @@ class FakeConnection final : public transport::Connection {
   void set_handlers(MessageHandler, ErrorHandler) override {}
   void flush(std::function<void(const std::string&)> done) override { done(""); }
   void close() override { closed_ = true; }
+  void close_after_goodbye() override { closed_ = true; }
   void abort() override { closed_ = true; }
   bool closed() const noexcept override { return closed_; }
   std::string peer() const override { return "fuzz-peer"; }

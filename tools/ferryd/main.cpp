@@ -377,7 +377,7 @@ int serve(const Options& options, int signal_fd) {
     // Weak: the worker stops with the server state, before the metrics end.
     if (const auto w = worker.lock()) {
       const auto endpoints = w->endpoints();
-      m.ucx_endpoints(endpoints.open, endpoints.closing);
+      m.ucx_endpoints(endpoints.open, endpoints.closing, endpoints.held);
     }
     if (auto pool = std::dynamic_pointer_cast<SlabPool>(runtime.host_memory())) m.pool_bytes(pool->stats().slab_bytes);
     m.heap_trims(HeapTrim::global().trims());

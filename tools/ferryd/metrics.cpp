@@ -48,7 +48,8 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
   ucx_endpoints_ = &prometheus::BuildGauge()
                        .Name("ferry_ucx_endpoints")
                        .Help("UCX endpoints of ferryd's clients, by state (open: a connection's; closing: a close "
-                             "still in flight); back to their level when clients have left")
+                             "still in flight; held: closed with a flush, which UCX frees only when ferryd ends: "
+                             "a same-host client's lane per session, and those of sessions ferryd ended)")
                        .Register(r);
   kernel_tasks_ = &prometheus::BuildCounter()
                        .Name("ferry_kernel_tasks_total")
@@ -244,9 +245,10 @@ void Metrics::client_connected() { clients_->Increment(); }
 void Metrics::client_gone() { clients_->Decrement(); }
 void Metrics::memory_in_use(std::uint64_t bytes) { memory_->Set(static_cast<double>(bytes)); }
 void Metrics::pool_bytes(std::uint64_t bytes) { pool_->Set(static_cast<double>(bytes)); }
-void Metrics::ucx_endpoints(std::size_t open, std::size_t closing) {
+void Metrics::ucx_endpoints(std::size_t open, std::size_t closing, std::size_t held) {
   ucx_endpoints_->Add({{"state", "open"}}).Set(static_cast<double>(open));
   ucx_endpoints_->Add({{"state", "closing"}}).Set(static_cast<double>(closing));
+  ucx_endpoints_->Add({{"state", "held"}}).Set(static_cast<double>(held));
 }
 void Metrics::heap_trims(std::uint64_t total) {
   if (total > heap_trims_counted_) heap_trims_->Increment(static_cast<double>(total - heap_trims_counted_));

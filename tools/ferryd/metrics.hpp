@@ -90,7 +90,7 @@ class Metrics {
   // The heap trims this process has done (HeapTrim::trims), at scrape time.
   void heap_trims(std::uint64_t total);
   // The server worker's UCX endpoints (Worker::endpoints), at scrape time.
-  void ucx_endpoints(std::size_t open, std::size_t closing);
+  void ucx_endpoints(std::size_t open, std::size_t closing, std::size_t held);
   void queue_depth(const std::string& device, std::size_t tasks);
   // Bytes a GPU of the runtime copied in and out since ferryd started (its
   // DeviceInfo): results stay on the GPU, so bytes out grow with what

@@ -105,7 +105,7 @@ void Session::dispatch(protocol::Message& message, transport::Incoming& incoming
   const Type type = protocol::type_of(message);
   if (type == Type::bye) {
     log().info("client {} said bye", describe());
-    return close("the client said bye");
+    return close("the client said bye", /*goodbye=*/true);
   }
   if (type == Type::error) {
     const auto& error = std::get<protocol::ErrorMessage>(message);
@@ -179,7 +179,7 @@ void Session::shut_down(const std::string& why) {
   close(why);
 }
 
-void Session::close(const std::string& why) {
+void Session::close(const std::string& why, bool goodbye) {
   if (state_ == State::closed) return;
   server_.metrics.client_gone();
   state_ = State::closed;
@@ -188,7 +188,9 @@ void Session::close(const std::string& why) {
                        {"bytes_in", counters_.bytes_in},
                        {"bytes_out", counters_.bytes_out},
                        {"tasks", counters_.tasks}});
-  connection_->close();
+  // A client that said bye reads nothing more: its endpoints can go at once.
+  if (goodbye) connection_->close_after_goodbye();
+  else connection_->close();
   runs_.clear();
   server_.capabilities->drop_owner(this);
   release_memory();

@@ -183,7 +183,8 @@ class Session : public std::enable_shared_from_this<Session> {
   void send(const protocol::Message& message);
   // Sends an error, counts a protocol error, logs and closes.
   void fail(protocol::Status status, const std::string& message);
-  void close(const std::string& why);
+  // `goodbye`: the client said bye (Connection::close_after_goodbye).
+  void close(const std::string& why, bool goodbye = false);
   void release_memory();
 
   ServerState& server_;

@@ -60,6 +60,8 @@ void ConnectionImpl::set_handlers(MessageHandler on_message, ErrorHandler on_err
 
 void ConnectionImpl::close() { close_from(Ending::flushed); }
 
+void ConnectionImpl::close_after_goodbye() { close_from(Ending::peer_leaving); }
+
 void ConnectionImpl::abort() { close_from(Ending::peer_silent); }
 
 void ConnectionImpl::close_from(Ending how) {
@@ -78,8 +80,9 @@ void ConnectionImpl::close_from(Ending how) {
 void ConnectionImpl::close_now(Ending how) {
   closed_ = true;
   if (ep_ == nullptr) return;
-  if (failed_ && how == Ending::flushed) how = Ending::peer_gone;
-  if (how == Ending::flushed) flush_batch();  // before the close notice, as they were queued before it
+  if (failed_ && (how == Ending::flushed || how == Ending::peer_leaving)) how = Ending::peer_gone;
+  // Before the close notice, as they were queued before it.
+  if (how == Ending::flushed || how == Ending::peer_leaving) flush_batch();
   close_endpoints(impl_, take_endpoints(), how);
   // Handlers often capture their connection; dropping them breaks the cycle.
   on_message_.reset();

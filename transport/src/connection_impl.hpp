@@ -31,6 +31,7 @@ class ConnectionImpl final : public Connection {
   void set_handlers(MessageHandler on_message, ErrorHandler on_error) override;
   void flush(std::function<void(const std::string& error)> done) override;
   void close() override;
+  void close_after_goodbye() override;
   void abort() override;
   bool closed() const noexcept override { return closed_.load(); }
   std::string peer() const override { return peer_; }
@@ -99,7 +100,9 @@ class ConnectionImpl final : public Connection {
   // peer is gone or failed (the lane still flushed: it cannot be forced), or
   // at once where the peer stopped answering (abort(): the lane, which
   // neither a flush nor a force could close, is left to its worker's end).
-  enum class Ending { flushed, peer_gone, peer_silent };
+  // flushed: close(); peer_leaving: close_after_goodbye(); peer_gone: the
+  // peer failed or closed; peer_silent: abort().
+  enum class Ending { flushed, peer_leaving, peer_gone, peer_silent };
   void close_now(Ending how);
   // close() or abort() from any thread.
   void close_from(Ending how);

@@ -42,7 +42,7 @@ std::shared_ptr<Connection> Connection::to_worker(const std::shared_ptr<Worker>&
         const auto status = ucp_ep_create(impl.worker, &params, &bulk);
         if (status != UCS_OK) {
           for (ucp_ep_h made : lanes)
-            if (made != nullptr) impl.close_endpoint(made, true, false);
+            if (made != nullptr) impl.close_endpoint(made, Worker::Impl::Close::force, false);
           connection->close_now(ConnectionImpl::Ending::peer_gone);
           throw_ucx(status, "ucp_ep_create (bulk lane) to the worker of " + peer);
         }
@@ -122,12 +122,21 @@ ConnectionImpl::Endpoints ConnectionImpl::take_endpoints() {
 // gone. A peer that stopped answering holds that flush, and UCX 1.13 aborts
 // the process if the worker is destroyed under the close: the lane is then
 // not closed at all, and ucp_worker_destroy takes it down with the worker.
+//
+// Only a forced close frees a connected endpoint before its worker ends
+// (Worker::Impl::Close). A flushed close keeps the peer from hearing of the
+// close before its notice, which it would if the endpoints went at once
+// (the lane's notice overtaken; a bulk lane's end read as a failure). A
+// peer that said goodbye reads nothing more: its endpoints are flushed, then
+// forced, and freed.
 void ConnectionImpl::close_endpoints(Worker::Impl& impl, const Endpoints& eps, Ending how) {
-  const bool force = how != Ending::flushed;
+  using Close = Worker::Impl::Close;
+  const bool flushed = how == Ending::flushed || how == Ending::peer_leaving;
+  const Close close = how == Ending::flushed ? Close::flush : how == Ending::peer_leaving ? Close::flush_force : Close::force;
   for (ucp_ep_h bulk : {eps.bulk_out, eps.bulk_in})
-    if (bulk != nullptr) impl.close_endpoint(bulk, force, false);
-  if (eps.lane != nullptr && how != Ending::peer_silent) impl.close_endpoint(eps.lane, false, !force);
-  if (eps.ep != nullptr) impl.close_endpoint(eps.ep, force, eps.lane == nullptr, eps.bulk_sent);
+    if (bulk != nullptr) impl.close_endpoint(bulk, close, false);
+  if (eps.lane != nullptr && how != Ending::peer_silent) impl.close_endpoint(eps.lane, Close::flush, flushed);
+  if (eps.ep != nullptr) impl.close_endpoint(eps.ep, close, eps.lane == nullptr, eps.bulk_sent);
 }
 
 void ConnectionImpl::drop_endpoints(Ending how) {

@@ -113,6 +113,24 @@ void close_callback(void* request, ucs_status_t status, void* user_data) {
   ucp_request_free(request);
 }
 
+struct FlushedClose {
+  Worker::Impl* impl;
+  ucp_ep_h ep;
+};
+
+// Inside UCX's progress: the forced close is posted, to run after it. The
+// flush still counts as a close in flight until then.
+void flushed_callback(void* request, ucs_status_t status, void* user_data) {
+  auto* flushed = static_cast<FlushedClose*>(user_data);
+  if (status != UCS_OK) log().debug("ucx: endpoint flushed with {}", ucs_status_string(status));
+  ucp_request_free(request);
+  flushed->impl->post([impl = flushed->impl, ep = flushed->ep] {
+    impl->close_endpoint(ep, Worker::Impl::Close::force, false);
+    --impl->closing;
+  });
+  delete flushed;
+}
+
 // UCX prints "error during flush: Endpoint timeout" itself (ucs_error,
 // to stderr) when it flushes an endpoint without peer error handling whose
 // peer is gone. Ferry has one such endpoint, the shared-memory lane, and
@@ -296,7 +314,7 @@ std::size_t Worker::registered_slabs() {
 }
 
 Worker::Endpoints Worker::endpoints() {
-  auto count = [this] { return Endpoints{impl_->connections.size(), impl_->closing}; };
+  auto count = [this] { return Endpoints{impl_->connections.size(), impl_->closing, impl_->flushed_closes}; };
   return on_progress_thread() ? count() : call(count);
 }
 
@@ -590,7 +608,8 @@ void Worker::Impl::run() {
   if (self_owned) delete this;
 }
 
-void Worker::Impl::close_endpoint(ucp_ep_h ep, bool force, bool notice, std::uint64_t bulk_sent) {
+void Worker::Impl::close_endpoint(ucp_ep_h ep, Close how, bool notice, std::uint64_t bulk_sent) {
+  const bool force = how == Close::force;
   if (!force && notice) {
     // Last on the endpoint, so the peer hears of the close after all else;
     // a peer that is gone already makes it fail, which is fine. With bulk
@@ -607,12 +626,28 @@ void Worker::Impl::close_endpoint(ucp_ep_h ep, bool force, bool notice, std::uin
                                    count == nullptr ? 0 : count->size(), nullptr, 0, &param);
     if (request == nullptr || UCS_PTR_IS_ERR(request)) delete count;
   }
+  if (how == Close::flush_force) {
+    // The notice and everything before it leave first; a peer that is gone
+    // fails the flush, and the endpoint is forced closed all the same.
+    ucp_request_param_t flush{};
+    flush.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    flush.cb.send = flushed_callback;
+    auto* flushed = new FlushedClose{this, ep};
+    flush.user_data = flushed;
+    ++closing;
+    auto request = ucp_ep_flush_nbx(ep, &flush);
+    if (request != nullptr && !UCS_PTR_IS_ERR(request)) return;  // flushed_callback goes on
+    delete flushed;
+    --closing;
+    return close_endpoint(ep, Close::force, false);
+  }
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
   param.cb.send = close_callback;
   param.user_data = this;
   param.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
   ++closing;  // before the call, which may end in close_callback (as a send may in its own)
+  if (how == Close::flush) ++flushed_closes;
   auto request = ucp_ep_close_nbx(ep, &param);
   if (UCS_PTR_IS_ERR(request)) {
     --closing;
@@ -626,7 +661,8 @@ void Worker::Impl::shutdown(std::unique_lock<std::mutex>& serial_lock) {
   flush_batches(true);  // corked ones too, before their endpoints close
   // Connections keep their Worker alive, so none is left here; endpoints
   // whose close is still flushing are, and get a bounded wait.
-  for (auto& [ep, connection] : connections) close_endpoint(ep, false);
+  // The worker goes next, and every endpoint with it: a flush is enough.
+  for (auto& [ep, connection] : connections) close_endpoint(ep, Close::flush);
   connections.clear();
   shutting_down = true;
   auto deadline = std::chrono::steady_clock::now() + close_deadline;

@@ -112,6 +112,7 @@ struct Worker::Impl {
   // Connection after close() or its destruction.
   std::unordered_map<ucp_ep_h, ConnectionImpl*> connections;
   std::size_t closing = 0;  // endpoint closes still in flight
+  std::size_t flushed_closes = 0;  // endpoints closed with a flush (Close::flush): held by UCX until the worker ends
   std::unique_ptr<SlabRegistry> slabs;  // registered pool slabs; stopped before the context goes
   bool shutting_down = false;
   StagingPool staging;  // sealed payloads of encrypted connections, any thread
@@ -167,12 +168,20 @@ struct Worker::Impl {
   // progress thread when this runs elsewhere, so its sleep ends in time.
   void cork(std::chrono::steady_clock::time_point until);
 
+  // How an endpoint closes. UCX 1.13 frees an endpoint made from a worker
+  // address that it closes with a flush only with the worker
+  // (ucp_ep_disconnected: "destroyed only when the worker is destroyed");
+  // a server worker that outlives its clients kept one or two per session.
+  enum class Close {
+    force,        // at once, skipping the flush: for endpoints that already failed
+    flush,        // after a flush: the only way for one without error handling (the lane)
+    flush_force,  // flushed first, then forced, so that UCX frees it (peer error handling only)
+  };
   // Progress thread only: closes an endpoint that is no longer in
-  // `connections`; shutdown waits for it. `force` skips the flush (for
-  // endpoints that already failed); `notice` sends the close notice first
-  // (unless forced), with `bulk_sent`: the messages this end sent on its
-  // bulk lane, which the peer waits for (protocol.md, "Bulk lanes").
-  void close_endpoint(ucp_ep_h ep, bool force, bool notice = true, std::uint64_t bulk_sent = 0);
+  // `connections`; shutdown waits for it. `notice` sends the close notice
+  // first (unless forced), with `bulk_sent`: the messages this end sent on
+  // its bulk lane, which the peer waits for (protocol.md, "Bulk lanes").
+  void close_endpoint(ucp_ep_h ep, Close how, bool notice = true, std::uint64_t bulk_sent = 0);
 
  private:
   bool run_posted();

@@ -101,6 +101,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   // Flushes what was sent, then closes. Thread-safe; idempotent.
   virtual void close() = 0;
+  // close() for a peer that said goodbye in the protocol and reads nothing
+  // more: the endpoints are also freed at once, which UCX 1.13 does for a
+  // flushed close only when the worker ends (a ferryd kept one or two per
+  // client session). The shared-memory lane, which has no error handling,
+  // cannot be freed so and is kept as after close(). Thread-safe; idempotent.
+  virtual void close_after_goodbye() = 0;
   // Closes at once, unflushed: for a peer that stopped answering, whose
   // flush would wait for it (and UCX 1.13 cannot destroy a worker under a
   // close in flight). What was not sent yet is dropped. Thread-safe;

@@ -86,11 +86,14 @@ class Worker : public std::enable_shared_from_this<Worker> {
   // peer's silence over that time says nothing about the peer (liveness).
   std::chrono::nanoseconds held_up() const noexcept;
   // The UCX endpoints this worker has: open (attached to a connection) and
-  // closing (a close still in flight). A closed connection leaves neither,
-  // so a server's counts go back to where they were when its clients leave.
+  // closing (a close still in flight), which a closed connection leaves
+  // none of; and held: closed with a flush, which UCX 1.13 frees only with
+  // the worker once the peer had connected (a shared-memory lane's, which
+  // cannot be closed otherwise; Connection::close_after_goodbye).
   struct Endpoints {
     std::size_t open = 0;
     std::size_t closing = 0;
+    std::size_t held = 0;
   };
   Endpoints endpoints();
 
