@@ -441,7 +441,7 @@ TEST(HostilePeer, GarbageWorkerAddressIsRefusedAndFerrydServesOthers) {
     transport::ClientHandshake handshake(options, where, false);
     Bootstrap socket(host.port());
     socket.write_frame(handshake.hello());
-    socket.write_frame(handshake.on_challenge(socket.read_frame(), socket.fd(), address));
+    socket.write_frame(handshake.on_challenge(socket.read_frame(), socket.fd(), {address, {}}));
     const auto answer = socket.read_frame();
     ASSERT_FALSE(answer.empty()) << "ferryd hung up without a word (or died): " << host.log();
     try {
@@ -450,6 +450,28 @@ TEST(HostilePeer, GarbageWorkerAddressIsRefusedAndFerrydServesOthers) {
     } catch (const transport::DialRefused& e) {
       EXPECT_EQ(e.status, proto::Status::malformed) << e.what();
       EXPECT_NE(std::string(e.what()).find("worker address"), std::string::npos) << e.what();
+    }
+  }
+  // The same garbage as the network address beside a real worker address
+  // (the control endpoint is made from it when a lane is offered).
+  for (const auto& [name, address] : garbage) {
+    SCOPED_TRACE(std::string("network address: ") + name);
+    transport::DialOptions options;
+    options.client = "garbage-address";
+    options.token = FerrydProcess::default_token;
+    const std::string where = "127.0.0.1:" + std::to_string(host.port());
+    transport::ClientHandshake handshake(options, where, false, proto::Lane::bulk);
+    Bootstrap socket(host.port());
+    socket.write_frame(handshake.hello());
+    socket.write_frame(handshake.on_challenge(socket.read_frame(), socket.fd(), {real, address}));
+    const auto answer = socket.read_frame();
+    ASSERT_FALSE(answer.empty()) << "ferryd hung up without a word (or died): " << host.log();
+    try {
+      handshake.on_welcome(answer, worker, where, {}, {});
+      ADD_FAILURE() << "ferryd welcomed a client whose network address is " << name;
+    } catch (const transport::DialRefused& e) {
+      EXPECT_EQ(e.status, proto::Status::malformed) << e.what();
+      EXPECT_NE(std::string(e.what()).find("network address"), std::string::npos) << e.what();
     }
   }
 
@@ -480,7 +502,7 @@ TEST(HostilePeer, AWorkerAddressThatLeadsNowhereLeavesFerrydServing) {
     transport::ClientHandshake handshake(options, where, false);
     Bootstrap socket(host.port());
     socket.write_frame(handshake.hello());
-    socket.write_frame(handshake.on_challenge(socket.read_frame(), socket.fd(), nowhere));
+    socket.write_frame(handshake.on_challenge(socket.read_frame(), socket.fd(), {nowhere, {}}));
     (void)socket.read_frame();  // welcomed or refused: either is fine, dying is not
     std::this_thread::sleep_for(200ms);  // its endpoint's connect refused meanwhile
   }

@@ -826,11 +826,11 @@ TEST(Remote, AReadViewKeptAcrossSubmitKeepsTheRemoteCopyAndHoldsBackWriters) {
 
 // Every UCX endpoint a client's session had in ferryd is closed once the
 // client has left (ferry_ucx_endpoints), and freed: UCX 1.13 frees one
-// closed with a flush only when ferryd ends, so a client that said bye has
-// its endpoints flushed, then forced. The same-host shared-memory lane has
-// no error handling and cannot be forced: one is held per such session.
+// closed with a flush only when its worker ends, so a client that said bye
+// has its endpoints flushed, then forced, its shared-memory lane's too
+// (which has peer error handling for it), with one UCX worker for ferryd's life.
 TEST(Remote, ClientsThatLeaveLeaveNoUcxEndpointInFerryd) {
-  FerrydProcess server({"--metrics", "127.0.0.1:0"});
+  FerrydProcess server({"--metrics", "127.0.0.1:0", "--ucx-worker-sessions", "0"});
   const auto port = ferry::test::metrics_port(server);
   const auto endpoints = [&](const std::string& state) {
     return ferry::test::metric_value(ferry::test::scrape_metrics(port), "ferry_ucx_endpoints{state=\"" + state + "\"}");
@@ -858,13 +858,51 @@ TEST(Remote, ClientsThatLeaveLeaveNoUcxEndpointInFerryd) {
   EXPECT_EQ(endpoints("held"), 0.0) << "endpoints of clients that said bye, still held by UCX";
   sessions(3);
   settled();
-  // A UCX_TLS without shared memory (a runner's or a user's choice) leaves out the lane.
-  const char* tls = std::getenv("UCX_TLS");
-  const std::string named = tls == nullptr ? "" : tls;
-  const bool lanes = tls == nullptr || ((named.find("sysv") != std::string::npos || named.find("posix") != std::string::npos ||
-                                         named.find("sm") != std::string::npos) &&
-                                        named.find("cma") == std::string::npos);
-  EXPECT_EQ(endpoints("held"), lanes ? 3.0 : 0.0) << "one shared-memory lane per same-host session";
+  EXPECT_EQ(endpoints("held"), 0.0) << "same-host clients' endpoints (their shared-memory lanes), still held by UCX";
+}
+
+// What UCX keeps of every session until its worker ends (its entry for
+// the client's worker, an endpoint ferryd closed with a flush) goes with the
+// worker: ferryd moves new sessions to a new UCX worker every
+// --ucx-worker-sessions and ends an old one once its last session has; a
+// client that stays keeps its worker, and is served on it.
+TEST(Remote, FerrydEndsOldUcxWorkersOnceTheirSessionsHaveEnded) {
+  FerrydProcess server({"--metrics", "127.0.0.1:0", "--ucx-worker-sessions", "2"});
+  const auto port = ferry::test::metrics_port(server);
+  const auto metric = [&](const std::string& name) {
+    return ferry::test::metric_value(ferry::test::scrape_metrics(port), name).value_or(-1);
+  };
+  const auto workers = [&] { return metric("ferry_ucx_workers"); };
+  // Old workers end as sessions close: wait for the count, not a time.
+  const auto settles_at = [&](double want) {
+    for (int i = 0; i < 100 && (workers() != want || metric("ferry_ucx_endpoints{state=\"closing\"}") != 0); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    return workers();
+  };
+  ASSERT_EQ(workers(), 1.0) << server.log();
+
+  auto stays = std::make_unique<ferry::Runtime>(remote_options(server));
+  auto kept = stays->buffer<double>(1024);
+  stays->submit("fill", ferry::write(kept), 1.0, remote(server)).wait();
+  for (int session = 0; session < 6; ++session) {
+    ferry::Runtime rt(remote_options(server));
+    auto y = rt.buffer<double>(1024);
+    rt.submit("fill", ferry::write(y), 2.0, remote(server)).wait();
+    EXPECT_EQ(y.host_read()[5], 2.0);
+  }
+  // The staying client's worker, and the current one: those in between ended.
+  EXPECT_EQ(settles_at(2.0), 2.0) << server.log();
+  EXPECT_EQ(metric("ferry_ucx_endpoints{state=\"held\"}"), 0.0);
+  // The staying client's worker still serves it.
+  stays->submit("scal", ferry::readwrite(kept), 3.0, remote(server)).wait();
+  EXPECT_EQ(kept.host_read()[7], 3.0);
+  stays.reset();
+  EXPECT_EQ(settles_at(1.0), 1.0) << "the staying client's worker ends with its session\n" << server.log();
+  // And a new client is served on the worker that is left.
+  ferry::Runtime late(remote_options(server));
+  auto z = late.buffer<double>(1024);
+  late.submit("fill", ferry::write(z), 4.0, remote(server)).wait();
+  EXPECT_EQ(z.host_read()[0], 4.0);
 }
 
 }  // namespace

@@ -108,6 +108,9 @@ TEST(SharedMemoryLane, SameHostFerrydCarriesMessagesOverSharedMemory) {
   // UCX's line for the lane's configuration: messages on shared memory.
   EXPECT_TRUE(log.find("am(sysv/memory") != std::string::npos || log.find("am(posix/memory") != std::string::npos)
       << "UCX's endpoint configurations in ferryd:\n" << log;
+  // And the control endpoint's: on TCP, where the client's death is
+  // noticed as its socket closes (on shared memory only at UCX's keepalive).
+  EXPECT_NE(log.find("am(tcp/"), std::string::npos) << "UCX's endpoint configurations in ferryd:\n" << log;
 }
 
 // On the lane, large payloads are pulled out of the sender's memory

@@ -35,13 +35,14 @@ bool same(const Challenge& a, const Challenge& b) {
          std::tie(b.version, b.nonce, b.exchange, b.host_key, b.cipher, b.signature, b.pid);
 }
 bool same(const Auth& a, const Auth& b) {
-  return std::tie(a.mac, a.signature, a.worker_address) == std::tie(b.mac, b.signature, b.worker_address);
+  return std::tie(a.mac, a.signature, a.worker_address, a.network_address) ==
+         std::tie(b.mac, b.signature, b.worker_address, b.network_address);
 }
 bool same(const Welcome& a, const Welcome& b) {
   return std::tie(a.server, a.memory_quota, a.cpu_workers, a.gpus, a.max_payload, a.mac, a.encrypted,
-                  a.worker_address, a.kernels, a.devices, a.device_key) ==
+                  a.worker_address, a.kernels, a.devices, a.device_key, a.lane, a.network_address) ==
          std::tie(b.server, b.memory_quota, b.cpu_workers, b.gpus, b.max_payload, b.mac, b.encrypted,
-                  b.worker_address, b.kernels, b.devices, b.device_key);
+                  b.worker_address, b.kernels, b.devices, b.device_key, b.lane, b.network_address);
 }
 bool same(const Put& a, const Put& b) {
   return std::tie(a.request, a.buffer, a.dtype, a.rows, a.cols, a.offset) ==
@@ -598,6 +599,38 @@ TEST(ProtocolMalformed, ProcessIdWithoutALaneOrWrittenAsZero) {
   for (int i = 0; i < 4; ++i) bytes.push_back(std::byte{0});
   bytes[8] = static_cast<std::byte>(std::to_integer<unsigned>(bytes[8]) + 4);
   expect_refused(bytes, "hello.pid: 0 is written by leaving the field out");
+}
+
+// A network address (the control endpoint's, beside a lane) trails the
+// auth and, after its lane, the welcome: left out when empty, so a message
+// without one is the one an older peer sends.
+TEST(Protocol, NetworkAddressesTrailAndAreLeftOutWhenEmpty) {
+  Auth auth{.worker_address = {1, 2, 3}};
+  const Bytes without = encode(auth);
+  auth.network_address = {{4, 5}};
+  const Bytes with = encode(auth);
+  EXPECT_EQ(with.size(), without.size() + 4 + 2);
+  EXPECT_EQ(std::get<Auth>(decode(with)).network_address, (NetworkAddress{{4, 5}}));
+  EXPECT_EQ(std::get<Auth>(decode(without)).network_address, NetworkAddress{});
+  EXPECT_EQ(encode(decode(with)), with);
+
+  Welcome welcome{.server = "s", .worker_address = {9}, .lane = Lane::shared_memory};
+  const Bytes plain = encode(welcome);
+  welcome.network_address = {{7, 7, 7}};
+  const Bytes named = encode(welcome);
+  EXPECT_EQ(named.size(), plain.size() + 4 + 3);
+  EXPECT_TRUE(same(std::get<Welcome>(decode(named)), welcome));
+  EXPECT_EQ(std::get<Welcome>(decode(plain)).network_address, NetworkAddress{});
+}
+
+TEST(ProtocolMalformed, NetworkAddressWithoutALaneOrWrittenEmpty) {
+  // Its length would be read as the lane byte that was left out.
+  expect_encode_refused(Welcome{.server = "s", .worker_address = {9}, .network_address = {{1}}},
+                        "welcome.network_address: a network address needs a lane before it");
+  Bytes bytes = encode(Auth{.worker_address = {1, 2, 3}});
+  for (int i = 0; i < 4; ++i) bytes.push_back(std::byte{0});
+  bytes[8] = static_cast<std::byte>(std::to_integer<unsigned>(bytes[8]) + 4);
+  expect_refused(bytes, "auth.network_address: an empty address is written by leaving it out");
 }
 
 TEST(ProtocolMalformed, OptionalByte) {

@@ -343,6 +343,7 @@ int serve(const Options& options, int signal_fd) {
 
   transport::Worker::Options worker_options{"ferryd"};
   worker_options.poll_after_activity = std::chrono::microseconds(options.poll_us);
+  worker_options.sessions_per_generation = options.ucx_worker_sessions;
   ServerState state{transport::Worker::create(worker_options), runtime, metrics,
                     fmt::format("ferryd {}", config::version), cpu_workers,
                     Limits{options.client_quota, options.memory_limit}};
@@ -377,7 +378,7 @@ int serve(const Options& options, int signal_fd) {
     // Weak: the worker stops with the server state, before the metrics end.
     if (const auto w = worker.lock()) {
       const auto endpoints = w->endpoints();
-      m.ucx_endpoints(endpoints.open, endpoints.closing, endpoints.held);
+      m.ucx_endpoints(endpoints.open, endpoints.closing, endpoints.held, endpoints.generations);
     }
     if (auto pool = std::dynamic_pointer_cast<SlabPool>(runtime.host_memory())) m.pool_bytes(pool->stats().slab_bytes);
     m.heap_trims(HeapTrim::global().trims());

@@ -48,9 +48,13 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
   ucx_endpoints_ = &prometheus::BuildGauge()
                        .Name("ferry_ucx_endpoints")
                        .Help("UCX endpoints of ferryd's clients, by state (open: a connection's; closing: a close "
-                             "still in flight; held: closed with a flush, which UCX frees only when ferryd ends: "
-                             "a same-host client's lane per session, and those of sessions ferryd ended)")
+                             "still in flight; held: closed with a flush, which UCX frees only with the UCX worker "
+                             "it was made on: a same-host client's lane per session, and those of sessions ferryd "
+                             "ended)")
                        .Register(r);
+  ucx_workers_ = &gauge(r, "ferry_ucx_workers",
+                        "UCX workers ferryd serves clients on: the current one and older ones that still have a "
+                        "session (--ucx-worker-sessions)");
   kernel_tasks_ = &prometheus::BuildCounter()
                        .Name("ferry_kernel_tasks_total")
                        .Help("Tasks finished, by kernel and status (ok, failed)")
@@ -245,7 +249,8 @@ void Metrics::client_connected() { clients_->Increment(); }
 void Metrics::client_gone() { clients_->Decrement(); }
 void Metrics::memory_in_use(std::uint64_t bytes) { memory_->Set(static_cast<double>(bytes)); }
 void Metrics::pool_bytes(std::uint64_t bytes) { pool_->Set(static_cast<double>(bytes)); }
-void Metrics::ucx_endpoints(std::size_t open, std::size_t closing, std::size_t held) {
+void Metrics::ucx_endpoints(std::size_t open, std::size_t closing, std::size_t held, std::size_t workers) {
+  ucx_workers_->Set(static_cast<double>(workers));
   ucx_endpoints_->Add({{"state", "open"}}).Set(static_cast<double>(open));
   ucx_endpoints_->Add({{"state", "closing"}}).Set(static_cast<double>(closing));
   ucx_endpoints_->Add({{"state", "held"}}).Set(static_cast<double>(held));

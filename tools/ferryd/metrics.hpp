@@ -89,8 +89,8 @@ class Metrics {
   void pool_bytes(std::uint64_t bytes);
   // The heap trims this process has done (HeapTrim::trims), at scrape time.
   void heap_trims(std::uint64_t total);
-  // The server worker's UCX endpoints (Worker::endpoints), at scrape time.
-  void ucx_endpoints(std::size_t open, std::size_t closing, std::size_t held);
+  // The server worker's UCX endpoints and UCX workers (Worker::endpoints), at scrape time.
+  void ucx_endpoints(std::size_t open, std::size_t closing, std::size_t held, std::size_t workers);
   void queue_depth(const std::string& device, std::size_t tasks);
   // Bytes a GPU of the runtime copied in and out since ferryd started (its
   // DeviceInfo): results stay on the GPU, so bytes out grow with what
@@ -160,6 +160,7 @@ class Metrics {
   prometheus::Counter* quota_refusals_;
   prometheus::Family<prometheus::Gauge>* queue_depth_;
   prometheus::Family<prometheus::Gauge>* ucx_endpoints_;
+  prometheus::Gauge* ucx_workers_;
   prometheus::Family<prometheus::Gauge>* gpu_copy_bytes_;
   prometheus::Family<prometheus::Gauge>* device_up_;
   prometheus::Family<prometheus::Gauge>* limits_;

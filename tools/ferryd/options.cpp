@@ -126,6 +126,12 @@ Parsed parse_options(int argc, char** argv) {
                  "once; FERRY_UCX_POLL_US overrides)")
       ->check(CLI::Range(0u, 100000u))
       ->capture_default_str();
+  app.add_option("--ucx-worker-sessions", o.ucx_worker_sessions,
+                 "client sessions per UCX worker: then a new one takes the next sessions and the old one ends "
+                 "with its last session, freeing what UCX keeps of every session until its worker ends (a "
+                 "same-host client's shared-memory lane, an entry per client); 0: one UCX worker for ferryd's life")
+      ->check(CLI::Range(0u, 1000000u))
+      ->capture_default_str();
 
   // Every option can come from the environment as well (FERRYD_MEMORY_LIMIT
   // for --memory-limit; the command line wins), so that a deployment's

@@ -41,6 +41,9 @@ struct Options {
   // a client's next request usually comes within it, and waking a sleeping
   // thread costs more than a loopback round trip (docs/tuning.md).
   unsigned poll_us = 100;
+  // Client connections per UCX worker before a new one takes the next and
+  // the old one ends with its last session (transport::Worker::Options).
+  unsigned ucx_worker_sessions = 65536;
   std::filesystem::path port_file;
   std::filesystem::path audit_log;  // empty: no audit log
   // Hosts a client may tell this ferryd to fetch from (FetchSources::parse).

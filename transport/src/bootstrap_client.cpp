@@ -159,7 +159,7 @@ Dialed dial(const std::shared_ptr<Worker>& worker, const std::string& host, std:
                             false,
                             lane_to_offer(socket.fd(), worker->transports(), options.shared_memory_lane));
   socket.write_frame(handshake.hello());
-  socket.write_frame(handshake.on_challenge(socket.read_frame("challenge"), socket.fd(), worker->address()));
+  socket.write_frame(handshake.on_challenge(socket.read_frame("challenge"), socket.fd(), worker->addresses()));
   return handshake.on_welcome(socket.read_frame("welcome"), worker, socket.name(), std::move(on_message), std::move(on_error));
 }
 

@@ -37,7 +37,8 @@ ClientHandshake::ClientHandshake(const DialOptions& options, std::string where, 
 }
 
 std::vector<std::byte> ClientHandshake::on_challenge(std::vector<std::byte> challenge_body, int socket_fd,
-                                                     const std::vector<std::uint8_t>& my_address) {
+                                                     const Worker::Addresses& mine) {
+  const auto& my_address = mine.whole;
   challenge_body_ = std::move(challenge_body);
   auto message = protocol::decode(challenge_body_);
   if (auto* error = std::get_if<protocol::ErrorMessage>(&message)) refused(where_, *error);
@@ -90,11 +91,16 @@ std::vector<std::byte> ClientHandshake::on_challenge(std::vector<std::byte> chal
     throw DialRefused(protocol::Status::auth_failed,
                       fmt::format("ferryd at {} sent an unusable key exchange: refused", where_));
 
-  digest_ = handshake::auth_digest(hello_body_, challenge_body_, my_address);
+  const std::span<const std::uint8_t> network =
+      hello_.lane != protocol::Lane::none ? std::span<const std::uint8_t>(mine.network) : std::span<const std::uint8_t>();
+  digest_ = handshake::auth_digest(hello_body_, challenge_body_, my_address, network);
   protocol::Auth auth;
   if (options_.identity) auth.signature = options_.identity->sign(digest_);
   if (!options_.identity || capability_of(options_.client)) auth.mac = auth_mac(options_.token, digest_, "client");
   auth.worker_address = my_address;
+  // For the control endpoint, with a lane beside it (protocol.md).
+  auth.network_address.bytes.assign(network.begin(), network.end());
+  mine_ = mine;
   return protocol::encode(auth);
 }
 
@@ -138,9 +144,19 @@ Dialed ClientHandshake::on_welcome(std::span<const std::byte> sealed, const std:
     throw DialRefused(protocol::Status::malformed,
                       fmt::format("ferryd at {} sent an unusable UCX worker address: {}", where_, why));
   const pid_t peer_pid = welcome->lane == protocol::Lane::shared_memory ? server_pid_ : 0;
+  // Sent only to a client that sent its own, and only with a lane.
+  const auto& network = welcome->network_address.bytes;
+  if (!network.empty() && (welcome->lane == protocol::Lane::none || mine_.network.empty() || hello_.lane == protocol::Lane::none))
+    throw DialRefused(protocol::Status::malformed,
+                      fmt::format("ferryd at {} sent a network address this client did not ask for", where_));
+  if (!network.empty())
+    if (const std::string why = worker_address::check(network); !why.empty())
+      throw DialRefused(protocol::Status::malformed,
+                        fmt::format("ferryd at {} sent an unusable UCX network address: {}", where_, why));
   dialed.connection = Connection::to_worker(worker, welcome->worker_address, socket_name,
                                             welcome->encrypted != 0 ? std::move(channel_) : nullptr,
-                                            std::move(on_message), std::move(on_error), welcome->lane, false, peer_pid);
+                                            std::move(on_message), std::move(on_error), welcome->lane, false, peer_pid,
+                                            mine_.whole, network);
   dialed.welcome = std::move(*welcome);
   return dialed;
 }

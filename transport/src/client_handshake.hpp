@@ -32,7 +32,7 @@ class ClientHandshake {
   // `socket_fd`, the bootstrap socket, tells whether the process ferryd
   // names as its own is the one at the other end.
   std::vector<std::byte> on_challenge(std::vector<std::byte> challenge_body, int socket_fd,
-                                      const std::vector<std::uint8_t>& my_address);
+                                      const Worker::Addresses& mine);
   // The sealed answer to auth: the UCX connection to ferryd, on `worker`.
   // `socket_name` is the peer's address (plaintext is allowed on loopback only).
   Dialed on_welcome(std::span<const std::byte> sealed, const std::shared_ptr<Worker>& worker,
@@ -52,6 +52,7 @@ class ClientHandshake {
   Cipher cipher_ = Cipher::xchacha20poly1305;
   std::unique_ptr<SecureChannel> channel_;
   pid_t server_pid_ = 0;  // the challenge's, proven on the bootstrap socket; 0: none
+  Worker::Addresses mine_;  // sent in the auth: the endpoints are made on that UCX worker
 };
 
 }  // namespace ferry::transport

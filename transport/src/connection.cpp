@@ -80,9 +80,9 @@ void ConnectionImpl::close_from(Ending how) {
 void ConnectionImpl::close_now(Ending how) {
   closed_ = true;
   if (ep_ == nullptr) return;
-  if (failed_ && (how == Ending::flushed || how == Ending::peer_leaving)) how = Ending::peer_gone;
+  if (failed_ && flushes(how)) how = Ending::peer_gone;
   // Before the close notice, as they were queued before it.
-  if (how == Ending::flushed || how == Ending::peer_leaving) flush_batch();
+  if (flushes(how)) flush_batch();
   close_endpoints(impl_, take_endpoints(), how);
   // Handlers often capture their connection; dropping them breaks the cycle.
   on_message_.reset();
@@ -164,7 +164,7 @@ void ConnectionImpl::fail(ucs_status_t status) {
   // rather than onto a lane to a dead ferryd.
   if (lane_ == nullptr || !lane_accepted_) return end(reason);
   post([self = self(), reason = std::move(reason)] {
-    while (ucp_worker_progress(self->impl_.worker) != 0) {
+    while (self->impl_.progress() != 0) {
     }
     self->end(reason);
   });

@@ -35,6 +35,7 @@ class ConnectionImpl final : public Connection {
   void abort() override;
   bool closed() const noexcept override { return closed_.load(); }
   std::string peer() const override { return peer_; }
+  Worker::Addresses local_addresses() const override { return local_addresses_; }
   bool encrypted() const noexcept override { return channel_ != nullptr; }
   // Before any message: seals and opens every message from now on.
   void secure(std::unique_ptr<SecureChannel> channel) { channel_ = std::move(channel); }
@@ -50,10 +51,12 @@ class ConnectionImpl final : public Connection {
   // Progress thread only, from here on.
 
   // Takes the endpoint: messages arriving on it now come to this connection.
-  void attach(ucp_ep_h ep, std::string peer);
+  // `local`: the addresses of the UCX worker it was made on.
+  void attach(ucp_ep_h ep, std::string peer, Worker::Addresses local);
   // Takes the shared-memory lane's endpoint: every message goes on it from
   // now on. `accepted`: this end answered the dial (ferryd's end).
-  void attach_lane(ucp_ep_h lane, bool accepted);
+  // `handled`: made with peer error handling (the peer sent its network address).
+  void attach_lane(ucp_ep_h lane, bool accepted, bool handled);
   // Takes the bulk lanes' endpoints: this end's messages with a payload go
   // out on `out` from now on, and a sealed connection numbers them apart.
   void attach_bulk(ucp_ep_h out, ucp_ep_h in);
@@ -103,6 +106,8 @@ class ConnectionImpl final : public Connection {
   // flushed: close(); peer_leaving: close_after_goodbye(); peer_gone: the
   // peer failed or closed; peer_silent: abort().
   enum class Ending { flushed, peer_leaving, peer_gone, peer_silent };
+  // Whether what was sent still leaves before the endpoints close.
+  static bool flushes(Ending how) noexcept { return how == Ending::flushed || how == Ending::peer_leaving; }
   void close_now(Ending how);
   // close() or abort() from any thread.
   void close_from(Ending how);
@@ -137,6 +142,7 @@ class ConnectionImpl final : public Connection {
   struct Endpoints {
     ucp_ep_h ep, lane, bulk_out, bulk_in;
     std::uint64_t bulk_sent;  // what the close notice counts (bulk_sent_)
+    bool lane_handled;        // the lane has peer error handling (lane_handled_)
   };
   // Takes them out of the worker's map (no message reaches this connection
   // through them any more) and out of this object.
@@ -149,6 +155,7 @@ class ConnectionImpl final : public Connection {
   Worker::Impl& impl_;
   std::atomic<bool> closed_{false};
   std::string peer_;
+  Worker::Addresses local_addresses_;
   ucp_ep_h ep_ = nullptr;    // the control endpoint: peer error handling, liveness
   ucp_ep_h lane_ = nullptr;  // the shared-memory lane, when agreed: carries every message
   // Bulk lanes, when agreed: this end's messages with a payload go out on
@@ -165,6 +172,7 @@ class ConnectionImpl final : public Connection {
   bool failed_ = false;
   // A lane this end accepted: a peer that fails may have left a bye on it (fail()).
   bool lane_accepted_ = false;
+  bool lane_handled_ = false;
   // Shared so that a handler replacing the handlers does not destroy itself mid-call.
   std::shared_ptr<const MessageHandler> on_message_;
   std::shared_ptr<const ErrorHandler> on_error_;

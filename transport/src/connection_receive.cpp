@@ -20,10 +20,13 @@ std::shared_ptr<ConnectionImpl> connection_on(Worker::Impl& impl, ucp_ep_h ep) {
   return std::static_pointer_cast<ConnectionImpl>(found->second->weak_from_this().lock());
 }
 
+// The generation (UCX worker) an AM handler was registered on: its `arg`.
+Worker::Impl::Generation& generation_of(void* arg) { return *static_cast<Worker::Impl::Generation*>(arg); }
+
 // The connection an AM from `param`'s reply endpoint belongs to, or null.
-std::shared_ptr<ConnectionImpl> connection_of(Worker::Impl& impl, const ucp_am_recv_param_t* param) {
+std::shared_ptr<ConnectionImpl> connection_of(void* arg, const ucp_am_recv_param_t* param) {
   if ((param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) == 0) return nullptr;
-  return connection_on(impl, param->reply_ep);
+  return connection_on(*generation_of(arg).impl, param->reply_ep);
 }
 
 // With no header, `header` is undefined (UCX's words), not null.
@@ -36,16 +39,15 @@ std::span<const std::byte> header_bytes(const void* header, std::size_t header_l
 
 ucs_status_t am_receive(void* arg, const void* header, std::size_t header_length, void* data, std::size_t length,
                         const ucp_am_recv_param_t* param) {
-  auto& impl = *static_cast<Worker::Impl*>(arg);
   if ((param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) == 0) {
     log().warn("ucx: dropped a message without a reply endpoint (not from a Ferry peer?)");
     return UCS_OK;
   }
-  auto connection = connection_of(impl, param);
+  auto connection = connection_of(arg, param);
   if (!connection) return UCS_OK;
   auto& self = *connection;
   const bool bulk = self.came_on_bulk_lane(param->reply_ep);
-  IncomingMessage message(impl, header_bytes(header, header_length), data, length,
+  IncomingMessage message(generation_of(arg), header_bytes(header, header_length), data, length,
                           (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0, bulk ? &self : nullptr);
   self.deliver(message);
   if (bulk) self.settle_close();
@@ -54,8 +56,7 @@ ucs_status_t am_receive(void* arg, const void* header, std::size_t header_length
 
 ucs_status_t batch_receive(void* arg, const void*, std::size_t, void* data, std::size_t length,
                            const ucp_am_recv_param_t* param) {
-  auto& impl = *static_cast<Worker::Impl*>(arg);
-  auto connection = connection_of(impl, param);
+  auto connection = connection_of(arg, param);
   if (!connection) return UCS_OK;
   auto& self = *connection;
   // Framing only: each frame is then a message like any other (opened and
@@ -74,7 +75,7 @@ ucs_status_t batch_receive(void* arg, const void*, std::size_t, void* data, std:
     }
     const std::uint32_t n = get_le<std::uint32_t>(bytes + at);
     at += frame_prefix;
-    IncomingMessage message(impl, {bytes + at, n}, nullptr, 0, false);
+    IncomingMessage message(generation_of(arg), {bytes + at, n}, nullptr, 0, false);
     self.deliver(message);
     at += n;
   }
@@ -83,7 +84,7 @@ ucs_status_t batch_receive(void* arg, const void*, std::size_t, void* data, std:
 
 ucs_status_t close_receive(void* arg, const void* header, std::size_t header_length, void*, std::size_t,
                           const ucp_am_recv_param_t* param) {
-  auto connection = connection_of(*static_cast<Worker::Impl*>(arg), param);
+  auto connection = connection_of(arg, param);
   if (!connection) return UCS_OK;
   auto& self = *connection;
   // No header: nothing went on a bulk lane (or the peer predates the count).
@@ -101,7 +102,7 @@ ucs_status_t close_receive(void* arg, const void* header, std::size_t header_len
 
 ucs_status_t pull_receive(void* arg, const void* header, std::size_t header_length, void*, std::size_t length,
                           const ucp_am_recv_param_t* param) {
-  auto connection = connection_of(*static_cast<Worker::Impl*>(arg), param);
+  auto connection = connection_of(arg, param);
   if (!connection) return UCS_OK;
   const auto bytes = header_bytes(header, header_length);
   const auto descriptor = pull::read_descriptor(bytes);
@@ -119,7 +120,7 @@ ucs_status_t pull_receive(void* arg, const void* header, std::size_t header_leng
 
 ucs_status_t pull_control_receive(void* arg, const void* header, std::size_t header_length, void*, std::size_t length,
                                   const ucp_am_recv_param_t* param) {
-  auto connection = connection_of(*static_cast<Worker::Impl*>(arg), param);
+  auto connection = connection_of(arg, param);
   if (!connection) return UCS_OK;
   const auto message = pull::read_control(header_bytes(header, header_length));
   if (!message || length != 0) {

@@ -47,7 +47,7 @@ Digest challenge_digest(std::span<const std::byte> hello, const protocol::Challe
 }
 
 Digest auth_digest(std::span<const std::byte> hello, std::span<const std::byte> challenge,
-                   std::span<const std::uint8_t> worker_address) {
+                   std::span<const std::uint8_t> worker_address, std::span<const std::uint8_t> network_address) {
   ensure_sodium();
   crypto_hash_sha256_state state;
   crypto_hash_sha256_init(&state);
@@ -55,6 +55,15 @@ Digest auth_digest(std::span<const std::byte> hello, std::span<const std::byte> 
   add(state, hello);
   add(state, challenge);
   crypto_hash_sha256_update(&state, worker_address.data(), worker_address.size());
+  // Bound like the worker address, so that no one on the way can point the
+  // control endpoint elsewhere; absent, the digest is an older peer's.
+  if (!network_address.empty()) {
+    add(state, "network address");
+    std::uint8_t length[4];
+    for (int i = 0; i < 4; ++i) length[i] = static_cast<std::uint8_t>(network_address.size() >> (8 * i));
+    crypto_hash_sha256_update(&state, length, sizeof length);
+    crypto_hash_sha256_update(&state, network_address.data(), network_address.size());
+  }
   Digest digest{};
   crypto_hash_sha256_final(&state, digest.data());
   return digest;

@@ -25,9 +25,10 @@ std::uint32_t frame_length(const std::byte* prefix);
 using Digest = std::array<std::uint8_t, 32>;
 // What the server signs: the hello as it came and its challenge (signature zeroed).
 Digest challenge_digest(std::span<const std::byte> hello, const protocol::Challenge& challenge);
-// What the client proves: hello and challenge as they came, and its worker address.
+// What the client proves: hello and challenge as they came, and its worker
+// address (and its network address, when it sends one).
 Digest auth_digest(std::span<const std::byte> hello, std::span<const std::byte> challenge,
-                   std::span<const std::uint8_t> worker_address);
+                   std::span<const std::uint8_t> worker_address, std::span<const std::uint8_t> network_address = {});
 
 // An ephemeral X25519 key pair (crypto_kx), wiped when it goes.
 struct Exchange {

@@ -34,7 +34,7 @@ void IncomingMessage::into(void* dest, Done done) {
     notify(done, {});
     return;
   }
-  auto* op = new ReceiveOp{std::move(done), &impl_, {}};
+  auto* op = new ReceiveOp{std::move(done), &impl_, worker_, {}};
   if (bulk_ != nullptr) {
     op->connection = std::static_pointer_cast<ConnectionImpl>(bulk_->shared_from_this());
     bulk_->payload_landing();
@@ -51,7 +51,7 @@ void IncomingMessage::into(void* dest, Done done) {
   // receive_done from inside it and still returns the request, and that
   // callback then owns (and frees) op.
   impl_.receiving.insert(op);
-  auto request = ucp_am_recv_data_nbx(impl_.worker, data_, dest, length_, &param);
+  auto request = ucp_am_recv_data_nbx(worker_, data_, dest, length_, &param);
   // UCX owns the descriptor from here whatever happened; the callback must
   // say so with UCS_INPROGRESS rather than have it dropped.
   status_ = UCS_INPROGRESS;

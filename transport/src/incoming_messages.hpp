@@ -22,10 +22,16 @@ namespace ferry::transport {
 class IncomingMessage final : public Incoming {
  public:
   // `bulk`: the connection, when the message came on its peer's bulk lane
-  // (a close waits for its payload).
-  IncomingMessage(Worker::Impl& impl, std::span<const std::byte> header, void* data, std::size_t length,
-                  bool rendezvous, ConnectionImpl* bulk = nullptr)
-      : impl_(impl), header_(header), data_(data), length_(length), rendezvous_(rendezvous), bulk_(bulk) {}
+  // (a close waits for its payload). `generation`: the UCX worker it came on.
+  IncomingMessage(Worker::Impl::Generation& generation, std::span<const std::byte> header, void* data,
+                  std::size_t length, bool rendezvous, ConnectionImpl* bulk = nullptr)
+      : impl_(*generation.impl),
+        worker_(generation.worker),
+        header_(header),
+        data_(data),
+        length_(length),
+        rendezvous_(rendezvous),
+        bulk_(bulk) {}
 
   std::span<const std::byte> header() const noexcept override { return header_; }
   std::size_t payload_bytes() const noexcept override { return length_; }
@@ -36,6 +42,7 @@ class IncomingMessage final : public Incoming {
 
  private:
   Worker::Impl& impl_;
+  ucp_worker_h worker_;
   std::span<const std::byte> header_;
   void* data_;
   std::size_t length_;

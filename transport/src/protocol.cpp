@@ -187,6 +187,7 @@ void fields(IO& io, M& m) {
   io("mac", m.mac);
   io("signature", m.signature);
   io("worker_address", m.worker_address);
+  io("network_address", m.network_address);
 }
 template <class IO, Is<Welcome> M>
 void fields(IO& io, M& m) {
@@ -204,6 +205,7 @@ void fields(IO& io, M& m) {
   io("peak_flops", m.peak_flops);
   io("peak_bytes", m.peak_bytes);
   io("lane", m.lane);
+  io("network_address", m.network_address);
 }
 template <class IO, Is<Put> M>
 void fields(IO& io, M& m) {
@@ -445,6 +447,14 @@ class Writer : public Location {
     append_le(out_, pid.value);
   }
 
+  // A trailing address (an auth's, a welcome's after its lane): left out
+  // when empty. In a welcome it cannot follow a lane that was left out.
+  void operator()(const char* field, const NetworkAddress& address) {
+    if (address.bytes.empty()) return;
+    if (lane_left_out_) fail(field, "a network address needs a lane before it");
+    (*this)(field, address.bytes);
+  }
+
   // A trailing u64 (a get's last field): left out when none, so an older
   // peer still reads the message. Any id, 0 included, is written.
   void operator()(const char*, const Under& under) {
@@ -571,6 +581,15 @@ class Reader : public Location {
     if (left() == 0) return;
     pid.value = uint<std::uint32_t>(field);
     if (pid.value == 0) fail(field, "0 is written by leaving the field out");
+  }
+
+  // A trailing address (an auth's, a welcome's after its lane): a header
+  // that ends before it (an older peer) carries none.
+  void operator()(const char* field, NetworkAddress& address) {
+    address.bytes.clear();
+    if (left() == 0) return;
+    (*this)(field, address.bytes);
+    if (address.bytes.empty()) fail(field, "an empty address is written by leaving it out");
   }
 
   // A trailing u64 (a get's last field): a header that ends before it

@@ -47,7 +47,6 @@ ServerHandshake::ServerHandshake(std::shared_ptr<Worker> worker, const Bootstrap
   } else if (options_.token.empty() && !options_.authorize) {
     throw UsageError("the bootstrap needs a token, authorized keys, or both");
   }
-  worker_address_ = worker_->address();
 }
 
 bool ServerHandshake::start(BootstrapPeer& peer) {
@@ -118,7 +117,7 @@ void ServerHandshake::receive(BootstrapPeer& peer) {
         case Stage::auth: on_auth(peer, body); break;
         case Stage::challenge:
           peer.stage = Stage::welcome;
-          send(peer, peer.client->on_challenge(std::move(body), peer.fd, worker_address_));
+          send(peer, peer.client->on_challenge(std::move(body), peer.fd, worker_->addresses()));
           break;
         case Stage::welcome: on_welcome(peer, body); break;
         case Stage::wiring:
@@ -243,7 +242,14 @@ void ServerHandshake::on_auth(BootstrapPeer& peer, std::span<const std::byte> bo
   // UCX (Connection::to_worker would refuse it too, saying nothing to it).
   if (const std::string why = worker_address::check(auth->worker_address); !why.empty())
     return refuse(peer, Refusal::malformed, Status::malformed, "auth's UCX worker address is unusable: " + why);
-  const auto digest = handshake::auth_digest(peer.hello_body, peer.challenge_body, auth->worker_address);
+  const auto& network = auth->network_address.bytes;
+  if (!network.empty()) {
+    if (peer.hello.lane == protocol::Lane::none)
+      return refuse(peer, Refusal::malformed, Status::malformed, "auth carries a network address without a lane offered");
+    if (const std::string why = worker_address::check(network); !why.empty())
+      return refuse(peer, Refusal::malformed, Status::malformed, "auth's UCX network address is unusable: " + why);
+  }
+  const auto digest = handshake::auth_digest(peer.hello_body, peer.challenge_body, auth->worker_address, network);
 
   Peer who;
   who.address = peer.address;
@@ -303,7 +309,7 @@ void ServerHandshake::on_auth(BootstrapPeer& peer, std::span<const std::byte> bo
     log().warn("bootstrap: {} ({}) gets a plaintext link, as both ends chose (--plaintext)", who.address,
                who.client);
   who.binding = digest;
-  admit(peer, who, auth->worker_address, digest);
+  admit(peer, who, auth->worker_address, network, digest);
 }
 
 void ServerHandshake::on_welcome(BootstrapPeer& peer, std::span<const std::byte> sealed) {
@@ -317,6 +323,7 @@ void ServerHandshake::on_welcome(BootstrapPeer& peer, std::span<const std::byte>
 }
 
 void ServerHandshake::admit(BootstrapPeer& peer, const Peer& who, const protocol::Bytes& client_address,
+                            const protocol::Bytes& client_network,
            const handshake::Digest& digest) {
   SecureChannel* seal = peer.channel.get();
   std::vector<std::byte> reply;
@@ -338,9 +345,13 @@ void ServerHandshake::admit(BootstrapPeer& peer, const Peer& who, const protocol
       const auto pid = static_cast<pid_t>(peer.hello.pid.value);
       const pid_t peer_pid =
           lane == protocol::Lane::shared_memory && pid > 0 && loopback_peer_is_process(peer.fd, pid) ? pid : 0;
+      // The client's network address only beside a lane: with none, the
+      // welcome cannot carry this end's, and both ends make theirs alike.
+      const protocol::Bytes no_address;
+      const auto& network = lane != protocol::Lane::none ? client_network : no_address;
       auto connection = Connection::to_worker(worker_, client_address, who.address,
                                               who.encrypted ? std::move(peer.channel) : nullptr, {}, {}, lane, true,
-                                              peer_pid);
+                                              peer_pid, {}, network);
       Peer admitted = who;
       admitted.shared_memory = lane == protocol::Lane::shared_memory;
       admitted.bulk_lanes = lane == protocol::Lane::bulk;
@@ -348,7 +359,9 @@ void ServerHandshake::admit(BootstrapPeer& peer, const Peer& who, const protocol
       if (auto* welcome = std::get_if<protocol::Welcome>(&answer)) {
         if (!who.key) welcome->mac = auth_mac(peer.secret, digest, "server");
         welcome->encrypted = who.encrypted ? 1 : 0;
-        welcome->worker_address = worker_address_;
+        const auto local = connection->local_addresses();
+        welcome->worker_address = local.whole;
+        if (!network.empty()) welcome->network_address.bytes = local.network;
         welcome->lane = lane;
         peer.admitted = true;
         made = connection;

@@ -65,6 +65,7 @@ class ServerHandshake {
   // anything arrives.
   void on_welcome(BootstrapPeer& peer, std::span<const std::byte> sealed);
   void admit(BootstrapPeer& peer, const Peer& who, const protocol::Bytes& client_address,
+             const protocol::Bytes& client_network,
              const handshake::Digest& digest);
 
   std::shared_ptr<Worker> worker_;
@@ -76,7 +77,6 @@ class ServerHandshake {
   std::shared_ptr<const BootstrapWaker> waker_;
   KeyPair host_key_;
   bool aes_;
-  std::vector<std::uint8_t> worker_address_;
 };
 
 }  // namespace ferry::transport

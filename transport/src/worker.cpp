@@ -107,14 +107,15 @@ void notice_sent(void* request, ucs_status_t, void* user_data) {
 }
 
 void close_callback(void* request, ucs_status_t status, void* user_data) {
-  auto* impl = static_cast<Worker::Impl*>(user_data);
+  auto* generation = static_cast<Worker::Impl::Generation*>(user_data);
   if (status != UCS_OK) log().debug("ucx: endpoint closed with {}", ucs_status_string(status));
-  --impl->closing;
+  --generation->impl->closing;
+  generation->impl->closed(generation);
   ucp_request_free(request);
 }
 
 struct FlushedClose {
-  Worker::Impl* impl;
+  Worker::Impl::Generation* generation;
   ucp_ep_h ep;
 };
 
@@ -124,8 +125,9 @@ void flushed_callback(void* request, ucs_status_t status, void* user_data) {
   auto* flushed = static_cast<FlushedClose*>(user_data);
   if (status != UCS_OK) log().debug("ucx: endpoint flushed with {}", ucs_status_string(status));
   ucp_request_free(request);
-  flushed->impl->post([impl = flushed->impl, ep = flushed->ep] {
-    impl->close_endpoint(ep, Worker::Impl::Close::force, false);
+  auto* impl = flushed->generation->impl;
+  impl->post([impl, generation = flushed->generation, ep = flushed->ep] {
+    impl->close_on(*generation, ep, Worker::Impl::Close::force, false, 0);
     --impl->closing;
   });
   delete flushed;
@@ -165,12 +167,22 @@ std::shared_ptr<Worker> Worker::create(Options options) {
   ucp_config_t* config = nullptr;
   check(ucp_config_read(nullptr, nullptr, &config), "ucp_config_read");
   // CMA is left out unless UCX_TLS names it: on an endpoint without peer
-  // error handling (the shared-memory lane) Debian's UCX 1.13 aborts the
-  // process when process_vm_readv meets a peer that died, so one client's
-  // kill -9 would take ferryd down. Endpoints with error handling never use
-  // CMA anyway, and the lane's shared-memory FIFOs and TCP rendezvous lanes
-  // measured as fast here (docs/tuning.md).
+  // error handling Debian's UCX 1.13 aborts the process when
+  // process_vm_readv meets a peer that died, so one client's kill -9 would
+  // take ferryd down. Endpoints with error handling never use CMA, and
+  // shared-memory FIFOs and TCP rendezvous lanes measured as fast here
+  // (docs/tuning.md).
   if (std::getenv("UCX_TLS") == nullptr) check(ucp_config_modify(config, "TLS", "^cma"), "ucp_config_modify(TLS)");
+  // UCX 1.13's shared-memory transports (sysv, posix) offer peer error
+  // handling only when asked (it checks the peer's process at UCX's
+  // keepalive). With it the shared-memory lane has peer error handling, so
+  // it can be force-closed and freed: closed with a flush, UCX keeps a
+  // connected endpoint until its worker ends (ucp_ep_disconnected), and a
+  // ferryd kept one lane per same-host session. The control endpoint stays
+  // on TCP, made from the peer's network address (Connection::to_worker).
+  if (std::getenv("UCX_SYSV_ERROR_HANDLING") == nullptr && std::getenv("UCX_POSIX_ERROR_HANDLING") == nullptr &&
+      std::getenv("UCX_MM_ERROR_HANDLING") == nullptr)
+    check(ucp_config_modify(config, "MM_ERROR_HANDLING", "y"), "ucp_config_modify(MM_ERROR_HANDLING)");
   // TCP segments of 256 KiB rather than UCX's 64 KiB received and 8 KiB
   // sent: a rendezvous payload travels in 256 KiB fragments, a quarter of
   // the receives (each a system call and a copy out of the segment on the
@@ -193,24 +205,20 @@ std::shared_ptr<Worker> Worker::create(Options options) {
   params.features = UCP_FEATURE_AM | UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
   params.mt_workers_shared = 0;
   params.name = impl->name.c_str();
-  ucp_worker_params_t worker_params{};
-  worker_params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-  // One thread at a time calls into the worker: the progress thread, or a
-  // thread sending while the progress thread sleeps (Impl::serial says
-  // which); ucp_worker_signal is documented safe in every thread mode.
-  worker_params.thread_mode = UCS_THREAD_MODE_SERIALIZED;
+  const ucp_worker_params_t worker_params = serialized_worker_params();
   // UCX lists the network interfaces (ucp_init), then opens each (the
   // worker): one that goes away in between (a container's or a test
   // namespace's veth) fails the worker with "No such device". A new
   // context lists the interfaces of the moment.
   ucs_status_t status = UCS_OK;
+  ucp_worker_h first = nullptr;
   for (int attempt = 1;; ++attempt) {
     status = ucp_init(&params, config, &impl->context);
     if (status != UCS_OK) {
       impl->context = nullptr;
       break;
     }
-    status = ucp_worker_create(impl->context, &worker_params, &impl->worker);
+    status = ucp_worker_create(impl->context, &worker_params, &first);
     if (status != UCS_ERR_NO_DEVICE || attempt == 5) break;
     ucp_cleanup(impl->context);
     impl->context = nullptr;
@@ -223,47 +231,27 @@ std::shared_ptr<Worker> Worker::create(Options options) {
     throw_ucx(status, std::string("ucp_init (UCX_TLS=") + (tls != nullptr ? tls : "unset") + ")");
   }
   check(status, "ucp_worker_create");
-
-  ucp_worker_attr_t attr{};
-  attr.field_mask = UCP_WORKER_ATTR_FIELD_MAX_AM_HEADER;
-  check(ucp_worker_query(impl->worker, &attr), "ucp_worker_query");
-  impl->max_am_header = attr.max_am_header;
-  check(ucp_worker_get_efd(impl->worker, &impl->event_fd), "ucp_worker_get_efd");
   impl->sleep_fd = ::epoll_create1(EPOLL_CLOEXEC);
-  epoll_event watch{};
-  watch.events = EPOLLIN;
-  if (impl->sleep_fd < 0 || ::epoll_ctl(impl->sleep_fd, EPOLL_CTL_ADD, impl->event_fd, &watch) != 0)
+  if (impl->sleep_fd < 0) {
+    ucp_worker_destroy(first);
     throw UcxError(fmt::format("ucx: an epoll set for worker '{}': {}", impl->name, std::strerror(errno)),
                    static_cast<int>(UCS_ERR_IO_ERROR));
-
-  ucp_am_handler_param_t handler{};
-  handler.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG |
-                       UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
-  handler.id = ferry_am_id;
-  handler.cb = am_receive;
-  handler.arg = impl.get();
-  handler.flags = UCP_AM_FLAG_WHOLE_MSG;
-  check(ucp_worker_set_am_recv_handler(impl->worker, &handler), "ucp_worker_set_am_recv_handler");
-  handler.id = ferry_close_am_id;
-  handler.cb = close_receive;
-  check(ucp_worker_set_am_recv_handler(impl->worker, &handler), "ucp_worker_set_am_recv_handler (close)");
-  handler.id = ferry_batch_am_id;
-  handler.cb = batch_receive;
-  check(ucp_worker_set_am_recv_handler(impl->worker, &handler), "ucp_worker_set_am_recv_handler (batch)");
-  handler.id = ferry_pull_am_id;
-  handler.cb = pull_receive;
-  check(ucp_worker_set_am_recv_handler(impl->worker, &handler), "ucp_worker_set_am_recv_handler (pull)");
-  handler.id = ferry_pull_control_am_id;
-  handler.cb = pull_control_receive;
-  check(ucp_worker_set_am_recv_handler(impl->worker, &handler), "ucp_worker_set_am_recv_handler (pull control)");
+  }
+  impl->transports = describe_transports(impl->context);
+  // By prefix: "rc" stands for rc_verbs and rc_mlx5.
+  const auto offers = [&](const char* tl) {
+    return impl->transports.starts_with(tl) || impl->transports.find(std::string(", ") + tl) != std::string::npos;
+  };
+  for (const char* rdma : {"rc", "ud", "dc"})
+    if (offers(rdma)) impl->sends_are_system_calls = false;
+  for (const char* network : {"tcp", "rc", "ud", "dc"})
+    if (offers(network)) impl->has_network_transport = true;
+  impl->open_generation(first);
+  impl->sessions_per_generation = options.sessions_per_generation;
 
   impl->slabs = std::make_unique<SlabRegistry>(impl->context, [raw = impl.get()](std::function<void()> fn) {
     raw->post(std::move(fn));
   });
-  impl->transports = describe_transports(impl->context);
-  for (const char* rdma : {"rc", "ud", "dc"})
-    if (impl->transports.starts_with(rdma) || impl->transports.find(std::string(", ") + rdma) != std::string::npos)
-      impl->sends_are_system_calls = false;
   impl->thread = std::thread([raw = impl.get()] { raw->run(); });
   log().debug("ucx: worker '{}' up; transports {}; max AM header {} bytes", impl->name, impl->transports,
               impl->max_am_header);
@@ -314,25 +302,24 @@ std::size_t Worker::registered_slabs() {
 }
 
 Worker::Endpoints Worker::endpoints() {
-  auto count = [this] { return Endpoints{impl_->connections.size(), impl_->closing, impl_->flushed_closes}; };
+  auto count = [this] { return impl_->endpoint_counts(); };
   return on_progress_thread() ? count() : call(count);
 }
 
-std::vector<std::uint8_t> Worker::address() {
-  auto get = [this] {
-    ucp_address_t* raw = nullptr;
-    std::size_t length = 0;
-    check(ucp_worker_get_address(impl_->worker, &raw, &length), "ucp_worker_get_address");
-    const auto* bytes = reinterpret_cast<const std::uint8_t*>(raw);
-    std::vector<std::uint8_t> out(bytes, bytes + length);
-    ucp_worker_release_address(impl_->worker, raw);
-    return out;
-  };
-  return on_progress_thread() ? get() : call(get);
+std::vector<std::uint8_t> Worker::address() { return addresses().whole; }
+
+Worker::Addresses Worker::addresses() {
+  std::lock_guard lock(impl_->mutex);
+  // A dial sends it and makes its endpoint a round trip later: its
+  // generation is not retired meanwhile (worker_generations.cpp).
+  impl_->promised = impl_->address;
+  impl_->promised_at = std::chrono::steady_clock::now();
+  return {impl_->address, impl_->network_address};
 }
 
 Worker::Impl::~Impl() {
-  if (worker != nullptr) ucp_worker_destroy(worker);
+  if (worker != nullptr)
+    for (auto& g : generations) ucp_worker_destroy(g->worker);
   if (context != nullptr) ucp_cleanup(context);
   if (sleep_fd >= 0) ::close(sleep_fd);
 }
@@ -392,7 +379,11 @@ bool Worker::Impl::drive(const std::function<bool()>& ready) {
   // the peer's. Out of the progress thread's sleep set while this thread
   // drives, so only the driver sees what arrives. Not beside a
   // shared-memory lane (see shared_memory_lanes).
-  const bool parked = shared_memory_lanes == 0 && ::epoll_ctl(sleep_fd, EPOLL_CTL_DEL, event_fd, nullptr) == 0;
+  // With several generations (a server's) every one would need parking: left where they are.
+  const int parked_fd = event_fd;
+  ucp_worker_h parked_worker = worker;
+  const bool parked = shared_memory_lanes == 0 && generations.size() == 1 &&
+                      ::epoll_ctl(sleep_fd, EPOLL_CTL_DEL, parked_fd, nullptr) == 0;
   running_inline = this;
   driving = this;
   bool got = false;
@@ -415,10 +406,10 @@ bool Worker::Impl::drive(const std::function<bool()>& ready) {
   // progress thread; busy: something came (or a signal) that it must see.
   bool busy = false;
   if (parked) {
-    busy = ucp_worker_arm(worker) != UCS_OK;
+    busy = ucp_worker_arm(parked_worker) != UCS_OK;
     epoll_event watch{};
     watch.events = EPOLLIN;
-    ::epoll_ctl(sleep_fd, EPOLL_CTL_ADD, event_fd, &watch);
+    ::epoll_ctl(sleep_fd, EPOLL_CTL_ADD, parked_fd, &watch);
   }
   bool signal = false;
   {
@@ -516,7 +507,7 @@ void Worker::Impl::flush_batches(bool all) {
 
 bool Worker::Impl::progress_until_idle() {
   bool any = false;
-  while (ucp_worker_progress(worker) != 0) {
+  while (progress() != 0) {
     any = true;
     came_round();
   }
@@ -543,7 +534,7 @@ bool Worker::Impl::poll_for_work() {
   unsigned spins = 0;
   do {
     if (has_posted.load(std::memory_order_acquire)) return true;
-    if (ucp_worker_progress(worker) != 0) return true;
+    if (progress() != 0) return true;
     share_the_core(spins);
   } while (std::chrono::steady_clock::now() < until);
   return false;
@@ -551,7 +542,7 @@ bool Worker::Impl::poll_for_work() {
 
 // Returns false when there is work and the thread must not sleep.
 bool Worker::Impl::wait(int timeout_ms, std::unique_lock<std::mutex>& serial_lock) {
-  auto status = ucp_worker_arm(worker);
+  auto status = arm();
   if (status == UCS_ERR_BUSY) return false;
   if (status != UCS_OK) {
     log().error("ucx: ucp_worker_arm: {}; polling every 10 ms instead", ucs_status_string(status));
@@ -609,6 +600,15 @@ void Worker::Impl::run() {
 }
 
 void Worker::Impl::close_endpoint(ucp_ep_h ep, Close how, bool notice, std::uint64_t bulk_sent) {
+  Generation* generation = release(ep);
+  if (generation == nullptr) {
+    log().error("ucx: worker '{}': an endpoint to close that no UCX worker of it made", name);
+    return;
+  }
+  close_on(*generation, ep, how, notice, bulk_sent);
+}
+
+void Worker::Impl::close_on(Generation& generation, ucp_ep_h ep, Close how, bool notice, std::uint64_t bulk_sent) {
   const bool force = how == Close::force;
   if (!force && notice) {
     // Last on the endpoint, so the peer hears of the close after all else;
@@ -632,28 +632,30 @@ void Worker::Impl::close_endpoint(ucp_ep_h ep, Close how, bool notice, std::uint
     ucp_request_param_t flush{};
     flush.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     flush.cb.send = flushed_callback;
-    auto* flushed = new FlushedClose{this, ep};
+    auto* flushed = new FlushedClose{&generation, ep};
     flush.user_data = flushed;
     ++closing;
     auto request = ucp_ep_flush_nbx(ep, &flush);
     if (request != nullptr && !UCS_PTR_IS_ERR(request)) return;  // flushed_callback goes on
     delete flushed;
     --closing;
-    return close_endpoint(ep, Close::force, false);
+    return close_on(generation, ep, Close::force, false, 0);
   }
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
   param.cb.send = close_callback;
-  param.user_data = this;
+  param.user_data = &generation;
   param.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
   ++closing;  // before the call, which may end in close_callback (as a send may in its own)
-  if (how == Close::flush) ++flushed_closes;
+  if (how == Close::flush) ++generation.held;
   auto request = ucp_ep_close_nbx(ep, &param);
   if (UCS_PTR_IS_ERR(request)) {
     --closing;
+    closed(&generation);
     log().debug("ucx: ucp_ep_close_nbx: {}", ucs_status_string(UCS_PTR_STATUS(request)));
   } else if (request == nullptr) {
     --closing;
+    closed(&generation);
   }
 }
 
@@ -696,7 +698,9 @@ void Worker::Impl::shutdown(std::unique_lock<std::mutex>& serial_lock) {
     std::swap(doomed, worker);
     sleeping = false;
   }
-  if (!abandon) ucp_worker_destroy(doomed);
+  if (!abandon)
+    for (auto& g : generations) ucp_worker_destroy(g->worker);
+  generations.clear();  // an abandoned worker is never progressed again: nothing calls back into these
   // Nothing completes a receive now; its owner hears of it once, as from UCX.
   for (auto* op : std::exchange(receiving, {})) {
     std::unique_ptr<Receiving> owned(op);

@@ -14,6 +14,8 @@
 #include <string>
 #include <thread>
 #include <memory>
+#include <span>
+#include <vector>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -42,6 +44,9 @@ inline constexpr unsigned ferry_pull_am_id = 3;
 // released (pull::Control).
 inline constexpr unsigned ferry_pull_control_am_id = 4;
 
+// A worker's parameters: one thread at a time calls into it.
+ucp_worker_params_t serialized_worker_params();
+
 // Throws UcxError "<what>: <UCX's reason>" unless status is UCS_OK.
 void check(ucs_status_t status, const std::string& what);
 [[noreturn]] void throw_ucx(ucs_status_t status, const std::string& what);
@@ -56,8 +61,37 @@ socklen_t resolve(const std::string& host, std::uint16_t port, sockaddr_storage&
 struct Worker::Impl {
   std::string name;
   ucp_context_h context = nullptr;
+  // A UCX worker of the context, and what belongs to it alone. A server
+  // makes a new one every `sessions_per_generation` connections and
+  // destroys an old one once its last endpoint has closed: UCX 1.13 frees a
+  // flush-closed endpoint (the shared-memory lane's, which cannot be forced)
+  // and its entry for every peer worker it ever met only with the worker.
+  // The one progress thread drives them all (worker_generations.cpp).
+  struct Generation {
+    Impl* impl = nullptr;
+    ucp_worker_h worker = nullptr;
+    int event_fd = -1;
+    std::vector<std::uint8_t> address;  // ucp_worker_get_address's, for the peers this generation meets
+    std::vector<std::uint8_t> network_address;  // its network transports alone (Worker::addresses)
+    std::size_t connections = 0;        // made on it
+    std::size_t endpoints = 0;          // open or closing on it
+    std::size_t held = 0;               // closed with a flush: kept by UCX until this worker ends
+  };
+  // The current generation last. The progress thread's (and a driver's,
+  // under `serial`); made and destroyed only there.
+  std::vector<std::unique_ptr<Generation>> generations;
+  std::unordered_map<ucp_ep_h, Generation*> endpoint_generation;  // every endpoint open or closing
+  std::size_t sessions_per_generation = 0;  // Worker::Options; 0: one worker for life
+  // The current generation's worker and its event fd; `worker` is written
+  // under `mutex` (other threads signal it) and null once shut down.
   ucp_worker_h worker = nullptr;
   int event_fd = -1;
+  std::vector<std::uint8_t> address;  // the current generation's, under `mutex`
+  std::vector<std::uint8_t> network_address;  // the same, network transports alone
+  // The address a dial last sent, and when (Worker::address), under `mutex`:
+  // its generation stays a while though it has no endpoint yet.
+  std::vector<std::uint8_t> promised;
+  std::chrono::steady_clock::time_point promised_at = std::chrono::steady_clock::time_point::min();
   // What the progress thread sleeps on: an epoll set holding event_fd,
   // except while a waiting thread drives the worker (drive()).
   int sleep_fd = -1;
@@ -73,6 +107,9 @@ struct Worker::Impl {
   // and gathering would only delay it. (A shared-memory lane gathers: see
   // ConnectionImpl::attach_lane.)
   bool sends_are_system_calls = true;
+  // Some transport reaches other hosts: the worker has a network address
+  // (Worker::addresses) for peers to make control endpoints from.
+  bool has_network_transport = false;
 
   std::thread thread;
   std::atomic<std::thread::id> thread_id{};
@@ -112,7 +149,6 @@ struct Worker::Impl {
   // Connection after close() or its destruction.
   std::unordered_map<ucp_ep_h, ConnectionImpl*> connections;
   std::size_t closing = 0;  // endpoint closes still in flight
-  std::size_t flushed_closes = 0;  // endpoints closed with a flush (Close::flush): held by UCX until the worker ends
   std::unique_ptr<SlabRegistry> slabs;  // registered pool slabs; stopped before the context goes
   bool shutting_down = false;
   StagingPool staging;  // sealed payloads of encrypted connections, any thread
@@ -139,6 +175,7 @@ struct Worker::Impl {
   struct Receiving {
     std::function<void(const std::string& error)> done;
     Impl* impl;
+    ucp_worker_h worker;  // the generation it came on
     // The connection it came on, when a close from its peer waits for it
     // to land (ConnectionImpl::payload_landed); empty otherwise. Weak: a
     // receive must not keep its connection, and that its worker, alive.
@@ -174,7 +211,7 @@ struct Worker::Impl {
   // a server worker that outlives its clients kept one or two per session.
   enum class Close {
     force,        // at once, skipping the flush: for endpoints that already failed
-    flush,        // after a flush: the only way for one without error handling (the lane)
+    flush,        // after a flush: this end closes and the peer reads on (UCX keeps it until the worker ends)
     flush_force,  // flushed first, then forced, so that UCX frees it (peer error handling only)
   };
   // Progress thread only: closes an endpoint that is no longer in
@@ -182,6 +219,32 @@ struct Worker::Impl {
   // first (unless forced), with `bulk_sent`: the messages this end sent on
   // its bulk lane, which the peer waits for (protocol.md, "Bulk lanes").
   void close_endpoint(ucp_ep_h ep, Close how, bool notice = true, std::uint64_t bulk_sent = 0);
+  // The same for an endpoint already released from its generation.
+  void close_on(Generation& generation, ucp_ep_h ep, Close how, bool notice, std::uint64_t bulk_sent);
+
+  // Generations (worker_generations.cpp). Makes one on `context` and
+  // registers the AM handlers on it; the first becomes current at once.
+  Generation& open_generation(ucp_worker_h made = nullptr);
+  // Where a new connection's endpoints go: the generation whose address
+  // this end gave the peer (`local`), or, with none given, the current
+  // one, a new one first when it has made its share. Throws UcxError when
+  // the generation `local` names has ended.
+  Generation& generation_for(std::span<const std::uint8_t> local);
+  void adopt(ucp_ep_h ep, Generation& generation);
+  // An endpoint leaves its generation as its close starts; `closed` when it ends.
+  Generation* release(ucp_ep_h ep);
+  void closed(Generation* generation);
+  // An endpoint not closed at all (a silent peer's lane without error
+  // handling, whose flush would hold its worker's destruction): held until
+  // its worker ends.
+  void leave_open(ucp_ep_h ep);
+  // Progresses every generation's worker: how much happened.
+  unsigned progress();
+  // Arms every generation's worker for the event fd: UCS_ERR_BUSY when one has work.
+  ucs_status_t arm();
+  // Destroys the generations that are neither current nor in use.
+  void retire_drained();
+  Worker::Endpoints endpoint_counts() const;
 
  private:
   bool run_posted();

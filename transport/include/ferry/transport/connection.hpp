@@ -15,6 +15,7 @@
 
 #include "ferry/transport/protocol.hpp"
 #include "ferry/transport/secure_channel.hpp"
+#include "ferry/transport/worker.hpp"
 
 namespace ferry::transport {
 
@@ -55,11 +56,22 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // process, proven by the bootstrap (loopback_peer_is_process); once the
   // two ends' probes read back, large payloads are pulled out of the
   // sender's memory rather than sent (docs/protocol.md, "Pulled payloads").
+  // `local_address`: the address of this end's worker that it sent the
+  // peer (Worker::address), when it sent one before this call; the
+  // endpoints are made on that UCX worker. Empty: the current one, whose
+  // address local_address() then says. `network_address`: the peer's
+  // address of its network transports alone (Worker::network_address), from
+  // which the control endpoint and bulk lanes are made, so that they use the
+  // network even on one host, and with which the shared-memory lane gets
+  // peer error handling; empty (an older peer): the whole address, and a
+  // lane without error handling.
   static std::shared_ptr<Connection> to_worker(const std::shared_ptr<Worker>& worker,
                                                std::span<const std::uint8_t> worker_address, std::string peer,
                                                std::unique_ptr<SecureChannel> channel, MessageHandler on_message,
                                                ErrorHandler on_error, protocol::Lane lane = protocol::Lane::none,
-                                               bool accepted = false, pid_t peer_pid = 0);
+                                               bool accepted = false, pid_t peer_pid = 0,
+                                               std::span<const std::uint8_t> local_address = {},
+                                               std::span<const std::uint8_t> network_address = {});
 
   virtual ~Connection() = default;
 
@@ -115,6 +127,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   virtual bool closed() const noexcept = 0;
   // "ip:port" of the other side.
   virtual std::string peer() const = 0;
+  // The addresses of this end's UCX worker that the connection's endpoints
+  // are on, which the peer must make its endpoints to (a server's Worker
+  // changes UCX workers over time: Worker::Options::sessions_per_generation).
+  virtual Worker::Addresses local_addresses() const { return {}; }
   // Whether messages are sealed (AEAD); when, which cipher.
   virtual bool encrypted() const noexcept = 0;
 };

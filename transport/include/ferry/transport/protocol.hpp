@@ -150,10 +150,20 @@ struct Challenge {
   ProcessId pid{};
 };
 
+// A UCX worker's address of its network transports alone
+// (Worker::network_address), beside the whole one. Added after version 1
+// shipped: a trailing field, left out when empty, which an auth ends with
+// and a welcome writes only after a lane byte.
+struct NetworkAddress {
+  Bytes bytes;
+  friend bool operator==(const NetworkAddress&, const NetworkAddress&) = default;
+};
+
 struct Auth {
   std::array<std::uint8_t, mac_bytes> mac{};  // token mode: HMAC over the transcript
   Signature signature{};                      // key mode: by the hello's identity, over the transcript
   Bytes worker_address{};                     // the client's UCX worker
+  NetworkAddress network_address{};           // the same worker's, network transports alone
 };
 
 struct Welcome {
@@ -177,7 +187,10 @@ struct Welcome {
   // run. 0: unknown.
   double peak_flops = 0;
   double peak_bytes = 0;
-  Lane lane = Lane::none;  // what both ends use: the client's offer where the server can take it (last: optional)
+  Lane lane = Lane::none;  // what both ends use: the client's offer where the server can take it (optional)
+  // The server's worker, network transports alone: only after a lane, and
+  // only to a client that sent its own (last: optional).
+  NetworkAddress network_address{};
 };
 
 // A replica is a row-major rows x cols matrix of dtype, identified by a

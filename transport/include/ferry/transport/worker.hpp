@@ -36,6 +36,13 @@ class Worker : public std::enable_shared_from_this<Worker> {
     // reply) drives the worker itself before it blocks (FERRY_UCX_WAIT_POLL_US
     // overrides): see wait_here. 0 blocks at once.
     std::chrono::microseconds poll_while_waiting{100};
+    // A server's: after this many connections a new UCX worker takes the
+    // next ones, and an old one ends once its last endpoint has closed.
+    // UCX 1.13 frees a flush-closed endpoint (a shared-memory lane's) and
+    // its entry for each peer worker it met only with the worker; a server
+    // whose clients come and go grew by both with every session. 0: one
+    // UCX worker for the Worker's life.
+    std::size_t sessions_per_generation = 0;
   };
 
   // Throws UcxError when UCX cannot be initialised (the message says why,
@@ -63,7 +70,17 @@ class Worker : public std::enable_shared_from_this<Worker> {
   bool wait_here(const std::function<bool()>& ready);
   // This worker's UCX address (ucp_worker_get_address), which a peer
   // creates its endpoint from; sent only over the authenticated bootstrap.
+  // With generations, the current UCX worker's, kept a while for the dial
+  // that sends it (Connection::to_worker's `local_address`). Thread-safe.
   std::vector<std::uint8_t> address();
+  // The address, and the same worker's address of its network transports
+  // alone (ucp_worker_query's UCP_WORKER_ADDRESS_FLAG_NET_ONLY; empty when
+  // it has none), which a peer makes its control endpoint from: on TCP even
+  // on one host, where a peer's death is noticed as its socket closes.
+  struct Addresses {
+    std::vector<std::uint8_t> whole, network;
+  };
+  Addresses addresses();
   // Registers every slab of `pool` with UCX once (ucp_mem_map): those it
   // has, and each one it adds later; trim() unregisters what it returns.
   // Sends from and receives into pooled memory then hand UCX the handle
@@ -94,6 +111,7 @@ class Worker : public std::enable_shared_from_this<Worker> {
     std::size_t open = 0;
     std::size_t closing = 0;
     std::size_t held = 0;
+    std::size_t generations = 1;  // UCX workers alive (Options::sessions_per_generation)
   };
   Endpoints endpoints();
 
