@@ -432,47 +432,36 @@ TEST(HostilePeer, GarbageWorkerAddressIsRefusedAndFerrydServesOthers) {
       {"wrong version", wrong_version},
       {"huge lengths", huge_lengths},
   };
-  for (const auto& [name, address] : garbage) {
-    SCOPED_TRACE(name);
+  // A dial whose auth carries `mine` (with `lane` offered): ferryd refuses
+  // it as malformed, naming `what`.
+  const auto refused = [&](const transport::Worker::Addresses& mine, proto::Lane lane, const std::string& what) {
     transport::DialOptions options;
     options.client = "garbage-address";
     options.token = FerrydProcess::default_token;
     const std::string where = "127.0.0.1:" + std::to_string(host.port());
-    transport::ClientHandshake handshake(options, where, false);
+    transport::ClientHandshake handshake(options, where, false, lane);
     Bootstrap socket(host.port());
     socket.write_frame(handshake.hello());
-    socket.write_frame(handshake.on_challenge(socket.read_frame(), socket.fd(), {address, {}}));
+    socket.write_frame(handshake.on_challenge(socket.read_frame(), socket.fd(), mine));
     const auto answer = socket.read_frame();
     ASSERT_FALSE(answer.empty()) << "ferryd hung up without a word (or died): " << host.log();
     try {
       handshake.on_welcome(answer, worker, where, {}, {});
-      ADD_FAILURE() << "ferryd welcomed a client whose worker address is " << name;
+      ADD_FAILURE() << "ferryd welcomed a client with such a " << what;
     } catch (const transport::DialRefused& e) {
       EXPECT_EQ(e.status, proto::Status::malformed) << e.what();
-      EXPECT_NE(std::string(e.what()).find("worker address"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
     }
+  };
+  for (const auto& [name, address] : garbage) {
+    SCOPED_TRACE(name);
+    refused({address, {}}, proto::Lane::none, "worker address");
   }
   // The same garbage as the network address beside a real worker address
   // (the control endpoint is made from it when a lane is offered).
   for (const auto& [name, address] : garbage) {
     SCOPED_TRACE(std::string("network address: ") + name);
-    transport::DialOptions options;
-    options.client = "garbage-address";
-    options.token = FerrydProcess::default_token;
-    const std::string where = "127.0.0.1:" + std::to_string(host.port());
-    transport::ClientHandshake handshake(options, where, false, proto::Lane::bulk);
-    Bootstrap socket(host.port());
-    socket.write_frame(handshake.hello());
-    socket.write_frame(handshake.on_challenge(socket.read_frame(), socket.fd(), {real, address}));
-    const auto answer = socket.read_frame();
-    ASSERT_FALSE(answer.empty()) << "ferryd hung up without a word (or died): " << host.log();
-    try {
-      handshake.on_welcome(answer, worker, where, {}, {});
-      ADD_FAILURE() << "ferryd welcomed a client whose network address is " << name;
-    } catch (const transport::DialRefused& e) {
-      EXPECT_EQ(e.status, proto::Status::malformed) << e.what();
-      EXPECT_NE(std::string(e.what()).find("network address"), std::string::npos) << e.what();
-    }
+    refused({real, address}, proto::Lane::bulk, "network address");
   }
 
   // ferryd is alive, the bystander's session and bytes untouched, and a new client gets in.

@@ -200,8 +200,8 @@ void ConnectionImpl::flush(Done done) {
 
 // Each endpoint in turn, re-read at each step (a close meanwhile clears
 // them): this end's payload lane first, as the payloads went there; then
-// the peer's, the control endpoint, and the shared-memory lane last, since
-// it has no error handling and its flush would wait forever for a dead
+// the peer's, the control endpoint, and the shared-memory lane last: without
+// error handling (an older peer's) its flush would wait forever for a dead
 // peer, which the control endpoint's fails on first.
 void ConnectionImpl::flush_from(int step, Done done) {
   const auto at = [this](int i) { return i == 0 ? bulk_out_ : i == 1 ? bulk_in_ : i == 2 ? ep_ : lane_; };

@@ -135,8 +135,8 @@ void flushed_callback(void* request, ucs_status_t status, void* user_data) {
 
 // UCX prints "error during flush: Endpoint timeout" itself (ucs_error,
 // to stderr) when it flushes an endpoint without peer error handling whose
-// peer is gone. Ferry has one such endpoint, the shared-memory lane, and
-// flushes it as it closes (it cannot be forced: close_endpoints); a client
+// peer is gone. Ferry has one such endpoint, an older peer's shared-memory
+// lane, and flushes it as it closes (it cannot be forced: close_endpoints); a client
 // that said bye and exited at once leaves its ferryd three such raw lines
 // for an ordinary exit. The control endpoint reports a peer that is really
 // lost, so these go to Ferry's log at debug level; UCX's other messages

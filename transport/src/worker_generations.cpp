@@ -1,13 +1,13 @@
 // A Worker's UCX workers, one generation after another. UCX 1.13 keeps, for
-// as long as a worker lives, every endpoint made from a worker address that
-// it closed with a flush once the peer had connected (ucp_ep_disconnected),
-// and an entry for every peer worker it met (its connection-match table). A
-// server that outlives its clients grew by both with every session: one
-// shared-memory lane (which cannot be force-closed) and its peer's FIFO
-// segment, and the peer's entry. So a server's Worker makes a new UCX worker
-// every Options::sessions_per_generation connections, on the same context
-// and progress thread; new connections go there, and an old worker is
-// destroyed once its last endpoint has closed, taking what UCX kept with it.
+// as long as a worker lives, an entry for every peer worker it met (its
+// connection-match table), and every endpoint made from a worker address
+// that it closed with a flush once the peer had connected
+// (ucp_ep_disconnected: sessions a server ended itself, an older peer's
+// lane). A server that outlives its clients grows by them with every
+// session. So a server's Worker makes a new UCX worker every
+// Options::sessions_per_generation connections, on the same context and
+// progress thread; new connections go there, and an old worker is destroyed
+// once its last endpoint has closed, taking what UCX kept with it.
 #include <sys/epoll.h>
 
 #include <algorithm>
@@ -24,7 +24,7 @@ namespace ferry::transport {
 
 namespace {
 
-// A generation whose address a dial sent (Worker::address) is kept this
+// A generation whose address a dial sent (Worker::addresses) is kept this
 // long after, endpoints or not: the dialler makes its endpoint there only
 // at the welcome, a round trip later.
 constexpr auto promise_grace = std::chrono::seconds(5);

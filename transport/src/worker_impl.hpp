@@ -63,9 +63,9 @@ struct Worker::Impl {
   ucp_context_h context = nullptr;
   // A UCX worker of the context, and what belongs to it alone. A server
   // makes a new one every `sessions_per_generation` connections and
-  // destroys an old one once its last endpoint has closed: UCX 1.13 frees a
-  // flush-closed endpoint (the shared-memory lane's, which cannot be forced)
-  // and its entry for every peer worker it ever met only with the worker.
+  // destroys an old one once its last endpoint has closed: UCX 1.13 frees
+  // its entry for every peer worker it ever met, and a flush-closed
+  // endpoint, only with the worker.
   // The one progress thread drives them all (worker_generations.cpp).
   struct Generation {
     Impl* impl = nullptr;

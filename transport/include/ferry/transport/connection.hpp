@@ -47,9 +47,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // logs. With a channel, every message is sealed and opened with it
   // (null: plaintext). Both ends create theirs; UCX pairs them. With a
   // shared-memory lane (both ends agreed in the handshake), a second
-  // endpoint without peer error handling carries every message, so UCX
-  // may use shared memory and CMA; the first still judges the peer's
-  // liveness, and its failure closes both. With bulk lanes, two more
+  // endpoint carries every message over shared memory; the first still
+  // judges the peer's liveness, and its failure closes both. With bulk lanes, two more
   // endpoints carry the messages that have a payload, one per direction;
   // `accepted` says which end this is (the one that accepted the dial).
   // `peer_pid`, with a shared-memory lane and no channel: the peer's
@@ -116,8 +115,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // close() for a peer that said goodbye in the protocol and reads nothing
   // more: the endpoints are also freed at once, which UCX 1.13 does for a
   // flushed close only when the worker ends (a ferryd kept one or two per
-  // client session). The shared-memory lane, which has no error handling,
-  // cannot be freed so and is kept as after close(). Thread-safe; idempotent.
+  // client session). A shared-memory lane without error handling (an older
+  // peer's) cannot be freed so and is kept as after close(). Thread-safe;
+  // idempotent.
   virtual void close_after_goodbye() = 0;
   // Closes at once, unflushed: for a peer that stopped answering, whose
   // flush would wait for it (and UCX 1.13 cannot destroy a worker under a

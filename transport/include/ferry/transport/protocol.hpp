@@ -102,10 +102,10 @@ enum class Privacy : std::uint8_t {
 // The handshake messages (hello, challenge, auth, welcome, and an error
 // refusing) travel on the bootstrap socket, never over UCX.
 // What carries a connection's messages besides the control endpoint. A
-// shared-memory lane is a second UCX endpoint without peer error handling
-// (UCX 1.13 uses shared memory and CMA only on such endpoints), offered only
-// between processes of one user on one host; liveness stays with the
-// control endpoint. Bulk lanes, offered where shared memory is not: two
+// shared-memory lane is a second UCX endpoint, made from the peer's whole
+// address where the control endpoint is made from its network address
+// (auth and welcome), offered only between processes of one user on one
+// host; liveness stays with the control endpoint, on TCP. Bulk lanes, offered where shared memory is not: two
 // more endpoints with peer error handling, each carrying one end's messages
 // that have a payload, so that neither direction's control messages (UCX's
 // rendezvous replies, Ferry's acks and requests) queue behind the other

@@ -38,10 +38,11 @@ class Worker : public std::enable_shared_from_this<Worker> {
     std::chrono::microseconds poll_while_waiting{100};
     // A server's: after this many connections a new UCX worker takes the
     // next ones, and an old one ends once its last endpoint has closed.
-    // UCX 1.13 frees a flush-closed endpoint (a shared-memory lane's) and
-    // its entry for each peer worker it met only with the worker; a server
-    // whose clients come and go grew by both with every session. 0: one
-    // UCX worker for the Worker's life.
+    // UCX 1.13 frees its entry for each peer worker it met, and a
+    // flush-closed endpoint, only with the worker; a server whose clients
+    // come and go grows by them with every session. A UCX worker costs some
+    // 4 MiB and 10 fds (bench/README.md), so this pays only in the tens of
+    // thousands. 0: one UCX worker for the Worker's life.
     std::size_t sessions_per_generation = 0;
   };
 
@@ -105,8 +106,8 @@ class Worker : public std::enable_shared_from_this<Worker> {
   // The UCX endpoints this worker has: open (attached to a connection) and
   // closing (a close still in flight), which a closed connection leaves
   // none of; and held: closed with a flush, which UCX 1.13 frees only with
-  // the worker once the peer had connected (a shared-memory lane's, which
-  // cannot be closed otherwise; Connection::close_after_goodbye).
+  // its worker once the peer had connected (Connection::close_after_goodbye
+  // forces them instead; an older peer's lane cannot be).
   struct Endpoints {
     std::size_t open = 0;
     std::size_t closing = 0;
