@@ -190,13 +190,11 @@ TEST(Remote, AnOverwrittenInputKeepsTheVersionALostResultWasMadeFrom) {
 }
 
 // A host lost mid-run: the tasks it still had go to another host of the
-// pool that can run them (placed again), not to the CPU. Over TCP, as
-// between the hosts of a pool: with the same-host shared-memory lane, a
-// ferryd killed while data is in flight on it can wedge the client's UCX
-// worker (UCX 1.13 force-closing an endpoint without error handling; see
-// docs/protocol.md), which this test once hit in about forty runs.
+// pool that can run them (placed again), not to the CPU. With the default
+// transports, so the same-host shared-memory lane: before the lane had peer
+// error handling, a ferryd killed with data in flight on it could wedge the
+// client's UCX worker, which this test hit in about forty runs.
 TEST(Remote, AHostLostMidRunHandsItsTasksToAnotherHost) {
-  setenv("FERRY_SHARED_MEMORY", "0", 1);  // read when the runtime dials
   FerrydProcess a, b;  // one token
   ferry::Runtime::Options o = remote_options(a);
   o.remotes.push_back(b.address());
@@ -228,7 +226,6 @@ TEST(Remote, AHostLostMidRunHandsItsTasksToAnotherHost) {
   auto h = y.host();
   EXPECT_EQ(h[0], 200.0);
   EXPECT_EQ(h[n - 1], 200.0);
-  unsetenv("FERRY_SHARED_MEMORY");
 }
 
 TEST(Remote, RecomputationSeesTheInputsTheLostTaskSaw) {
