@@ -207,24 +207,14 @@ class FerrydProcess {
 
   // Waits until the log contains `text`; false after `timeout`.
   bool wait_for_log(const std::string& text, std::chrono::milliseconds timeout = std::chrono::seconds(10)) const {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    while (std::chrono::steady_clock::now() < deadline) {
-      if (log().find(text) != std::string::npos) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    return false;
+    return wait_for_log_where([&](const std::string& log) { return log.find(text) != std::string::npos; }, timeout);
   }
 
   // Waits until ferryd has said it offers CUDA device `ordinal` ("1 GPU: cuda:0",
   // "2 GPUs: cuda:0, cuda:1"); false after `timeout`.
   bool wait_for_gpu(int ordinal, std::chrono::milliseconds timeout = gpu_start_timeout) const {
     const std::regex offered("\\b[0-9]+ GPUs?: (cuda:[0-9]+, )*cuda:" + std::to_string(ordinal) + "\\b");
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    while (std::chrono::steady_clock::now() < deadline) {
-      if (std::regex_search(log(), offered)) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    return false;
+    return wait_for_log_where([&](const std::string& log) { return std::regex_search(log, offered); }, timeout);
   }
 
   void signal(int signo) {
@@ -267,6 +257,18 @@ class FerrydProcess {
   }
 
  private:
+  // ferryd writes its log from another process: reading it again every
+  // 20 ms is the simplest wait that needs nothing from it.
+  template <class Found>
+  bool wait_for_log_where(Found found, std::chrono::milliseconds timeout) const {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (found(log())) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+  }
+
   explicit FerrydProcess(std::optional<std::string> token) : dir_(make_temp_dir()) {
     port_file_ = dir_ / "port";
     log_file_ = dir_ / "ferryd.log";

@@ -380,9 +380,10 @@ bool Worker::Impl::drive(const std::function<bool()>& ready) {
   // drives, so only the driver sees what arrives. Not beside a
   // shared-memory lane (see shared_memory_lanes).
   // With several generations (a server's) every one would need parking: left where they are.
-  const int parked_fd = event_fd;
+  const bool one_generation = generations.size() == 1;
+  const int parked_fd = one_generation ? generations.front()->event_fd : -1;
   ucp_worker_h parked_worker = worker;
-  const bool parked = shared_memory_lanes == 0 && generations.size() == 1 &&
+  const bool parked = shared_memory_lanes == 0 && one_generation &&
                       ::epoll_ctl(sleep_fd, EPOLL_CTL_DEL, parked_fd, nullptr) == 0;
   running_inline = this;
   driving = this;

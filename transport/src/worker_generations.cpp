@@ -113,7 +113,6 @@ Worker::Impl::Generation& Worker::Impl::open_generation(ucp_worker_h made) {
     address = generation->address;
     network_address = generation->network_address;
   }
-  event_fd = generation->event_fd;
   generations.push_back(std::move(generation));
   return *generations.back();
 }

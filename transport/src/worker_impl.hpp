@@ -82,21 +82,21 @@ struct Worker::Impl {
   std::vector<std::unique_ptr<Generation>> generations;
   std::unordered_map<ucp_ep_h, Generation*> endpoint_generation;  // every endpoint open or closing
   std::size_t sessions_per_generation = 0;  // Worker::Options; 0: one worker for life
-  // The current generation's worker and its event fd; `worker` is written
-  // under `mutex` (other threads signal it) and null once shut down.
+  // The current generation's worker, written under `mutex` (other threads
+  // signal it) and null once shut down.
   ucp_worker_h worker = nullptr;
-  int event_fd = -1;
   std::vector<std::uint8_t> address;  // the current generation's, under `mutex`
   std::vector<std::uint8_t> network_address;  // the same, network transports alone
   // The address a dial last sent, and when (Worker::address), under `mutex`:
   // its generation stays a while though it has no endpoint yet.
   std::vector<std::uint8_t> promised;
   std::chrono::steady_clock::time_point promised_at = std::chrono::steady_clock::time_point::min();
-  // What the progress thread sleeps on: an epoll set holding event_fd,
-  // except while a waiting thread drives the worker (drive()).
+  // What the progress thread sleeps on: an epoll set holding every
+  // generation's event fd, except while a waiting thread drives the worker
+  // (drive()).
   int sleep_fd = -1;
   // Shared-memory lanes open on this worker (under `serial`). With one, a
-  // driver leaves event_fd where it is: re-arming a shared-memory transport
+  // driver leaves the event fd where it is: re-arming a shared-memory transport
   // after each drive made the peer signal every message it sent (a loopback
   // round trip of 19-20 µs against 5.3 µs).
   unsigned shared_memory_lanes = 0;
