@@ -27,6 +27,22 @@ TEST(Ferryd, GoodTokenIsWelcomed) {
   EXPECT_EQ(client.next_as<proto::Pong>().request, 7u);
 }
 
+// Over TCP alone (UCX_TLS=tcp, as between the hosts of a pool), ferryd gives
+// UCX no shared-memory setting: UCX printed "invalid configuration:
+// MM_ERROR_HANDLING=y" on stderr for every UCX worker it made.
+TEST(Ferryd, OverTcpAloneUcxIsGivenNoSettingItCannotUse) {
+  ::setenv("UCX_TLS", "tcp", 1);  // read by the ferryd spawned next
+  FerrydProcess server;
+  ::unsetenv("UCX_TLS");
+  TestClient client(server.port());
+  client.authenticate(FerrydProcess::default_token);
+  client.send(proto::Ping{1});
+  EXPECT_EQ(client.next_as<proto::Pong>().request, 1u);
+  // UCX writes its warnings with stdio, to the log file: whole once ferryd has exited.
+  EXPECT_EQ(server.stop(SIGTERM), 0);
+  EXPECT_EQ(server.log().find("invalid configuration"), std::string::npos) << server.log();
+}
+
 // The helper every integration test starts ferryd with: CPU only unless the
 // test names GPUs, so a GPU host gives the same answers as this one.
 TEST(FerrydProcessHelper, ServesOnTheCpuUnlessTheTestNamesGpus) {

@@ -74,7 +74,13 @@ cleanup() {
   if [[ -n $tmp && $rc != 0 ]]; then
     for log in "$tmp"/ferryd*.log; do [[ -s $log ]] && { say "$(basename "$log"):"; sed 's/^/  | /' "$log"; }; done
   fi
-  for ns in $(namespaces); do ip netns del "$ns" 2>/dev/null; done
+  # What the command started inside them and left behind (a --hosts-only
+  # command that died without stopping its ferryd) goes with them: deleting
+  # a namespace does not end its processes.
+  for ns in $(namespaces); do
+    for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -KILL "$pid" 2>/dev/null; done
+    ip netns del "$ns" 2>/dev/null
+  done
   [[ -n $tmp ]] && rm -rf "$tmp"
   exit "$rc"
 }
@@ -139,7 +145,7 @@ if ((HOSTS_ONLY)); then
   rc=0
   ip netns exec "$NS_CLIENT" env UCX_TLS=tcp UCX_NET_DEVICES="$(IFS=,; echo "${client_devs[*]}")" \
     FERRY_POOL_HOSTS="${hosts[*]}" FERRY_POOL_NAMESPACES="$(namespaces | tail -n +2 | tr '\n' ' ')" \
-    FERRY_POOL_DEVICES="${host_devs[*]}" "${pin_client[@]}" "${CMD[@]}" || rc=$?
+    FERRY_POOL_DEVICES="${host_devs[*]}" "${pin_client[@]}" "${CMD[@]}" 9>&- || rc=$?
   say "command exited with $rc"
   exit "$rc"
 fi
@@ -148,7 +154,7 @@ for i in "${!hosts[@]}"; do
   [[ -n $PLUGIN ]] && extra=(--plugin "$PLUGIN")
   ip netns exec "$PREFIX-host$i" env UCX_TLS=tcp UCX_NET_DEVICES="${DEV}h$i" \
     "${pin_host[@]}" "$FERRYD" --listen "${hosts[$i]}:0" --token-file "$tmp/token" --port-file "$tmp/port$i" \
-    --workers "$WORKERS" --gpus none "${extra[@]}" >"$tmp/ferryd$i.log" 2>&1 &
+    --workers "$WORKERS" --gpus none "${extra[@]}" >"$tmp/ferryd$i.log" 2>&1 9>&- &
   pids+=($!)
 done
 for i in "${!hosts[@]}"; do
@@ -165,6 +171,6 @@ say "ferryd on ${remotes[*]}"
 rc=0
 ip netns exec "$NS_CLIENT" env UCX_TLS=tcp UCX_NET_DEVICES="$(IFS=,; echo "${client_devs[*]}")" \
   FERRY_REMOTES="$(IFS=,; echo "${remotes[*]}")" FERRY_TOKEN_FILE="$tmp/token" FERRY_POOL_HOSTS="${hosts[*]}" \
-  "${pin_client[@]}" "${CMD[@]}" || rc=$?
+  "${pin_client[@]}" "${CMD[@]}" 9>&- || rc=$?
 say "command exited with $rc"
 exit "$rc"

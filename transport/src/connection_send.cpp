@@ -20,7 +20,7 @@ void flush_done(void* request, ucs_status_t status, void* user_data) {
 void send_done(void* request, ucs_status_t status, void* user_data) {
   std::unique_ptr<ConnectionImpl::SendOp> op(static_cast<ConnectionImpl::SendOp*>(user_data));
   ucp_request_free(request);
-  if (op->counted != nullptr) --op->counted->sending_payloads;
+  if (op->counted != nullptr) Worker::Impl::payload_sent(*op->counted);
   notify(op->done, status == UCS_OK ? std::string() : failure(status, "sending"));
 }
 
@@ -160,10 +160,7 @@ void ConnectionImpl::send_now(std::unique_ptr<SendOp> op) {
   // A payload on its bulk lane, where the peer's replies and requests never
   // queue behind it (and it behind them).
   ucp_ep_h ep = op->payload_bytes != 0 && bulk_out_ != nullptr ? bulk_out_ : lane_ != nullptr ? lane_ : ep_;
-  if (op->payload_bytes != 0) {
-    op->counted = &impl_;
-    ++impl_.sending_payloads;
-  }
+  if (op->payload_bytes != 0) op->counted = impl_.sending_payload(ep);
   // send_done's from the call on: on an endpoint that failed, UCX 1.13 may
   // call it from inside the call and still return the request (as it does
   // receive_done), so op is not touched after a request came back.
@@ -172,7 +169,7 @@ void ConnectionImpl::send_now(std::unique_ptr<SendOp> op) {
                                  raw->payload_bytes, &param);
   if (request == nullptr || UCS_PTR_IS_ERR(request)) {
     op.reset(raw);  // ended at once: no callback comes
-    if (op->counted != nullptr) --impl_.sending_payloads;
+    if (op->counted != nullptr) Worker::Impl::payload_sent(*op->counted);
   }
   if (UCS_PTR_IS_ERR(request))
     return notify(op->done, failure(UCS_PTR_STATUS(request), ("ucp_am_send_nbx to " + peer_).c_str()));

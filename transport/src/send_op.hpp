@@ -29,7 +29,8 @@ struct ConnectionImpl::SendOp {
   // writes every byte, and a 4 MiB memset per chunk was a fifth of the
   // sender's work.
   std::shared_ptr<std::byte[]> sealed;
-  Worker::Impl* counted = nullptr;  // in Worker::Impl::sending_payloads until done
+  // In its generation's `sending` and Worker::Impl::sending_payloads until done.
+  Worker::Impl::Generation* counted = nullptr;
   bool soon = false;                // send_soon: may wait for company
   // Kept alive until the send starts: held here rather than by the function
   // queued for it, whose captures then fit std::function without a heap

@@ -25,6 +25,7 @@
 #include "ferry/error.hpp"
 #include "ferry/log.hpp"
 #include "little_endian.hpp"
+#include "ucx_tls.hpp"
 #include "worker_impl.hpp"
 
 namespace ferry::transport {
@@ -180,8 +181,11 @@ std::shared_ptr<Worker> Worker::create(Options options) {
   // connected endpoint until its worker ends (ucp_ep_disconnected), and a
   // ferryd kept one lane per same-host session. The control endpoint stays
   // on TCP, made from the peer's network address (Connection::to_worker).
+  // Only where UCX_TLS lets it open them, as for the TCP settings below: a
+  // setting no transport read is a warning on stderr at every worker.
+  const char* tls = std::getenv("UCX_TLS");
   if (std::getenv("UCX_SYSV_ERROR_HANDLING") == nullptr && std::getenv("UCX_POSIX_ERROR_HANDLING") == nullptr &&
-      std::getenv("UCX_MM_ERROR_HANDLING") == nullptr)
+      std::getenv("UCX_MM_ERROR_HANDLING") == nullptr && tls_may_open(tls, {"sysv", "posix", "mm", "sm", "shm"}))
     check(ucp_config_modify(config, "MM_ERROR_HANDLING", "y"), "ucp_config_modify(MM_ERROR_HANDLING)");
   // TCP segments of 256 KiB rather than UCX's 64 KiB received and 8 KiB
   // sent: a rendezvous payload travels in 256 KiB fragments, a quarter of
@@ -193,7 +197,8 @@ std::shared_ptr<Worker> Worker::create(Options options) {
   // its own segments, so an 8-256 KiB payload still goes by rendezvous, as
   // before. Names are those of the tables (TCP_ is the environment's
   // prefix); UCX_TCP_*_SEG_SIZE and UCX_RNDV_THRESH win.
-  if (std::getenv("UCX_TCP_RX_SEG_SIZE") == nullptr && std::getenv("UCX_TCP_TX_SEG_SIZE") == nullptr) {
+  if (std::getenv("UCX_TCP_RX_SEG_SIZE") == nullptr && std::getenv("UCX_TCP_TX_SEG_SIZE") == nullptr &&
+      tls_may_open(tls, {"tcp"})) {
     check(ucp_config_modify(config, "RX_SEG_SIZE", "256k"), "ucp_config_modify(RX_SEG_SIZE)");
     check(ucp_config_modify(config, "TX_SEG_SIZE", "256k"), "ucp_config_modify(TX_SEG_SIZE)");
     if (std::getenv("UCX_RNDV_THRESH") == nullptr)
@@ -227,7 +232,6 @@ std::shared_ptr<Worker> Worker::create(Options options) {
   }
   ucp_config_release(config);
   if (impl->context == nullptr) {
-    const char* tls = std::getenv("UCX_TLS");
     throw_ucx(status, std::string("ucp_init (UCX_TLS=") + (tls != nullptr ? tls : "unset") + ")");
   }
   check(status, "ucp_worker_create");
@@ -673,17 +677,18 @@ void Worker::Impl::shutdown(std::unique_lock<std::mutex>& serial_lock) {
   for (;;) {
     run_posted();
     progress_until_idle();
-    if (closing == 0) break;
+    if (closing == 0 && sending_payloads == 0) break;
     if (std::chrono::steady_clock::now() >= deadline) {
       // A peer that stopped answering (SIGSTOP, a partition) holds the
-      // close. UCX 1.13 aborts the process when a worker is destroyed with
-      // a close request still in flight (ucp_ep.c:382, "req->flags &
-      // UCP_REQUEST_FLAG_RELEASED"; the chaos harness met it once a runtime
-      // no longer waited for a stopped host to end): the worker and its
-      // context are left to the process's end instead, a few MiB.
-      log().warn("ucx: worker '{}': {} endpoint close(s) did not finish (a peer that stopped answering); the "
-                 "worker is left open rather than destroyed under them",
-                 name, closing);
+      // close, or a rendezvous send that a flushed close left on its
+      // endpoint. UCX 1.13 aborts the process when a worker is destroyed
+      // with either in flight (ucp_ep.c:382, "req->flags &
+      // UCP_REQUEST_FLAG_RELEASED"; ucp_ep.c:437, the endpoint's requests
+      // not empty; the chaos harness met both): the worker and its context
+      // are left to the process's end instead, a few MiB.
+      log().warn("ucx: worker '{}': {} endpoint close(s) and {} payload send(s) did not finish (a peer that "
+                 "stopped answering); the worker is left open rather than destroyed under them",
+                 name, closing, sending_payloads);
       abandon = true;
       break;
     }

@@ -145,6 +145,23 @@ void Worker::Impl::adopt(ucp_ep_h ep, Generation& generation) {
   ++generation.endpoints;
 }
 
+Worker::Impl::Generation* Worker::Impl::sending_payload(ucp_ep_h ep) {
+  auto found = endpoint_generation.find(ep);
+  if (found == endpoint_generation.end()) return nullptr;
+  ++found->second->sending;
+  ++sending_payloads;
+  return found->second;
+}
+
+void Worker::Impl::payload_sent(Generation& generation) {
+  --generation.sending;
+  --generation.impl->sending_payloads;
+  // A drained generation waited for this send to be destroyed. Not here:
+  // this may run inside that worker's own progress.
+  if (generation.sending == 0 && generation.endpoints == 0 && !generation.impl->shutting_down)
+    generation.impl->post([impl = generation.impl] { impl->retire_drained(); });
+}
+
 Worker::Impl::Generation* Worker::Impl::release(ucp_ep_h ep) {
   auto found = endpoint_generation.find(ep);
   if (found == endpoint_generation.end()) return nullptr;
@@ -195,7 +212,7 @@ void Worker::Impl::retire_drained() {
   const auto now = std::chrono::steady_clock::now();
   for (std::size_t i = 0; i + 1 < generations.size();) {
     Generation& g = *generations[i];
-    if (g.endpoints != 0 || (now - promised_when < promise_grace && g.address == promised_to)) {
+    if (g.endpoints != 0 || g.sending != 0 || (now - promised_when < promise_grace && g.address == promised_to)) {
       ++i;
       continue;
     }

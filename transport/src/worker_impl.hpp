@@ -76,6 +76,11 @@ struct Worker::Impl {
     std::size_t connections = 0;        // made on it
     std::size_t endpoints = 0;          // open or closing on it
     std::size_t held = 0;               // closed with a flush: kept by UCX until this worker ends
+    // Payload sends on its endpoints that UCX has not completed. A flushed
+    // close does not wait for a rendezvous send whose peer stopped
+    // answering; UCX 1.13 keeps it on the endpoint and asserts if the worker
+    // is destroyed under it (ucp_ep.c:437), so the worker is kept meanwhile.
+    std::size_t sending = 0;
   };
   // The current generation last. The progress thread's (and a driver's,
   // under `serial`); made and destroyed only there.
@@ -182,7 +187,7 @@ struct Worker::Impl {
     std::weak_ptr<ConnectionImpl> connection;
   };
   std::unordered_set<Receiving*> receiving;
-  std::size_t sending_payloads = 0;  // payload sends UCX has not completed
+  std::size_t sending_payloads = 0;  // payload sends UCX has not completed, every generation's
 
   ~Impl();
   void run();
@@ -231,6 +236,10 @@ struct Worker::Impl {
   // the generation `local` names has ended.
   Generation& generation_for(std::span<const std::uint8_t> local);
   void adopt(ucp_ep_h ep, Generation& generation);
+  // A payload send on `ep` starts: counted in its generation (returned; null
+  // for an endpoint no generation of this worker made) until payload_sent.
+  Generation* sending_payload(ucp_ep_h ep);
+  static void payload_sent(Generation& generation);
   // An endpoint leaves its generation as its close starts; `closed` when it ends.
   Generation* release(ucp_ep_h ep);
   void closed(Generation* generation);
