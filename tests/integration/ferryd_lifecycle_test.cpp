@@ -12,6 +12,7 @@
 #include <string>
 
 #include "ferryd_process.hpp"
+#include "metrics_port.hpp"
 #include "test_client.hpp"
 
 namespace ferry::test {
@@ -68,15 +69,25 @@ TEST(FerrydLifecycle, SigtermAnswersRunsInFlightThenSaysBye) {
 // (ucp_ep.c:382 and 437). ferryd leaves that worker to its exit, names what
 // did not finish, and exits with 0.
 TEST(FerrydLifecycle, SigtermWithAPayloadOnItsWayToAStoppedClientExitsCleanly) {
-  FerrydProcess server;
+  FerrydProcess server({"--metrics", "127.0.0.1:0"});
+  const std::uint16_t metrics = metrics_port(server);
   const pid_t child = ::fork();  // before this process has a thread: the child makes its own
   if (child == 0) {
     ::setenv("FERRY_SHARED_MEMORY", "0", 1);  // bulk lanes over loopback TCP
     TestClient client(server.port());
     client.authenticate(FerrydProcess::default_token);
-    std::vector<std::byte> data(std::size_t{16} << 20, std::byte{1});
-    client.put(1, proto::DType::u8, 1, data.size(), data.data(), data.size());
-    client.send(proto::Get{client.next_request(), 1, 0, data.size()});  // returns once it is on the wire
+    // The get waits for a gemm that writes c (a second or so here), so the
+    // reply leaves only once this process has stopped: the rendezvous
+    // cannot complete.
+    constexpr std::uint64_t n = 1500;
+    std::vector<double> matrix(n * n, 0.001);
+    for (std::uint64_t id : {1, 2, 3})
+      client.put_all(id, proto::DType::f64, n, n, matrix.data(), matrix.size() * sizeof(double), 16u << 20);
+    client.send(proto::Run{client.next_request(), "gemm", "late",
+                           {TestClient::buffer(1, proto::Mode::read), TestClient::buffer(2, proto::Mode::read),
+                            TestClient::buffer(3, proto::Mode::readwrite), TestClient::real(1.0),
+                            TestClient::real(1.0)}});
+    client.send(proto::Get{client.next_request(), 3, 0, matrix.size() * sizeof(double)});
     ::raise(SIGSTOP);
     ::_exit(0);
   }
@@ -84,39 +95,25 @@ TEST(FerrydLifecycle, SigtermWithAPayloadOnItsWayToAStoppedClientExitsCleanly) {
   int status = 0;
   ASSERT_EQ(::waitpid(child, &status, WUNTRACED), child);
   const bool stopped = WIFSTOPPED(status);
-  if (stopped) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // ferryd has the Get, and its reply waits
+  // The reply's payload is counted as its send starts; SIGTERM once it has
+  // (before it, ferryd would end with nothing on its way).
+  bool replying = false;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (stopped && !replying && std::chrono::steady_clock::now() < deadline) {
+    replying = metric_value(scrape_metrics(metrics), "ferry_bytes_out_total").value_or(0) >= 1500.0 * 1500 * 8;
+    if (!replying) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (replying) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the send starts on the progress thread
     server.signal(SIGTERM);
   }
-  const int exit = stopped ? server.wait_exit(std::chrono::seconds(30)) : -1;
+  const int exit = replying ? server.wait_exit(std::chrono::seconds(30)) : -1;
   ::kill(child, SIGKILL);
   ::waitpid(child, &status, 0);
   ASSERT_TRUE(stopped) << "the client did not get to its stop";
+  ASSERT_TRUE(replying) << "ferryd did not start its reply\n" << server.log();
   EXPECT_EQ(exit, 0) << server.log();
   EXPECT_NE(server.log().find("1 payload send(s) did not finish"), std::string::npos) << server.log();
-}
-
-std::string http_get(std::uint16_t port, const std::string& path) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) throw std::runtime_error("socket failed");
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(port);
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0) {
-    close(fd);
-    throw std::runtime_error("cannot connect to the metrics port");
-  }
-  const std::string request = "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
-  if (write(fd, request.data(), request.size()) != static_cast<ssize_t>(request.size())) {
-    close(fd);
-    throw std::runtime_error("cannot send the request");
-  }
-  std::string response;
-  char buffer[4096];
-  for (ssize_t n; (n = read(fd, buffer, sizeof buffer)) > 0;) response.append(buffer, static_cast<std::size_t>(n));
-  close(fd);
-  return response;
 }
 
 std::size_t occurrences(const std::string& text, const std::string& needle) {

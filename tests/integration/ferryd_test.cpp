@@ -5,6 +5,7 @@
 
 #include <random>
 
+#include "../support/scoped_env.hpp"
 #include "ferryd_process.hpp"
 #include "raw_peer.hpp"
 #include "test_client.hpp"
@@ -31,9 +32,8 @@ TEST(Ferryd, GoodTokenIsWelcomed) {
 // UCX no shared-memory setting: UCX printed "invalid configuration:
 // MM_ERROR_HANDLING=y" on stderr for every UCX worker it made.
 TEST(Ferryd, OverTcpAloneUcxIsGivenNoSettingItCannotUse) {
-  ::setenv("UCX_TLS", "tcp", 1);  // read by the ferryd spawned next
+  ScopedEnv tcp_alone("UCX_TLS", "tcp");  // ferryd's and this test's client's, as between hosts
   FerrydProcess server;
-  ::unsetenv("UCX_TLS");
   TestClient client(server.port());
   client.authenticate(FerrydProcess::default_token);
   client.send(proto::Ping{1});

@@ -20,6 +20,7 @@
 #include "ferryd_process.hpp"
 #include "metrics_port.hpp"
 #include "../support/proc_status.hpp"
+#include "../support/scoped_env.hpp"
 
 namespace {
 
@@ -27,6 +28,7 @@ using ferry::test::contents;
 using ferry::test::FerrydProcess;
 using ferry::test::sockets_of;
 using ferry::test::fill_random;
+using ferry::test::ScopedEnv;
 
 ferry::Runtime::Options remote_options(FerrydProcess& server, std::size_t chunk = std::size_t{4} << 20) {
   ferry::Runtime::Options o;
@@ -405,7 +407,7 @@ TEST(Remote, ReconnectsAndUsesTheHostAgain) {
 // reading zeros). Each round a write on A, then one on B.
 TEST(Remote, AWriterOnAnotherHostSeesItsPredecessorsResult) {
   // Over TCP, whose ships are slower than a fill there: the window is wide.
-  setenv("FERRY_SHARED_MEMORY", "0", 1);  // read when the runtime dials
+  ScopedEnv bulk_lanes("FERRY_SHARED_MEMORY", "0");  // read when the runtime dials
   FerrydProcess a, b;
   auto options = remote_options(a);
   options.remotes.push_back(b.address());
@@ -427,7 +429,6 @@ TEST(Remote, AWriterOnAnotherHostSeesItsPredecessorsResult) {
     wrong += h[0] != 6.0 || h[n - 1] != 6.0;
   }
   EXPECT_EQ(wrong, 0) << "rounds where the second write did not see the first";
-  unsetenv("FERRY_SHARED_MEMORY");
 }
 
 // A stopped ferryd (SIGSTOP; or hung, or behind a partition) keeps its TCP
@@ -848,9 +849,10 @@ TEST(Remote, ClientsThatLeaveLeaveNoUcxEndpointInFerryd) {
   };
   ASSERT_EQ(endpoints("open"), 0.0);
   // Bulk lanes: what a client on another host has.
-  setenv("FERRY_SHARED_MEMORY", "0", 1);  // read when the runtime dials
-  sessions(4);
-  unsetenv("FERRY_SHARED_MEMORY");
+  {
+    ScopedEnv bulk_lanes("FERRY_SHARED_MEMORY", "0");  // read when the runtime dials
+    sessions(4);
+  }
   settled();
   EXPECT_EQ(endpoints("held"), 0.0) << "endpoints of clients that said bye, still held by UCX";
   sessions(3);

@@ -17,6 +17,7 @@
 #include <string>
 #include <thread>
 
+#include "../support/scoped_env.hpp"
 #include "ferry/ferry.hpp"
 #include "ferryd_process.hpp"
 
@@ -25,21 +26,7 @@ namespace {
 using ferry::test::FerrydProcess;
 using namespace std::chrono_literals;
 
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    ::setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (old_) ::setenv(name_, old_->c_str(), 1);
-    else ::unsetenv(name_);
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+using ferry::test::ScopedEnv;
 
 // Still running, and not reaped here (FerrydProcess reaps it at the end).
 bool running(const FerrydProcess& server) {

@@ -15,6 +15,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "../support/scoped_env.hpp"
 #include "ferry/ferry.hpp"
 
 namespace ferry::testing {
@@ -79,31 +80,7 @@ inline const KernelDef& builtin_kernel(const std::string& name) {
   return *k;
 }
 
-// Sets (or, given null, unsets) an environment variable for one scope and restores it after.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value != nullptr) {
-      ::setenv(name, value, 1);
-    } else {
-      ::unsetenv(name);
-    }
-  }
-  ~ScopedEnv() {
-    if (old_) {
-      ::setenv(name_, old_->c_str(), 1);
-    } else {
-      ::unsetenv(name_);
-    }
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+using ferry::test::ScopedEnv;
 
 // Each of `parties` callers waits until all have arrived or the timeout
 // passes; returns whether all met. Tasks that the runtime wrongly serialises

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "../bootstrap_pair.hpp"
+#include "../../support/scoped_env.hpp"
 #include "ferry/transport/bootstrap.hpp"
 #include "ferry/transport/connection.hpp"
 #include "ferry/transport/worker.hpp"
@@ -165,24 +166,7 @@ inline std::string send_and_wait(Connection& connection, Bytes header, const voi
 // workers read their configuration, like UCXX's tests vary progress modes.
 enum class Protocol { automatic, eager, rendezvous };
 
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value != nullptr) setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (old_) {
-      setenv(name_, old_->c_str(), 1);
-    } else {
-      unsetenv(name_);
-    }
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+using ferry::test::ScopedEnv;
 
 inline const char* rndv_thresh(Protocol protocol) {
   switch (protocol) {
