@@ -21,23 +21,37 @@ namespace {
 using proto::Mode;
 using proto::Status;
 
+// Buffers 1, 2 and 3 (a, b, c), each n x n doubles, for gemms on c that
+// take a moment each here.
+constexpr std::uint64_t gemm_n = 1500;
+constexpr std::uint64_t gemm_bytes = gemm_n * gemm_n * sizeof(double);
+
+void put_gemm_operands(TestClient& client) {
+  std::vector<double> matrix(gemm_n * gemm_n, 0.001);
+  for (std::uint64_t id : {1, 2, 3})
+    client.put_all(id, proto::DType::f64, gemm_n, gemm_n, matrix.data(), gemm_bytes, 16u << 20);
+}
+
+// c += a b, as request `request`.
+proto::Run gemm_on_c(std::uint64_t request) {
+  return proto::Run{request,
+                    "gemm",
+                    "chain",
+                    {TestClient::buffer(1, Mode::read), TestClient::buffer(2, Mode::read),
+                     TestClient::buffer(3, Mode::readwrite), TestClient::real(1.0), TestClient::real(1.0)}};
+}
+
 TEST(FerrydLifecycle, SigtermAnswersRunsInFlightThenSaysBye) {
   FerrydProcess server;
   TestClient client(server.port());
   client.authenticate(FerrydProcess::default_token);
-
-  constexpr std::uint64_t n = 1500;
-  std::vector<double> matrix(n * n, 0.001);
-  for (std::uint64_t id : {1, 2, 3})
-    client.put_all(id, proto::DType::f64, n, n, matrix.data(), matrix.size() * sizeof(double), 16u << 20);
+  put_gemm_operands(client);
   // A chain on c: each gemm waits for the one before, so most are still queued when the signal comes.
   constexpr int runs = 4;
   std::vector<std::uint64_t> requests;
   for (int i = 0; i < runs; ++i) {
     requests.push_back(client.next_request());
-    client.send(proto::Run{requests.back(), "gemm", "chain",
-                           {TestClient::buffer(1, Mode::read), TestClient::buffer(2, Mode::read),
-                            TestClient::buffer(3, Mode::readwrite), TestClient::real(1.0), TestClient::real(1.0)}});
+    client.send(gemm_on_c(requests.back()));
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   server.signal(SIGTERM);
@@ -76,18 +90,11 @@ TEST(FerrydLifecycle, SigtermWithAPayloadOnItsWayToAStoppedClientExitsCleanly) {
     ::setenv("FERRY_SHARED_MEMORY", "0", 1);  // bulk lanes over loopback TCP
     TestClient client(server.port());
     client.authenticate(FerrydProcess::default_token);
-    // The get waits for a gemm that writes c (a second or so here), so the
-    // reply leaves only once this process has stopped: the rendezvous
-    // cannot complete.
-    constexpr std::uint64_t n = 1500;
-    std::vector<double> matrix(n * n, 0.001);
-    for (std::uint64_t id : {1, 2, 3})
-      client.put_all(id, proto::DType::f64, n, n, matrix.data(), matrix.size() * sizeof(double), 16u << 20);
-    client.send(proto::Run{client.next_request(), "gemm", "late",
-                           {TestClient::buffer(1, proto::Mode::read), TestClient::buffer(2, proto::Mode::read),
-                            TestClient::buffer(3, proto::Mode::readwrite), TestClient::real(1.0),
-                            TestClient::real(1.0)}});
-    client.send(proto::Get{client.next_request(), 3, 0, matrix.size() * sizeof(double)});
+    // The get waits for a gemm that writes c, so the reply leaves only once
+    // this process has stopped: its rendezvous cannot complete.
+    put_gemm_operands(client);
+    client.send(gemm_on_c(client.next_request()));
+    client.send(proto::Get{client.next_request(), 3, 0, gemm_bytes});
     ::raise(SIGSTOP);
     ::_exit(0);
   }
@@ -100,7 +107,7 @@ TEST(FerrydLifecycle, SigtermWithAPayloadOnItsWayToAStoppedClientExitsCleanly) {
   bool replying = false;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   while (stopped && !replying && std::chrono::steady_clock::now() < deadline) {
-    replying = metric_value(scrape_metrics(metrics), "ferry_bytes_out_total").value_or(0) >= 1500.0 * 1500 * 8;
+    replying = metric_value(scrape_metrics(metrics), "ferry_bytes_out_total").value_or(0) >= double{gemm_bytes};
     if (!replying) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   if (replying) {
