@@ -156,10 +156,7 @@ Worker::Impl::Generation* Worker::Impl::sending_payload(ucp_ep_h ep) {
 void Worker::Impl::payload_sent(Generation& generation) {
   --generation.sending;
   --generation.impl->sending_payloads;
-  // A drained generation waited for this send to be destroyed. Not here:
-  // this may run inside that worker's own progress.
-  if (generation.sending == 0 && generation.endpoints == 0 && !generation.impl->shutting_down)
-    generation.impl->post([impl = generation.impl] { impl->retire_drained(); });
+  generation.impl->retire_if_drained(generation);  // it may have waited for this send
 }
 
 Worker::Impl::Generation* Worker::Impl::release(ucp_ep_h ep) {
@@ -173,8 +170,16 @@ Worker::Impl::Generation* Worker::Impl::release(ucp_ep_h ep) {
 void Worker::Impl::closed(Generation* generation) {
   if (generation == nullptr) return;
   --generation->endpoints;
-  // Not here: this may run inside that worker's own progress.
-  if (generation->endpoints == 0 && generation != generations.back().get() && !shutting_down)
+  retire_if_drained(*generation);
+}
+
+bool Worker::Impl::drained(const Generation& generation) {
+  return generation.endpoints == 0 && generation.sending == 0;
+}
+
+void Worker::Impl::retire_if_drained(const Generation& generation) {
+  // Posted, not here: this may run inside that worker's own progress.
+  if (drained(generation) && &generation != generations.back().get() && !shutting_down)
     post([this] { retire_drained(); });
 }
 
@@ -212,7 +217,7 @@ void Worker::Impl::retire_drained() {
   const auto now = std::chrono::steady_clock::now();
   for (std::size_t i = 0; i + 1 < generations.size();) {
     Generation& g = *generations[i];
-    if (g.endpoints != 0 || g.sending != 0 || (now - promised_when < promise_grace && g.address == promised_to)) {
+    if (!drained(g) || (now - promised_when < promise_grace && g.address == promised_to)) {
       ++i;
       continue;
     }

@@ -251,6 +251,10 @@ struct Worker::Impl {
   unsigned progress();
   // Arms every generation's worker for the event fd: UCS_ERR_BUSY when one has work.
   ucs_status_t arm();
+  // No endpoint open or closing on it and no payload send in flight.
+  static bool drained(const Generation& generation);
+  // Posts retire_drained when an old `generation` has just drained.
+  void retire_if_drained(const Generation& generation);
   // Destroys the generations that are neither current nor in use.
   void retire_drained();
   Worker::Endpoints endpoint_counts() const;
